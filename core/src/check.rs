@@ -1,0 +1,436 @@
+//! `check`: verifies every invariant of a region and reports each violation
+//! as a [`Finding`]. It only reads, never trusts what it reads, and never
+//! panics, whatever the bytes. Run it on a quiescent region for exact
+//! results; on a live one, in-flight changes can show up as findings.
+
+use crate::alloc::{block_of, chunk_of, kind_valid};
+use crate::coherence::{Coherence, Site};
+use crate::hash::{place, Key};
+use crate::index::{entry_checksum, probe, NIL};
+use crate::layout::{
+    state, Bucket, ChunkRecord, LockSlot, NodeInfo, PinRecord, RootRecord, StripeHeader, CHUNK_CONT, CHUNK_FREE,
+    CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, NODE_FREE, SLOT_IDLE, SLOT_LOCKED, SLOT_WAITING,
+};
+use crate::region::Store;
+use crate::roots::record_valid;
+use crate::Result;
+
+/// Kinds of findings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FindingKind {
+    /// A node info line has an unknown state (a = node).
+    NodeState,
+    /// A node was declared dead and awaits recovery (a = node).
+    NodeDead,
+    /// A lock slot has an unknown state (a = lock, b = node).
+    SlotState,
+    /// A lock has more than one holder (a = lock, b = holders).
+    TwoHolders,
+    /// A lock is held by a node that is not alive (a = lock, b = node).
+    HeldByDead,
+    /// A lock awaits repair after a revocation (a = lock).
+    NeedsRepair,
+    /// An entry has an unknown state (a = stripe, b = entry).
+    EntryState,
+    /// An entry fails its checksum (a = stripe, b = entry).
+    EntryChecksum,
+    /// An entry's payload lies outside the payload area or in no allocated
+    /// block (a = stripe, b = entry).
+    EntryPayload,
+    /// Two entries share a payload block (a = stripe, b = entry).
+    SharedBlock,
+    /// A live entry cannot be found through the buckets (a = stripe, b = entry).
+    Unreachable,
+    /// A bucket names a bad or empty entry, or has a wrong tag (a = stripe, b = bucket).
+    BadBucket,
+    /// Bucket count differs from live entries (a = stripe, b = buckets).
+    BucketCount,
+    /// An entry is pinned by a node that is not alive (a = stripe, b = entry).
+    PinnedByDead,
+    /// A WRITING entry does not name exactly one writer (a = stripe, b = entry).
+    Writer,
+    /// LRU list broken or not covering exactly the READY entries (a = stripe).
+    LruList,
+    /// Free list broken or not covering exactly the EMPTY entries (a = stripe).
+    FreeList,
+    /// Stripe header counters differ from its entries (a = stripe).
+    StripeCounters,
+    /// A journal record names a bad entry or one not pinned by its node
+    /// (a = node, b = entry).
+    Journal,
+    /// A node pins an entry without a journal record (a = node, b = global entry).
+    Unjournaled,
+    /// A chunk record is malformed (a = chunk).
+    ChunkRecord,
+    /// Chunk bitmap disagrees with the chunk record (a = chunk).
+    ChunkBitmap,
+    /// An allocated KV block no entry references (a = chunk, b = block).
+    LeakedBlock,
+    /// A raw block of a gone node that no root names (a = chunk, b = block).
+    LeakedRaw,
+    /// A named root is corrupt (a = record).
+    Root,
+}
+
+impl FindingKind {
+    /// Short description.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingKind::NodeState => "node info has an unknown state",
+            FindingKind::NodeDead => "node declared dead, recovery pending",
+            FindingKind::SlotState => "lock slot has an unknown state",
+            FindingKind::TwoHolders => "lock has more than one holder",
+            FindingKind::HeldByDead => "lock held by a node that is not alive",
+            FindingKind::NeedsRepair => "lock awaits repair",
+            FindingKind::EntryState => "entry has an unknown state",
+            FindingKind::EntryChecksum => "entry fails its checksum",
+            FindingKind::EntryPayload => "entry payload not in an allocated block",
+            FindingKind::SharedBlock => "two entries share a payload block",
+            FindingKind::Unreachable => "live entry not reachable through buckets",
+            FindingKind::BadBucket => "bucket is malformed",
+            FindingKind::BucketCount => "bucket count differs from live entries",
+            FindingKind::PinnedByDead => "entry pinned by a node that is not alive",
+            FindingKind::Writer => "writing entry without exactly one writer",
+            FindingKind::LruList => "LRU list broken",
+            FindingKind::FreeList => "free list broken",
+            FindingKind::StripeCounters => "stripe counters wrong",
+            FindingKind::Journal => "journal record inconsistent",
+            FindingKind::Unjournaled => "pin without journal record",
+            FindingKind::ChunkRecord => "chunk record malformed",
+            FindingKind::ChunkBitmap => "chunk bitmap disagrees with record",
+            FindingKind::LeakedBlock => "allocated KV block not referenced",
+            FindingKind::LeakedRaw => "raw block of a gone node not rooted",
+            FindingKind::Root => "named root corrupt",
+        }
+    }
+}
+
+/// One violated invariant, with where it was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// What is wrong.
+    pub kind: FindingKind,
+    /// First location (see the kind).
+    pub a: u64,
+    /// Second location (see the kind).
+    pub b: u64,
+}
+
+impl core::fmt::Display for Finding {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{} ({}, {})", self.kind.as_str(), self.a, self.b)
+    }
+}
+
+/// Words of scratch `check` needs to track payload blocks (4 per chunk).
+pub fn scratch_words<C: Coherence>(store: &Store<C>) -> usize {
+    store.layout.n_chunks as usize * 4
+}
+
+/// Checks `store`. `scratch` (zeroed, [`scratch_words`] long) lets it find
+/// shared and leaked blocks; a shorter one skips those checks. Returns the
+/// number of findings; `report` gets each.
+pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut dyn FnMut(Finding)) -> Result<u64> {
+    let mut n = 0u64;
+    let mut rep = |kind, a: u64, b: u64| {
+        n += 1;
+        report(Finding { kind, a, b });
+    };
+    let st = store;
+    let l = &st.layout;
+    let track = scratch.len() >= l.n_chunks as usize * 4;
+    let bitmap_len = l.chunk_bitmap.len();
+    st.co.invalidate(&st.region, l.chunk_bitmap.start, bitmap_len, Site("check.bitmap"))?;
+    if track {
+        scratch.iter_mut().for_each(|w| *w = 0);
+    }
+
+    let mut alive = 0u64;
+    for node in 0..l.caps.max_nodes {
+        let info: NodeInfo = st.fresh(l.node_info(node), Site("check.node"))?;
+        match info.state {
+            NODE_ALIVE => alive |= 1 << node,
+            NODE_FREE => {}
+            NODE_DEAD => rep(FindingKind::NodeDead, node as u64, 0),
+            _ => rep(FindingKind::NodeState, node as u64, info.state as u64),
+        }
+    }
+
+    for lock in 0..l.n_locks {
+        let ll: crate::layout::LockLine = st.fresh(l.lock_line(lock), Site("check.lockline"))?;
+        if ll.repair != 0 {
+            rep(FindingKind::NeedsRepair, lock as u64, 0);
+        }
+        let mut holders = 0u64;
+        for node in 0..l.caps.max_nodes {
+            let s: LockSlot = st.fresh(l.lock_slot(lock, node), Site("check.slot"))?;
+            match s.state {
+                SLOT_LOCKED => {
+                    holders += 1;
+                    if alive & (1 << node) == 0 {
+                        rep(FindingKind::HeldByDead, lock as u64, node as u64);
+                    }
+                }
+                SLOT_IDLE | SLOT_WAITING => {}
+                _ => rep(FindingKind::SlotState, lock as u64, node as u64),
+            }
+        }
+        if holders > 1 {
+            rep(FindingKind::TwoHolders, lock as u64, holders);
+        }
+    }
+
+    // Chunks: records and bitmap.
+    for c in 0..l.n_chunks {
+        let rec: ChunkRecord = st.fresh(l.chunk(c), Site("check.chunk"))?;
+        let word = st.region.load_u64(l.chunk_bitmap.start + (c / 64) as u64 * 8)?;
+        let bit = word & (1 << (c % 64)) != 0;
+        if bit != (rec.kind != CHUNK_FREE) {
+            rep(FindingKind::ChunkBitmap, c as u64, 0);
+        }
+        let pop: u32 = rec.bitmap.iter().map(|w| w.count_ones()).sum();
+        let chunk = l.chunk_size();
+        let bad = !kind_valid(rec.kind)
+            || rec.owner > l.caps.max_nodes
+            || match rec.kind {
+                CHUNK_FREE => rec != ChunkRecord::default(),
+                CHUNK_KV | CHUNK_RAW => {
+                    rec.block_size == 0
+                        || rec.block_size > chunk
+                        || rec.nblocks as u64 != chunk / rec.block_size
+                        || rec.used != pop
+                        || rec.nblocks > 256
+                        || (rec.nblocks < 256 && rec.bitmap_beyond(rec.nblocks))
+                        || rec.owner == 0
+                }
+                CHUNK_LARGE => {
+                    rec.run == 0
+                        || c as u64 + rec.run as u64 > l.n_chunks as u64
+                        || rec.block_size != rec.run as u64 * chunk
+                        || rec.used != 1
+                        || rec.bitmap != [1, 0, 0, 0]
+                }
+                _ => rec.run >= c,
+            };
+        if bad {
+            rep(FindingKind::ChunkRecord, c as u64, rec.kind as u64);
+        }
+    }
+
+    // Stripes.
+    let eps = l.caps.entries_per_stripe;
+    let bps = l.buckets_per_stripe;
+    for s in 0..l.caps.n_stripes {
+        let h: StripeHeader = st.fresh(l.stripe(s), Site("check.stripe"))?;
+        let (mut ready, mut live, mut empty, mut bytes) = (0u32, 0u32, 0u32, 0u64);
+        for e in 0..eps {
+            let ent = match st.ent(s, e) {
+                Ok(x) => x,
+                Err(_) => {
+                    rep(FindingKind::EntryState, s as u64, e as u64);
+                    continue;
+                }
+            };
+            match ent.state {
+                state::EMPTY => {
+                    empty += 1;
+                    continue;
+                }
+                state::WRITING | state::READY => {}
+                _ => {
+                    rep(FindingKind::EntryState, s as u64, e as u64);
+                    continue;
+                }
+            }
+            live += 1;
+            if ent.checksum != entry_checksum(&ent) {
+                rep(FindingKind::EntryChecksum, s as u64, e as u64);
+            }
+            if ent.state == state::READY {
+                ready += 1;
+                bytes += ent.payload_len as u64;
+                if ent.pinners & !alive != 0 {
+                    rep(FindingKind::PinnedByDead, s as u64, e as u64);
+                }
+            } else if ent.pinners.count_ones() != 1 || ent.pinners & alive == 0 {
+                rep(FindingKind::Writer, s as u64, e as u64);
+            }
+            let key = Key { lo: ent.key_lo, hi: ent.key_hi };
+            match probe::find(st, s, place(ent.ns, key), ent.ns, key) {
+                Ok(Some(f)) if f.entry == e => {}
+                _ => rep(FindingKind::Unreachable, s as u64, e as u64),
+            }
+            // Payload block.
+            let placed = chunk_of(l, ent.payload_off).ok().and_then(|c| {
+                let rec: ChunkRecord = st.region.read(l.chunk(c)).ok()?;
+                let ok_kind = rec.kind == CHUNK_KV || (rec.kind == CHUNK_LARGE && rec.large_kind == CHUNK_KV);
+                let (i, bs) = block_of(l, c, &rec, ent.payload_off)?;
+                let set = rec.bitmap[(i / 64) as usize] & (1 << (i % 64)) != 0;
+                (ok_kind && set && ent.payload_len as u64 <= bs && ent.payload_len > 0).then_some((c, i))
+            });
+            match placed {
+                None => rep(FindingKind::EntryPayload, s as u64, e as u64),
+                Some((c, i)) if track => {
+                    let w = &mut scratch[c as usize * 4 + (i / 64) as usize];
+                    if *w & (1 << (i % 64)) != 0 {
+                        rep(FindingKind::SharedBlock, s as u64, e as u64);
+                    }
+                    *w |= 1 << (i % 64);
+                }
+                _ => {}
+            }
+            // Journal of each pinning node.
+            for node in 0..l.caps.max_nodes {
+                if ent.pinners & (1 << node) != 0 && alive & (1 << node) != 0 {
+                    let g = s as u64 * eps as u64 + e as u64;
+                    let mut found = false;
+                    for i in 0..l.caps.pin_slots {
+                        let r: PinRecord = st.region.read(l.pin_record(node, i))?;
+                        if r.entry as u64 == g + 1 && r.gen == ent.gen as u64 && r.count > 0 {
+                            found = true;
+                            break;
+                        }
+                    }
+                    if !found {
+                        rep(FindingKind::Unjournaled, node as u64, g);
+                    }
+                }
+            }
+        }
+        // Buckets.
+        let mut used = 0u32;
+        for b in 0..bps {
+            let bk: Bucket = st.fresh(l.bucket(s, b), Site("check.bucket"))?;
+            if bk.entry == 0 {
+                continue;
+            }
+            used += 1;
+            let ok = bk.entry <= eps
+                && st.ent(s, bk.entry - 1).is_ok_and(|e| {
+                    e.state != state::EMPTY && place(e.ns, Key { lo: e.key_lo, hi: e.key_hi }) == bk.tag
+                })
+                && probe::stripe_of(bk.tag, l.caps.n_stripes) == s;
+            if !ok {
+                rep(FindingKind::BadBucket, s as u64, b as u64);
+            }
+        }
+        if used != live {
+            rep(FindingKind::BucketCount, s as u64, used as u64);
+        }
+        // LRU list: a consistent doubly linked list of exactly the READY ones.
+        let (mut prev, mut cur, mut k, mut ok) = (NIL, h.lru_head, 0u32, true);
+        while cur != NIL {
+            if k >= ready || cur >= eps {
+                ok = false;
+                break;
+            }
+            match st.ent(s, cur) {
+                Ok(e) if e.state == state::READY && e.lru_prev == prev => {
+                    prev = cur;
+                    cur = e.lru_next;
+                    k += 1;
+                }
+                _ => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if !ok || k != ready || prev != h.lru_tail {
+            rep(FindingKind::LruList, s as u64, 0);
+        }
+        let (mut cur, mut k, mut ok) = (h.free_head, 0u32, true);
+        while cur != NIL {
+            if k >= empty || cur >= eps {
+                ok = false;
+                break;
+            }
+            match st.ent(s, cur) {
+                Ok(e) if e.state == state::EMPTY => {
+                    cur = e.lru_next;
+                    k += 1;
+                }
+                _ => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if !ok || k != empty {
+            rep(FindingKind::FreeList, s as u64, 0);
+        }
+        if h.live != ready || h.bytes != bytes {
+            rep(FindingKind::StripeCounters, s as u64, 0);
+        }
+    }
+
+    // Journals: each record names a live entry its node pins.
+    for node in 0..l.caps.max_nodes {
+        if alive & (1 << node) == 0 {
+            continue;
+        }
+        for i in 0..l.caps.pin_slots {
+            let r: PinRecord = st.fresh(l.pin_record(node, i), Site("check.journal"))?;
+            if r.entry == 0 {
+                continue;
+            }
+            let g = r.entry - 1;
+            let (s, e) = (g / eps, g % eps);
+            let ok = s < l.caps.n_stripes
+                && r.count > 0
+                && st.ent(s, e).is_ok_and(|x| x.gen as u64 == r.gen && x.pinners & (1 << node) != 0);
+            if !ok {
+                rep(FindingKind::Journal, node as u64, g as u64);
+            }
+        }
+    }
+
+    // Roots keep raw blocks; then leaks.
+    for i in 0..l.caps.n_roots {
+        let r: RootRecord = st.fresh(l.root(i), Site("check.root"))?;
+        if r.state != 0 && !record_valid(&r) {
+            rep(FindingKind::Root, i as u64, 0);
+        }
+        if track && record_valid(&r) {
+            if let Ok(c) = chunk_of(l, r.offset) {
+                let rec: ChunkRecord = st.region.read(l.chunk(c))?;
+                if let Some((bi, _)) = block_of(l, c, &rec, r.offset) {
+                    scratch[c as usize * 4 + (bi / 64) as usize] |= 1 << (bi % 64);
+                }
+            }
+        }
+    }
+    if track {
+        for c in 0..l.n_chunks {
+            let rec: ChunkRecord = st.region.read(l.chunk(c))?;
+            let owner_alive = rec.owner != 0 && rec.owner <= l.caps.max_nodes && alive & (1 << (rec.owner - 1)) != 0;
+            let (kv, raw) = match rec.kind {
+                CHUNK_KV => (true, false),
+                CHUNK_RAW => (false, true),
+                CHUNK_LARGE => (rec.large_kind == CHUNK_KV, rec.large_kind == CHUNK_RAW),
+                _ => (false, false),
+            };
+            if !(kv || raw && !owner_alive) {
+                continue;
+            }
+            for bi in 0..rec.nblocks.min(256) {
+                let allocated = rec.bitmap[(bi / 64) as usize] & (1 << (bi % 64)) != 0;
+                let referenced = scratch[c as usize * 4 + (bi / 64) as usize] & (1 << (bi % 64)) != 0;
+                if allocated && !referenced {
+                    let kind = if kv { FindingKind::LeakedBlock } else { FindingKind::LeakedRaw };
+                    rep(kind, c as u64, bi as u64);
+                }
+            }
+        }
+    }
+    let _ = CHUNK_CONT;
+    Ok(n)
+}
+
+impl ChunkRecord {
+    /// True if any bit at or above `nblocks` is set.
+    fn bitmap_beyond(&self, nblocks: u32) -> bool {
+        (nblocks..256).any(|i| self.bitmap[(i / 64) as usize] & (1 << (i % 64)) != 0)
+    }
+}

@@ -1,0 +1,136 @@
+//! Eviction: the mechanism walks a stripe's LRU list from its oldest entry and
+//! removes unpinned READY entries; a [`Policy`] decides which ones. LRU (evict
+//! every candidate, oldest first) is the default.
+
+use crate::coherence::{Coherence, Site};
+use crate::layout::{state, Entry, StripeHeader};
+use crate::node::Node;
+use crate::{Error, Result};
+
+use super::{probe, NIL};
+
+/// A policy's answer for one candidate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Evict it.
+    Evict,
+    /// Keep it, look at the next one.
+    Skip,
+    /// Stop looking in this stripe.
+    Stop,
+}
+
+/// Chooses victims among unpinned READY entries, offered oldest first.
+pub trait Policy {
+    /// Decides about `entry` of `stripe`.
+    fn consider(&mut self, stripe: u32, entry: &Entry) -> Verdict;
+}
+
+/// Least recently used: evicts candidates in LRU order.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Lru;
+
+impl Policy for Lru {
+    fn consider(&mut self, _stripe: u32, _entry: &Entry) -> Verdict {
+        Verdict::Evict
+    }
+}
+
+/// What an eviction freed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EvictReport {
+    /// Entries removed.
+    pub entries: u64,
+    /// Payload bytes freed.
+    pub bytes: u64,
+}
+
+impl<C: Coherence> Node<'_, C> {
+    /// Evicts at least `bytes` of payload if enough is unpinned, spreading the
+    /// work over stripes round-robin.
+    pub fn evict(&self, bytes: u64, policy: &mut dyn Policy) -> Result<EvictReport> {
+        let st = self.store;
+        let ns = st.layout.caps.n_stripes;
+        let mut rep = EvictReport::default();
+        let start = {
+            let mut c = self.local.evict_cursor.lock();
+            let v = *c;
+            *c = c.wrapping_add(1);
+            v
+        };
+        loop {
+            let before = rep.entries;
+            for k in 0..ns {
+                if rep.bytes >= bytes {
+                    break;
+                }
+                let s = (start.wrapping_add(k)) & (ns - 1);
+                let share = (bytes - rep.bytes).div_ceil((ns - k) as u64);
+                self.with_lock(st.layout.locks().stripe(s), || {
+                    let mut h = st.hdr(s)?;
+                    let mut got = 0u64;
+                    while got < share {
+                        match self.evict_one_locked(s, &mut h, policy)? {
+                            Some(b) => {
+                                got += b;
+                                rep.entries += 1;
+                                rep.bytes += b;
+                            }
+                            None => break,
+                        }
+                    }
+                    st.put_hdr(s, &h)
+                })?;
+            }
+            if rep.bytes >= bytes || rep.entries == before {
+                break;
+            }
+        }
+        if rep.entries > 0 {
+            self.count(|c| c.evictions += rep.entries)?;
+        }
+        Ok(rep)
+    }
+
+    /// Evicts one entry of stripe `s` chosen by `policy`; returns its payload
+    /// length, or `None` when no candidate was taken. Caller holds the lock.
+    pub(crate) fn evict_one_locked(
+        &self,
+        s: u32,
+        h: &mut StripeHeader,
+        policy: &mut dyn Policy,
+    ) -> Result<Option<u64>> {
+        let st = self.store;
+        let mut e = h.lru_head;
+        for _ in 0..st.layout.caps.entries_per_stripe {
+            if e == NIL {
+                return Ok(None);
+            }
+            let mut ent = st.ent(s, e)?;
+            let next = ent.lru_next;
+            if ent.state == state::READY && ent.pinners == 0 {
+                match policy.consider(s, &ent) {
+                    Verdict::Evict => {
+                        let key = crate::hash::Key { lo: ent.key_lo, hi: ent.key_hi };
+                        let tag = crate::hash::place(ent.ns, key);
+                        let f = probe::find(st, s, tag, ent.ns, key)?.ok_or(Error::Corrupt)?;
+                        if f.entry != e {
+                            return Err(Error::Corrupt);
+                        }
+                        let (off, len) = st.remove_locked(s, h, e, f.bucket, &mut ent)?;
+                        h.evictions = h.evictions.wrapping_add(1);
+                        // SYNC: the header is flushed by the caller before unlock;
+                        // the payload is freed only after the entry is EMPTY.
+                        st.co.store_fence(Site("evict.before_free"));
+                        self.free(off)?;
+                        return Ok(Some(len));
+                    }
+                    Verdict::Skip => {}
+                    Verdict::Stop => return Ok(None),
+                }
+            }
+            e = next;
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,674 @@
+//! The prefix index (TraCT §4.2): namespaced 128-bit keys → published KV
+//! blocks, in `n_stripes` independent fixed-size tables, each with its own
+//! lock, entry pool, free list and LRU list.
+//!
+//! Entry life: EMPTY → WRITING (`reserve`: payload allocated, writer's pin bit
+//! set) → READY (`publish`, after the payload is flushed) → EVICTING → EMPTY
+//! (`evict`, or `abort` straight from WRITING). Readers only ever take READY
+//! entries whose key, namespace and checksum match.
+
+pub mod evict;
+pub mod probe;
+
+use crate::alloc::Kind;
+use crate::coherence::{Coherence, Site};
+use crate::hash::{checksum32, place, Key};
+use crate::layout::{state, Entry, StripeHeader};
+use crate::node::Node;
+use crate::region::Store;
+use crate::{Error, Result};
+
+pub use evict::{EvictReport, Lru, Policy, Verdict};
+use probe::{stripe_of, Found};
+
+/// "No entry" in LRU and free-list links.
+pub const NIL: u32 = u32::MAX;
+
+/// A reserved (writable) or acquired (pinned, readable) block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handle {
+    /// Namespace id.
+    pub ns: u32,
+    /// Key.
+    pub key: Key,
+    /// Stripe.
+    pub stripe: u32,
+    /// Entry index in the stripe.
+    pub entry: u32,
+    /// Entry generation when the handle was made.
+    pub gen: u32,
+    /// Payload offset in the region.
+    pub off: u64,
+    /// Payload length.
+    pub len: u64,
+    /// Tokens the block covers.
+    pub tokens: u32,
+}
+
+/// One block to reserve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReserveItem {
+    /// Key.
+    pub key: Key,
+    /// Payload bytes.
+    pub len: u64,
+    /// Tokens the block covers.
+    pub tokens: u32,
+}
+
+/// Entry checksum over its immutable fields (key, namespace, tokens, payload,
+/// generation): readers reject an entry a corrupted peer scribbled on.
+pub fn entry_checksum(e: &Entry) -> u32 {
+    checksum32(&[
+        e.key_lo,
+        e.key_hi,
+        e.ns as u64 | (e.tokens as u64) << 32,
+        e.payload_off,
+        e.payload_len as u64 | (e.gen as u64) << 32,
+    ])
+}
+
+/// Formats every stripe: all entries EMPTY on the free list, LRU empty.
+/// The region is zeroed and is flushed by the caller.
+pub(crate) fn format_stripes<C: Coherence>(st: &Store<C>) -> Result<()> {
+    let l = &st.layout;
+    let eps = l.caps.entries_per_stripe;
+    for s in 0..l.caps.n_stripes {
+        for e in 0..eps {
+            let ent = Entry { lru_prev: NIL, lru_next: if e + 1 < eps { e + 1 } else { NIL }, ..Entry::default() };
+            st.region.write(l.entry(s, e), &ent)?;
+        }
+        let h = StripeHeader { lru_head: NIL, lru_tail: NIL, free_head: 0, ..StripeHeader::default() };
+        st.region.write(l.stripe(s), &h)?;
+    }
+    Ok(())
+}
+
+/// Groups `n` items by stripe and calls `f(stripe, indices)` in ascending
+/// stripe order (the lock order), 256 items at a time, without allocating.
+pub(crate) fn by_stripe(
+    n: usize,
+    stripe: impl Fn(usize) -> u32,
+    mut f: impl FnMut(u32, &[usize]) -> Result<()>,
+) -> Result<()> {
+    const CHUNK: usize = 256;
+    let mut ids = [0u32; CHUNK];
+    let mut group = [0usize; CHUNK];
+    let mut base = 0;
+    while base < n {
+        let m = (n - base).min(CHUNK);
+        for (i, id) in ids.iter_mut().enumerate().take(m) {
+            *id = stripe(base + i);
+        }
+        let mut prev: Option<u32> = None;
+        loop {
+            let next = ids[..m].iter().copied().filter(|&s| prev.is_none_or(|p| s > p)).min();
+            let Some(s) = next else { break };
+            let mut k = 0;
+            for (i, &id) in ids[..m].iter().enumerate() {
+                if id == s {
+                    group[k] = base + i;
+                    k += 1;
+                }
+            }
+            f(s, &group[..k])?;
+            prev = Some(s);
+        }
+        base += m;
+    }
+    Ok(())
+}
+
+impl<C: Coherence> Store<C> {
+    /// Stripe of a namespaced key.
+    pub fn stripe_of(&self, ns: u32, key: Key) -> u32 {
+        stripe_of(place(ns, key), self.layout.caps.n_stripes)
+    }
+
+    /// Finds a READY, intact entry for (`ns`, `key`) without a lock.
+    pub fn find_ready(&self, ns: u32, key: Key) -> Result<Option<(u32, Found)>> {
+        let tag = place(ns, key);
+        let s = stripe_of(tag, self.layout.caps.n_stripes);
+        match probe::find(self, s, tag, ns, key)? {
+            Some(f) if f.e.state == state::READY && f.e.checksum == entry_checksum(&f.e) => Ok(Some((s, f))),
+            _ => Ok(None),
+        }
+    }
+
+    pub(crate) fn hdr(&self, s: u32) -> Result<StripeHeader> {
+        self.fresh(self.layout.stripe(s), Site("index.hdr.read"))
+    }
+
+    pub(crate) fn put_hdr(&self, s: u32, h: &StripeHeader) -> Result<()> {
+        // SYNC: stripe header published under the stripe lock.
+        self.publish(self.layout.stripe(s), h, Site("index.hdr.write"))
+    }
+
+    pub(crate) fn ent(&self, s: u32, e: u32) -> Result<Entry> {
+        if e >= self.layout.caps.entries_per_stripe {
+            return Err(Error::Corrupt);
+        }
+        self.fresh_entry(self.layout.entry(s, e), Site("index.entry.read"))
+    }
+
+    pub(crate) fn put_ent(&self, s: u32, e: u32, ent: &mut Entry) -> Result<()> {
+        // SYNC: entry published under the stripe lock (reader: find, lookup).
+        self.publish_entry(self.layout.entry(s, e), ent, Site("index.entry.write"))
+    }
+
+    /// Unlinks entry `e` (whose current value is `ent`) from the LRU list.
+    pub(crate) fn lru_unlink(&self, s: u32, h: &mut StripeHeader, e: u32, ent: &mut Entry) -> Result<()> {
+        let (p, n) = (ent.lru_prev, ent.lru_next);
+        if p == NIL {
+            if h.lru_head == e {
+                h.lru_head = n;
+            }
+        } else {
+            let mut pe = self.ent(s, p)?;
+            pe.lru_next = n;
+            self.put_ent(s, p, &mut pe)?;
+        }
+        if n == NIL {
+            if h.lru_tail == e {
+                h.lru_tail = p;
+            }
+        } else {
+            let mut ne = self.ent(s, n)?;
+            ne.lru_prev = p;
+            self.put_ent(s, n, &mut ne)?;
+        }
+        ent.lru_prev = NIL;
+        ent.lru_next = NIL;
+        Ok(())
+    }
+
+    /// Links entry `e` at the LRU tail (most recent). `ent` is written by the
+    /// caller afterwards.
+    pub(crate) fn lru_push_tail(&self, s: u32, h: &mut StripeHeader, e: u32, ent: &mut Entry) -> Result<()> {
+        ent.lru_prev = h.lru_tail;
+        ent.lru_next = NIL;
+        if h.lru_tail == NIL {
+            h.lru_head = e;
+        } else {
+            let mut te = self.ent(s, h.lru_tail)?;
+            te.lru_next = e;
+            self.put_ent(s, h.lru_tail, &mut te)?;
+        }
+        h.lru_tail = e;
+        Ok(())
+    }
+
+    /// Removes entry `e` (found at bucket `b`, value `ent`) from the stripe:
+    /// EVICTING, bucket deleted, then EMPTY on the free list. Returns its
+    /// payload (offset, length) for the caller to free. Caller holds the lock.
+    pub(crate) fn remove_locked(
+        &self,
+        s: u32,
+        h: &mut StripeHeader,
+        e: u32,
+        b: u32,
+        ent: &mut Entry,
+    ) -> Result<(u64, u64)> {
+        if ent.state == state::READY {
+            self.lru_unlink(s, h, e, ent)?;
+            h.live = h.live.saturating_sub(1);
+            h.bytes = h.bytes.saturating_sub(ent.payload_len as u64);
+        }
+        ent.state = state::EVICTING;
+        self.put_ent(s, e, ent)?;
+        probe::delete(self, s, b)?;
+        let payload = (ent.payload_off, ent.payload_len as u64);
+        *ent = Entry { ver: ent.ver, gen: ent.gen, lru_prev: NIL, lru_next: h.free_head, ..Entry::default() };
+        self.put_ent(s, e, ent)?;
+        h.free_head = e;
+        Ok(payload)
+    }
+}
+
+impl<C: Coherence> Node<'_, C> {
+    fn me(&self) -> u64 {
+        1 << self.id
+    }
+
+    /// Global entry number (journal records use it).
+    fn global(&self, s: u32, e: u32) -> u32 {
+        s * self.store.layout.caps.entries_per_stripe + e
+    }
+
+    /// Length of the longest prefix of `keys` whose blocks are all published
+    /// (read-only; takes no lock).
+    pub fn lookup(&self, ns: u32, keys: &[Key]) -> Result<usize> {
+        let mut n = 0;
+        for &k in keys {
+            if self.store.find_ready(ns, k)?.is_none() {
+                break;
+            }
+            n += 1;
+        }
+        self.count(|c| {
+            c.hits += n as u64;
+            c.misses += (keys.len() - n) as u64;
+        })?;
+        Ok(n)
+    }
+
+    /// Presence of every key in `present`; returns the longest prefix length.
+    pub fn presence(&self, ns: u32, keys: &[Key], present: &mut [bool]) -> Result<usize> {
+        if present.len() < keys.len() {
+            return Err(Error::InvalidArgument);
+        }
+        let mut prefix = None;
+        for (i, &k) in keys.iter().enumerate() {
+            present[i] = self.store.find_ready(ns, k)?.is_some();
+            if !present[i] && prefix.is_none() {
+                prefix = Some(i);
+            }
+        }
+        Ok(prefix.unwrap_or(keys.len()))
+    }
+
+    /// Reserves a writable block for `key`, evicting when space runs out.
+    /// `Exists` if the key is stored or being written (nothing written).
+    pub fn reserve(&self, ns: u32, key: Key, len: u64, tokens: u32) -> Result<Handle> {
+        let mut out = [Err(Error::InvalidArgument)];
+        self.reserve_batch(ns, &[ReserveItem { key, len, tokens }], &mut out)?;
+        out[0]
+    }
+
+    /// Reserves many blocks, one stripe lock per stripe; a status per item.
+    pub fn reserve_batch(&self, ns: u32, items: &[ReserveItem], out: &mut [Result<Handle>]) -> Result<()> {
+        if out.len() < items.len() {
+            return Err(Error::InvalidArgument);
+        }
+        for attempt in 0..4u32 {
+            let mut short: u64 = 0;
+            let st = self.store;
+            by_stripe(
+                items.len(),
+                |i| st.stripe_of(ns, items[i].key),
+                |s, idx| {
+                    let pending = idx
+                        .iter()
+                        .any(|&i| attempt == 0 || matches!(out[i], Err(Error::OutOfSpace | Error::TableFull)));
+                    if !pending {
+                        return Ok(());
+                    }
+                    self.with_lock(st.layout.locks().stripe(s), || {
+                        let mut h = st.hdr(s)?;
+                        for &i in idx {
+                            if attempt > 0 && !matches!(out[i], Err(Error::OutOfSpace | Error::TableFull)) {
+                                continue;
+                            }
+                            out[i] = self.reserve_locked(ns, s, &mut h, items[i]);
+                            if let Err(Error::OutOfSpace | Error::TableFull) = out[i] {
+                                short = short.saturating_add(items[i].len);
+                            }
+                        }
+                        st.put_hdr(s, &h)
+                    })
+                },
+            )?;
+            if short == 0 {
+                break;
+            }
+            let want = short.max(self.store.layout.chunk_size()) << attempt;
+            let rep = self.evict(want, &mut Lru)?;
+            if rep.entries == 0 && !out.iter().take(items.len()).any(|r| matches!(r, Err(Error::TableFull))) {
+                break;
+            }
+        }
+        let ok = out.iter().take(items.len()).filter(|r| r.is_ok()).count() as u64;
+        let ex = out.iter().take(items.len()).filter(|r| matches!(r, Err(Error::Exists))).count() as u64;
+        self.count(|c| {
+            c.inserts += ok;
+            c.exists += ex;
+        })
+    }
+
+    fn reserve_locked(&self, ns: u32, s: u32, h: &mut crate::layout::StripeHeader, it: ReserveItem) -> Result<Handle> {
+        let st = self.store;
+        let len32 = u32::try_from(it.len).map_err(|_| Error::TooLarge)?;
+        let tag = place(ns, it.key);
+        if probe::find(st, s, tag, ns, it.key)?.is_some() {
+            return Err(Error::Exists);
+        }
+        if h.free_head == NIL {
+            // A full stripe: make room by evicting its least recent entry.
+            if self.evict_one_locked(s, h, &mut Lru)?.is_none() {
+                return Err(Error::TableFull);
+            }
+        }
+        let e = h.free_head;
+        let old = st.ent(s, e)?;
+        if old.state != state::EMPTY {
+            return Err(Error::Corrupt);
+        }
+        let off = self.alloc_kind(it.len, Kind::Kv)?;
+        let gen = old.gen.wrapping_add(1);
+        {
+            let _j = self.local.journal.lock();
+            if let Err(err) = self.journal_add(self.global(s, e), gen) {
+                drop(_j);
+                self.free(off)?;
+                return Err(err);
+            }
+        }
+        h.free_head = old.lru_next;
+        let mut ent = Entry {
+            ver: old.ver,
+            state: state::WRITING,
+            gen,
+            key_lo: it.key.lo,
+            key_hi: it.key.hi,
+            ns,
+            tokens: it.tokens,
+            payload_off: off,
+            payload_len: len32,
+            checksum: 0,
+            pinners: self.me(),
+            lru_prev: NIL,
+            lru_next: NIL,
+        };
+        ent.checksum = entry_checksum(&ent);
+        st.put_ent(s, e, &mut ent)?;
+        probe::insert(st, s, tag, e)?;
+        h.inserts = h.inserts.wrapping_add(1);
+        Ok(Handle { ns, key: it.key, stripe: s, entry: e, gen, off, len: it.len, tokens: it.tokens })
+    }
+
+    /// Writes `data` into a reserved block at byte `at` (bulk path, flushed).
+    pub fn write(&self, h: &Handle, at: u64, data: &[u8]) -> Result<()> {
+        let end = at.checked_add(data.len() as u64).ok_or(Error::InvalidArgument)?;
+        if end > h.len {
+            return Err(Error::InvalidArgument);
+        }
+        self.check_payload(h)?;
+        self.store.co.write_payload(&self.store.region, h.off + at, data, Site("index.payload.write"))?;
+        self.count(|c| c.bytes_written += data.len() as u64)
+    }
+
+    fn check_payload(&self, h: &Handle) -> Result<()> {
+        if !self.store.layout.payload.contains(h.off, h.len) {
+            return Err(Error::StaleHandle);
+        }
+        Ok(())
+    }
+
+    /// Publishes a reserved block after flushing its whole payload (for
+    /// payloads written by plain stores through a pointer).
+    pub fn publish(&self, h: &Handle) -> Result<()> {
+        self.check_payload(h)?;
+        self.store.co.flush(&self.store.region, h.off, h.len, Site("index.publish.payload"))?;
+        self.publish_flushed(core::slice::from_ref(h), &mut [Ok(())])
+    }
+
+    /// Publishes reserved blocks whose payloads are already flushed (written
+    /// with [`Node::write`], by non-temporal stores, or by a completed DMA).
+    pub fn publish_flushed(&self, hs: &[Handle], out: &mut [Result<()>]) -> Result<()> {
+        if out.len() < hs.len() {
+            return Err(Error::InvalidArgument);
+        }
+        // SYNC: payload durable before any entry turns READY (reader: lookup).
+        self.store.co.store_fence(Site("index.publish.fence"));
+        let st = self.store;
+        by_stripe(
+            hs.len(),
+            |i| hs[i].stripe.min(st.layout.caps.n_stripes - 1),
+            |s, idx| {
+                self.with_lock(st.layout.locks().stripe(s), || {
+                    let mut hdr = st.hdr(s)?;
+                    for &i in idx {
+                        out[i] = self.publish_locked(s, &mut hdr, &hs[i]);
+                    }
+                    st.put_hdr(s, &hdr)
+                })
+            },
+        )
+    }
+
+    fn writing_entry(&self, s: u32, h: &Handle) -> Result<Entry> {
+        let e = self.store.ent(s, h.entry)?;
+        if e.state != state::WRITING
+            || e.gen != h.gen
+            || e.key_lo != h.key.lo
+            || e.key_hi != h.key.hi
+            || e.ns != h.ns
+            || e.pinners & self.me() == 0
+            || e.payload_off != h.off
+        {
+            return Err(Error::StaleHandle);
+        }
+        Ok(e)
+    }
+
+    fn publish_locked(&self, s: u32, hdr: &mut StripeHeader, h: &Handle) -> Result<()> {
+        let st = self.store;
+        let mut e = self.writing_entry(s, h)?;
+        e.state = state::READY;
+        e.pinners &= !self.me();
+        st.lru_push_tail(s, hdr, h.entry, &mut e)?;
+        // SYNC: READY written last (reader: lookup/acquire).
+        st.put_ent(s, h.entry, &mut e)?;
+        hdr.live += 1;
+        hdr.bytes = hdr.bytes.saturating_add(e.payload_len as u64);
+        let _j = self.local.journal.lock();
+        self.journal_sub(self.global(s, h.entry), h.gen).map(|_| ())
+    }
+
+    /// Abandons a reserved block: its entry and payload are freed.
+    pub fn abort(&self, h: &Handle) -> Result<()> {
+        let st = self.store;
+        let s = h.stripe;
+        if s >= st.layout.caps.n_stripes {
+            return Err(Error::StaleHandle);
+        }
+        let payload = self.with_lock(st.layout.locks().stripe(s), || {
+            let mut e = self.writing_entry(s, h)?;
+            let tag = place(h.ns, h.key);
+            let f = probe::find(st, s, tag, h.ns, h.key)?.ok_or(Error::Corrupt)?;
+            let mut hdr = st.hdr(s)?;
+            let p = st.remove_locked(s, &mut hdr, h.entry, f.bucket, &mut e)?;
+            st.put_hdr(s, &hdr)?;
+            let _j = self.local.journal.lock();
+            self.journal_sub(self.global(s, h.entry), h.gen)?;
+            Ok(p)
+        })?;
+        self.free(payload.0)
+    }
+
+    /// Pins the published blocks of `keys`: `out[i]` is the handle, or
+    /// `NotFound`. Returns how many were pinned.
+    pub fn acquire(&self, ns: u32, keys: &[Key], out: &mut [Result<Handle>]) -> Result<usize> {
+        if out.len() < keys.len() {
+            return Err(Error::InvalidArgument);
+        }
+        let st = self.store;
+        let mut pinned = 0;
+        by_stripe(
+            keys.len(),
+            |i| st.stripe_of(ns, keys[i]),
+            |s, idx| {
+                self.with_lock(st.layout.locks().stripe(s), || {
+                    let mut hdr = st.hdr(s)?;
+                    for &i in idx {
+                        out[i] = self.acquire_locked(ns, s, &mut hdr, keys[i]);
+                        pinned += out[i].is_ok() as usize;
+                    }
+                    st.put_hdr(s, &hdr)
+                })
+            },
+        )?;
+        let missed = (keys.len() - pinned) as u64;
+        self.count(|c| {
+            c.hits += pinned as u64;
+            c.misses += missed;
+        })?;
+        Ok(pinned)
+    }
+
+    fn acquire_locked(&self, ns: u32, s: u32, hdr: &mut StripeHeader, key: Key) -> Result<Handle> {
+        let st = self.store;
+        let f = match probe::find(st, s, place(ns, key), ns, key)? {
+            Some(f) if f.e.state == state::READY && f.e.checksum == entry_checksum(&f.e) => f,
+            _ => return Err(Error::NotFound),
+        };
+        let mut e = f.e;
+        let first = {
+            let _j = self.local.journal.lock();
+            self.journal_add(self.global(s, f.entry), e.gen)?
+        };
+        e.pinners |= self.me();
+        if hdr.lru_tail != f.entry {
+            st.lru_unlink(s, hdr, f.entry, &mut e)?;
+            st.lru_push_tail(s, hdr, f.entry, &mut e)?;
+        }
+        if first || e != f.e {
+            st.put_ent(s, f.entry, &mut e)?;
+        }
+        Ok(Handle {
+            ns,
+            key,
+            stripe: s,
+            entry: f.entry,
+            gen: e.gen,
+            off: e.payload_off,
+            len: e.payload_len as u64,
+            tokens: e.tokens,
+        })
+    }
+
+    /// Drops one pin per handle (from [`Node::acquire`]).
+    pub fn release(&self, hs: &[Handle]) -> Result<()> {
+        let st = self.store;
+        let mut first_err = Ok(());
+        by_stripe(
+            hs.len(),
+            |i| hs[i].stripe.min(st.layout.caps.n_stripes - 1),
+            |s, idx| {
+                self.with_lock(st.layout.locks().stripe(s), || {
+                    for &i in idx {
+                        if let Err(e) = self.release_locked(s, &hs[i]) {
+                            if first_err.is_ok() {
+                                first_err = Err(e);
+                            }
+                        }
+                    }
+                    Ok(())
+                })
+            },
+        )?;
+        first_err
+    }
+
+    fn release_locked(&self, s: u32, h: &Handle) -> Result<()> {
+        let st = self.store;
+        let g = self.global(s, h.entry);
+        let left = {
+            let _j = self.local.journal.lock();
+            self.journal_sub(g, h.gen).map_err(|_| Error::StaleHandle)?
+        };
+        if left == 0 {
+            let mut e = st.ent(s, h.entry)?;
+            if e.gen == h.gen && e.pinners & self.me() != 0 {
+                e.pinners &= !self.me();
+                // SYNC: unpinned entry visible to eviction.
+                st.put_ent(s, h.entry, &mut e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops every pin and abandons every reservation this node holds
+    /// (detach, or a process cleaning up).
+    pub fn release_all(&self) -> Result<()> {
+        let eps = self.store.layout.caps.entries_per_stripe;
+        let mut recs = [(0u32, 0u32, 0u32); 32];
+        loop {
+            let mut n = 0;
+            self.journal_records(|g, gen, count| {
+                if n < recs.len() {
+                    recs[n] = (g, gen, count);
+                    n += 1;
+                }
+                Ok(())
+            })?;
+            if n == 0 {
+                return Ok(());
+            }
+            for &(g, gen, count) in &recs[..n] {
+                let (s, e) = (g / eps, g % eps);
+                if s >= self.store.layout.caps.n_stripes {
+                    let _j = self.local.journal.lock();
+                    while self.journal_sub(g, gen).is_ok_and(|left| left > 0) {}
+                    continue;
+                }
+                let ent = self.store.ent(s, e)?;
+                let h = Handle {
+                    ns: ent.ns,
+                    key: Key { lo: ent.key_lo, hi: ent.key_hi },
+                    stripe: s,
+                    entry: e,
+                    gen,
+                    off: ent.payload_off,
+                    len: ent.payload_len as u64,
+                    tokens: ent.tokens,
+                };
+                if ent.state == state::WRITING && ent.gen == gen {
+                    self.abort(&h)?;
+                } else {
+                    for _ in 0..count {
+                        self.release(core::slice::from_ref(&h))?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies `buf.len()` bytes of a pinned or reserved block from byte `at`.
+    pub fn read(&self, h: &Handle, at: u64, buf: &mut [u8]) -> Result<()> {
+        let end = at.checked_add(buf.len() as u64).ok_or(Error::InvalidArgument)?;
+        if end > h.len {
+            return Err(Error::InvalidArgument);
+        }
+        self.check_payload(h)?;
+        // SYNC: fresh payload lines (writer: publisher's payload flush).
+        self.store.co.invalidate(&self.store.region, h.off + at, buf.len() as u64, Site("index.payload.read"))?;
+        self.store.region.copy_out(h.off + at, buf)?;
+        self.count(|c| c.bytes_read += buf.len() as u64)
+    }
+
+    /// Copies the published block of `key` into `buf` without pinning it,
+    /// validating the entry after the copy. Returns the payload length;
+    /// `TooLarge` when `buf` is shorter, `NotFound` when absent.
+    pub fn get(&self, ns: u32, key: Key, buf: &mut [u8]) -> Result<usize> {
+        for _ in 0..8 {
+            let Some((s, f)) = self.store.find_ready(ns, key)? else {
+                self.count(|c| c.misses += 1)?;
+                return Err(Error::NotFound);
+            };
+            let len = f.e.payload_len as usize;
+            if buf.len() < len {
+                return Err(Error::TooLarge);
+            }
+            if !self.store.layout.payload.contains(f.e.payload_off, len as u64) {
+                return Err(Error::Corrupt);
+            }
+            self.store.co.invalidate(&self.store.region, f.e.payload_off, len as u64, Site("index.get.payload"))?;
+            self.store.region.copy_out(f.e.payload_off, &mut buf[..len])?;
+            self.store.co.full_fence(Site("index.get.fence"));
+            // SYNC: re-validate after the copy (coherence rule 4).
+            let after = self.store.ent(s, f.entry)?;
+            if after.state == state::READY && after.gen == f.e.gen && after.key_lo == key.lo && after.key_hi == key.hi {
+                self.count(|c| {
+                    c.hits += 1;
+                    c.bytes_read += len as u64;
+                })?;
+                return Ok(len);
+            }
+        }
+        Err(Error::Changed)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,119 @@
+//! Bucket probing for one stripe: a fixed-size open-addressing table with
+//! linear probing. Deletion shifts later members of the cluster back (no
+//! tombstones), so every remaining key stays reachable from its home bucket.
+
+use crate::coherence::{Coherence, Site};
+use crate::hash::Key;
+use crate::layout::{state, Bucket, Entry};
+use crate::mem::LINE;
+use crate::region::Store;
+use crate::{Error, Result};
+
+/// Stripe of a placement hash.
+#[inline]
+pub fn stripe_of(tag: u64, n_stripes: u32) -> u32 {
+    (tag as u32) & (n_stripes - 1)
+}
+
+/// Home bucket of a placement hash.
+#[inline]
+pub fn home_of(tag: u64, buckets: u32) -> u32 {
+    ((tag >> 32) as u32) & (buckets - 1)
+}
+
+/// A found key: bucket, entry index (in stripe) and the entry as read.
+#[derive(Clone, Copy, Debug)]
+pub struct Found {
+    /// Bucket index in the stripe.
+    pub bucket: u32,
+    /// Entry index in the stripe.
+    pub entry: u32,
+    /// The entry, read fresh.
+    pub e: Entry,
+}
+
+/// Reads bucket `b` of stripe `s`, invalidating its line when it is the first
+/// bucket read from that line (`line` tracks the last line refreshed).
+fn bucket<C: Coherence>(st: &Store<C>, s: u32, b: u32, line: &mut u64) -> Result<Bucket> {
+    let off = st.layout.bucket(s, b);
+    let l = off & !(LINE - 1);
+    if *line != l {
+        // SYNC: fresh bucket line (writer: insert/delete under the stripe lock).
+        st.co.invalidate(&st.region, l, LINE, Site("index.bucket.read"))?;
+        *line = l;
+    }
+    st.region.read(off)
+}
+
+/// Finds the entry holding (`ns`, `key`) in stripe `s` in any state but
+/// EMPTY. Without the stripe lock a concurrent delete may hide a key (a miss),
+/// never show a wrong one: the entry is checked against the key.
+pub fn find<C: Coherence>(st: &Store<C>, s: u32, tag: u64, ns: u32, key: Key) -> Result<Option<Found>> {
+    let bps = st.layout.buckets_per_stripe;
+    let eps = st.layout.caps.entries_per_stripe;
+    let home = home_of(tag, bps);
+    let mut line = u64::MAX;
+    for i in 0..bps {
+        let b = (home + i) & (bps - 1);
+        let bk = bucket(st, s, b, &mut line)?;
+        if bk.entry == 0 {
+            return Ok(None);
+        }
+        if bk.tag != tag {
+            continue;
+        }
+        let ei = bk.entry - 1;
+        if ei >= eps {
+            return Err(Error::Corrupt);
+        }
+        let e = st.fresh_entry(st.layout.entry(s, ei), Site("index.find.entry"))?;
+        if e.state != state::EMPTY && e.key_lo == key.lo && e.key_hi == key.hi && e.ns == ns {
+            return Ok(Some(Found { bucket: b, entry: ei, e }));
+        }
+    }
+    Ok(None)
+}
+
+/// Inserts (`tag` → entry `ei`) into the first empty bucket from its home.
+/// Caller holds the stripe lock and has checked the key is absent.
+pub fn insert<C: Coherence>(st: &Store<C>, s: u32, tag: u64, ei: u32) -> Result<u32> {
+    let bps = st.layout.buckets_per_stripe;
+    let home = home_of(tag, bps);
+    let mut line = u64::MAX;
+    for i in 0..bps {
+        let b = (home + i) & (bps - 1);
+        let bk = bucket(st, s, b, &mut line)?;
+        if bk.entry == 0 {
+            let nb = Bucket { tag, entry: ei + 1, reserved: 0 };
+            // SYNC: bucket published under the stripe lock (reader: find).
+            st.publish(st.layout.bucket(s, b), &nb, Site("index.bucket.insert"))?;
+            return Ok(b);
+        }
+    }
+    Err(Error::TableFull)
+}
+
+/// Empties bucket `hole` and shifts the rest of its cluster back so no key
+/// becomes unreachable. Caller holds the stripe lock.
+pub fn delete<C: Coherence>(st: &Store<C>, s: u32, mut hole: u32) -> Result<()> {
+    let bps = st.layout.buckets_per_stripe;
+    let mask = bps - 1;
+    let mut j = hole;
+    let mut line = u64::MAX;
+    for _ in 0..bps {
+        j = (j + 1) & mask;
+        let bk = bucket(st, s, j, &mut line)?;
+        if bk.entry == 0 {
+            break;
+        }
+        let k = home_of(bk.tag, bps);
+        // Bucket j may move to `hole` unless its home lies cyclically in (hole, j].
+        let stays = if hole <= j { hole < k && k <= j } else { hole < k || k <= j };
+        if stays {
+            continue;
+        }
+        st.publish(st.layout.bucket(s, hole), &bk, Site("index.bucket.shift"))?;
+        hole = j;
+    }
+    st.publish(st.layout.bucket(s, hole), &Bucket::default(), Site("index.bucket.clear"))
+}

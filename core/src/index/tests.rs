@@ -1,0 +1,250 @@
+use std::vec::Vec;
+
+use crate::check::{check, scratch_words, Finding};
+use crate::hash::Key;
+use crate::index::{Lru, ReserveItem};
+use crate::node::NodeLocal;
+use crate::testutil::{node, small_caps, Fixture, InlineEnv};
+use crate::Error;
+
+fn key(i: u64) -> Key {
+    Key { lo: i.wrapping_mul(0x9e37_79b9_7f4a_7c15), hi: i ^ 0xabcd }
+}
+
+fn payload(k: Key, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (k.lo as usize).wrapping_add(i * 31) as u8 ^ (k.hi as u8)).collect()
+}
+
+fn findings(f: &Fixture) -> Vec<Finding> {
+    let mut v = Vec::new();
+    let mut scratch = std::vec![0u64; scratch_words(&f.store)];
+    check(&f.store, &mut scratch, &mut |x| v.push(x)).unwrap();
+    v
+}
+
+#[test]
+fn put_then_lookup_acquire_and_read_returns_published_bytes() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let sut = node(&f, &env, &local, 0);
+    let keys: Vec<Key> = (0..10).map(key).collect();
+    for &k in &keys[..6] {
+        let h = sut.reserve(7, k, 3000, 16).unwrap();
+        sut.write(&h, 0, &payload(k, 3000)).unwrap();
+        sut.publish(&h).unwrap();
+    }
+    assert_eq!(sut.lookup(7, &keys).unwrap(), 6);
+    assert_eq!(sut.lookup(8, &keys).unwrap(), 0, "other namespace sees nothing");
+    let mut out = std::vec![Err(Error::InvalidArgument); 10];
+    assert_eq!(sut.acquire(7, &keys, &mut out).unwrap(), 6);
+    for (i, r) in out.iter().enumerate() {
+        if i < 6 {
+            let h = r.unwrap();
+            let mut buf = std::vec![0u8; 3000];
+            sut.read(&h, 0, &mut buf).unwrap();
+            assert_eq!(buf, payload(keys[i], 3000));
+        } else {
+            assert_eq!(*r, Err(Error::NotFound));
+        }
+    }
+    let hs: Vec<_> = out.iter().filter_map(|r| r.ok()).collect();
+    sut.release(&hs).unwrap();
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
+
+#[test]
+fn reserve_of_existing_key_reports_exists_and_writes_nothing() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let sut = node(&f, &env, &local, 0);
+    let h = sut.reserve(1, key(1), 100, 1).unwrap();
+    assert_eq!(sut.reserve(1, key(1), 100, 1), Err(Error::Exists), "while writing");
+    sut.write(&h, 0, &[5; 100]).unwrap();
+    sut.publish(&h).unwrap();
+    assert_eq!(sut.reserve(1, key(1), 200, 1), Err(Error::Exists), "when ready");
+    let mut buf = [0u8; 100];
+    assert_eq!(sut.get(1, key(1), &mut buf), Ok(100));
+    assert_eq!(buf, [5; 100]);
+    assert!(findings(&f).is_empty());
+}
+
+#[test]
+fn reader_never_sees_block_before_publish() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let sut = node(&f, &env, &local, 0);
+    let h = sut.reserve(1, key(3), 64, 1).unwrap();
+    assert_eq!(sut.lookup(1, &[key(3)]).unwrap(), 0);
+    let mut buf = [0u8; 64];
+    assert_eq!(sut.get(1, key(3), &mut buf), Err(Error::NotFound));
+    sut.abort(&h).unwrap();
+    assert_eq!(sut.lookup(1, &[key(3)]).unwrap(), 0);
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
+
+#[test]
+fn acquire_blocks_eviction_until_release() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let sut = node(&f, &env, &local, 0);
+    for i in 0..4 {
+        let h = sut.reserve(1, key(i), 1000, 1).unwrap();
+        sut.publish(&h).unwrap();
+    }
+    let mut out = [Err(Error::InvalidArgument)];
+    sut.acquire(1, &[key(0)], &mut out).unwrap();
+    let rep = sut.evict(u64::MAX, &mut Lru).unwrap();
+    assert_eq!(rep.entries, 3);
+    assert_eq!(sut.lookup(1, &[key(0)]).unwrap(), 1, "pinned block survives");
+    sut.release(&[out[0].unwrap()]).unwrap();
+    assert_eq!(sut.evict(u64::MAX, &mut Lru).unwrap().entries, 1);
+    assert_eq!(sut.lookup(1, &[key(0)]).unwrap(), 0);
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
+
+#[test]
+fn eviction_takes_least_recently_used_first() {
+    let f = Fixture::new(8 << 20, crate::layout::Capacities { n_stripes: 1, ..small_caps() });
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let sut = node(&f, &env, &local, 0);
+    for i in 0..5 {
+        let h = sut.reserve(1, key(i), 4096, 1).unwrap();
+        sut.publish(&h).unwrap();
+    }
+    let mut out = [Err(Error::InvalidArgument)];
+    sut.acquire(1, &[key(0)], &mut out).unwrap();
+    sut.release(&[out[0].unwrap()]).unwrap();
+    let rep = sut.evict(2 * 4096, &mut Lru).unwrap();
+    assert_eq!(rep.entries, 2);
+    assert_eq!(sut.lookup(1, &[key(0)]).unwrap(), 1, "recently used key 0 kept");
+    assert_eq!(sut.lookup(1, &[key(1)]).unwrap(), 0);
+    assert_eq!(sut.lookup(1, &[key(2)]).unwrap(), 0);
+    assert_eq!(sut.lookup(1, &[key(3)]).unwrap(), 1);
+}
+
+#[test]
+fn reserve_evicts_when_space_runs_out() {
+    let f = Fixture::new(4 << 20, small_caps());
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let sut = node(&f, &env, &local, 0);
+    let n = f.store.layout.n_chunks as u64 * 3;
+    for i in 0..n {
+        let h = sut.reserve(1, key(i), 30_000, 1).unwrap();
+        sut.write(&h, 0, &payload(key(i), 30_000)).unwrap();
+        sut.publish(&h).unwrap();
+    }
+    assert!(sut.stats().unwrap().evictions > 0);
+    let mut buf = std::vec![0u8; 30_000];
+    assert_eq!(sut.get(1, key(n - 1), &mut buf), Ok(30_000));
+    assert_eq!(buf, payload(key(n - 1), 30_000));
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
+
+#[test]
+fn reserve_fails_when_table_full_and_all_pinned() {
+    let caps = crate::layout::Capacities { n_stripes: 1, entries_per_stripe: 4, ..small_caps() };
+    let f = Fixture::new(8 << 20, caps);
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let sut = node(&f, &env, &local, 0);
+    let hs: Vec<_> = (0..4).map(|i| sut.reserve(1, key(i), 64, 1).unwrap()).collect();
+    assert_eq!(sut.reserve(1, key(9), 64, 1), Err(Error::TableFull));
+    for h in &hs {
+        sut.publish(h).unwrap();
+    }
+    // Now unpinned: a new key evicts the oldest.
+    sut.reserve(1, key(9), 64, 1).unwrap();
+    assert_eq!(sut.lookup(1, &[key(0)]).unwrap(), 0);
+}
+
+#[test]
+fn batch_reserve_reports_status_per_key() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let sut = node(&f, &env, &local, 0);
+    let h = sut.reserve(1, key(2), 64, 1).unwrap();
+    sut.publish(&h).unwrap();
+    let items: Vec<_> = (0..20).map(|i| ReserveItem { key: key(i), len: 512, tokens: 16 }).collect();
+    let mut out = std::vec![Err(Error::InvalidArgument); 20];
+    sut.reserve_batch(1, &items, &mut out).unwrap();
+    for (i, r) in out.iter().enumerate() {
+        if i == 2 {
+            assert_eq!(*r, Err(Error::Exists));
+        } else {
+            assert!(r.is_ok(), "{i}: {r:?}");
+        }
+    }
+    let hs: Vec<_> = out.iter().filter_map(|r| r.ok()).collect();
+    let mut st = std::vec![Err(Error::InvalidArgument); hs.len()];
+    sut.publish_flushed(&hs, &mut st).unwrap();
+    assert!(st.iter().all(|r| r.is_ok()));
+    let keys: Vec<_> = (0..20).map(key).collect();
+    assert_eq!(sut.lookup(1, &keys).unwrap(), 20);
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
+
+/// Deletion from the linear-probing table must keep every other key findable.
+/// One stripe, tiny table, many clusters, random insert/delete against a model.
+#[test]
+fn delete_keeps_every_other_key_findable() {
+    let caps = crate::layout::Capacities { n_stripes: 1, entries_per_stripe: 24, ..small_caps() };
+    let f = Fixture::new(8 << 20, caps);
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let sut = node(&f, &env, &local, 0);
+    let mut live: Vec<u64> = Vec::new();
+    let mut rng = 0x1234_5678u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for step in 0..3000 {
+        let r = next();
+        if live.len() < 22 && (r % 3 != 0 || live.is_empty()) {
+            let k = next() % 64;
+            if live.contains(&k) {
+                continue;
+            }
+            let h = sut.reserve(1, key(k), 64, 1).unwrap();
+            if r % 7 == 0 {
+                sut.abort(&h).unwrap();
+            } else {
+                sut.publish(&h).unwrap();
+                live.push(k);
+            }
+        } else {
+            // Evict a random live key by pinning all others and evicting one.
+            let victim = live.swap_remove((r as usize / 3) % live.len());
+            let others: Vec<Key> = live.iter().map(|&k| key(k)).collect();
+            let mut out = std::vec![Err(Error::InvalidArgument); others.len()];
+            sut.acquire(1, &others, &mut out).unwrap();
+            let rep = sut.evict(1, &mut Lru).unwrap();
+            assert_eq!(rep.entries, 1, "step {step}");
+            let hs: Vec<_> = out.iter().map(|r| r.unwrap()).collect();
+            sut.release(&hs).unwrap();
+            assert_eq!(sut.lookup(1, &[key(victim)]).unwrap(), 0);
+        }
+        for &k in &live {
+            assert_eq!(sut.lookup(1, &[key(k)]).unwrap(), 1, "step {step}: key {k} lost");
+        }
+    }
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}

@@ -1,0 +1,742 @@
+//! The region format: every shared struct, the header, and where each area
+//! lies. This file is the wire format; changing a struct changes
+//! [`LAYOUT_FINGERPRINT`] and attach refuses regions of the other layout.
+//!
+//! Every struct is `#[repr(C)]`, made of fixed-width integers, 8-byte multiple
+//! sized (64 where it is a line), with size and offsets asserted here.
+
+use core::mem::{offset_of, size_of};
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::mem::LINE;
+use crate::off::Area;
+use crate::{Error, Result};
+
+/// "CXLKV\0\0\1" little-endian: the region magic.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
+/// Format version; bumped with every incompatible change.
+pub const FORMAT_VERSION: u32 = 1;
+/// Largest number of nodes (pinner bitmask is one u64).
+pub const MAX_NODES: u32 = 64;
+/// Blocks per chunk are tracked in a 256-bit map.
+pub const MAX_BLOCKS_PER_CHUNK: u64 = 256;
+
+macro_rules! shared_struct {
+    ($(#[$m:meta])* pub struct $name:ident { $($(#[$fm:meta])* pub $f:ident : $t:ty),* $(,)? } size $size:expr) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+        #[repr(C)]
+        #[allow(missing_docs)] // wire-format fields: named for what they hold, described above
+        pub struct $name { $($(#[$fm])* pub $f: $t),* }
+        const _: () = assert!(size_of::<$name>() == $size);
+        impl $name {
+            /// Folds this struct's size and every field offset into `h`.
+            pub const fn fold_layout(mut h: u64) -> u64 {
+                h = fnv_step(h, size_of::<$name>() as u64);
+                $( h = fnv_step(h, offset_of!($name, $f) as u64); )*
+                h
+            }
+        }
+    };
+}
+
+/// One FNV-1a-style step over a 64-bit value.
+pub const fn fnv_step(mut h: u64, v: u64) -> u64 {
+    let mut i = 0;
+    while i < 8 {
+        h ^= (v >> (8 * i)) & 0xff;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
+shared_struct! {
+    /// Region header, 256 bytes at offset 0. `magic` is written last.
+    pub struct Header {
+        pub magic: u64,
+        pub version: u32,
+        pub header_len: u32,
+        pub fingerprint: u64,
+        pub region_size: u64,
+        pub creation_id: u64,
+        pub flags: u64,
+        pub max_nodes: u32,
+        pub n_stripes: u32,
+        pub entries_per_stripe: u32,
+        pub buckets_per_stripe: u32,
+        pub n_chunks: u32,
+        pub chunk_shift: u32,
+        pub n_roots: u32,
+        pub pin_slots: u32,
+        pub n_locks: u32,
+        pub reserved0: u32,
+        pub off_nodes: u64,
+        pub off_manager: u64,
+        pub off_locks: u64,
+        pub off_roots: u64,
+        pub off_chunk_bitmap: u64,
+        pub off_chunks: u64,
+        pub off_stripes: u64,
+        pub off_buckets: u64,
+        pub off_entries: u64,
+        pub off_journals: u64,
+        pub off_payload: u64,
+        pub payload_len: u64,
+        pub reserved: [u64; 8],
+        pub checksum: u64,
+    } size 256
+}
+
+shared_struct! {
+    /// A node's identity line (written by the node at attach/detach, by the
+    /// manager when it declares the node dead, by recovery when it frees it).
+    pub struct NodeInfo {
+        pub state: u32,
+        pub pid: u32,
+        pub host_id: u64,
+        pub nonce: u64,
+        pub attached_at: u64,
+        pub incarnation: u64,
+        pub reserved: [u64; 3],
+    } size 64
+}
+
+shared_struct! {
+    /// A node's heartbeat line, written only by that node.
+    pub struct Heartbeat {
+        pub beat: u64,
+        pub nonce: u64,
+        pub reserved: [u64; 6],
+    } size 64
+}
+
+shared_struct! {
+    /// A node's counters, written only by that node.
+    pub struct NodeStats {
+        pub hits: u64,
+        pub misses: u64,
+        pub inserts: u64,
+        pub exists: u64,
+        pub evictions: u64,
+        pub bytes_written: u64,
+        pub bytes_read: u64,
+        pub lock_acquires: u64,
+    } size 64
+}
+
+/// Lines per node in the node table: info, heartbeat, stats.
+pub const NODE_LINES: u64 = 3;
+
+shared_struct! {
+    /// The lock manager's line, written only by the current manager.
+    pub struct ManagerLine {
+        /// Node id + 1 of the manager; 0 = none yet.
+        pub manager: u32,
+        pub reserved0: u32,
+        /// Incremented on every manager step: its lease.
+        pub lease: u64,
+        /// Incremented at each takeover.
+        pub epoch: u64,
+        /// Nodes the manager has declared dead and whose recovery is pending.
+        pub dead_mask: u64,
+        pub reserved: [u64; 4],
+    } size 64
+}
+
+shared_struct! {
+    /// Per-lock state, written by the manager when it grants or revokes, and
+    /// by the holder (while holding) to clear `repair`.
+    pub struct LockLine {
+        pub epoch: u64,
+        pub grant_seq: u64,
+        /// Node id + 1 of the node last granted; 0 none.
+        pub holder: u32,
+        /// Non-zero after a revocation until recovery repaired what it guards.
+        pub repair: u32,
+        /// Node id of the last grant, for round robin.
+        pub last: u32,
+        pub reserved0: u32,
+        pub reserved: [u64; 4],
+    } size 64
+}
+
+shared_struct! {
+    /// One node's slot in one global lock. IDLE → WAITING (node) → LOCKED
+    /// (manager) → IDLE (node); the manager may also reset a dead node's slot.
+    pub struct LockSlot {
+        pub state: u32,
+        /// Request flags (`SLOT_RECOVERY`).
+        pub flags: u32,
+        pub epoch: u64,
+        pub seq: u64,
+        pub reserved: [u64; 5],
+    } size 64
+}
+
+shared_struct! {
+    /// A named root, written under the roots lock.
+    pub struct RootRecord {
+        pub name: [u8; 32],
+        pub offset: u64,
+        pub size: u64,
+        pub tag: u32,
+        pub state: u32,
+        pub checksum: u64,
+    } size 64
+}
+
+shared_struct! {
+    /// A payload chunk's record. Ownership fields change under the alloc lock,
+    /// block fields under the owner's heap lock.
+    pub struct ChunkRecord {
+        /// Owner node id + 1; 0 = free.
+        pub owner: u32,
+        /// `CHUNK_*` kind.
+        pub kind: u32,
+        /// Bytes per block (a run's total length for `CHUNK_LARGE`).
+        pub block_size: u64,
+        pub nblocks: u32,
+        pub used: u32,
+        /// Chunks in the run (`CHUNK_LARGE`), else 1.
+        pub run: u32,
+        /// `CHUNK_KV` or `CHUNK_RAW` for a `CHUNK_LARGE` run, else 0.
+        pub large_kind: u32,
+        pub bitmap: [u64; 4],
+    } size 64
+}
+
+shared_struct! {
+    /// A stripe's header line, written under the stripe lock.
+    pub struct StripeHeader {
+        pub lru_head: u32,
+        pub lru_tail: u32,
+        pub free_head: u32,
+        pub live: u32,
+        pub bytes: u64,
+        pub inserts: u64,
+        pub evictions: u64,
+        pub reserved: [u64; 3],
+    } size 64
+}
+
+shared_struct! {
+    /// An index bucket: a tag of the key's hash and the entry it names.
+    /// Four per line.
+    pub struct Bucket {
+        pub tag: u64,
+        /// Entry index within the stripe + 1; 0 = empty.
+        pub entry: u32,
+        pub reserved: u32,
+    } size 16
+}
+
+shared_struct! {
+    /// An index entry: one line, written under the stripe lock. `ver` is a
+    /// sequence word (odd while being changed) for readers without the lock.
+    pub struct Entry {
+        pub ver: u16,
+        pub state: u16,
+        pub gen: u32,
+        pub key_lo: u64,
+        pub key_hi: u64,
+        pub ns: u32,
+        pub tokens: u32,
+        pub payload_off: u64,
+        pub payload_len: u32,
+        pub checksum: u32,
+        /// Bit n set = node n pins the entry (or is writing it).
+        pub pinners: u64,
+        pub lru_prev: u32,
+        pub lru_next: u32,
+    } size 64
+}
+
+shared_struct! {
+    /// A pin journal record: node-private, four per line.
+    pub struct PinRecord {
+        /// Global entry index + 1; 0 = free record.
+        pub entry: u32,
+        pub count: u32,
+        pub gen: u64,
+    } size 16
+}
+
+/// Entry states.
+pub mod state {
+    /// Free entry.
+    pub const EMPTY: u16 = 0;
+    /// Reserved, payload being written; invisible to readers.
+    pub const WRITING: u16 = 1;
+    /// Published.
+    pub const READY: u16 = 2;
+    /// Being removed (transient under the stripe lock).
+    pub const EVICTING: u16 = 3;
+}
+
+/// Chunk kinds.
+pub const CHUNK_FREE: u32 = 0;
+/// Carved into KV payload blocks.
+pub const CHUNK_KV: u32 = 1;
+/// Carved into raw allocations.
+pub const CHUNK_RAW: u32 = 2;
+/// First chunk of a multi-chunk block.
+pub const CHUNK_LARGE: u32 = 3;
+/// Later chunk of a multi-chunk block.
+pub const CHUNK_CONT: u32 = 4;
+
+/// Node info states.
+pub const NODE_FREE: u32 = 0;
+/// Attached.
+pub const NODE_ALIVE: u32 = 1;
+/// Declared dead, recovery pending.
+pub const NODE_DEAD: u32 = 2;
+
+/// Lock slot states.
+pub const SLOT_IDLE: u32 = 0;
+/// Requested by its node.
+pub const SLOT_WAITING: u32 = 1;
+/// Granted by the manager.
+pub const SLOT_LOCKED: u32 = 2;
+/// Request flag: this is recovery, grant even a lock that needs repair.
+pub const SLOT_RECOVERY: u32 = 1;
+
+/// Hash of every shared struct's size and field offsets.
+pub const LAYOUT_FINGERPRINT: u64 = {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    h = Header::fold_layout(h);
+    h = NodeInfo::fold_layout(h);
+    h = Heartbeat::fold_layout(h);
+    h = NodeStats::fold_layout(h);
+    h = ManagerLine::fold_layout(h);
+    h = LockLine::fold_layout(h);
+    h = LockSlot::fold_layout(h);
+    h = RootRecord::fold_layout(h);
+    h = ChunkRecord::fold_layout(h);
+    h = StripeHeader::fold_layout(h);
+    h = Bucket::fold_layout(h);
+    h = Entry::fold_layout(h);
+    h = PinRecord::fold_layout(h);
+    h
+};
+
+/// Capacities chosen at format time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capacities {
+    /// Node slots (≤ 64).
+    pub max_nodes: u32,
+    /// Index stripes, each with its own lock (power of two).
+    pub n_stripes: u32,
+    /// Entries per stripe.
+    pub entries_per_stripe: u32,
+    /// Named roots.
+    pub n_roots: u32,
+    /// Pin journal records per node.
+    pub pin_slots: u32,
+    /// log2 of the chunk size.
+    pub chunk_shift: u32,
+}
+
+impl Default for Capacities {
+    fn default() -> Self {
+        Capacities {
+            max_nodes: 16,
+            n_stripes: 16,
+            entries_per_stripe: 4096,
+            n_roots: 64,
+            pin_slots: 512,
+            chunk_shift: 21,
+        }
+    }
+}
+
+impl Capacities {
+    /// Checks every capacity is within what the format supports.
+    pub fn validate(&self) -> Result<()> {
+        let ok = (1..=MAX_NODES).contains(&self.max_nodes)
+            && self.n_stripes.is_power_of_two()
+            && self.n_stripes <= 4096
+            && (1..=1 << 24).contains(&self.entries_per_stripe)
+            && (1..=65536).contains(&self.n_roots)
+            && (4..=1 << 20).contains(&self.pin_slots)
+            && self.pin_slots % 4 == 0
+            && (12..=32).contains(&self.chunk_shift);
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument)
+        }
+    }
+
+    /// Buckets per stripe: a power of two at least twice the entries.
+    pub fn buckets_per_stripe(&self) -> u32 {
+        (self.entries_per_stripe.max(2) * 2).next_power_of_two()
+    }
+
+    /// Number of global locks: stripes, roots, one heap per node, alloc.
+    pub fn n_locks(&self) -> u32 {
+        self.n_stripes + 1 + self.max_nodes + 1
+    }
+}
+
+/// Lock ids, in lock order (a node only takes a lock with a higher id than
+/// any it holds).
+#[derive(Clone, Copy, Debug)]
+pub struct LockIds {
+    n_stripes: u32,
+    max_nodes: u32,
+}
+
+impl LockIds {
+    /// Lock of index stripe `s`.
+    pub fn stripe(&self, s: u32) -> u32 {
+        s
+    }
+    /// Lock of the named-root table.
+    pub fn roots(&self) -> u32 {
+        self.n_stripes
+    }
+    /// Lock of node `n`'s heap.
+    pub fn heap(&self, n: u32) -> u32 {
+        self.n_stripes + 1 + n
+    }
+    /// Lock of the global chunk bitmap.
+    pub fn alloc(&self) -> u32 {
+        self.n_stripes + 1 + self.max_nodes
+    }
+}
+
+/// Where every area lies; computed from capacities and region size, and
+/// recomputed on attach to validate the header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Capacities.
+    pub caps: Capacities,
+    /// Region size in bytes.
+    pub region_size: u64,
+    /// Buckets per stripe.
+    pub buckets_per_stripe: u32,
+    /// Global locks.
+    pub n_locks: u32,
+    /// Payload chunks.
+    pub n_chunks: u32,
+    /// Node table.
+    pub nodes: Area,
+    /// Manager line.
+    pub manager: Area,
+    /// Lock table: per lock, one `LockLine` then `max_nodes` slots.
+    pub locks: Area,
+    /// Root table.
+    pub roots: Area,
+    /// Chunk bitmap.
+    pub chunk_bitmap: Area,
+    /// Chunk records.
+    pub chunks: Area,
+    /// Stripe headers.
+    pub stripes: Area,
+    /// Buckets.
+    pub buckets: Area,
+    /// Entries.
+    pub entries: Area,
+    /// Pin journals.
+    pub journals: Area,
+    /// Payload chunks.
+    pub payload: Area,
+}
+
+const fn align_up(v: u64, a: u64) -> u64 {
+    (v + a - 1) & !(a - 1)
+}
+
+/// Payload alignment: pages, so payload can be registered with devices and
+/// read with O_DIRECT.
+pub const PAYLOAD_ALIGN: u64 = 4096;
+/// Bytes of the header area.
+pub const HEADER_AREA: u64 = 4096;
+
+impl Layout {
+    /// Lays out a region of `region_size` bytes with `caps`.
+    pub fn compute(caps: Capacities, region_size: u64) -> Result<Layout> {
+        caps.validate()?;
+        let n = caps.max_nodes as u64;
+        let s = caps.n_stripes as u64;
+        let eps = caps.entries_per_stripe as u64;
+        let bps = caps.buckets_per_stripe() as u64;
+        let n_locks = caps.n_locks() as u64;
+        let chunk = 1u64 << caps.chunk_shift;
+
+        let mut at = HEADER_AREA;
+        fn area(at: &mut u64, len: u64) -> Area {
+            let start = *at;
+            *at = align_up(start + len, LINE);
+            Area { start, end: start + len }
+        }
+        let nodes = area(&mut at, n * NODE_LINES * LINE);
+        let manager = area(&mut at, LINE);
+        let locks = area(&mut at, n_locks * (1 + n) * LINE);
+        let roots = area(&mut at, caps.n_roots as u64 * LINE);
+        let stripes = area(&mut at, s * LINE);
+        let buckets = area(&mut at, s * bps * size_of::<Bucket>() as u64);
+        let entries = area(&mut at, s * eps * LINE);
+        let journals = area(&mut at, n * caps.pin_slots as u64 * size_of::<PinRecord>() as u64);
+        // Chunk metadata depends on the chunk count, which depends on what is
+        // left: solve with the per-chunk cost (record + bitmap bit).
+        let meta_end = at;
+        let avail = region_size.checked_sub(meta_end).ok_or(Error::TooSmall)?;
+        // Upper bound on chunks ignoring alignment, then shrink until it fits.
+        let mut n_chunks = avail / (chunk + LINE);
+        loop {
+            let bitmap_len = align_up(n_chunks.div_ceil(64) * 8, LINE);
+            let chunks_len = n_chunks * LINE;
+            let payload_start = align_up(align_up(meta_end + bitmap_len, LINE) + chunks_len, PAYLOAD_ALIGN.max(LINE));
+            let end = payload_start.checked_add(n_chunks * chunk).ok_or(Error::TooSmall)?;
+            if end <= region_size || n_chunks == 0 {
+                break;
+            }
+            n_chunks -= 1;
+        }
+        if n_chunks == 0 || n_chunks > u32::MAX as u64 {
+            return Err(Error::TooSmall);
+        }
+        let chunk_bitmap = area(&mut at, n_chunks.div_ceil(64) * 8);
+        let chunks = area(&mut at, n_chunks * LINE);
+        let payload_start = align_up(at, PAYLOAD_ALIGN);
+        let payload = Area { start: payload_start, end: payload_start + n_chunks * chunk };
+        if payload.end > region_size {
+            return Err(Error::TooSmall);
+        }
+        Ok(Layout {
+            caps,
+            region_size,
+            buckets_per_stripe: bps as u32,
+            n_locks: n_locks as u32,
+            n_chunks: n_chunks as u32,
+            nodes,
+            manager,
+            locks,
+            roots,
+            chunk_bitmap,
+            chunks,
+            stripes,
+            buckets,
+            entries,
+            journals,
+            payload,
+        })
+    }
+
+    /// The header describing this layout (magic still zero: format writes it
+    /// last).
+    pub fn header(&self, creation_id: u64, flags: u64) -> Header {
+        let c = &self.caps;
+        let mut h = Header {
+            magic: 0,
+            version: FORMAT_VERSION,
+            header_len: size_of::<Header>() as u32,
+            fingerprint: LAYOUT_FINGERPRINT,
+            region_size: self.region_size,
+            creation_id,
+            flags,
+            max_nodes: c.max_nodes,
+            n_stripes: c.n_stripes,
+            entries_per_stripe: c.entries_per_stripe,
+            buckets_per_stripe: self.buckets_per_stripe,
+            n_chunks: self.n_chunks,
+            chunk_shift: c.chunk_shift,
+            n_roots: c.n_roots,
+            pin_slots: c.pin_slots,
+            n_locks: self.n_locks,
+            reserved0: 0,
+            off_nodes: self.nodes.start,
+            off_manager: self.manager.start,
+            off_locks: self.locks.start,
+            off_roots: self.roots.start,
+            off_chunk_bitmap: self.chunk_bitmap.start,
+            off_chunks: self.chunks.start,
+            off_stripes: self.stripes.start,
+            off_buckets: self.buckets.start,
+            off_entries: self.entries.start,
+            off_journals: self.journals.start,
+            off_payload: self.payload.start,
+            payload_len: self.payload.len(),
+            reserved: [0; 8],
+            checksum: 0,
+        };
+        h.checksum = header_checksum(&h);
+        h
+    }
+
+    /// Validates a header read from a region of `mapped_len` bytes and
+    /// returns the layout it describes. Each mismatch has its own error.
+    pub fn from_header(h: &Header, mapped_len: u64) -> Result<Layout> {
+        if h.magic == 0 {
+            return Err(Error::NotInitialized);
+        }
+        if h.magic != MAGIC {
+            return Err(Error::BadMagic);
+        }
+        if h.version != FORMAT_VERSION {
+            return Err(Error::WrongVersion);
+        }
+        if h.fingerprint != LAYOUT_FINGERPRINT || h.header_len != size_of::<Header>() as u32 {
+            return Err(Error::WrongLayout);
+        }
+        if h.checksum != header_checksum(h) {
+            return Err(Error::CorruptHeader);
+        }
+        if h.region_size > mapped_len {
+            return Err(Error::TooSmall);
+        }
+        let caps = Capacities {
+            max_nodes: h.max_nodes,
+            n_stripes: h.n_stripes,
+            entries_per_stripe: h.entries_per_stripe,
+            n_roots: h.n_roots,
+            pin_slots: h.pin_slots,
+            chunk_shift: h.chunk_shift,
+        };
+        let l = Layout::compute(caps, h.region_size).map_err(|_| Error::CorruptHeader)?;
+        let mut expect = l.header(h.creation_id, h.flags);
+        expect.magic = h.magic;
+        if expect != *h {
+            return Err(Error::CorruptHeader);
+        }
+        Ok(l)
+    }
+
+    /// Lock ids of this layout.
+    pub fn locks(&self) -> LockIds {
+        LockIds { n_stripes: self.caps.n_stripes, max_nodes: self.caps.max_nodes }
+    }
+
+    /// Chunk size in bytes.
+    pub fn chunk_size(&self) -> u64 {
+        1 << self.caps.chunk_shift
+    }
+
+    /// Offset of node `n`'s info line.
+    pub fn node_info(&self, n: u32) -> u64 {
+        self.nodes.start + n as u64 * NODE_LINES * LINE
+    }
+    /// Offset of node `n`'s heartbeat line.
+    pub fn heartbeat(&self, n: u32) -> u64 {
+        self.node_info(n) + LINE
+    }
+    /// Offset of node `n`'s stats line.
+    pub fn node_stats(&self, n: u32) -> u64 {
+        self.node_info(n) + 2 * LINE
+    }
+    /// Offset of lock `l`'s state line.
+    pub fn lock_line(&self, l: u32) -> u64 {
+        self.locks.start + l as u64 * (1 + self.caps.max_nodes as u64) * LINE
+    }
+    /// Offset of node `n`'s slot in lock `l`.
+    pub fn lock_slot(&self, l: u32, n: u32) -> u64 {
+        self.lock_line(l) + (1 + n as u64) * LINE
+    }
+    /// Offset of root record `i`.
+    pub fn root(&self, i: u32) -> u64 {
+        self.roots.start + i as u64 * LINE
+    }
+    /// Offset of chunk record `c`.
+    pub fn chunk(&self, c: u32) -> u64 {
+        self.chunks.start + c as u64 * LINE
+    }
+    /// Offset of the first payload byte of chunk `c`.
+    pub fn chunk_payload(&self, c: u32) -> u64 {
+        self.payload.start + ((c as u64) << self.caps.chunk_shift)
+    }
+    /// Offset of stripe `s`'s header.
+    pub fn stripe(&self, s: u32) -> u64 {
+        self.stripes.start + s as u64 * LINE
+    }
+    /// Offset of bucket `b` of stripe `s`.
+    pub fn bucket(&self, s: u32, b: u32) -> u64 {
+        self.buckets.start + (s as u64 * self.buckets_per_stripe as u64 + b as u64) * size_of::<Bucket>() as u64
+    }
+    /// Offset of entry `e` of stripe `s`.
+    pub fn entry(&self, s: u32, e: u32) -> u64 {
+        self.entries.start + (s as u64 * self.caps.entries_per_stripe as u64 + e as u64) * LINE
+    }
+    /// Offset of pin record `i` of node `n`.
+    pub fn pin_record(&self, n: u32, i: u32) -> u64 {
+        self.journals.start + (n as u64 * self.caps.pin_slots as u64 + i as u64) * size_of::<PinRecord>() as u64
+    }
+}
+
+/// Checksum of a header with its `checksum` and `magic` fields taken as 0
+/// (magic is written after the checksum, last of all).
+pub fn header_checksum(h: &Header) -> u64 {
+    let mut c = *h;
+    c.checksum = 0;
+    c.magic = 0;
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for chunk in c.as_bytes().chunks_exact(8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        x = crate::hash::mix64(x ^ u64::from_le_bytes(w));
+    }
+    x
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compute_places_areas_in_order_without_overlap() {
+        let sut = Layout::compute(Capacities::default(), 256 << 20).unwrap();
+        let areas = [
+            sut.nodes,
+            sut.manager,
+            sut.locks,
+            sut.roots,
+            sut.stripes,
+            sut.buckets,
+            sut.entries,
+            sut.journals,
+            sut.chunk_bitmap,
+            sut.chunks,
+            sut.payload,
+        ];
+        for w in areas.windows(2) {
+            assert!(w[0].end <= w[1].start, "{:?} overlaps {:?}", w[0], w[1]);
+            assert_eq!(w[1].start % LINE, 0);
+        }
+        assert_eq!(sut.payload.start % PAYLOAD_ALIGN, 0);
+        assert!(sut.payload.end <= 256 << 20);
+        assert!(sut.n_chunks > 50);
+    }
+
+    #[test]
+    fn compute_fails_when_region_too_small() {
+        assert_eq!(Layout::compute(Capacities::default(), 1 << 20), Err(Error::TooSmall));
+    }
+
+    #[test]
+    fn header_round_trips_and_rejects_each_mismatch() {
+        let l = Layout::compute(Capacities::default(), 64 << 20).unwrap();
+        let mut h = l.header(7, 0);
+        assert_eq!(Layout::from_header(&h, 64 << 20), Err(Error::NotInitialized));
+        h.magic = MAGIC;
+        assert_eq!(Layout::from_header(&h, 64 << 20), Ok(l));
+        assert_eq!(Layout::from_header(&h, 32 << 20), Err(Error::TooSmall));
+        let mut bad = h;
+        bad.magic = 1;
+        assert_eq!(Layout::from_header(&bad, 64 << 20), Err(Error::BadMagic));
+        let mut bad = h;
+        bad.version = 99;
+        assert_eq!(Layout::from_header(&bad, 64 << 20), Err(Error::WrongVersion));
+        let mut bad = h;
+        bad.fingerprint ^= 1;
+        assert_eq!(Layout::from_header(&bad, 64 << 20), Err(Error::WrongLayout));
+        let mut bad = h;
+        bad.off_entries += 64;
+        assert_eq!(Layout::from_header(&bad, 64 << 20), Err(Error::CorruptHeader));
+        let mut bad = h;
+        bad.off_entries += 64;
+        bad.checksum = header_checksum(&bad);
+        assert_eq!(Layout::from_header(&bad, 64 << 20), Err(Error::CorruptHeader));
+    }
+}

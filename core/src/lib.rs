@@ -1,0 +1,39 @@
+//! cxlkv core: the bytes of a shared region and the protocol that changes them.
+//!
+//! Everything here is `no_std` and allocation-free. Shared memory is reached
+//! only through [`mem::Region`] (bounds-checked offsets) and the
+//! [`coherence::Coherence`] trait (flush, invalidate, fences), so the same code
+//! runs on coherent memory, on non-coherent CXL memory with explicit cache
+//! maintenance, and on a simulator.
+#![no_std]
+#![deny(clippy::std_instead_of_core, clippy::alloc_instead_of_core)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+#[cfg(test)]
+extern crate std;
+
+pub mod alloc;
+pub mod check;
+pub mod coherence;
+pub mod error;
+pub mod hash;
+pub mod index;
+pub mod layout;
+pub mod lock;
+pub mod mem;
+pub mod node;
+pub mod off;
+pub mod pins;
+pub mod recover;
+pub mod region;
+pub mod roots;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+pub(crate) mod testutil;
+
+pub use error::Error;
+
+/// Result type of every fallible core operation.
+pub type Result<T> = core::result::Result<T, Error>;

@@ -1,0 +1,338 @@
+//! The two-tier lock (TraCT §3.3): a host-local tier (the `NodeEnv`) so at most
+//! one node per host contends, and a global tier of one slot line per node per
+//! lock, granted by a lock manager.
+//!
+//! Slot protocol: the node writes WAITING; the manager writes LOCKED with the
+//! lock's epoch and a grant sequence; the holder writes IDLE. The writers of a
+//! slot line take turns, so no two ever write it at once. The manager runs
+//! under a lease (its line's counter); any node may take over a stale lease
+//! and rebuilds everything it needs from the region. A dead holder's slot is
+//! reset by the manager with the lock's epoch bumped and `repair` set: such a
+//! lock is then granted only to recovery, which repairs what the lock guards.
+
+use crate::coherence::{Coherence, Site};
+use crate::layout::{
+    Heartbeat, LockLine, LockSlot, ManagerLine, NodeInfo, MAX_NODES, NODE_ALIVE, NODE_DEAD, NODE_FREE, SLOT_IDLE,
+    SLOT_LOCKED, SLOT_RECOVERY, SLOT_WAITING,
+};
+use crate::node::Node;
+use crate::region::Store;
+use crate::{Error, Result};
+
+/// A held global lock. Release it with [`Node::unlock`]; dropping it without
+/// releasing leaves the lock held until the node is declared dead.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a held lock must be released with Node::unlock"]
+pub struct Held {
+    /// Lock id.
+    pub lock: u32,
+    /// The lock's epoch at grant.
+    pub epoch: u64,
+    /// Grant sequence number.
+    pub seq: u64,
+}
+
+impl<C: Coherence> Node<'_, C> {
+    /// Takes lock `lock`: host-local tier, then the global slot.
+    pub fn lock(&self, lock: u32) -> Result<Held> {
+        self.lock_with(lock, 0)
+    }
+
+    /// Takes lock `lock` as recovery (granted even while the lock awaits repair).
+    pub fn lock_recovery(&self, lock: u32) -> Result<Held> {
+        self.lock_with(lock, SLOT_RECOVERY)
+    }
+
+    fn lock_with(&self, lock: u32, flags: u32) -> Result<Held> {
+        let l = &self.store.layout;
+        if lock >= l.n_locks {
+            return Err(Error::InvalidArgument);
+        }
+        self.env.local_lock(lock);
+        let slot_off = l.lock_slot(lock, self.id);
+        let req = LockSlot { state: SLOT_WAITING, flags, ..LockSlot::default() };
+        // SYNC: WAITING visible to the manager's scan.
+        if let Err(e) = self.store.publish(slot_off, &req, Site("lock.request")) {
+            self.env.local_unlock(lock);
+            return Err(e);
+        }
+        let mut i = 0u32;
+        loop {
+            // SYNC: fresh slot each poll (writer: manager grant).
+            let s: LockSlot = match self.store.fresh(slot_off, Site("lock.poll")) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.env.local_unlock(lock);
+                    return Err(e);
+                }
+            };
+            if s.state == SLOT_LOCKED {
+                let _ = self.count(|c| c.lock_acquires += 1);
+                return Ok(Held { lock, epoch: s.epoch, seq: s.seq });
+            }
+            if s.state == SLOT_IDLE {
+                // The manager reset our request: we were declared dead.
+                self.env.local_unlock(lock);
+                return Err(Error::Revoked);
+            }
+            if let Err(e) = self.env.wait(i) {
+                // Withdraw. A grant racing with this is seen by the manager as
+                // an immediate release.
+                let _ = self.store.publish(slot_off, &LockSlot::default(), Site("lock.withdraw"));
+                self.env.local_unlock(lock);
+                return Err(e);
+            }
+            i = i.wrapping_add(1);
+        }
+    }
+
+    /// Releases a held lock. Everything written under it must already be
+    /// flushed; the fence here orders those flushes before the release.
+    pub fn unlock(&self, held: Held) -> Result<()> {
+        let l = &self.store.layout;
+        let slot_off = l.lock_slot(held.lock, self.id);
+        // SYNC: every flush made under the lock completes before IDLE is seen.
+        self.store.co.store_fence(Site("lock.release.fence"));
+        let mine: LockSlot = self.store.fresh(slot_off, Site("lock.release.check"))?;
+        let r = self.store.publish(slot_off, &LockSlot::default(), Site("lock.release"));
+        self.store.co.store_fence(Site("lock.release.done"));
+        self.env.local_unlock(held.lock);
+        r?;
+        if mine.state != SLOT_LOCKED || mine.epoch != held.epoch || mine.seq != held.seq {
+            return Err(Error::Revoked);
+        }
+        Ok(())
+    }
+
+    /// Runs `f` holding lock `lock`, releasing it afterwards whatever `f`
+    /// returns. The release fence orders `f`'s flushes before the release.
+    pub fn with_lock<T>(&self, lock: u32, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let held = self.lock(lock)?;
+        let r = f();
+        let u = self.unlock(held);
+        let v = r?;
+        u?;
+        Ok(v)
+    }
+}
+
+/// Liveness verdict from the platform for a node it can check directly (e.g.
+/// a process on this host): `Some(false)` = certainly dead.
+pub type LivenessProbe<'a> = &'a dyn Fn(u32, &NodeInfo) -> Option<bool>;
+
+/// Timing of the manager, in the caller's ticks (e.g. milliseconds).
+#[derive(Clone, Copy, Debug)]
+pub struct LeaseConfig {
+    /// A heartbeat or manager lease that does not move for this long is dead.
+    pub lease: u64,
+    /// After claiming the manager role, wait this long before granting, so a
+    /// racing claimant sees it lost.
+    pub settle: u64,
+}
+
+/// What one manager step did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepReport {
+    /// This node is the active manager.
+    pub active: bool,
+    /// Grants made.
+    pub grants: u32,
+    /// Nodes newly declared dead (bit mask).
+    pub newly_dead: u64,
+    /// Nodes declared dead whose recovery is pending (bit mask).
+    pub dead: u64,
+    /// Locks revoked.
+    pub revoked: u32,
+}
+
+/// The lock manager's process-local state. Driven by [`Manager::step`] from a
+/// platform thread (or the simulator's scheduler).
+pub struct Manager {
+    me: u32,
+    claimed_at: Option<u64>,
+    seen_lease: u64,
+    seen_manager: u32,
+    lease_moved_at: u64,
+    beat: [u64; MAX_NODES as usize],
+    beat_moved_at: [u64; MAX_NODES as usize],
+    started: bool,
+}
+
+impl Manager {
+    /// Manager state for node `me`.
+    pub fn new(me: u32) -> Manager {
+        Manager {
+            me,
+            claimed_at: None,
+            seen_lease: 0,
+            seen_manager: u32::MAX,
+            lease_moved_at: 0,
+            beat: [0; MAX_NODES as usize],
+            beat_moved_at: [0; MAX_NODES as usize],
+            started: false,
+        }
+    }
+
+    /// One manager step at time `now`: renew or contest the lease, watch
+    /// heartbeats, revoke dead holders, grant waiting requests round-robin.
+    pub fn step<C: Coherence>(
+        &mut self,
+        store: &Store<C>,
+        now: u64,
+        cfg: LeaseConfig,
+        probe: LivenessProbe<'_>,
+    ) -> Result<StepReport> {
+        let l = &store.layout;
+        let mut rep = StepReport::default();
+        if !self.started {
+            self.started = true;
+            self.lease_moved_at = now;
+            for t in self.beat_moved_at.iter_mut() {
+                *t = now;
+            }
+        }
+        let moff = l.manager.start;
+        // SYNC: fresh manager line (writer: the current manager).
+        let mut ml: ManagerLine = store.fresh(moff, Site("mgr.line"))?;
+        if ml.manager != self.me + 1 {
+            self.claimed_at = None;
+            if ml.lease != self.seen_lease || ml.manager != self.seen_manager {
+                self.seen_lease = ml.lease;
+                self.seen_manager = ml.manager;
+                self.lease_moved_at = now;
+            }
+            let holder_dead = ml.manager != 0 && {
+                let m = ml.manager - 1;
+                m >= l.caps.max_nodes || {
+                    let info: NodeInfo = store.fresh(l.node_info(m), Site("mgr.contest.info"))?;
+                    info.state != NODE_ALIVE || probe(m, &info) == Some(false)
+                }
+            };
+            let stale = now.saturating_sub(self.lease_moved_at) >= cfg.lease;
+            if ml.manager == 0 || holder_dead || stale {
+                ml.manager = self.me + 1;
+                ml.epoch = ml.epoch.wrapping_add(1);
+                ml.lease = ml.lease.wrapping_add(1);
+                // SYNC: claim visible to other contenders before we act.
+                store.publish(moff, &ml, Site("mgr.claim"))?;
+                store.co.full_fence(Site("mgr.claim.fence"));
+                self.claimed_at = Some(now);
+            }
+            return Ok(rep);
+        }
+        let claimed = *self.claimed_at.get_or_insert(now.saturating_sub(cfg.settle));
+        if now.saturating_sub(claimed) < cfg.settle {
+            return Ok(rep);
+        }
+        rep.active = true;
+        ml.lease = ml.lease.wrapping_add(1);
+
+        // Liveness.
+        let mut dead = 0u64;
+        for n in 0..l.caps.max_nodes {
+            let info: NodeInfo = store.fresh(l.node_info(n), Site("mgr.info"))?;
+            match info.state {
+                NODE_ALIVE => {}
+                NODE_DEAD => {
+                    dead |= 1 << n;
+                    continue;
+                }
+                _ => {
+                    self.beat_moved_at[n as usize] = now;
+                    continue;
+                }
+            }
+            let hb: Heartbeat = store.fresh(l.heartbeat(n), Site("mgr.beat"))?;
+            if hb.beat != self.beat[n as usize] {
+                self.beat[n as usize] = hb.beat;
+                self.beat_moved_at[n as usize] = now;
+            }
+            let verdict = probe(n, &info);
+            let silent = now.saturating_sub(self.beat_moved_at[n as usize]) >= cfg.lease;
+            if n != self.me && (verdict == Some(false) || (silent && verdict != Some(true))) {
+                let mut d = info;
+                d.state = NODE_DEAD;
+                // SYNC: DEAD fences the node out (reader: its own heartbeat).
+                store.publish(l.node_info(n), &d, Site("mgr.declare_dead"))?;
+                dead |= 1 << n;
+                rep.newly_dead |= 1 << n;
+            }
+        }
+        ml.dead_mask = dead;
+        rep.dead = dead;
+        store.publish(moff, &ml, Site("mgr.renew"))?;
+        store.co.store_fence(Site("mgr.renew.fence"));
+
+        // Locks.
+        let nn = l.caps.max_nodes;
+        for lock in 0..l.n_locks {
+            let loff = l.lock_line(lock);
+            let mut ll: LockLine = store.fresh(loff, Site("mgr.lock"))?;
+            let mut holder = None;
+            let mut changed = false;
+            for n in 0..nn {
+                let soff = l.lock_slot(lock, n);
+                let s: LockSlot = store.fresh(soff, Site("mgr.slot"))?;
+                let is_dead = dead & (1 << n) != 0;
+                match s.state {
+                    SLOT_LOCKED if is_dead => {
+                        store.publish(soff, &LockSlot::default(), Site("mgr.revoke"))?;
+                        ll.epoch = ll.epoch.wrapping_add(1);
+                        ll.repair = 1;
+                        ll.holder = 0;
+                        changed = true;
+                        rep.revoked += 1;
+                    }
+                    SLOT_LOCKED => holder = Some(n),
+                    SLOT_WAITING if is_dead => {
+                        store.publish(soff, &LockSlot::default(), Site("mgr.drop_dead_wait"))?;
+                    }
+                    _ => {}
+                }
+            }
+            if holder.is_none() {
+                let start = if ll.last < nn { ll.last + 1 } else { 0 };
+                for k in 0..nn {
+                    let n = (start + k) % nn;
+                    if dead & (1 << n) != 0 {
+                        continue;
+                    }
+                    let soff = l.lock_slot(lock, n);
+                    let s: LockSlot = store.region.read(soff)?;
+                    if s.state != SLOT_WAITING || (ll.repair != 0 && s.flags & SLOT_RECOVERY == 0) {
+                        continue;
+                    }
+                    ll.grant_seq = ll.grant_seq.wrapping_add(1);
+                    ll.holder = n + 1;
+                    ll.last = n;
+                    // SYNC: lock line (holder, epoch) durable before the grant.
+                    store.publish(loff, &ll, Site("mgr.grant.line"))?;
+                    store.co.store_fence(Site("mgr.grant.fence"));
+                    let g = LockSlot {
+                        state: SLOT_LOCKED,
+                        flags: s.flags,
+                        epoch: ll.epoch,
+                        seq: ll.grant_seq,
+                        reserved: [0; 5],
+                    };
+                    // SYNC: LOCKED visible to the polling node (reader: lock_with).
+                    store.publish(soff, &g, Site("mgr.grant"))?;
+                    rep.grants += 1;
+                    changed = false;
+                    break;
+                }
+            }
+            if changed {
+                store.publish(loff, &ll, Site("mgr.lock.update"))?;
+            }
+        }
+        store.co.store_fence(Site("mgr.step.fence"));
+        Ok(rep)
+    }
+}
+
+/// True when node `n`'s info line says it is free (recovered or detached).
+pub fn node_is_free<C: Coherence>(store: &Store<C>, n: u32) -> Result<bool> {
+    let info: NodeInfo = store.fresh(store.layout.node_info(n), Site("node.free.check"))?;
+    Ok(info.state == NODE_FREE)
+}

@@ -1,0 +1,206 @@
+//! The one door to shared memory: a bounds-checked view of a mapped region.
+//!
+//! Metadata words are read and written with relaxed atomic loads and stores of
+//! aligned 64-bit (or 32-bit) words, so that processes on one host racing on
+//! the same line never form a data race, and a torn multi-word value is caught
+//! by the protocol (sequence words, checksums) rather than being undefined
+//! behaviour. Ordering across hosts is the job of [`crate::coherence`]; this
+//! module orders nothing beyond what it states.
+#![allow(clippy::disallowed_types)] // this module is the door the lint points to
+
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::{Error, Result};
+
+/// Size of one cache line, the unit of write-back on every supported machine.
+pub const LINE: u64 = 64;
+
+/// A view of a mapped region: base address and length. Copyable; it does not
+/// own the mapping (platform does, and keeps it alive while views exist).
+#[derive(Clone, Copy, Debug)]
+pub struct Region {
+    base: NonNull<u8>,
+    len: u64,
+}
+
+// SAFETY: a Region is an address range in shared memory; every access through
+// it is an atomic word access or an explicit raw copy whose races the protocol
+// validates, so sharing the view across threads adds no unsynchronised access.
+unsafe impl Send for Region {}
+// SAFETY: as above; `&Region` only permits the same atomic/raw accesses.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Makes a view of `len` bytes at `base`.
+    ///
+    /// # Safety
+    /// - `base..base+len` is mapped readable and writable for as long as this
+    ///   view or any copy of it is used;
+    /// - the memory is only ever accessed through `Region` views or by other
+    ///   processes / devices (never as a Rust reference that assumes exclusivity).
+    pub unsafe fn new(base: *mut u8, len: usize) -> Result<Self> {
+        let base = NonNull::new(base).ok_or(Error::InvalidArgument)?;
+        if (base.as_ptr() as usize) % (LINE as usize) != 0 {
+            return Err(Error::InvalidArgument);
+        }
+        Ok(Region { base, len: len as u64 })
+    }
+
+    /// Length in bytes.
+    #[inline]
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True when the view is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Base address (for platform code that flushes or registers the range).
+    #[inline]
+    pub fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    /// Checks that `off..off+size` lies inside the region and `off` is a
+    /// multiple of `align` (a power of two).
+    #[inline]
+    pub fn check(&self, off: u64, size: u64, align: u64) -> Result<()> {
+        let end = off.checked_add(size).ok_or(Error::OutOfBounds)?;
+        if end > self.len || off & (align - 1) != 0 {
+            return Err(Error::OutOfBounds);
+        }
+        Ok(())
+    }
+
+    /// Pointer to `off` after checking `off..off+size` and alignment.
+    #[inline]
+    pub fn ptr(&self, off: u64, size: u64, align: u64) -> Result<*mut u8> {
+        self.check(off, size, align)?;
+        // `off < len <= isize::MAX` because the mapping exists; wrapping_add
+        // keeps this free of unsafe and the result is in bounds by the check.
+        Ok(self.base.as_ptr().wrapping_add(off as usize))
+    }
+
+    #[inline]
+    fn word64(&self, off: u64) -> Result<&AtomicU64> {
+        let p = self.ptr(off, 8, 8)?;
+        // SAFETY:
+        // - `p` is in bounds and 8-aligned (checked by `ptr`);
+        // - the mapping outlives `self` (contract of `Region::new`);
+        // - all Rust accesses to region words are atomic, so an `&AtomicU64`
+        //   aliases nothing non-atomic.
+        Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
+    }
+
+    #[inline]
+    fn word32(&self, off: u64) -> Result<&AtomicU32> {
+        let p = self.ptr(off, 4, 4)?;
+        // SAFETY: as in `word64`, for a 4-byte aligned, in-bounds word.
+        Ok(unsafe { AtomicU32::from_ptr(p.cast::<u32>()) })
+    }
+
+    /// Loads the 64-bit word at `off` (relaxed).
+    #[inline]
+    pub fn load_u64(&self, off: u64) -> Result<u64> {
+        Ok(self.word64(off)?.load(Ordering::Relaxed))
+    }
+
+    /// Stores the 64-bit word at `off` (relaxed).
+    #[inline]
+    pub fn store_u64(&self, off: u64, v: u64) -> Result<()> {
+        self.word64(off)?.store(v, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Loads the 32-bit word at `off` (relaxed).
+    #[inline]
+    pub fn load_u32(&self, off: u64) -> Result<u32> {
+        Ok(self.word32(off)?.load(Ordering::Relaxed))
+    }
+
+    /// Stores the 32-bit word at `off` (relaxed).
+    #[inline]
+    pub fn store_u32(&self, off: u64, v: u32) -> Result<()> {
+        self.word32(off)?.store(v, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Reads a shared struct word by word. `T` must be a multiple of 8 bytes;
+    /// the result may be torn if a peer writes concurrently — callers validate
+    /// with the struct's sequence word or checksum.
+    pub fn read<T: FromBytes + IntoBytes + KnownLayout + Immutable>(&self, off: u64) -> Result<T> {
+        const { assert!(core::mem::size_of::<T>() % 8 == 0) };
+        let size = core::mem::size_of::<T>() as u64;
+        self.check(off, size, 8)?;
+        let mut v = T::new_zeroed();
+        for (i, chunk) in v.as_mut_bytes().chunks_exact_mut(8).enumerate() {
+            let w = self.load_u64(off + 8 * i as u64)?;
+            chunk.copy_from_slice(&w.to_ne_bytes());
+        }
+        Ok(v)
+    }
+
+    /// Writes a shared struct word by word (relaxed stores, in address order).
+    pub fn write<T: IntoBytes + Immutable>(&self, off: u64, v: &T) -> Result<()> {
+        const { assert!(core::mem::size_of::<T>() % 8 == 0) };
+        let size = core::mem::size_of::<T>() as u64;
+        self.check(off, size, 8)?;
+        for (i, chunk) in v.as_bytes().chunks_exact(8).enumerate() {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(chunk);
+            self.store_u64(off + 8 * i as u64, u64::from_ne_bytes(w))?;
+        }
+        Ok(())
+    }
+
+    /// Copies `dst.len()` payload bytes out of the region.
+    ///
+    /// Payload bytes are not synchronised word by word: a concurrent writer can
+    /// tear the copy, which the caller detects by re-validating the entry after
+    /// the copy (coherence rule 4).
+    pub fn copy_out(&self, off: u64, dst: &mut [u8]) -> Result<()> {
+        let p = self.ptr(off, dst.len() as u64, 1)?;
+        // SAFETY:
+        // - `p..p+dst.len()` is inside the mapping (checked by `ptr`);
+        // - `dst` is a distinct local buffer, so the ranges do not overlap;
+        // - racing writers can only change the bytes copied, which the caller
+        //   validates; no Rust reference to the source range exists.
+        unsafe { core::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Copies `src` into the region at `off` (plain stores; flushing is the
+    /// caller's business, see `Coherence::write_payload`).
+    pub fn copy_in(&self, off: u64, src: &[u8]) -> Result<()> {
+        let p = self.ptr(off, src.len() as u64, 1)?;
+        // SAFETY:
+        // - `p..p+src.len()` is inside the mapping (checked by `ptr`);
+        // - `src` is caller memory outside the region's payload being written,
+        //   so the ranges do not overlap;
+        // - the payload range is owned by the writer (entry WRITING or a raw
+        //   allocation), so no other writer races with this copy.
+        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        Ok(())
+    }
+
+    /// Fills `len` bytes at `off` with zero.
+    pub fn zero(&self, off: u64, len: u64) -> Result<()> {
+        let p = self.ptr(off, len, 1)?;
+        // SAFETY: `p..p+len` is inside the mapping (checked by `ptr`) and is
+        // being formatted or owned by the caller, so no reader relies on it.
+        unsafe { core::ptr::write_bytes(p, 0, len as usize) };
+        Ok(())
+    }
+}
+
+/// Full compiler + CPU fence for ordering word accesses within one host.
+#[inline]
+pub fn fence_seq_cst() {
+    core::sync::atomic::fence(Ordering::SeqCst);
+}

@@ -1,0 +1,170 @@
+//! Nodes: attach, detach, heartbeat, and the node-private state a process
+//! keeps beside the region.
+
+use crate::coherence::{Coherence, Site};
+use crate::layout::{Heartbeat, NodeInfo, NodeStats, PinRecord, NODE_ALIVE, NODE_FREE};
+use crate::region::{NodeEnv, Store};
+use crate::{Error, Result};
+
+/// Allocation hints kept per node: chunks it last carved blocks from.
+pub const HINTS: usize = 8;
+
+/// Process-local state of one attached node (lives in the process, not in the
+/// region). Serialises the node's own threads on its journal and hints.
+pub struct NodeLocal {
+    pub(crate) journal: spin::Mutex<()>,
+    pub(crate) hints: spin::Mutex<[u32; HINTS]>,
+    pub(crate) evict_cursor: spin::Mutex<u32>,
+    pub(crate) stats: spin::Mutex<()>,
+}
+
+impl Default for NodeLocal {
+    fn default() -> Self {
+        NodeLocal {
+            journal: spin::Mutex::new(()),
+            hints: spin::Mutex::new([u32::MAX; HINTS]),
+            evict_cursor: spin::Mutex::new(0),
+            stats: spin::Mutex::new(()),
+        }
+    }
+}
+
+/// One participant's handle on a store: its id, environment and local state.
+/// Cheap to copy; every operation of the cache is a method of `Node`.
+pub struct Node<'a, C: Coherence> {
+    /// The attached region.
+    pub store: &'a Store<C>,
+    /// This node's id (index into the node table).
+    pub id: u32,
+    /// Waiting and host-local locking.
+    pub env: &'a dyn NodeEnv,
+    pub(crate) local: &'a NodeLocal,
+}
+
+impl<C: Coherence> Clone for Node<'_, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<C: Coherence> Copy for Node<'_, C> {}
+
+/// Who is attaching: recorded in the node's info line.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Identity {
+    /// Process id.
+    pub pid: u32,
+    /// Host identity (e.g. a hash of the boot id).
+    pub host_id: u64,
+    /// Random per-attach value; a node that finds another nonce in its line
+    /// has lost its slot.
+    pub nonce: u64,
+    /// Wall-clock seconds, for reports.
+    pub now: u64,
+}
+
+/// Claims node slot `want` (or the first free one) for `who`. The caller
+/// serialises attaches on one host; across hosts, nodes should be given
+/// disjoint ids (a late clash is caught by the nonce check in [`heartbeat`]).
+pub fn attach_node<C: Coherence>(store: &Store<C>, want: Option<u32>, who: Identity) -> Result<u32> {
+    let l = &store.layout;
+    let id = match want {
+        Some(n) if n >= l.caps.max_nodes => return Err(Error::BadNode),
+        Some(n) => {
+            let info: NodeInfo = store.fresh(l.node_info(n), Site("node.attach.probe"))?;
+            if info.state != NODE_FREE {
+                return Err(Error::NodeBusy);
+            }
+            n
+        }
+        None => {
+            let mut found = None;
+            for n in 0..l.caps.max_nodes {
+                let info: NodeInfo = store.fresh(l.node_info(n), Site("node.attach.scan"))?;
+                if info.state == NODE_FREE {
+                    found = Some(n);
+                    break;
+                }
+            }
+            found.ok_or(Error::NoFreeNode)?
+        }
+    };
+    let old: NodeInfo = store.fresh(l.node_info(id), Site("node.attach.old"))?;
+    // A free slot's journal is empty (recovery or detach cleared it); clear it
+    // again so nothing a crashed predecessor left can be mistaken for ours.
+    for i in 0..l.caps.pin_slots {
+        store.region.write(l.pin_record(id, i), &PinRecord::default())?;
+    }
+    let jlen = l.caps.pin_slots as u64 * 16;
+    store.co.flush(&store.region, l.pin_record(id, 0), jlen, Site("node.attach.journal"))?;
+    store.publish(l.node_stats(id), &NodeStats::default(), Site("node.attach.stats"))?;
+    let hb = Heartbeat { beat: 1, nonce: who.nonce, reserved: [0; 6] };
+    store.publish(l.heartbeat(id), &hb, Site("node.attach.heartbeat"))?;
+    store.co.store_fence(Site("node.attach.fence"));
+    let info = NodeInfo {
+        state: NODE_ALIVE,
+        pid: who.pid,
+        host_id: who.host_id,
+        nonce: who.nonce,
+        attached_at: who.now,
+        incarnation: old.incarnation.wrapping_add(1),
+        reserved: [0; 3],
+    };
+    // SYNC: ALIVE written last publishes the cleared journal and heartbeat
+    // (reader: the manager's liveness scan).
+    store.publish(l.node_info(id), &info, Site("node.attach.info"))?;
+    store.co.store_fence(Site("node.attach.info.fence"));
+    Ok(id)
+}
+
+impl<'a, C: Coherence> Node<'a, C> {
+    /// A handle for attached node `id`.
+    pub fn new(store: &'a Store<C>, id: u32, env: &'a dyn NodeEnv, local: &'a NodeLocal) -> Result<Self> {
+        if id >= store.layout.caps.max_nodes {
+            return Err(Error::BadNode);
+        }
+        Ok(Node { store, id, env, local })
+    }
+
+    /// Advances the heartbeat. Fails with `Revoked` when the node's slot no
+    /// longer belongs to it (declared dead, freed, or claimed by another).
+    pub fn heartbeat(&self, nonce: u64) -> Result<u64> {
+        let l = &self.store.layout;
+        let info: NodeInfo = self.store.fresh(l.node_info(self.id), Site("node.beat.info"))?;
+        if info.state != NODE_ALIVE || info.nonce != nonce {
+            return Err(Error::Revoked);
+        }
+        // Only this node writes its heartbeat line, so the cached copy is ours.
+        let mut hb: Heartbeat = self.store.region.read(l.heartbeat(self.id))?;
+        hb.beat = hb.beat.wrapping_add(1);
+        hb.nonce = nonce;
+        // SYNC: heartbeat visible to the manager's liveness scan.
+        self.store.publish(l.heartbeat(self.id), &hb, Site("node.beat"))?;
+        Ok(hb.beat)
+    }
+
+    /// Detaches: drops every pin this node holds, then frees its slot.
+    pub fn detach(&self) -> Result<()> {
+        self.release_all()?;
+        let l = &self.store.layout;
+        let info = NodeInfo::default();
+        // SYNC: FREE published after the journal is empty (reader: attach).
+        self.store.co.store_fence(Site("node.detach.fence"));
+        self.store.publish(l.node_info(self.id), &info, Site("node.detach.info"))?;
+        self.store.co.store_fence(Site("node.detach.info.fence"));
+        Ok(())
+    }
+
+    /// Adds to this node's counters (node-private line).
+    pub(crate) fn count(&self, f: impl FnOnce(&mut NodeStats)) -> Result<()> {
+        let off = self.store.layout.node_stats(self.id);
+        let _g = self.local.stats.lock();
+        let mut s: NodeStats = self.store.region.read(off)?;
+        f(&mut s);
+        self.store.publish(off, &s, Site("node.stats"))
+    }
+
+    /// This node's counters.
+    pub fn stats(&self) -> Result<NodeStats> {
+        self.store.region.read(self.store.layout.node_stats(self.id))
+    }
+}

@@ -1,0 +1,444 @@
+//! Recovery: makes a region whole again after nodes died — possibly holding
+//! locks, pins and half-made changes.
+//!
+//! Recovery takes every lock (as recovery, so locks revoked from a dead holder
+//! are granted to it) and rebuilds derived state from the state of record:
+//! entries are the truth for buckets, free lists and LRU lists; entries and
+//! named roots are the truth for which payload blocks are in use. It is
+//! idempotent and may itself crash and be re-run.
+
+use crate::alloc::{block_of, chunk_of, kind_valid, set_bitmap};
+use crate::coherence::{Coherence, Site};
+use crate::hash::{place, Key};
+use crate::index::{entry_checksum, probe, NIL};
+use crate::layout::{
+    state, Bucket, ChunkRecord, Entry, Heartbeat, LockLine, LockSlot, NodeInfo, PinRecord, RootRecord, StripeHeader,
+    CHUNK_CONT, CHUNK_FREE, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, SLOT_LOCKED,
+};
+use crate::lock::Held;
+use crate::node::Node;
+use crate::region::Store;
+use crate::roots::record_valid;
+use crate::{Error, Result};
+
+/// What a recovery did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecoverReport {
+    /// Dead nodes whose slots were freed (bit mask).
+    pub nodes_freed: u64,
+    /// Pins of dead nodes dropped.
+    pub pins_dropped: u64,
+    /// Reservations of dead nodes aborted.
+    pub writes_aborted: u64,
+    /// Entries dropped because they were corrupt or duplicated.
+    pub entries_dropped: u64,
+    /// Payload blocks nothing referenced, returned to the allocator.
+    pub blocks_reclaimed: u64,
+    /// Chunks returned to the global bitmap.
+    pub chunks_reclaimed: u64,
+    /// Locks that were awaiting repair.
+    pub locks_repaired: u32,
+}
+
+impl<C: Coherence> Node<'_, C> {
+    /// Recovers the region: nodes in `dead` (and any the manager declared
+    /// dead) lose their pins, reservations and slots; every structure is
+    /// rebuilt from its state of record. Other nodes keep working meanwhile
+    /// (they wait on locks).
+    pub fn recover(&self, dead: u64) -> Result<RecoverReport> {
+        let st = self.store;
+        let l = &st.layout;
+        if dead & (1 << self.id) != 0 {
+            return Err(Error::InvalidArgument);
+        }
+        // SYNC: write back whatever this host holds of the metadata, so a line
+        // a dead sibling process left dirty cannot land later over newer data.
+        st.co.flush(&st.region, 0, l.payload.start, Site("recover.flush_meta"))?;
+        st.co.store_fence(Site("recover.flush_meta.fence"));
+
+        let mut taken = 0;
+        let mut res = Ok(());
+        for lock in 0..l.n_locks {
+            match self.lock_recovery(lock) {
+                Ok(_held) => taken += 1,
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+        }
+        let out = res.and_then(|_| self.recover_locked(dead));
+        let mut rel = Ok(());
+        for lock in (0..taken).rev() {
+            let r = st.fresh::<LockSlot>(l.lock_slot(lock, self.id), Site("recover.release.slot")).and_then(|s| {
+                if s.state != SLOT_LOCKED {
+                    return Err(Error::Revoked);
+                }
+                self.unlock(Held { lock, epoch: s.epoch, seq: s.seq })
+            });
+            if rel.is_ok() {
+                rel = r;
+            }
+        }
+        let rep = out?;
+        rel?;
+        Ok(rep)
+    }
+
+    fn recover_locked(&self, dead_in: u64) -> Result<RecoverReport> {
+        let st = self.store;
+        let l = &st.layout;
+        let mut rep = RecoverReport::default();
+        let mut dead = dead_in;
+        let mut attached = 0u64;
+        for n in 0..l.caps.max_nodes {
+            let info: NodeInfo = st.fresh(l.node_info(n), Site("recover.info"))?;
+            match info.state {
+                NODE_DEAD => dead |= 1 << n,
+                NODE_ALIVE => attached |= 1 << n,
+                _ => {}
+            }
+        }
+        dead &= !(1 << self.id);
+        let alive = (attached | 1 << self.id) & !dead;
+        let mut reset_blocks = 0u64;
+        let mut claimed = 0u64;
+
+        // 1. Forget every block claim that recovery can re-derive.
+        for c in 0..l.n_chunks {
+            let mut rec: ChunkRecord = st.fresh(l.chunk(c), Site("recover.chunk.read"))?;
+            let owner_dead = rec.owner == 0 || rec.owner > l.caps.max_nodes || alive & (1 << (rec.owner - 1)) == 0;
+            let derivable = match rec.kind {
+                CHUNK_KV => true,
+                CHUNK_LARGE => rec.large_kind == CHUNK_KV || owner_dead,
+                CHUNK_RAW => owner_dead,
+                _ => false,
+            };
+            if !kind_valid(rec.kind) || rec.owner > l.caps.max_nodes {
+                rec = ChunkRecord::default();
+            } else if derivable {
+                reset_blocks += rec.used as u64;
+                rec.bitmap = [0; 4];
+                rec.used = 0;
+            } else {
+                continue;
+            }
+            st.publish(l.chunk(c), &rec, Site("recover.chunk.reset"))?;
+        }
+        // 2. Named roots keep raw blocks alive.
+        for i in 0..l.caps.n_roots {
+            let r: RootRecord = st.fresh(l.root(i), Site("recover.root"))?;
+            if record_valid(&r) && r.offset != 0 && self.claim_block(r.offset, r.size.max(1), true)? == Claim::New {
+                claimed += 1;
+            }
+        }
+        // 3. Entries: fix states, re-claim their blocks, rebuild each stripe.
+        for s in 0..l.caps.n_stripes {
+            claimed += self.rebuild_stripe(s, dead, alive, &mut rep)?;
+        }
+        rep.blocks_reclaimed = reset_blocks.saturating_sub(claimed);
+        // 4. Chunks nothing claims go back to the bitmap.
+        for c in 0..l.n_chunks {
+            let rec: ChunkRecord = st.fresh(l.chunk(c), Site("recover.chunk.final"))?;
+            let keep = match rec.kind {
+                CHUNK_KV | CHUNK_RAW | CHUNK_LARGE => rec.used > 0,
+                CHUNK_CONT => {
+                    let h = rec.run;
+                    h < c && {
+                        let head: ChunkRecord = st.fresh(l.chunk(h), Site("recover.chunk.head"))?;
+                        head.kind == CHUNK_LARGE && head.used > 0 && c < h + head.run
+                    }
+                }
+                _ => false,
+            };
+            if !keep {
+                if rec.kind != CHUNK_FREE {
+                    rep.chunks_reclaimed += 1;
+                    st.publish(l.chunk(c), &ChunkRecord::default(), Site("recover.chunk.free"))?;
+                }
+                set_bitmap(st, c, false)?;
+            } else {
+                set_bitmap(st, c, true)?;
+            }
+        }
+        // 5. Live nodes' journal records must name entries they pin (every
+        // journal write happens under a stripe lock, all of which we hold).
+        let eps = l.caps.entries_per_stripe;
+        for n in 0..l.caps.max_nodes {
+            if alive & (1 << n) == 0 {
+                continue;
+            }
+            for i in 0..l.caps.pin_slots {
+                let off = l.pin_record(n, i);
+                let r: PinRecord = st.fresh(off, Site("recover.journal.live"))?;
+                if r.entry == 0 {
+                    continue;
+                }
+                let (s, e) = ((r.entry - 1) / eps, (r.entry - 1) % eps);
+                let ok = s < l.caps.n_stripes
+                    && r.count > 0
+                    && st.ent(s, e).is_ok_and(|x| x.gen as u64 == r.gen && x.pinners & (1 << n) != 0);
+                if !ok {
+                    st.publish(off, &PinRecord::default(), Site("recover.journal.stale"))?;
+                }
+            }
+        }
+        // 6. Dead nodes: empty journals, free slots.
+        for n in 0..l.caps.max_nodes {
+            if dead & (1 << n) == 0 {
+                continue;
+            }
+            for i in 0..l.caps.pin_slots {
+                let off = l.pin_record(n, i);
+                let r: PinRecord = st.fresh(off, Site("recover.journal.read"))?;
+                if r.entry != 0 {
+                    st.publish(off, &PinRecord::default(), Site("recover.journal.clear"))?;
+                }
+            }
+            st.publish(l.heartbeat(n), &Heartbeat::default(), Site("recover.heartbeat"))?;
+            st.co.store_fence(Site("recover.node.fence"));
+            // SYNC: FREE last: the slot may be reused only once it is clean.
+            st.publish(l.node_info(n), &NodeInfo::default(), Site("recover.node.free"))?;
+            rep.nodes_freed |= 1 << n;
+        }
+        // 7. Every lock is repaired now.
+        for lock in 0..l.n_locks {
+            let mut ll: LockLine = st.fresh(l.lock_line(lock), Site("recover.lock.read"))?;
+            if ll.repair != 0 {
+                ll.repair = 0;
+                rep.locks_repaired += 1;
+                st.publish(l.lock_line(lock), &ll, Site("recover.lock.repaired"))?;
+            }
+        }
+        Ok(rep)
+    }
+
+    /// Marks the block at `off` in use; false if no chunk record allows it or
+    /// it is already claimed. Caller holds every lock.
+    fn claim_block(&self, off: u64, len: u64, raw: bool) -> Result<Claim> {
+        let st = self.store;
+        let l = &st.layout;
+        let Ok(c) = chunk_of(l, off) else { return Ok(Claim::No) };
+        let mut rec: ChunkRecord = st.fresh(l.chunk(c), Site("recover.claim.read"))?;
+        let kind_ok = match rec.kind {
+            CHUNK_KV => !raw,
+            CHUNK_RAW => raw,
+            CHUNK_LARGE => (rec.large_kind == CHUNK_RAW) == raw,
+            _ => false,
+        };
+        let Some((i, bs)) = block_of(l, c, &rec, off).filter(|_| kind_ok) else { return Ok(Claim::No) };
+        if len > bs {
+            return Ok(Claim::No);
+        }
+        if rec.bitmap[(i / 64) as usize] & (1 << (i % 64)) != 0 {
+            return Ok(Claim::Already);
+        }
+        rec.bitmap[(i / 64) as usize] |= 1 << (i % 64);
+        rec.used += 1;
+        st.publish(l.chunk(c), &rec, Site("recover.claim.write"))?;
+        Ok(Claim::New)
+    }
+
+    /// Rebuilds stripe `s`; returns how many blocks its entries claimed.
+    fn rebuild_stripe(&self, s: u32, dead: u64, alive: u64, rep: &mut RecoverReport) -> Result<u64> {
+        let mut claimed = 0u64;
+        let st = self.store;
+        let l = &st.layout;
+        let eps = l.caps.entries_per_stripe;
+        let old: StripeHeader = st.fresh(l.stripe(s), Site("recover.stripe.read"))?;
+        for b in 0..l.buckets_per_stripe {
+            st.region.write(l.bucket(s, b), &Bucket::default())?;
+        }
+        let blen = l.buckets_per_stripe as u64 * core::mem::size_of::<Bucket>() as u64;
+        st.co.flush(&st.region, l.bucket(s, 0), blen, Site("recover.buckets.clear"))?;
+
+        let mut ready = 0u32;
+        let mut bytes = 0u64;
+        for e in 0..eps {
+            let mut ent = match st.ent(s, e) {
+                Ok(x) => x,
+                Err(Error::Changed) => Entry { ver: 0, state: u16::MAX, ..Entry::default() },
+                Err(err) => return Err(err),
+            };
+            let before = ent;
+            let mut keep = false;
+            if ent.state == state::WRITING || ent.state == state::READY {
+                // A live node's pin counts only if its journal records it.
+                let g = s * eps + e;
+                for n in 0..l.caps.max_nodes {
+                    if ent.pinners & alive & (1 << n) != 0 && !self.journaled(n, g, ent.gen)? {
+                        ent.pinners &= !(1 << n);
+                        rep.pins_dropped += 1;
+                    }
+                }
+                let intact = ent.checksum == entry_checksum(&ent) && ent.payload_len > 0;
+                let writer_gone = ent.state == state::WRITING && (ent.pinners & alive == 0 || ent.pinners & dead != 0);
+                if ent.state == state::READY {
+                    rep.pins_dropped += (ent.pinners & !alive).count_ones() as u64;
+                    ent.pinners &= alive;
+                }
+                if !intact {
+                    rep.entries_dropped += 1;
+                } else if writer_gone {
+                    rep.writes_aborted += 1;
+                } else if self.claim_block(ent.payload_off, ent.payload_len as u64, false)? != Claim::New {
+                    rep.entries_dropped += 1;
+                } else {
+                    claimed += 1;
+                    let key = Key { lo: ent.key_lo, hi: ent.key_hi };
+                    let tag = place(ent.ns, key);
+                    if probe::find(st, s, tag, ent.ns, key)?.is_some() {
+                        // A duplicate of a key already rebuilt: drop this one
+                        // and give back the block it just claimed.
+                        rep.entries_dropped += 1;
+                        claimed -= 1;
+                        self.unclaim_block(ent.payload_off)?;
+                    } else {
+                        probe::insert(st, s, tag, e)?;
+                        keep = true;
+                    }
+                }
+            }
+            if !keep {
+                let bump = ent.state != state::EMPTY;
+                ent = Entry {
+                    ver: ent.ver & !1,
+                    gen: ent.gen.wrapping_add(bump as u32),
+                    lru_prev: NIL,
+                    lru_next: NIL,
+                    ..Entry::default()
+                };
+            } else if ent.state == state::READY {
+                ready += 1;
+                bytes += ent.payload_len as u64;
+            }
+            if ent != before {
+                st.put_ent(s, e, &mut ent)?;
+            }
+        }
+        // LRU: keep the old order when it is a consistent list of exactly the
+        // READY entries; otherwise relink them in index order.
+        let lru_ok = {
+            let mut ok = true;
+            let mut prev = NIL;
+            let mut cur = old.lru_head;
+            let mut n = 0u32;
+            while cur != NIL {
+                if n >= ready || cur >= eps {
+                    ok = false;
+                    break;
+                }
+                let ent = st.ent(s, cur)?;
+                if ent.state != state::READY || ent.lru_prev != prev {
+                    ok = false;
+                    break;
+                }
+                n += 1;
+                prev = cur;
+                cur = ent.lru_next;
+            }
+            ok && n == ready && prev == old.lru_tail
+        };
+        let mut h = StripeHeader {
+            live: ready,
+            bytes,
+            inserts: old.inserts,
+            evictions: old.evictions,
+            ..StripeHeader::default()
+        };
+        h.lru_head = if lru_ok { old.lru_head } else { NIL };
+        h.lru_tail = if lru_ok { old.lru_tail } else { NIL };
+        let mut free_prev = NIL;
+        h.free_head = NIL;
+        let mut last_ready = NIL;
+        for e in 0..eps {
+            let mut ent = st.ent(s, e)?;
+            let before = ent;
+            match ent.state {
+                state::EMPTY => {
+                    ent.lru_prev = NIL;
+                    ent.lru_next = NIL;
+                    if free_prev == NIL {
+                        h.free_head = e;
+                    } else {
+                        let mut p = st.ent(s, free_prev)?;
+                        p.lru_next = e;
+                        st.put_ent(s, free_prev, &mut p)?;
+                    }
+                    free_prev = e;
+                }
+                state::READY if !lru_ok => {
+                    ent.lru_prev = last_ready;
+                    ent.lru_next = NIL;
+                    if last_ready == NIL {
+                        h.lru_head = e;
+                    } else {
+                        let mut p = st.ent(s, last_ready)?;
+                        p.lru_next = e;
+                        st.put_ent(s, last_ready, &mut p)?;
+                    }
+                    last_ready = e;
+                    h.lru_tail = e;
+                }
+                state::WRITING => {
+                    ent.lru_prev = NIL;
+                    ent.lru_next = NIL;
+                }
+                _ => {}
+            }
+            if ent != before {
+                st.put_ent(s, e, &mut ent)?;
+            }
+        }
+        st.publish(l.stripe(s), &h, Site("recover.stripe.write"))?;
+        Ok(claimed)
+    }
+
+    /// True when node `n`'s journal records global entry `g` at `gen`.
+    fn journaled(&self, n: u32, g: u32, gen: u32) -> Result<bool> {
+        let l = &self.store.layout;
+        for i in 0..l.caps.pin_slots {
+            let r: PinRecord = self.store.fresh(l.pin_record(n, i), Site("recover.journal.find"))?;
+            if r.entry == g + 1 && r.gen == gen as u64 && r.count > 0 {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn unclaim_block(&self, off: u64) -> Result<()> {
+        let st = self.store;
+        let l = &st.layout;
+        let c = chunk_of(l, off)?;
+        let mut rec: ChunkRecord = st.fresh(l.chunk(c), Site("recover.unclaim.read"))?;
+        if let Some((i, _)) = block_of(l, c, &rec, off) {
+            rec.bitmap[(i / 64) as usize] &= !(1 << (i % 64));
+            rec.used = rec.used.saturating_sub(1);
+            st.publish(l.chunk(c), &rec, Site("recover.unclaim.write"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Outcome of claiming a block during recovery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Claim {
+    /// Claimed now.
+    New,
+    /// Already claimed (by a live owner's record or an earlier claim).
+    Already,
+    /// No chunk record allows it.
+    No,
+}
+
+/// Nodes the manager has declared dead (from their info lines).
+pub fn declared_dead<C: Coherence>(store: &Store<C>) -> Result<u64> {
+    let mut m = 0;
+    for n in 0..store.layout.caps.max_nodes {
+        let info: NodeInfo = store.fresh(store.layout.node_info(n), Site("recover.declared"))?;
+        if info.state == NODE_DEAD {
+            m |= 1 << n;
+        }
+    }
+    Ok(m)
+}

@@ -1,0 +1,145 @@
+//! An attached region (`Store`) and one participant's handle on it (`Node`).
+//!
+//! `Store` binds a region view, its validated layout and a coherence
+//! implementation, and offers the two primitive moves every protocol step is
+//! made of: read fresh (invalidate, load) and publish (store, flush).
+
+use core::mem::size_of;
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::coherence::{Coherence, Site};
+use crate::layout::{Capacities, Entry, Header, Layout, MAGIC};
+use crate::mem::{Region, LINE};
+use crate::{Error, Result};
+
+/// An attached region: view, layout, coherence.
+pub struct Store<C: Coherence> {
+    /// The region view.
+    pub region: Region,
+    /// The validated layout.
+    pub layout: Layout,
+    /// Cache maintenance for this participant.
+    pub co: C,
+    /// Creation id from the header.
+    pub creation_id: u64,
+}
+
+/// What a node needs from its environment while it waits: the host-local lock
+/// tier and a way to pass time.
+pub trait NodeEnv: Sync {
+    /// Takes the host-local lock `lock` (serialises this host's nodes on it).
+    fn local_lock(&self, lock: u32);
+    /// Releases the host-local lock `lock`.
+    fn local_unlock(&self, lock: u32);
+    /// Called on every iteration of a poll loop. Returns an error to abandon
+    /// the wait (the node is shutting down or was fenced).
+    fn wait(&self, iteration: u32) -> Result<()>;
+}
+
+impl<C: Coherence> Store<C> {
+    /// Reads lines fresh: invalidates `T`'s lines at `off`, then loads them.
+    #[inline]
+    pub fn fresh<T: FromBytes + IntoBytes + KnownLayout + Immutable>(&self, off: u64, site: Site) -> Result<T> {
+        self.co.invalidate(&self.region, off, size_of::<T>() as u64, site)?;
+        self.region.read(off)
+    }
+
+    /// Stores `v` at `off` and flushes its lines (visible after a store fence).
+    #[inline]
+    pub fn publish<T: IntoBytes + Immutable>(&self, off: u64, v: &T, site: Site) -> Result<()> {
+        self.region.write(off, v)?;
+        self.co.flush(&self.region, off, size_of::<T>() as u64, site)
+    }
+
+    /// Writes an entry line with its sequence word odd while it changes, then
+    /// even, so a same-host reader without the lock never takes a torn entry
+    /// for a whole one; then flushes the line. Caller holds the stripe lock.
+    pub fn publish_entry(&self, off: u64, e: &mut Entry, site: Site) -> Result<()> {
+        let stable = e.ver & !1;
+        e.ver = stable.wrapping_add(1);
+        let words: &[u8] = e.as_bytes();
+        let w0 = u64::from_ne_bytes(first_word(words));
+        self.region.store_u64(off, w0)?;
+        crate::mem::fence_seq_cst();
+        for i in 1..(size_of::<Entry>() / 8) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&words[8 * i..8 * i + 8]);
+            self.region.store_u64(off + 8 * i as u64, u64::from_ne_bytes(w))?;
+        }
+        crate::mem::fence_seq_cst();
+        e.ver = stable.wrapping_add(2);
+        self.region.store_u64(off, u64::from_ne_bytes(first_word(e.as_bytes())))?;
+        self.co.flush(&self.region, off, LINE, site)
+    }
+
+    /// Reads an entry line fresh and consistent (retries while a same-host
+    /// writer is mid-change). Fails with `Changed` if it never settles.
+    pub fn fresh_entry(&self, off: u64, site: Site) -> Result<Entry> {
+        for _ in 0..64 {
+            self.co.invalidate(&self.region, off, LINE, site)?;
+            let a = self.region.load_u64(off)?;
+            crate::mem::fence_seq_cst();
+            let e: Entry = self.region.read(off)?;
+            crate::mem::fence_seq_cst();
+            let b = self.region.load_u64(off)?;
+            if a == b && e.ver & 1 == 0 && u64::from_ne_bytes(first_word(e.as_bytes())) == a {
+                return Ok(e);
+            }
+            core::hint::spin_loop();
+        }
+        Err(Error::Changed)
+    }
+}
+
+fn first_word(b: &[u8]) -> [u8; 8] {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[..8]);
+    w
+}
+
+/// Formats `region` as an empty cxlkv region. Everything is written and
+/// flushed before the header; the magic is written last of all.
+pub fn format<C: Coherence>(region: Region, co: C, caps: Capacities, creation_id: u64) -> Result<Store<C>> {
+    let layout = Layout::compute(caps, region.len())?;
+    let meta_end = layout.payload.start;
+    // SYNC: clear the magic first and make that visible, so a peer attaching
+    // during format sees "not initialised", never a half-written region.
+    region.store_u64(0, 0)?;
+    co.flush(&region, 0, LINE, Site("format.unmagic"))?;
+    co.store_fence(Site("format.unmagic.fence"));
+    region.zero(0, meta_end)?;
+    let store = Store { region, layout, co, creation_id };
+    crate::index::format_stripes(&store)?;
+    store.co.flush(&store.region, 0, meta_end, Site("format.meta"))?;
+    store.co.store_fence(Site("format.meta.fence"));
+    let mut h = layout.header(creation_id, 0);
+    store.publish(0, &h, Site("format.header"))?;
+    store.co.store_fence(Site("format.header.fence"));
+    h.magic = MAGIC;
+    // SYNC: the magic publishes the whole region (reader: attach).
+    store.region.store_u64(0, h.magic)?;
+    store.co.flush(&store.region, 0, LINE, Site("format.magic"))?;
+    store.co.full_fence(Site("format.magic.fence"));
+    Ok(store)
+}
+
+/// Attaches to a formatted region: reads the header fresh and validates all of
+/// it against `region`'s length.
+pub fn attach<C: Coherence>(region: Region, co: C) -> Result<Store<C>> {
+    if region.len() < size_of::<Header>() as u64 {
+        return Err(Error::TooSmall);
+    }
+    co.invalidate(&region, 0, size_of::<Header>() as u64, Site("attach.header"))?;
+    let h: Header = region.read(0)?;
+    let layout = Layout::from_header(&h, region.len())?;
+    Ok(Store { region, layout, co, creation_id: h.creation_id })
+}
+
+/// Reads and validates only the header (for tools that inspect bytes).
+pub fn read_header(region: &Region) -> Result<Header> {
+    if region.len() < size_of::<Header>() as u64 {
+        return Err(Error::TooSmall);
+    }
+    region.read(0)
+}

@@ -1,0 +1,111 @@
+//! Named roots (TraCT §4.1): a small table from name to (offset, type tag,
+//! size), so applications can publish their own structures in the region.
+//! Changes take the roots lock; `get` reads without it and validates each
+//! record's checksum.
+
+use crate::coherence::{Coherence, Site};
+use crate::hash::checksum32;
+use crate::layout::RootRecord;
+use crate::node::Node;
+use crate::region::Store;
+use crate::{Error, Result};
+
+/// Longest root name in bytes.
+pub const MAX_NAME: usize = 32;
+
+/// A named root's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Root {
+    /// Region offset of the object.
+    pub offset: u64,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Application-defined type tag.
+    pub tag: u32,
+}
+
+fn name_bytes(name: &[u8]) -> Result<[u8; MAX_NAME]> {
+    if name.is_empty() || name.len() > MAX_NAME || name.contains(&0) {
+        return Err(Error::InvalidArgument);
+    }
+    let mut b = [0u8; MAX_NAME];
+    b[..name.len()].copy_from_slice(name);
+    Ok(b)
+}
+
+fn record_sum(r: &RootRecord) -> u64 {
+    let mut w = [0u64; 7];
+    for (i, c) in r.name.chunks_exact(8).enumerate() {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(c);
+        w[i] = u64::from_le_bytes(a);
+    }
+    w[4] = r.offset;
+    w[5] = r.size;
+    w[6] = (r.tag as u64) << 32 | r.state as u64;
+    checksum32(&w) as u64 | 1 << 63
+}
+
+/// True when a root record is in use and intact.
+pub fn record_valid(r: &RootRecord) -> bool {
+    r.state == 1 && r.checksum == record_sum(r)
+}
+
+/// Reads root `name` without a lock. `NotFound` if absent.
+pub fn get<C: Coherence>(store: &Store<C>, name: &[u8]) -> Result<Root> {
+    let want = name_bytes(name)?;
+    let l = &store.layout;
+    for i in 0..l.caps.n_roots {
+        let r: RootRecord = store.fresh(l.root(i), Site("roots.get"))?;
+        if r.name == want && record_valid(&r) {
+            return Ok(Root { offset: r.offset, size: r.size, tag: r.tag });
+        }
+    }
+    Err(Error::NotFound)
+}
+
+impl<C: Coherence> Node<'_, C> {
+    /// Publishes root `name`. `Exists` if the name is taken (nothing written).
+    pub fn root_put(&self, name: &[u8], root: Root) -> Result<()> {
+        let want = name_bytes(name)?;
+        if root.offset != 0 && !self.store.layout.payload.contains(root.offset, root.size) {
+            return Err(Error::InvalidArgument);
+        }
+        let l = &self.store.layout;
+        self.with_lock(l.locks().roots(), || {
+            let mut free = None;
+            for i in 0..l.caps.n_roots {
+                let r: RootRecord = self.store.fresh(l.root(i), Site("roots.put.scan"))?;
+                if record_valid(&r) {
+                    if r.name == want {
+                        return Err(Error::Exists);
+                    }
+                } else if free.is_none() {
+                    free = Some(i);
+                }
+            }
+            let i = free.ok_or(Error::RootsFull)?;
+            let mut r =
+                RootRecord { name: want, offset: root.offset, size: root.size, tag: root.tag, state: 1, checksum: 0 };
+            r.checksum = record_sum(&r);
+            // SYNC: record published under the roots lock (reader: get).
+            self.store.publish(l.root(i), &r, Site("roots.put"))
+        })
+    }
+
+    /// Removes root `name` (the object it names is not freed).
+    pub fn root_destroy(&self, name: &[u8]) -> Result<Root> {
+        let want = name_bytes(name)?;
+        let l = &self.store.layout;
+        self.with_lock(l.locks().roots(), || {
+            for i in 0..l.caps.n_roots {
+                let r: RootRecord = self.store.fresh(l.root(i), Site("roots.destroy.scan"))?;
+                if record_valid(&r) && r.name == want {
+                    self.store.publish(l.root(i), &RootRecord::default(), Site("roots.destroy"))?;
+                    return Ok(Root { offset: r.offset, size: r.size, tag: r.tag });
+                }
+            }
+            Err(Error::NotFound)
+        })
+    }
+}

@@ -1,0 +1,104 @@
+//! Test fixtures: an in-memory region, a coherent store, and an environment
+//! whose waits drive a lock manager inline (single-threaded tests).
+
+use std::boxed::Box;
+use std::vec::Vec;
+
+use crate::coherence::Coherent;
+use crate::layout::{Capacities, NodeInfo};
+use crate::lock::{LeaseConfig, Manager};
+use crate::mem::Region;
+use crate::node::{attach_node, Identity, Node, NodeLocal};
+use crate::region::{format, NodeEnv, Store};
+use crate::Result;
+
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([u8; 64]);
+
+/// Heap memory standing in for a mapped region.
+pub struct Mem {
+    lines: Vec<Line>,
+}
+
+impl Mem {
+    pub fn new(len: usize) -> Box<Mem> {
+        Box::new(Mem { lines: std::vec![Line([0; 64]); len.div_ceil(64)] })
+    }
+    pub fn region(&mut self) -> Region {
+        let len = self.lines.len() * 64;
+        // SAFETY:
+        // - the Vec's buffer is 64-aligned, `len` bytes long and lives as long
+        //   as the boxed `Mem`, which every test keeps alive past its store;
+        // - it is only accessed through Region views.
+        unsafe { Region::new(self.lines.as_mut_ptr().cast::<u8>(), len) }.unwrap()
+    }
+}
+
+/// Small capacities so tests exercise full tables and chunk reuse.
+pub fn small_caps() -> Capacities {
+    Capacities { max_nodes: 4, n_stripes: 4, entries_per_stripe: 32, n_roots: 8, pin_slots: 64, chunk_shift: 16 }
+}
+
+/// An environment whose waits step a shared manager: lets one thread play
+/// every node. Dead nodes can be forced through `kill`.
+pub struct InlineEnv<'a> {
+    pub store: &'a Store<Coherent>,
+    pub mgr: spin::Mutex<Manager>,
+    pub now: spin::Mutex<u64>,
+    pub killed: spin::Mutex<u64>,
+}
+
+impl<'a> InlineEnv<'a> {
+    pub fn new(store: &'a Store<Coherent>) -> Self {
+        InlineEnv {
+            store,
+            mgr: spin::Mutex::new(Manager::new(0)),
+            now: spin::Mutex::new(0),
+            killed: spin::Mutex::new(0),
+        }
+    }
+    pub fn step(&self) -> Result<crate::lock::StepReport> {
+        let now = {
+            let mut t = self.now.lock();
+            *t += 1;
+            *t
+        };
+        let killed = *self.killed.lock();
+        let probe = move |n: u32, _: &NodeInfo| if killed & (1 << n) != 0 { Some(false) } else { Some(true) };
+        self.mgr.lock().step(self.store, now, LeaseConfig { lease: 1000, settle: 0 }, &probe)
+    }
+}
+
+impl NodeEnv for InlineEnv<'_> {
+    fn local_lock(&self, _lock: u32) {}
+    fn local_unlock(&self, _lock: u32) {}
+    fn wait(&self, iteration: u32) -> Result<()> {
+        if iteration > 10_000 {
+            return Err(crate::Error::Timeout);
+        }
+        self.step().map(|_| ())
+    }
+}
+
+pub struct Fixture {
+    pub _mem: Box<Mem>,
+    pub store: Box<Store<Coherent>>,
+}
+
+impl Fixture {
+    pub fn new(len: usize, caps: Capacities) -> Fixture {
+        let mut mem = Mem::new(len);
+        let store = Box::new(format(mem.region(), Coherent, caps, 42).unwrap());
+        Fixture { _mem: mem, store }
+    }
+    pub fn attach(&self, id: u32) -> u32 {
+        attach_node(&self.store, Some(id), Identity { pid: 1000 + id, host_id: 1, nonce: 77 + id as u64, now: 0 })
+            .unwrap()
+    }
+}
+
+/// Builds a node handle; `local` must outlive it.
+pub fn node<'a>(f: &'a Fixture, env: &'a InlineEnv<'a>, local: &'a NodeLocal, id: u32) -> Node<'a, Coherent> {
+    Node::new(&f.store, id, env, local).unwrap()
+}
