@@ -125,6 +125,13 @@ impl<'a, C: Coherence> Node<'a, C> {
         Ok(Node { store, id, env, local })
     }
 
+    /// A handle for node `id` as returned by [`attach_node`]. An id that is
+    /// out of range makes every operation fail with a bounds error.
+    pub fn attached(store: &'a Store<C>, id: u32, env: &'a dyn NodeEnv, local: &'a NodeLocal) -> Self {
+        debug_assert!(id < store.layout.caps.max_nodes);
+        Node { store, id, env, local }
+    }
+
     /// Advances the heartbeat. Fails with `Revoked` when the node's slot no
     /// longer belongs to it (declared dead, freed, or claimed by another).
     pub fn heartbeat(&self, nonce: u64) -> Result<u64> {

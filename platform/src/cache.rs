@@ -1,0 +1,340 @@
+//! An attached node: the mapping, the core store, the host-local lock tier,
+//! and one background thread that beats the node's heartbeat and runs the
+//! lock manager step (active only in the node that holds the manager lease).
+
+use core::sync::atomic::{AtomicBool, Ordering};
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cxlkv_core::check::{check, scratch_words, Finding};
+use cxlkv_core::layout::{Capacities, NodeInfo, NODE_ALIVE};
+use cxlkv_core::lock::{LeaseConfig, Manager, StepReport};
+use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
+use cxlkv_core::recover::{declared_dead, RecoverReport};
+use cxlkv_core::region::{attach, format, NodeEnv, Store};
+
+use crate::flush::{Flush, FlushMode};
+use crate::host::{host_id, pid_alive, random_u64};
+use crate::local::LocalTier;
+use crate::map::Mapping;
+use crate::{Error, Result};
+
+/// How a node attaches and behaves.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Node id to claim; `None` takes the first free one.
+    pub node: Option<u32>,
+    /// Cache maintenance.
+    pub mode: FlushMode,
+    /// Write payloads with non-temporal stores.
+    pub nt_payload: bool,
+    /// A heartbeat or manager lease silent this long means dead.
+    pub lease: Duration,
+    /// Wait after claiming the manager role before granting.
+    pub settle: Duration,
+    /// Give up waiting for a lock after this long.
+    pub lock_timeout: Duration,
+    /// Recover automatically when this node's manager declares a node dead.
+    pub auto_recover: bool,
+    /// Directory of the host-local lock tier file.
+    pub local_dir: PathBuf,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            node: None,
+            mode: FlushMode::default_for_arch(),
+            nt_payload: false,
+            lease: Duration::from_secs(2),
+            settle: Duration::from_millis(50),
+            lock_timeout: Duration::from_secs(60),
+            auto_recover: true,
+            local_dir: PathBuf::from("/dev/shm"),
+        }
+    }
+}
+
+struct Inner {
+    store: Store<Flush>,
+    local: NodeLocal,
+    tier: LocalTier,
+    id: u32,
+    nonce: u64,
+    host: u64,
+    opts: Options,
+    start: Instant,
+    stop: AtomicBool,
+    fenced: AtomicBool,
+    recovering: AtomicBool,
+    is_manager: AtomicBool,
+    mgr: Mutex<Manager>,
+    last: Mutex<StepReport>,
+    // Declared last: dropped after everything that points into it.
+    _map: Mapping,
+}
+
+thread_local! {
+    static WAIT_START: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+impl NodeEnv for Inner {
+    fn local_lock(&self, lock: u32) {
+        self.tier.lock(lock);
+    }
+    fn local_unlock(&self, lock: u32) {
+        self.tier.unlock(lock);
+    }
+    fn wait(&self, iteration: u32) -> cxlkv_core::Result<()> {
+        if self.fenced.load(Ordering::Relaxed) {
+            return Err(cxlkv_core::Error::Revoked);
+        }
+        let now = Instant::now();
+        let start = WAIT_START.with(|s| {
+            if iteration == 0 || s.get().is_none() {
+                s.set(Some(now));
+            }
+            s.get().unwrap_or(now)
+        });
+        if now.duration_since(start) > self.opts.lock_timeout {
+            WAIT_START.with(|s| s.set(None));
+            return Err(cxlkv_core::Error::Timeout);
+        }
+        // In the process that holds the manager lease, step it right here:
+        // a same-process grant then costs no thread hand-off.
+        if self.is_manager.load(Ordering::Relaxed) {
+            if let Ok(mut m) = self.mgr.try_lock() {
+                let _ = self.step(&mut m);
+                return Ok(());
+            }
+        }
+        if iteration < 64 {
+            core::hint::spin_loop();
+        } else if iteration < 512 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        Ok(())
+    }
+}
+
+impl Inner {
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn step(&self, m: &mut Manager) -> cxlkv_core::Result<StepReport> {
+        let host = self.host;
+        let probe = move |_n: u32, info: &NodeInfo| {
+            (info.host_id == host && info.state == NODE_ALIVE).then(|| pid_alive(info.pid))
+        };
+        let cfg =
+            LeaseConfig { lease: self.opts.lease.as_millis() as u64, settle: self.opts.settle.as_millis() as u64 };
+        let r = m.step(&self.store, self.now_ms(), cfg, &probe)?;
+        self.is_manager.store(r.active, Ordering::Relaxed);
+        if let Ok(mut last) = self.last.lock() {
+            *last = r;
+        }
+        Ok(r)
+    }
+
+    fn node(&self) -> Node<'_, Flush> {
+        Node::attached(&self.store, self.id, self, &self.local)
+    }
+}
+
+/// An attached node of a region. Dropping it stops its thread and detaches.
+pub struct Cache {
+    inner: Arc<Inner>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn background(inner: Arc<Inner>) {
+    let beat_every = (inner.opts.lease / 8).max(Duration::from_millis(1));
+    let mut last_beat = Instant::now();
+    let mut idle = 0u32;
+    while !inner.stop.load(Ordering::Relaxed) {
+        if last_beat.elapsed() >= beat_every {
+            last_beat = Instant::now();
+            if inner.node().heartbeat(inner.nonce) == Err(cxlkv_core::Error::Revoked) {
+                inner.fenced.store(true, Ordering::Relaxed);
+                return;
+            }
+        }
+        let rep = match inner.mgr.lock() {
+            Ok(mut m) => inner.step(&mut m).unwrap_or_default(),
+            Err(_) => return,
+        };
+        if rep.dead != 0 && inner.opts.auto_recover && !inner.recovering.swap(true, Ordering::AcqRel) {
+            let i2 = inner.clone();
+            std::thread::spawn(move || {
+                let _ = i2.node().recover(0);
+                i2.recovering.store(false, Ordering::Release);
+            });
+        }
+        if rep.grants > 0 {
+            idle = 0;
+            std::thread::yield_now();
+            continue;
+        }
+        idle = idle.saturating_add(1);
+        let pause = if !rep.active {
+            Duration::from_millis(5).min(beat_every)
+        } else if idle < 16 {
+            Duration::from_micros(0)
+        } else if idle < 2000 {
+            Duration::from_micros(50)
+        } else {
+            Duration::from_micros(500)
+        };
+        if pause.is_zero() {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(pause);
+        }
+    }
+}
+
+impl Cache {
+    /// Creates a region file of `size` bytes at `path` (owner-only), formats
+    /// it with `caps` and attaches to it.
+    pub fn create(path: &Path, size: u64, caps: Capacities, opts: Options) -> Result<Cache> {
+        let map = Mapping::create_file(path, size, 0o600, true)?;
+        Cache::format_mapping(map, caps, opts)
+    }
+
+    /// Formats an existing mapping and attaches to it.
+    pub fn format_mapping(map: Mapping, caps: Capacities, opts: Options) -> Result<Cache> {
+        let co = Flush::new(opts.mode, opts.nt_payload)?;
+        format(map.region(), co, caps, random_u64())?;
+        Cache::attach(map, opts)
+    }
+
+    /// Opens the region at `path` (file, /dev/shm or /dev/dax) and attaches.
+    pub fn open(path: &Path, opts: Options) -> Result<Cache> {
+        Cache::attach(Mapping::open(path)?, opts)
+    }
+
+    /// Attaches a node to a mapped, formatted region and starts its thread.
+    pub fn attach(map: Mapping, opts: Options) -> Result<Cache> {
+        let co = Flush::new(opts.mode, opts.nt_payload)?;
+        let store = attach(map.region(), co)?;
+        let tier = LocalTier::open(&opts.local_dir, store.creation_id, store.layout.n_locks)?;
+        let nonce = random_u64();
+        let host = host_id();
+        let who = Identity {
+            pid: std::process::id(),
+            host_id: host,
+            nonce,
+            now: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        };
+        // Attaches of one host are serialised on the tier's extra lock.
+        tier.lock(tier.attach_lock());
+        let id = attach_node(&store, opts.node, who);
+        tier.unlock(tier.attach_lock());
+        let id = id?;
+        let inner = Arc::new(Inner {
+            store,
+            local: NodeLocal::default(),
+            tier,
+            id,
+            nonce,
+            host,
+            mgr: Mutex::new(Manager::new(id)),
+            opts,
+            start: Instant::now(),
+            stop: AtomicBool::new(false),
+            fenced: AtomicBool::new(false),
+            recovering: AtomicBool::new(false),
+            is_manager: AtomicBool::new(false),
+            last: Mutex::new(StepReport::default()),
+            _map: map,
+        });
+        let i2 = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("cxlkv-node{id}"))
+            .spawn(move || background(i2))
+            .map_err(|err| Error::Io { what: "spawn node thread", err })?;
+        Ok(Cache { inner, thread: Some(thread) })
+    }
+
+    /// The node handle: every cache operation.
+    pub fn node(&self) -> Node<'_, Flush> {
+        self.inner.node()
+    }
+
+    /// The attached store (layout, region view, coherence).
+    pub fn store(&self) -> &Store<Flush> {
+        &self.inner.store
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> u32 {
+        self.inner.id
+    }
+
+    /// The last manager step report of this node.
+    pub fn manager_report(&self) -> StepReport {
+        self.inner.last.lock().map(|r| *r).unwrap_or_default()
+    }
+
+    /// True once this node was fenced (declared dead by the manager).
+    pub fn fenced(&self) -> bool {
+        self.inner.fenced.load(Ordering::Relaxed)
+    }
+
+    /// Runs recovery now, for nodes the manager declared dead and nodes of
+    /// this host whose process is gone.
+    pub fn recover(&self) -> Result<RecoverReport> {
+        let st = &self.inner.store;
+        let mut dead = declared_dead(st)?;
+        for n in 0..st.layout.caps.max_nodes {
+            let info: NodeInfo = st.region.read(st.layout.node_info(n))?;
+            if n != self.inner.id && info.state == NODE_ALIVE && info.host_id == self.inner.host && !pid_alive(info.pid)
+            {
+                dead |= 1 << n;
+            }
+        }
+        Ok(self.node().recover(dead)?)
+    }
+
+    /// Checks the region's invariants.
+    pub fn check(&self) -> Result<Vec<Finding>> {
+        check_store(&self.inner.store)
+    }
+
+    /// Stops the thread and detaches (drops every pin this node holds).
+    pub fn close(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        let Some(t) = self.thread.take() else { return Ok(()) };
+        self.inner.stop.store(true, Ordering::Relaxed);
+        let _ = t.join();
+        if self.inner.fenced.load(Ordering::Relaxed) {
+            return Err(Error::Core(cxlkv_core::Error::Revoked));
+        }
+        // Detaching takes locks, which needs a manager: keep stepping inline.
+        self.inner.is_manager.store(true, Ordering::Relaxed);
+        Ok(self.node().detach()?)
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// Runs `check` over a store and collects the findings.
+pub fn check_store<C: cxlkv_core::coherence::Coherence>(store: &Store<C>) -> Result<Vec<Finding>> {
+    let mut v = Vec::new();
+    let mut scratch = vec![0u64; scratch_words(store)];
+    check(store, &mut scratch, &mut |f| v.push(f))?;
+    Ok(v)
+}

@@ -1,0 +1,240 @@
+//! `Coherence` with real cache-maintenance instructions.
+//!
+//! | mode         | flush (publish)      | invalidate (read fresh) | store fence |
+//! |--------------|----------------------|-------------------------|-------------|
+//! | `coherent`   | nothing              | nothing                 | `mfence`    |
+//! | `clflush`    | `clflush`            | `clflush`               | `mfence`    |
+//! | `clflushopt` | `clflushopt`         | `clflushopt`            | `sfence`    |
+//! | `clwb`       | `clwb`               | `clflushopt`/`clflush`  | `sfence`    |
+//! | aarch64      | `dc cvac`            | `dc civac`              | `dsb sy`    |
+//!
+//! `clflush` is the default (TraCT §3.4: synchronous, so a flush has reached
+//! memory when the instruction retires). `clwb` keeps the line valid and so is
+//! never used to invalidate. Non-temporal stores can carry payloads (`nt`).
+
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
+#[cfg(target_arch = "x86_64")]
+pub mod x86;
+
+use core::str::FromStr;
+
+use cxlkv_core::coherence::{line_span, Coherence, Site};
+use cxlkv_core::mem::{Region, LINE};
+
+use crate::{Error, Result};
+
+/// Which instructions carry flushes and invalidations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FlushMode {
+    /// Genuinely coherent memory (one host): no cache maintenance.
+    Coherent,
+    /// x86 `clflush` (synchronous; the default).
+    Clflush,
+    /// x86 `clflushopt` + `sfence`.
+    Clflushopt,
+    /// x86 `clwb` + `sfence` to publish; invalidation by `clflushopt`.
+    Clwb,
+    /// aarch64 `dc cvac` / `dc civac` + `dsb sy`.
+    DcCivac,
+}
+
+impl FlushMode {
+    /// Every mode, for reports and benchmarks.
+    pub const ALL: [FlushMode; 5] =
+        [FlushMode::Coherent, FlushMode::Clflush, FlushMode::Clflushopt, FlushMode::Clwb, FlushMode::DcCivac];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushMode::Coherent => "coherent",
+            FlushMode::Clflush => "clflush",
+            FlushMode::Clflushopt => "clflushopt",
+            FlushMode::Clwb => "clwb",
+            FlushMode::DcCivac => "dc-civac",
+        }
+    }
+
+    /// True when this machine can execute the mode.
+    pub fn available(self) -> bool {
+        match self {
+            FlushMode::Coherent => true,
+            #[cfg(target_arch = "x86_64")]
+            FlushMode::Clflush => true,
+            #[cfg(target_arch = "x86_64")]
+            FlushMode::Clflushopt => x86::has_clflushopt(),
+            #[cfg(target_arch = "x86_64")]
+            FlushMode::Clwb => x86::has_clwb() && x86::has_clflushopt(),
+            #[cfg(target_arch = "aarch64")]
+            FlushMode::DcCivac => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// The safe default for non-coherent memory on this architecture.
+    pub fn default_for_arch() -> FlushMode {
+        if cfg!(target_arch = "aarch64") {
+            FlushMode::DcCivac
+        } else if cfg!(target_arch = "x86_64") {
+            FlushMode::Clflush
+        } else {
+            FlushMode::Coherent
+        }
+    }
+
+    /// The cheapest available mode that still publishes and invalidates.
+    pub fn fastest_available() -> FlushMode {
+        [FlushMode::Clwb, FlushMode::Clflushopt, FlushMode::DcCivac, FlushMode::Clflush]
+            .into_iter()
+            .find(|m| m.available())
+            .unwrap_or(FlushMode::Coherent)
+    }
+}
+
+impl FromStr for FlushMode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(FlushMode::default_for_arch()),
+            "fastest" => Ok(FlushMode::fastest_available()),
+            _ => FlushMode::ALL
+                .into_iter()
+                .find(|m| m.name() == s)
+                .ok_or(Error::Core(cxlkv_core::Error::InvalidArgument)),
+        }
+    }
+}
+
+/// A `Coherence` implementation backed by a [`FlushMode`].
+#[derive(Clone, Copy, Debug)]
+pub struct Flush {
+    mode: FlushMode,
+    nt_payload: bool,
+}
+
+impl Flush {
+    /// Coherence by `mode`; `nt_payload` writes payloads with non-temporal
+    /// stores. Fails with `Unsupported` when this CPU lacks the instructions.
+    pub fn new(mode: FlushMode, nt_payload: bool) -> Result<Flush> {
+        if !mode.available() {
+            return Err(Error::Unsupported("flush mode not available on this CPU"));
+        }
+        if nt_payload && !cfg!(target_arch = "x86_64") {
+            return Err(Error::Unsupported("non-temporal payload stores need x86-64"));
+        }
+        Ok(Flush { mode, nt_payload })
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> FlushMode {
+        self.mode
+    }
+
+    /// Whether payloads use non-temporal stores.
+    pub fn nt_payload(&self) -> bool {
+        self.nt_payload
+    }
+
+    fn lines(region: &Region, off: u64, len: u64) -> cxlkv_core::Result<(*mut u8, usize)> {
+        region.check(off, len, 1)?;
+        let (start, end) = line_span(off, len);
+        let end = end.min(region.len().div_ceil(LINE) * LINE);
+        let n = ((end - start) / LINE) as usize;
+        // `start` is inside the region (rounded down from a checked offset).
+        Ok((region.base().wrapping_add(start as usize), n))
+    }
+}
+
+impl Coherence for Flush {
+    fn flush(&self, region: &Region, off: u64, len: u64, _site: Site) -> cxlkv_core::Result<()> {
+        let (p, n) = Self::lines(region, off, len)?;
+        match self.mode {
+            FlushMode::Coherent => {}
+            #[cfg(target_arch = "x86_64")]
+            FlushMode::Clflush => x86::clflush_lines(p, n),
+            #[cfg(target_arch = "x86_64")]
+            FlushMode::Clflushopt => x86::clflushopt_lines(p, n),
+            #[cfg(target_arch = "x86_64")]
+            FlushMode::Clwb => x86::clwb_lines(p, n),
+            #[cfg(target_arch = "aarch64")]
+            FlushMode::DcCivac => aarch64::clean_lines(p, n),
+            #[allow(unreachable_patterns)]
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn invalidate(&self, region: &Region, off: u64, len: u64, _site: Site) -> cxlkv_core::Result<()> {
+        let (p, n) = Self::lines(region, off, len)?;
+        match self.mode {
+            FlushMode::Coherent => {}
+            #[cfg(target_arch = "x86_64")]
+            FlushMode::Clflush => {
+                x86::clflush_lines(p, n);
+                // The loads that follow must not be served before the lines
+                // were dropped.
+                x86::mfence();
+            }
+            #[cfg(target_arch = "x86_64")]
+            FlushMode::Clflushopt | FlushMode::Clwb => {
+                x86::clflushopt_lines(p, n);
+                x86::mfence();
+            }
+            #[cfg(target_arch = "aarch64")]
+            FlushMode::DcCivac => aarch64::clean_invalidate_lines(p, n),
+            #[allow(unreachable_patterns)]
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn store_fence(&self, _site: Site) {
+        match self.mode {
+            #[cfg(target_arch = "x86_64")]
+            FlushMode::Clflushopt | FlushMode::Clwb => x86::sfence(),
+            #[cfg(target_arch = "aarch64")]
+            FlushMode::DcCivac => aarch64::dsb_sy(),
+            _ => core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst),
+        }
+    }
+
+    fn full_fence(&self, _site: Site) {
+        match self.mode {
+            #[cfg(target_arch = "aarch64")]
+            FlushMode::DcCivac => aarch64::dsb_sy(),
+            _ => core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst),
+        }
+    }
+
+    fn write_payload(&self, region: &Region, off: u64, src: &[u8], site: Site) -> cxlkv_core::Result<()> {
+        #[cfg(target_arch = "x86_64")]
+        if self.nt_payload {
+            let p = region.ptr(off, src.len() as u64, 1)?;
+            // SAFETY:
+            // - `p..p+src.len()` is inside the region (checked by `ptr`);
+            // - the payload range is owned by the writer (entry WRITING).
+            unsafe { x86::nt_copy(p, src) };
+            x86::sfence();
+            return Ok(());
+        }
+        region.copy_in(off, src)?;
+        self.flush(region, off, src.len() as u64, site)
+    }
+
+    fn name(&self) -> &'static str {
+        if self.nt_payload {
+            match self.mode {
+                FlushMode::Clflush => "clflush+nt",
+                FlushMode::Clflushopt => "clflushopt+nt",
+                FlushMode::Clwb => "clwb+nt",
+                _ => "coherent+nt",
+            }
+        } else {
+            self.mode.name()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,40 @@
+//! Host identity and process liveness.
+
+/// A stable id of this boot of this host: a hash of the kernel's boot id.
+pub fn host_id() -> u64 {
+    let s = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in s.trim().bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h | 1
+}
+
+/// True if a process (or thread) with id `pid` exists on this host.
+pub fn pid_alive(pid: u32) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 only checks for existence; no signal is sent.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// This thread's kernel id.
+pub fn tid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// A random 64-bit value (for nonces and creation ids).
+pub fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: `b` is a valid writable buffer of 8 bytes.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    if n == 8 {
+        return u64::from_ne_bytes(b);
+    }
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    cxlkv_core::hash::mix64(t as u64 ^ (std::process::id() as u64) << 32)
+}

@@ -1,0 +1,22 @@
+//! cxlkv platform layer: everything that touches the OS or the hardware.
+//!
+//! - [`map`]: maps a region from a file, /dev/shm, a hugetlb memfd or a
+//!   device-DAX character device;
+//! - [`flush`]: `Coherence` implementations with real cache-maintenance
+//!   instructions, chosen by CPUID with an explicit override;
+//! - [`local`]: the host-local lock tier, shared by the processes of a host;
+//! - [`cache`]: an attached node with its heartbeat and lock-manager thread.
+
+pub mod cache;
+pub mod error;
+pub mod flush;
+pub mod host;
+pub mod local;
+pub mod map;
+pub mod size;
+
+pub use cache::{Cache, Options};
+pub use cxlkv_core as core_api;
+pub use error::{Error, Result};
+pub use flush::{Flush, FlushMode};
+pub use map::{Mapping, Source};

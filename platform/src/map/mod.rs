@@ -1,0 +1,288 @@
+//! Mapping a region: regular and /dev/shm files, memfds (hugetlb or not) and
+//! device DAX. Every mapping is `MAP_SHARED` and at least 64-byte aligned;
+//! device DAX mappings are aligned to the device's own alignment.
+
+pub mod devdax;
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use cxlkv_core::mem::Region;
+
+use crate::{Error, Result};
+
+/// Where a region lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A regular file or a file in /dev/shm.
+    File(PathBuf),
+    /// An anonymous memfd (shared with children through fork or
+    /// `/proc/<pid>/fd/<n>`), backed by huge pages when `hugetlb`.
+    Memfd {
+        /// Use `MFD_HUGETLB`.
+        hugetlb: bool,
+    },
+    /// A device-DAX character device (`/dev/daxX.Y`).
+    DevDax(PathBuf),
+}
+
+impl Source {
+    /// Picks the source for a path: `/dev/dax*` is device DAX, else a file.
+    pub fn for_path(p: &Path) -> Source {
+        let s = p.as_os_str().as_bytes();
+        if s.starts_with(b"/dev/dax") {
+            Source::DevDax(p.to_path_buf())
+        } else {
+            Source::File(p.to_path_buf())
+        }
+    }
+}
+
+/// A live shared mapping; unmapped on drop.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+    fd: OwnedFd,
+    source: Source,
+}
+
+// SAFETY: the mapping is plain shared memory; all access goes through Region
+// views, whose accesses are atomic or validated copies.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+fn cpath(p: &Path) -> Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| Error::Core(cxlkv_core::Error::InvalidArgument))
+}
+
+/// Maps `len` bytes of `fd` shared, at an address aligned to `align`.
+pub(crate) fn map_aligned(fd: &OwnedFd, len: usize, align: usize) -> Result<*mut u8> {
+    if len == 0 || !align.is_power_of_two() {
+        return Err(Error::Core(cxlkv_core::Error::InvalidArgument));
+    }
+    let page = 4096usize;
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    if align <= page {
+        // SAFETY: a fresh shared mapping of a valid fd; the kernel picks the
+        // address (page aligned, so 64-byte aligned).
+        let p = unsafe { libc::mmap(core::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        if p == libc::MAP_FAILED {
+            return Err(Error::io("mmap"));
+        }
+        return Ok(p.cast());
+    }
+    // Reserve len + align of address space, then map the device at an aligned
+    // address inside the reservation and release the slop.
+    let span = len.checked_add(align).ok_or(Error::Core(cxlkv_core::Error::TooLarge))?;
+    // SAFETY: an anonymous PROT_NONE reservation; nothing is accessed.
+    let r = unsafe {
+        libc::mmap(core::ptr::null_mut(), span, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    if r == libc::MAP_FAILED {
+        return Err(Error::io("mmap reserve"));
+    }
+    let base = r as usize;
+    let aligned = (base + align - 1) & !(align - 1);
+    // SAFETY: `aligned..aligned+len` lies inside the reservation we own, so
+    // MAP_FIXED replaces only our own PROT_NONE pages.
+    let p = unsafe {
+        libc::mmap(aligned as *mut libc::c_void, len, prot, libc::MAP_SHARED | libc::MAP_FIXED, fd.as_raw_fd(), 0)
+    };
+    if p == libc::MAP_FAILED {
+        let e = Error::io("mmap fixed");
+        // SAFETY: unmapping our own reservation.
+        unsafe { libc::munmap(r, span) };
+        return Err(e);
+    }
+    if aligned > base {
+        // SAFETY: the slop before the mapping is part of our reservation.
+        unsafe { libc::munmap(r, aligned - base) };
+    }
+    let end = aligned + len;
+    if base + span > end {
+        // SAFETY: the slop after the mapping is part of our reservation.
+        unsafe { libc::munmap(end as *mut libc::c_void, base + span - end) };
+    }
+    Ok(aligned as *mut u8)
+}
+
+fn fd_len(fd: &OwnedFd) -> Result<u64> {
+    // SAFETY: zeroed stat is a valid out-buffer for fstat.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: `fd` is open and `st` is a valid out-pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(Error::io("fstat"));
+    }
+    Ok(st.st_size as u64)
+}
+
+impl Mapping {
+    /// Creates (or truncates, when `overwrite`) a file of `size` bytes with
+    /// permissions `mode` (owner-only by default: 0o600) and maps it.
+    pub fn create_file(path: &Path, size: u64, mode: u32, overwrite: bool) -> Result<Mapping> {
+        let c = cpath(path)?;
+        let mut flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC;
+        flags |= if overwrite { libc::O_TRUNC } else { libc::O_EXCL };
+        // SAFETY: `c` is a valid NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), flags, mode as libc::c_uint) };
+        if fd < 0 {
+            return Err(Error::io("open region file"));
+        }
+        // SAFETY: `fd` was just opened and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let len = usize::try_from(size).map_err(|_| Error::Core(cxlkv_core::Error::TooLarge))?;
+        // SAFETY: `fd` is an open regular file.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
+            return Err(Error::io("ftruncate"));
+        }
+        let ptr = map_aligned(&fd, len, 4096)?;
+        Ok(Mapping { ptr, len, fd, source: Source::File(path.to_path_buf()) })
+    }
+
+    /// Opens and maps an existing region file (its whole length).
+    pub fn open_file(path: &Path) -> Result<Mapping> {
+        let c = cpath(path)?;
+        // SAFETY: `c` is a valid NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::io("open region file"));
+        }
+        // SAFETY: `fd` was just opened and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let size = fd_len(&fd)?;
+        if size < 4096 {
+            return Err(Error::Core(cxlkv_core::Error::TooSmall));
+        }
+        let len = usize::try_from(size).map_err(|_| Error::Core(cxlkv_core::Error::TooLarge))?;
+        let ptr = map_aligned(&fd, len, 4096)?;
+        Ok(Mapping { ptr, len, fd, source: Source::File(path.to_path_buf()) })
+    }
+
+    /// Creates an anonymous memfd region of `size` bytes (huge pages when
+    /// `hugetlb`; the size is then rounded up to 2 MiB).
+    pub fn memfd(size: u64, hugetlb: bool) -> Result<Mapping> {
+        let name = c"cxlkv";
+        let mut flags = libc::MFD_CLOEXEC;
+        let mut size = size;
+        if hugetlb {
+            flags |= libc::MFD_HUGETLB;
+            size = size.div_ceil(2 << 20) * (2 << 20);
+        }
+        // SAFETY: `name` is a valid C string; flags are valid memfd flags.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(Error::io("memfd_create"));
+        }
+        // SAFETY: `fd` was just created and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: `fd` is an open memfd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
+            return Err(Error::io("ftruncate memfd"));
+        }
+        let len = usize::try_from(size).map_err(|_| Error::Core(cxlkv_core::Error::TooLarge))?;
+        let align = if hugetlb { 2 << 20 } else { 4096 };
+        let ptr = map_aligned(&fd, len, align)?;
+        Ok(Mapping { ptr, len, fd, source: Source::Memfd { hugetlb } })
+    }
+
+    /// Opens a region at `path`: device DAX for `/dev/dax*`, else a file.
+    pub fn open(path: &Path) -> Result<Mapping> {
+        match Source::for_path(path) {
+            Source::DevDax(p) => devdax::open(&p),
+            _ => Mapping::open_file(path),
+        }
+    }
+
+    pub(crate) fn from_parts(ptr: *mut u8, len: usize, fd: OwnedFd, source: Source) -> Mapping {
+        Mapping { ptr, len, fd, source }
+    }
+
+    /// A core view of the mapping.
+    pub fn region(&self) -> Region {
+        // SAFETY:
+        // - `ptr..ptr+len` stays mapped until `self` drops, and callers keep
+        //   the Mapping alive while they use the view (Cache owns both);
+        // - the memory is shared and only accessed through Region views.
+        match unsafe { Region::new(self.ptr, self.len) } {
+            Ok(r) => r,
+            // mmap returns page-aligned non-null addresses.
+            Err(_) => unreachable!("mmap returned an unaligned address"),
+        }
+    }
+
+    /// Mapped length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when empty (never, for a valid mapping).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Where the region lives.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// The file descriptor (for passing a memfd to other processes).
+    pub fn fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr..ptr+len` is our mapping; nothing uses it after drop.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_mapping_is_shared_between_mappings() {
+        let dir = std::env::temp_dir().join(format!("cxlkv-map-{}", std::process::id()));
+        let a = Mapping::create_file(&dir, 1 << 20, 0o600, true).unwrap();
+        let b = Mapping::open_file(&dir).unwrap();
+        a.region().store_u64(4096, 0xfeed).unwrap();
+        assert_eq!(b.region().load_u64(4096).unwrap(), 0xfeed);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(Mapping::create_file(&dir, 1 << 20, 0o600, false).is_err(), "no silent overwrite");
+        std::fs::remove_file(&dir).unwrap();
+    }
+
+    #[test]
+    fn aligned_mapping_honours_large_alignment() {
+        let m = Mapping::memfd(4 << 20, false).unwrap();
+        let p = map_aligned(&m.fd, 4 << 20, 2 << 20).unwrap();
+        assert_eq!(p as usize % (2 << 20), 0);
+        // SAFETY: unmapping the mapping just made.
+        unsafe { libc::munmap(p.cast(), 4 << 20) };
+    }
+
+    #[test]
+    fn hugetlb_memfd_maps_or_reports_a_typed_error() {
+        match Mapping::memfd(2 << 20, true) {
+            Ok(m) => assert_eq!(m.region().base() as usize % (2 << 20), 0),
+            Err(Error::Io { .. }) => {} // no huge pages configured on this host
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+
+    #[test]
+    fn open_missing_or_tiny_file_fails_cleanly() {
+        assert!(matches!(Mapping::open_file(Path::new("/nonexistent/cxlkv")), Err(Error::Io { .. })));
+        let p = std::env::temp_dir().join(format!("cxlkv-tiny-{}", std::process::id()));
+        std::fs::write(&p, [0u8; 100]).unwrap();
+        assert!(matches!(Mapping::open_file(&p), Err(Error::Core(cxlkv_core::Error::TooSmall))));
+        std::fs::remove_file(&p).unwrap();
+    }
+}
