@@ -52,14 +52,14 @@ impl<C: Coherence> Node<'_, C> {
         let slot_off = l.lock_slot(lock, self.id);
         let req = LockSlot { state: SLOT_WAITING, flags, ..LockSlot::default() };
         // SYNC: WAITING visible to the manager's scan.
-        if let Err(e) = self.store.publish(slot_off, &req, Site("lock.request")) {
+        if let Err(e) = self.store.publish_state_last(slot_off, &req, Site("lock.request")) {
             self.env.local_unlock(lock);
             return Err(e);
         }
         let mut i = 0u32;
         loop {
             // SYNC: fresh slot each poll (writer: manager grant).
-            let s: LockSlot = match self.store.fresh(slot_off, Site("lock.poll")) {
+            let s: LockSlot = match self.store.fresh_state_first(slot_off, Site("lock.poll")) {
                 Ok(s) => s,
                 Err(e) => {
                     self.env.local_unlock(lock);
@@ -78,7 +78,7 @@ impl<C: Coherence> Node<'_, C> {
             if let Err(e) = self.env.wait(i) {
                 // Withdraw. A grant racing with this is seen by the manager as
                 // an immediate release.
-                let _ = self.store.publish(slot_off, &LockSlot::default(), Site("lock.withdraw"));
+                let _ = self.store.publish_state_last(slot_off, &LockSlot::default(), Site("lock.withdraw"));
                 self.env.local_unlock(lock);
                 return Err(e);
             }
@@ -93,8 +93,8 @@ impl<C: Coherence> Node<'_, C> {
         let slot_off = l.lock_slot(held.lock, self.id);
         // SYNC: every flush made under the lock completes before IDLE is seen.
         self.store.co.store_fence(Site("lock.release.fence"));
-        let mine: LockSlot = self.store.fresh(slot_off, Site("lock.release.check"))?;
-        let r = self.store.publish(slot_off, &LockSlot::default(), Site("lock.release"));
+        let mine: LockSlot = self.store.fresh_state_first(slot_off, Site("lock.release.check"))?;
+        let r = self.store.publish_state_last(slot_off, &LockSlot::default(), Site("lock.release"));
         self.store.co.store_fence(Site("lock.release.done"));
         self.env.local_unlock(held.lock);
         r?;
@@ -204,7 +204,7 @@ impl Manager {
             let holder_dead = ml.manager != 0 && {
                 let m = ml.manager - 1;
                 m >= l.caps.max_nodes || {
-                    let info: NodeInfo = store.fresh(l.node_info(m), Site("mgr.contest.info"))?;
+                    let info: NodeInfo = store.fresh_state_first(l.node_info(m), Site("mgr.contest.info"))?;
                     info.state != NODE_ALIVE || probe(m, &info) == Some(false)
                 }
             };
@@ -230,7 +230,7 @@ impl Manager {
         // Liveness.
         let mut dead = 0u64;
         for n in 0..l.caps.max_nodes {
-            let info: NodeInfo = store.fresh(l.node_info(n), Site("mgr.info"))?;
+            let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("mgr.info"))?;
             match info.state {
                 NODE_ALIVE => {}
                 NODE_DEAD => {
@@ -253,7 +253,7 @@ impl Manager {
                 let mut d = info;
                 d.state = NODE_DEAD;
                 // SYNC: DEAD fences the node out (reader: its own heartbeat).
-                store.publish(l.node_info(n), &d, Site("mgr.declare_dead"))?;
+                store.publish_state_last(l.node_info(n), &d, Site("mgr.declare_dead"))?;
                 dead |= 1 << n;
                 rep.newly_dead |= 1 << n;
             }
@@ -272,11 +272,11 @@ impl Manager {
             let mut changed = false;
             for n in 0..nn {
                 let soff = l.lock_slot(lock, n);
-                let s: LockSlot = store.fresh(soff, Site("mgr.slot"))?;
+                let s: LockSlot = store.fresh_state_first(soff, Site("mgr.slot"))?;
                 let is_dead = dead & (1 << n) != 0;
                 match s.state {
                     SLOT_LOCKED if is_dead => {
-                        store.publish(soff, &LockSlot::default(), Site("mgr.revoke"))?;
+                        store.publish_state_last(soff, &LockSlot::default(), Site("mgr.revoke"))?;
                         ll.epoch = ll.epoch.wrapping_add(1);
                         ll.repair = 1;
                         ll.holder = 0;
@@ -285,7 +285,7 @@ impl Manager {
                     }
                     SLOT_LOCKED => holder = Some(n),
                     SLOT_WAITING if is_dead => {
-                        store.publish(soff, &LockSlot::default(), Site("mgr.drop_dead_wait"))?;
+                        store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_dead_wait"))?;
                     }
                     _ => {}
                 }
@@ -298,7 +298,7 @@ impl Manager {
                         continue;
                     }
                     let soff = l.lock_slot(lock, n);
-                    let s: LockSlot = store.region.read(soff)?;
+                    let s: LockSlot = store.fresh_state_first(soff, Site("mgr.slot.recheck"))?;
                     if s.state != SLOT_WAITING || (ll.repair != 0 && s.flags & SLOT_RECOVERY == 0) {
                         continue;
                     }
@@ -316,7 +316,7 @@ impl Manager {
                         reserved: [0; 5],
                     };
                     // SYNC: LOCKED visible to the polling node (reader: lock_with).
-                    store.publish(soff, &g, Site("mgr.grant"))?;
+                    store.publish_state_last(soff, &g, Site("mgr.grant"))?;
                     rep.grants += 1;
                     changed = false;
                     break;

@@ -111,7 +111,7 @@ pub fn attach_node<C: Coherence>(store: &Store<C>, want: Option<u32>, who: Ident
     };
     // SYNC: ALIVE written last publishes the cleared journal and heartbeat
     // (reader: the manager's liveness scan).
-    store.publish(l.node_info(id), &info, Site("node.attach.info"))?;
+    store.publish_state_last(l.node_info(id), &info, Site("node.attach.info"))?;
     store.co.store_fence(Site("node.attach.info.fence"));
     Ok(id)
 }
@@ -136,7 +136,7 @@ impl<'a, C: Coherence> Node<'a, C> {
     /// longer belongs to it (declared dead, freed, or claimed by another).
     pub fn heartbeat(&self, nonce: u64) -> Result<u64> {
         let l = &self.store.layout;
-        let info: NodeInfo = self.store.fresh(l.node_info(self.id), Site("node.beat.info"))?;
+        let info: NodeInfo = self.store.fresh_state_first(l.node_info(self.id), Site("node.beat.info"))?;
         if info.state != NODE_ALIVE || info.nonce != nonce {
             return Err(Error::Revoked);
         }
@@ -156,7 +156,7 @@ impl<'a, C: Coherence> Node<'a, C> {
         let info = NodeInfo::default();
         // SYNC: FREE published after the journal is empty (reader: attach).
         self.store.co.store_fence(Site("node.detach.fence"));
-        self.store.publish(l.node_info(self.id), &info, Site("node.detach.info"))?;
+        self.store.publish_state_last(l.node_info(self.id), &info, Site("node.detach.info"))?;
         self.store.co.store_fence(Site("node.detach.info.fence"));
         Ok(())
     }

@@ -198,7 +198,7 @@ impl<C: Coherence> Node<'_, C> {
             st.publish(l.heartbeat(n), &Heartbeat::default(), Site("recover.heartbeat"))?;
             st.co.store_fence(Site("recover.node.fence"));
             // SYNC: FREE last: the slot may be reused only once it is clean.
-            st.publish(l.node_info(n), &NodeInfo::default(), Site("recover.node.free"))?;
+            st.publish_state_last(l.node_info(n), &NodeInfo::default(), Site("recover.node.free"))?;
             rep.nodes_freed |= 1 << n;
         }
         // 7. Every lock is repaired now.

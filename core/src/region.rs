@@ -52,6 +52,38 @@ impl<C: Coherence> Store<C> {
         self.co.flush(&self.region, off, size_of::<T>() as u64, site)
     }
 
+    /// Stores `v` with its first word (the state word) stored last, after a
+    /// fence, then flushes. A same-host reader that loads the state word first
+    /// and then the rest never pairs a new state with old fields.
+    pub fn publish_state_last<T: IntoBytes + Immutable>(&self, off: u64, v: &T, site: Site) -> Result<()> {
+        let bytes = v.as_bytes();
+        let n = bytes.len() / 8;
+        self.region.check(off, bytes.len() as u64, 8)?;
+        for i in 1..n {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bytes[8 * i..8 * i + 8]);
+            self.region.store_u64(off + 8 * i as u64, u64::from_ne_bytes(w))?;
+        }
+        crate::mem::fence_seq_cst();
+        self.region.store_u64(off, u64::from_ne_bytes(first_word(bytes)))?;
+        self.co.flush(&self.region, off, bytes.len() as u64, site)
+    }
+
+    /// Reads a struct whose first word is its state word: that word first,
+    /// then (after a fence) the rest, pairing with [`Store::publish_state_last`].
+    pub fn fresh_state_first<T: FromBytes + IntoBytes + KnownLayout + Immutable>(
+        &self,
+        off: u64,
+        site: Site,
+    ) -> Result<T> {
+        self.co.invalidate(&self.region, off, size_of::<T>() as u64, site)?;
+        let w0 = self.region.load_u64(off)?;
+        crate::mem::fence_seq_cst();
+        let mut v: T = self.region.read(off)?;
+        v.as_mut_bytes()[..8].copy_from_slice(&w0.to_ne_bytes());
+        Ok(v)
+    }
+
     /// Writes an entry line with its sequence word odd while it changes, then
     /// even, so a same-host reader without the lock never takes a torn entry
     /// for a whole one; then flushes the line. Caller holds the stripe lock.
