@@ -1,0 +1,255 @@
+//! `cxlkv`: format, inspect, check and recover cxlkv regions.
+
+mod args;
+mod inspect;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use args::{Args, Usage};
+use cxlkv_core::layout::Capacities;
+use cxlkv_platform::cache::check_store;
+use cxlkv_platform::{Cache, Flush, FlushMode, Mapping, Options};
+use serde_json::json;
+
+const USAGE: &str = "\
+cxlkv — a shared-memory KV-cache block store
+
+usage:
+  cxlkv format PATH --size SIZE [--nodes N] [--stripes N] [--entries N]
+               [--chunk SIZE] [--roots N] [--pins N] [--force] [--json]
+  cxlkv inspect PATH [--json]
+  cxlkv check PATH [--json]        exit 0 clean, 1 findings, 2 cannot open
+  cxlkv recover PATH [--json]
+
+options common to all: --mode coherent|clflush|clflushopt|clwb|auto (default auto)
+sizes take units: 64M, 2G, 512K";
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    // Never let a panic escape as an abort with a backtrace: report and exit 2.
+    match std::panic::catch_unwind(|| run(&argv)) {
+        Ok(code) => code,
+        Err(_) => {
+            eprintln!("cxlkv: internal error");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(argv: &[String]) -> ExitCode {
+    let Some((cmd, rest)) = argv.split_first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let r = match cmd.as_str() {
+        "format" => cmd_format(rest),
+        "inspect" => cmd_inspect(rest),
+        "check" => return cmd_check(rest),
+        "recover" => cmd_recover(rest),
+        "help" | "--help" | "-h" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => Err(Fail::Usage(Usage(format!("unknown command {other}")))),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Fail::Usage(Usage(m))) => {
+            eprintln!("cxlkv: {m}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+        Err(Fail::Run(m)) => {
+            eprintln!("cxlkv: {m}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+enum Fail {
+    Usage(Usage),
+    Run(String),
+}
+
+impl From<Usage> for Fail {
+    fn from(u: Usage) -> Self {
+        Fail::Usage(u)
+    }
+}
+
+impl From<cxlkv_platform::Error> for Fail {
+    fn from(e: cxlkv_platform::Error) -> Self {
+        Fail::Run(e.to_string())
+    }
+}
+
+impl From<cxlkv_core::Error> for Fail {
+    fn from(e: cxlkv_core::Error) -> Self {
+        Fail::Run(e.to_string())
+    }
+}
+
+fn mode(a: &Args) -> Result<FlushMode, Fail> {
+    let m: FlushMode = a.get("mode").unwrap_or("auto").parse().map_err(|_| Usage("bad --mode".into()))?;
+    if !m.available() {
+        return Err(Fail::Run(format!("flush mode {} not available on this CPU", m.name())));
+    }
+    Ok(m)
+}
+
+const COMMON: [&str; 1] = ["mode"];
+
+fn cmd_format(raw: &[String]) -> Result<(), Fail> {
+    let valued = [COMMON.as_slice(), &["size", "nodes", "stripes", "entries", "chunk", "roots", "pins"]].concat();
+    let a = Args::parse(raw, &valued, &["force", "json"])?;
+    let path = a.path()?;
+    let size = a.size("size", 0)?;
+    if size == 0 {
+        return Err(Usage("--size is required".into()).into());
+    }
+    let d = Capacities::default();
+    let chunk = a.size("chunk", 1 << d.chunk_shift)?;
+    if !chunk.is_power_of_two() {
+        return Err(Usage("--chunk must be a power of two".into()).into());
+    }
+    let caps = Capacities {
+        max_nodes: a.num("nodes", d.max_nodes)?,
+        n_stripes: a.num("stripes", d.n_stripes)?,
+        entries_per_stripe: 0,
+        n_roots: a.num("roots", d.n_roots)?,
+        pin_slots: a.num("pins", d.pin_slots)?,
+        chunk_shift: chunk.trailing_zeros(),
+    };
+    let total: u32 = a.num("entries", caps.n_stripes.saturating_mul(d.entries_per_stripe))?;
+    let caps = Capacities { entries_per_stripe: total.div_ceil(caps.n_stripes.max(1)), ..caps };
+    caps.validate().map_err(|_| Usage("capacities out of range".into()))?;
+    if !path.starts_with("/dev/dax") {
+        // Refuse impossible sizes before touching an existing file.
+        cxlkv_core::layout::Layout::compute(caps, size)?;
+    }
+    let p = Path::new(path);
+    if p.exists() && !a.flag("force") && !path.starts_with("/dev/dax") {
+        return Err(Fail::Run(format!("{path} exists (use --force to overwrite)")));
+    }
+    let map = match cxlkv_platform::Source::for_path(p) {
+        cxlkv_platform::Source::DevDax(_) => Mapping::open(p)?,
+        _ => Mapping::create_file(p, size, 0o600, true)?,
+    };
+    let co = Flush::new(mode(&a)?, false)?;
+    let store = cxlkv_core::region::format(map.region(), co, caps, cxlkv_platform::host::random_u64())?;
+    let l = store.layout;
+    if a.flag("json") {
+        println!(
+            "{}",
+            json!({"path": path, "size": l.region_size, "chunks": l.n_chunks, "chunk_size": l.chunk_size(),
+            "entries": l.caps.n_stripes as u64 * l.caps.entries_per_stripe as u64, "payload_bytes": l.payload.len()})
+        );
+    } else {
+        println!(
+            "formatted {path}: {} region, {} entries in {} stripes, {} payload in {} chunks of {}",
+            cxlkv_platform::size::human(l.region_size),
+            l.caps.n_stripes as u64 * l.caps.entries_per_stripe as u64,
+            l.caps.n_stripes,
+            cxlkv_platform::size::human(l.payload.len()),
+            l.n_chunks,
+            cxlkv_platform::size::human(l.chunk_size())
+        );
+    }
+    Ok(())
+}
+
+fn open_store(a: &Args) -> Result<(Mapping, cxlkv_core::region::Store<Flush>), Fail> {
+    let map = Mapping::open(Path::new(a.path()?))?;
+    let store = cxlkv_core::region::attach(map.region(), Flush::new(mode(a)?, false)?)?;
+    Ok((map, store))
+}
+
+fn cmd_inspect(raw: &[String]) -> Result<(), Fail> {
+    let a = Args::parse(raw, &COMMON, &["json"])?;
+    let (_map, store) = open_store(&a)?;
+    let r = inspect::report(&store)?;
+    if a.flag("json") {
+        println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+    } else {
+        inspect::print_human(&r);
+    }
+    Ok(())
+}
+
+fn cmd_check(raw: &[String]) -> ExitCode {
+    let a = match Args::parse(raw, &COMMON, &["json"]) {
+        Ok(a) => a,
+        Err(Usage(m)) => {
+            eprintln!("cxlkv: {m}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let (_map, store) = match open_store(&a) {
+        Ok(x) => x,
+        Err(Fail::Run(m) | Fail::Usage(Usage(m))) => {
+            if a.flag("json") {
+                println!("{}", json!({"ok": false, "error": m}));
+            }
+            eprintln!("cxlkv check: cannot open: {m}");
+            return ExitCode::from(2);
+        }
+    };
+    match check_store(&store) {
+        Ok(f) => {
+            if a.flag("json") {
+                let list: Vec<_> = f.iter().map(|x| json!({"kind": x.kind.as_str(), "a": x.a, "b": x.b})).collect();
+                println!("{}", json!({"ok": f.is_empty(), "findings": list}));
+            } else if f.is_empty() {
+                println!("clean");
+            } else {
+                for x in &f {
+                    println!("{x}");
+                }
+                println!("{} findings", f.len());
+            }
+            if f.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("cxlkv check: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn cmd_recover(raw: &[String]) -> Result<(), Fail> {
+    let a = Args::parse(raw, &[COMMON.as_slice(), &["node"]].concat(), &["json"])?;
+    let opts = Options {
+        mode: mode(&a)?,
+        auto_recover: false,
+        node: a.get("node").map(|v| v.parse()).transpose().map_err(|_| Usage("bad --node".into()))?,
+        ..Options::default()
+    };
+    let cache = Cache::open(Path::new(a.path()?), opts)?;
+    let r = cache.recover()?;
+    cache.close()?;
+    if a.flag("json") {
+        println!(
+            "{}",
+            json!({"nodes_freed": r.nodes_freed.count_ones(), "pins_dropped": r.pins_dropped,
+                "writes_aborted": r.writes_aborted, "entries_dropped": r.entries_dropped,
+                "blocks_reclaimed": r.blocks_reclaimed, "chunks_reclaimed": r.chunks_reclaimed,
+                "locks_repaired": r.locks_repaired})
+        );
+    } else {
+        println!(
+            "recovered: {} dead nodes freed, {} pins dropped, {} writes aborted, {} entries dropped, {} blocks and {} chunks reclaimed, {} locks repaired",
+            r.nodes_freed.count_ones(),
+            r.pins_dropped,
+            r.writes_aborted,
+            r.entries_dropped,
+            r.blocks_reclaimed,
+            r.chunks_reclaimed,
+            r.locks_repaired
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! Worker process for the multi-process tests.
+//!
+//! `cxlkv-test-worker mixed PATH SEED OPS`: random publish / lookup / pin /
+//! read / evict over a shared key space, verifying every payload byte; prints
+//! one JSON line of counts and exits 0 (1 on any verification failure).
+//!
+//! `cxlkv-test-worker hold PATH`: publishes, pins, reserves and takes a lock,
+//! prints `ready`, and sleeps until killed.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use cxlkv_core::hash::mix64;
+use cxlkv_core::index::Lru;
+use cxlkv_core::Error;
+use cxlkv_platform::{Cache, Options};
+use cxlkv_tests::{fill, key, len_of, verify, NS};
+
+fn opts() -> Options {
+    Options { lock_timeout: Duration::from_secs(60), ..Options::default() }
+}
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let code = match a.get(1).map(String::as_str) {
+        Some("mixed") if a.len() == 5 => {
+            mixed(Path::new(&a[2]), a[3].parse().unwrap_or(1), a[4].parse().unwrap_or(100))
+        }
+        Some("hold") if a.len() == 3 => hold(Path::new(&a[2])),
+        _ => {
+            eprintln!("usage: cxlkv-test-worker mixed PATH SEED OPS | hold PATH");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+fn publish(c: &Cache, i: u64, buf: &mut Vec<u8>) -> Result<bool, Error> {
+    let k = key(i);
+    let len = len_of(k);
+    match c.node().reserve(NS, k, len as u64, 16) {
+        Ok(h) => {
+            buf.resize(len, 0);
+            fill(k, buf);
+            c.node().write(&h, 0, buf)?;
+            c.node().publish_flushed(&[h], &mut [Ok(())])?;
+            Ok(true)
+        }
+        Err(Error::Exists) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
+    let c = match Cache::open(path, opts()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("attach: {e}");
+            return 3;
+        }
+    };
+    let keyspace = 600u64;
+    let (mut published, mut exists, mut pinned, mut got, mut misses, mut bad, mut errors) = (0, 0, 0, 0, 0, 0u64, 0u64);
+    let mut buf = Vec::new();
+    let mut rd = vec![0u8; 80 << 10];
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for _ in 0..ops {
+        x = mix64(x);
+        let i = x % keyspace;
+        match (x >> 32) % 20 {
+            0..=7 => match publish(&c, i, &mut buf) {
+                Ok(true) => published += 1,
+                Ok(false) => exists += 1,
+                Err(e) => {
+                    eprintln!("publish {i}: {e}");
+                    errors += 1;
+                }
+            },
+            8..=13 => {
+                let keys: Vec<_> = (i..i + 4).map(key).collect();
+                let mut out = vec![Err(Error::InvalidArgument); 4];
+                if c.node().acquire(NS, &keys, &mut out).is_err() {
+                    errors += 1;
+                    continue;
+                }
+                let mut hs = Vec::new();
+                for (k, r) in keys.iter().zip(&out) {
+                    if let Ok(h) = r {
+                        let b = &mut rd[..h.len as usize];
+                        if c.node().read(h, 0, b).is_err() || !verify(*k, b) {
+                            bad += 1;
+                        }
+                        pinned += 1;
+                        hs.push(*h);
+                    }
+                }
+                if c.node().release(&hs).is_err() {
+                    errors += 1;
+                }
+            }
+            14..=17 => match c.node().get(NS, key(i), &mut rd) {
+                Ok(n) => {
+                    got += 1;
+                    if !verify(key(i), &rd[..n]) {
+                        bad += 1;
+                    }
+                }
+                Err(Error::NotFound | Error::Changed) => misses += 1,
+                Err(e) => {
+                    eprintln!("get {i}: {e}");
+                    errors += 1;
+                }
+            },
+            18 => {
+                let keys: Vec<_> = (i..i + 16).map(key).collect();
+                if c.node().lookup(NS, &keys).is_err() {
+                    errors += 1;
+                }
+            }
+            _ => {
+                if (x >> 40) % 8 == 0 && c.node().evict(256 << 10, &mut Lru).is_err() {
+                    errors += 1;
+                }
+            }
+        }
+    }
+    let ev = c.node().stats().map(|s| s.evictions).unwrap_or(0);
+    println!(
+        "{{\"published\":{published},\"exists\":{exists},\"pinned\":{pinned},\"got\":{got},\"misses\":{misses},\"evictions\":{ev},\"verify_failures\":{bad},\"errors\":{errors}}}"
+    );
+    let closed = c.close();
+    if bad > 0 || errors > 0 || closed.is_err() {
+        1
+    } else {
+        0
+    }
+}
+
+fn hold(path: &Path) -> i32 {
+    let c = match Cache::open(path, opts()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("attach: {e}");
+            return 3;
+        }
+    };
+    let mut buf = Vec::new();
+    for i in 1000..1010 {
+        if publish(&c, i, &mut buf).is_err() {
+            return 4;
+        }
+    }
+    let keys: Vec<_> = (1000..1010).map(key).collect();
+    let mut out = vec![Err(Error::InvalidArgument); keys.len()];
+    if c.node().acquire(NS, &keys, &mut out) != Ok(10) {
+        return 5;
+    }
+    let Ok(_w) = c.node().reserve(NS, key(2000), 4096, 16) else { return 6 };
+    let Ok(_raw) = c.node().alloc(10_000) else { return 7 };
+    let Ok(_held) = c.node().lock(0) else { return 8 };
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,201 @@
+//! Several OS processes on one /dev/shm region: concurrent publish, lookup,
+//! pin, read and evict with every payload verified; SIGKILL of a process
+//! holding a lock, pins, a reservation and a raw allocation, then recovery.
+//! Every child runs under a watchdog that kills it if it hangs.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cxlkv_core::layout::Capacities;
+use cxlkv_core::Error;
+use cxlkv_platform::{Cache, Mapping, Options};
+use cxlkv_tests::{key, shm_path, verify, NS};
+
+const WORKER: &str = env!("CARGO_BIN_EXE_cxlkv-test-worker");
+
+fn caps() -> Capacities {
+    Capacities { max_nodes: 8, n_stripes: 8, entries_per_stripe: 128, chunk_shift: 18, ..Capacities::default() }
+}
+
+fn opts() -> Options {
+    Options { lock_timeout: Duration::from_secs(60), ..Options::default() }
+}
+
+struct Region(std::path::PathBuf);
+impl Drop for Region {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Waits for `child` with a watchdog; kills it and fails after `limit`.
+fn wait_with_watchdog(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("worker {} hung past {limit:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn spawn_mixed(path: &Path, seed: u64, ops: u64) -> Child {
+    Command::new(WORKER)
+        .args(["mixed", path.to_str().unwrap(), &seed.to_string(), &ops.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn concurrent_workers_verify_every_payload_byte() {
+    let r = Region(shm_path("mixed"));
+    // 12 MiB of payload for a ~20 MiB working set: eviction must happen.
+    let parent = Cache::create(&r.0, 16 << 20, caps(), opts()).unwrap();
+    let mut kids: Vec<Child> = (0..4).map(|i| spawn_mixed(&r.0, 11 + i, 1500)).collect();
+    let mut evictions = 0u64;
+    for k in &mut kids {
+        let s = wait_with_watchdog(k, Duration::from_secs(300));
+        let mut out = String::new();
+        std::io::Read::read_to_string(k.stdout.as_mut().unwrap(), &mut out).unwrap();
+        assert!(s.success(), "worker failed: {s} {out}");
+        assert!(out.contains("\"verify_failures\":0"), "{out}");
+        let ev = out.split("\"evictions\":").nth(1).and_then(|t| t.split(',').next()).unwrap_or("0");
+        evictions += ev.parse::<u64>().unwrap_or(0);
+    }
+    assert!(evictions > 0, "the workload should have evicted");
+    // Everything the workers left behind is intact and consistent.
+    let mut buf = vec![0u8; 80 << 10];
+    let mut present = 0;
+    for i in 0..600 {
+        match parent.node().get(NS, key(i), &mut buf) {
+            Ok(n) => {
+                assert!(verify(key(i), &buf[..n]), "key {i}");
+                present += 1;
+            }
+            Err(Error::NotFound) => {}
+            Err(e) => panic!("get {i}: {e}"),
+        }
+    }
+    assert!(present > 0);
+    assert_eq!(parent.check().unwrap(), vec![]);
+    parent.close().unwrap();
+}
+
+fn spawn_holder(path: &Path) -> Child {
+    let mut c = Command::new(WORKER).args(["hold", path.to_str().unwrap()]).stdout(Stdio::piped()).spawn().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = c.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
+    if line.trim() != "ready" {
+        let _ = c.kill();
+        panic!("holder did not get ready: {line:?} {:?}", c.wait());
+    }
+    c
+}
+
+fn kill9(c: &mut Child) {
+    // SAFETY: sending SIGKILL to our own child process.
+    unsafe { libc::kill(c.id() as i32, libc::SIGKILL) };
+    let _ = c.wait();
+}
+
+fn survivor_continues_after_recovery(parent: &Cache) {
+    // Stripe 0's lock was held by the dead process; keys of every stripe
+    // must be writable again, and its pinned keys evictable.
+    let mut buf = Vec::new();
+    for i in 3000..3064 {
+        let k = key(i);
+        let h = parent.node().reserve(NS, k, cxlkv_tests::len_of(k) as u64, 16).unwrap();
+        buf.resize(h.len as usize, 0);
+        cxlkv_tests::fill(k, &mut buf);
+        parent.node().write(&h, 0, &buf).unwrap();
+        parent.node().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+    }
+    let keys: Vec<_> = (3000..3064).map(key).collect();
+    assert_eq!(parent.node().lookup(NS, &keys).unwrap(), 64);
+    assert_eq!(parent.node().lookup(NS, &[key(2000)]).unwrap(), 0, "dead node's reservation never appears");
+    let rep = parent.node().evict(u64::MAX, &mut cxlkv_core::index::Lru).unwrap();
+    assert!(rep.entries >= 74, "dead node's pins no longer block eviction: {rep:?}");
+}
+
+#[test]
+fn sigkill_while_holding_lock_and_pins_then_recover_lets_others_continue() {
+    let r = Region(shm_path("kill"));
+    let parent = Cache::create(&r.0, 32 << 20, caps(), opts()).unwrap();
+    let mut holder = spawn_holder(&r.0);
+    let mut busy = spawn_mixed(&r.0, 99, 400);
+    kill9(&mut holder);
+    let rep = parent.recover().unwrap();
+    assert_eq!(rep.nodes_freed.count_ones(), 1, "{rep:?}");
+    assert!(rep.pins_dropped >= 10 && rep.writes_aborted == 1, "{rep:?}");
+    let s = wait_with_watchdog(&mut busy, Duration::from_secs(300));
+    assert!(s.success());
+    survivor_continues_after_recovery(&parent);
+    assert_eq!(parent.check().unwrap(), vec![]);
+    parent.close().unwrap();
+}
+
+#[test]
+fn killed_lock_manager_is_replaced_and_its_locks_recovered() {
+    let r = Region(shm_path("mgr"));
+    {
+        let m = Mapping::create_file(&r.0, 32 << 20, 0o600, true).unwrap();
+        cxlkv_core::region::format(m.region(), cxlkv_core::coherence::Coherent, caps(), 77).unwrap();
+    }
+    // The holder attaches first and so holds the manager lease.
+    let mut holder = spawn_holder(&r.0);
+    let parent = Cache::open(&r.0, opts()).unwrap();
+    kill9(&mut holder);
+    let rep = parent.recover().unwrap();
+    assert_eq!(rep.nodes_freed.count_ones(), 1, "{rep:?}");
+    assert!(parent.manager_report().active, "the survivor took the manager role");
+    survivor_continues_after_recovery(&parent);
+    assert_eq!(parent.check().unwrap(), vec![]);
+    parent.close().unwrap();
+}
+
+#[test]
+fn truncated_and_corrupted_regions_give_typed_errors() {
+    let r = Region(shm_path("corrupt"));
+    drop(Cache::create(&r.0, 16 << 20, caps(), opts()).unwrap());
+    let good = std::fs::read(&r.0).unwrap();
+    let attach = |bytes: &[u8]| {
+        std::fs::write(&r.0, bytes).unwrap();
+        let m = Mapping::open_file(&r.0);
+        match m {
+            Err(e) => e.core(),
+            Ok(m) => cxlkv_core::region::attach(m.region(), cxlkv_core::coherence::Coherent).err(),
+        }
+    };
+    assert_eq!(attach(&good[..8 << 20]), Some(Error::TooSmall));
+    assert_eq!(attach(&good[..100]), Some(Error::TooSmall));
+    let mut b = good.clone();
+    b[0] ^= 0xff;
+    assert_eq!(attach(&b), Some(Error::BadMagic));
+    let mut b = good.clone();
+    b[..8].fill(0);
+    assert_eq!(attach(&b), Some(Error::NotInitialized));
+    let mut b = good.clone();
+    b[8] ^= 1;
+    assert_eq!(attach(&b), Some(Error::WrongVersion));
+    let mut b = good.clone();
+    b[16] ^= 1;
+    assert_eq!(attach(&b), Some(Error::WrongLayout));
+    let mut b = good.clone();
+    b[100] ^= 1;
+    assert_eq!(attach(&b), Some(Error::CorruptHeader));
+    assert_eq!(attach(&good), None);
+}
