@@ -34,7 +34,6 @@ pub fn report<C: Coherence>(store: &Store<C>) -> cxlkv_core::Result<Value> {
             "heartbeat": hb.beat, "incarnation": info.incarnation,
             "hits": st.hits, "misses": st.misses, "inserts": st.inserts, "exists": st.exists,
             "evictions": st.evictions, "bytes_written": st.bytes_written, "bytes_read": st.bytes_read,
-            "lock_acquires": st.lock_acquires,
         }));
     }
     let mut by_state = [0u64; 5];

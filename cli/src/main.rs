@@ -1,6 +1,7 @@
 //! `cxlkv`: format, inspect, check and recover cxlkv regions.
 
 mod args;
+mod bench;
 mod inspect;
 
 use std::path::Path;
@@ -21,6 +22,7 @@ usage:
   cxlkv inspect PATH [--json]
   cxlkv check PATH [--json]        exit 0 clean, 1 findings, 2 cannot open
   cxlkv recover PATH [--json]
+  cxlkv bench [--modes coherent,clflush,...] [--blocks N] [--block-bytes SIZE] [--json]
 
 options common to all: --mode coherent|clflush|clflushopt|clwb|auto (default auto)
 sizes take units: 64M, 2G, 512K";
@@ -47,6 +49,7 @@ fn run(argv: &[String]) -> ExitCode {
         "inspect" => cmd_inspect(rest),
         "check" => return cmd_check(rest),
         "recover" => cmd_recover(rest),
+        "bench" => cmd_bench(rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())
@@ -250,6 +253,32 @@ fn cmd_recover(raw: &[String]) -> Result<(), Fail> {
             r.chunks_reclaimed,
             r.locks_repaired
         );
+    }
+    Ok(())
+}
+
+fn cmd_bench(raw: &[String]) -> Result<(), Fail> {
+    let a = Args::parse(raw, &["modes", "blocks", "block-bytes"], &["json"])?;
+    let modes = match a.get("modes") {
+        Some(list) => list
+            .split(',')
+            .map(|m| m.parse::<FlushMode>().map_err(|_| Fail::Usage(Usage(format!("bad mode {m}")))))
+            .collect::<Result<Vec<_>, _>>()?,
+        None => FlushMode::ALL.into_iter().filter(|m| m.available()).collect(),
+    };
+    if let Some(m) = modes.iter().find(|m| !m.available()) {
+        return Err(Fail::Run(format!("flush mode {} not available on this CPU", m.name())));
+    }
+    let cfg = bench::Config {
+        modes,
+        blocks: a.num("blocks", 8192usize)?.max(64),
+        block_bytes: a.size("block-bytes", 16 << 10)?.clamp(64, 64 << 20) as usize,
+    };
+    let r = bench::run(&cfg)?;
+    if a.flag("json") {
+        println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+    } else {
+        bench::print_table(&r);
     }
     Ok(())
 }

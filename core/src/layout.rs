@@ -122,12 +122,26 @@ shared_struct! {
         pub evictions: u64,
         pub bytes_written: u64,
         pub bytes_read: u64,
-        pub lock_acquires: u64,
+        pub reserved0: u64,
     } size 64
 }
 
-/// Lines per node in the node table: info, heartbeat, stats.
-pub const NODE_LINES: u64 = 3;
+shared_struct! {
+    /// A node's lock requests: bit `l` of `want` set while the node waits for
+    /// lock `l`. Written only by that node (its threads set and clear bits
+    /// with host-local atomics); the manager reads it to find waiters without
+    /// scanning every slot.
+    pub struct RequestLine {
+        pub want: [u64; 4],
+        pub reserved: [u64; 4],
+    } size 64
+}
+
+/// Most global locks a region can have (the request bitmap's width).
+pub const MAX_LOCKS: u32 = 256;
+
+/// Lines per node in the node table: info, heartbeat, stats, requests.
+pub const NODE_LINES: u64 = 4;
 
 shared_struct! {
     /// The lock manager's line, written only by the current manager.
@@ -309,6 +323,7 @@ pub const LAYOUT_FINGERPRINT: u64 = {
     h = NodeInfo::fold_layout(h);
     h = Heartbeat::fold_layout(h);
     h = NodeStats::fold_layout(h);
+    h = RequestLine::fold_layout(h);
     h = ManagerLine::fold_layout(h);
     h = LockLine::fold_layout(h);
     h = LockSlot::fold_layout(h);
@@ -356,12 +371,13 @@ impl Capacities {
     pub fn validate(&self) -> Result<()> {
         let ok = (1..=MAX_NODES).contains(&self.max_nodes)
             && self.n_stripes.is_power_of_two()
-            && self.n_stripes <= 4096
+            && self.n_stripes <= 128
             && (1..=1 << 24).contains(&self.entries_per_stripe)
             && (1..=65536).contains(&self.n_roots)
             && (4..=1 << 20).contains(&self.pin_slots)
             && self.pin_slots % 4 == 0
-            && (12..=32).contains(&self.chunk_shift);
+            && (12..=32).contains(&self.chunk_shift)
+            && self.n_locks() <= MAX_LOCKS;
         if ok {
             Ok(())
         } else {
@@ -626,6 +642,10 @@ impl Layout {
     /// Offset of node `n`'s stats line.
     pub fn node_stats(&self, n: u32) -> u64 {
         self.node_info(n) + 2 * LINE
+    }
+    /// Offset of node `n`'s request line.
+    pub fn requests(&self, n: u32) -> u64 {
+        self.node_info(n) + 3 * LINE
     }
     /// Offset of lock `l`'s state line.
     pub fn lock_line(&self, l: u32) -> u64 {

@@ -12,8 +12,8 @@
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{
-    Heartbeat, LockLine, LockSlot, ManagerLine, NodeInfo, MAX_NODES, NODE_ALIVE, NODE_DEAD, NODE_FREE, SLOT_IDLE,
-    SLOT_LOCKED, SLOT_RECOVERY, SLOT_WAITING,
+    Heartbeat, LockLine, LockSlot, ManagerLine, NodeInfo, RequestLine, MAX_NODES, NODE_ALIVE, NODE_DEAD, NODE_FREE,
+    SLOT_IDLE, SLOT_LOCKED, SLOT_RECOVERY, SLOT_WAITING,
 };
 use crate::node::Node;
 use crate::region::Store;
@@ -56,6 +56,10 @@ impl<C: Coherence> Node<'_, C> {
             self.env.local_unlock(lock);
             return Err(e);
         }
+        if let Err(e) = self.ring(lock, true) {
+            self.env.local_unlock(lock);
+            return Err(e);
+        }
         let mut i = 0u32;
         loop {
             // SYNC: fresh slot each poll (writer: manager grant).
@@ -67,15 +71,17 @@ impl<C: Coherence> Node<'_, C> {
                 }
             };
             if s.state == SLOT_LOCKED {
-                let _ = self.count(|c| c.lock_acquires += 1);
+                let _ = self.ring(lock, false);
                 return Ok(Held { lock, epoch: s.epoch, seq: s.seq });
             }
             if s.state == SLOT_IDLE {
                 // The manager reset our request: we were declared dead.
+                let _ = self.ring(lock, false);
                 self.env.local_unlock(lock);
                 return Err(Error::Revoked);
             }
             if let Err(e) = self.env.wait(i) {
+                let _ = self.ring(lock, false);
                 // Withdraw. A grant racing with this is seen by the manager as
                 // an immediate release.
                 let _ = self.store.publish_state_last(slot_off, &LockSlot::default(), Site("lock.withdraw"));
@@ -84,6 +90,19 @@ impl<C: Coherence> Node<'_, C> {
             }
             i = i.wrapping_add(1);
         }
+    }
+
+    /// Sets or clears this node's request bit for `lock` and publishes the
+    /// request line (reader: the manager's doorbell scan).
+    fn ring(&self, lock: u32, on: bool) -> Result<()> {
+        let off = self.store.layout.requests(self.id) + (lock / 64) as u64 * 8;
+        let bit = 1u64 << (lock % 64);
+        if on {
+            self.store.region.fetch_or_u64(off, bit)?;
+        } else {
+            self.store.region.fetch_and_u64(off, !bit)?;
+        }
+        self.store.co.flush(&self.store.region, off, 8, Site("lock.doorbell"))
     }
 
     /// Releases a held lock. Everything written under it must already be
@@ -156,6 +175,12 @@ pub struct Manager {
     beat: [u64; MAX_NODES as usize],
     beat_moved_at: [u64; MAX_NODES as usize],
     started: bool,
+    /// Locks this manager believes held (granted and not seen released).
+    held: [u64; 4],
+    /// Scan every slot of every lock next step (after start or takeover).
+    full_scan: bool,
+    steps: u64,
+    liveness_at: u64,
 }
 
 impl Manager {
@@ -170,6 +195,10 @@ impl Manager {
             beat: [0; MAX_NODES as usize],
             beat_moved_at: [0; MAX_NODES as usize],
             started: false,
+            held: [0; 4],
+            full_scan: true,
+            steps: 0,
+            liveness_at: u64::MAX,
         }
     }
 
@@ -196,6 +225,8 @@ impl Manager {
         let mut ml: ManagerLine = store.fresh(moff, Site("mgr.line"))?;
         if ml.manager != self.me + 1 {
             self.claimed_at = None;
+            self.full_scan = true;
+            self.liveness_at = u64::MAX;
             if ml.lease != self.seen_lease || ml.manager != self.seen_manager {
                 self.seen_lease = ml.lease;
                 self.seen_manager = ml.manager;
@@ -225,9 +256,115 @@ impl Manager {
             return Ok(rep);
         }
         rep.active = true;
-        ml.lease = ml.lease.wrapping_add(1);
+        self.steps = self.steps.wrapping_add(1);
 
-        // Liveness.
+        // Liveness, at most once per tick (every heartbeat and info line).
+        if self.liveness_at != now {
+            self.liveness_at = now;
+            ml.lease = ml.lease.wrapping_add(1);
+            self.liveness(store, &mut ml, now, cfg, probe, &mut rep)?;
+            store.publish(moff, &ml, Site("mgr.renew"))?;
+            store.co.store_fence(Site("mgr.renew.fence"));
+        }
+        let dead = ml.dead_mask;
+        rep.dead = dead;
+
+        // Locks: those someone asks for (request lines) or holds.
+        let nn = l.caps.max_nodes;
+        let mut want = self.held;
+        for n in 0..nn {
+            let r: RequestLine = store.fresh(l.requests(n), Site("mgr.doorbell"))?;
+            for (w, x) in want.iter_mut().zip(r.want) {
+                *w |= x;
+            }
+        }
+        let full = self.full_scan || rep.newly_dead != 0 || self.steps % 1024 == 0;
+        self.full_scan = false;
+        for lock in 0..l.n_locks {
+            let (wi, bit) = ((lock / 64) as usize, 1u64 << (lock % 64));
+            if !full && want[wi] & bit == 0 {
+                continue;
+            }
+            let loff = l.lock_line(lock);
+            let mut ll: LockLine = store.fresh(loff, Site("mgr.lock"))?;
+            let mut holder = None;
+            let mut changed = false;
+            for n in 0..nn {
+                let soff = l.lock_slot(lock, n);
+                let s: LockSlot = store.fresh_state_first(soff, Site("mgr.slot"))?;
+                let is_dead = dead & (1 << n) != 0;
+                match s.state {
+                    SLOT_LOCKED if is_dead => {
+                        store.publish_state_last(soff, &LockSlot::default(), Site("mgr.revoke"))?;
+                        ll.epoch = ll.epoch.wrapping_add(1);
+                        ll.repair = 1;
+                        ll.holder = 0;
+                        changed = true;
+                        rep.revoked += 1;
+                    }
+                    SLOT_LOCKED => holder = Some(n),
+                    SLOT_WAITING if is_dead => {
+                        store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_dead_wait"))?;
+                    }
+                    _ => {}
+                }
+            }
+            self.held[wi] &= !bit;
+            if holder.is_some() {
+                self.held[wi] |= bit;
+            } else {
+                let start = if ll.last < nn { ll.last + 1 } else { 0 };
+                for k in 0..nn {
+                    let n = (start + k) % nn;
+                    if dead & (1 << n) != 0 {
+                        continue;
+                    }
+                    let soff = l.lock_slot(lock, n);
+                    let s: LockSlot = store.fresh_state_first(soff, Site("mgr.slot.recheck"))?;
+                    if s.state != SLOT_WAITING || (ll.repair != 0 && s.flags & SLOT_RECOVERY == 0) {
+                        continue;
+                    }
+                    ll.grant_seq = ll.grant_seq.wrapping_add(1);
+                    ll.holder = n + 1;
+                    ll.last = n;
+                    // SYNC: lock line (holder, epoch) durable before the grant.
+                    store.publish(loff, &ll, Site("mgr.grant.line"))?;
+                    store.co.store_fence(Site("mgr.grant.fence"));
+                    let g = LockSlot {
+                        state: SLOT_LOCKED,
+                        flags: s.flags,
+                        epoch: ll.epoch,
+                        seq: ll.grant_seq,
+                        reserved: [0; 5],
+                    };
+                    // SYNC: LOCKED visible to the polling node (reader: lock_with).
+                    store.publish_state_last(soff, &g, Site("mgr.grant"))?;
+                    self.held[wi] |= bit;
+                    rep.grants += 1;
+                    changed = false;
+                    break;
+                }
+            }
+            if changed {
+                store.publish(loff, &ll, Site("mgr.lock.update"))?;
+            }
+        }
+        store.co.store_fence(Site("mgr.step.fence"));
+        Ok(rep)
+    }
+
+    /// Watches every node's info and heartbeat; declares dead the silent ones
+    /// and those the probe knows are gone. Updates `ml.dead_mask`.
+    fn liveness<C: Coherence>(
+        &mut self,
+        store: &Store<C>,
+        ml: &mut ManagerLine,
+        now: u64,
+        cfg: LeaseConfig,
+        probe: LivenessProbe<'_>,
+        rep: &mut StepReport,
+    ) -> Result<()> {
+        let l = &store.layout;
         let mut dead = 0u64;
         for n in 0..l.caps.max_nodes {
             let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("mgr.info"))?;
@@ -259,75 +396,7 @@ impl Manager {
             }
         }
         ml.dead_mask = dead;
-        rep.dead = dead;
-        store.publish(moff, &ml, Site("mgr.renew"))?;
-        store.co.store_fence(Site("mgr.renew.fence"));
-
-        // Locks.
-        let nn = l.caps.max_nodes;
-        for lock in 0..l.n_locks {
-            let loff = l.lock_line(lock);
-            let mut ll: LockLine = store.fresh(loff, Site("mgr.lock"))?;
-            let mut holder = None;
-            let mut changed = false;
-            for n in 0..nn {
-                let soff = l.lock_slot(lock, n);
-                let s: LockSlot = store.fresh_state_first(soff, Site("mgr.slot"))?;
-                let is_dead = dead & (1 << n) != 0;
-                match s.state {
-                    SLOT_LOCKED if is_dead => {
-                        store.publish_state_last(soff, &LockSlot::default(), Site("mgr.revoke"))?;
-                        ll.epoch = ll.epoch.wrapping_add(1);
-                        ll.repair = 1;
-                        ll.holder = 0;
-                        changed = true;
-                        rep.revoked += 1;
-                    }
-                    SLOT_LOCKED => holder = Some(n),
-                    SLOT_WAITING if is_dead => {
-                        store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_dead_wait"))?;
-                    }
-                    _ => {}
-                }
-            }
-            if holder.is_none() {
-                let start = if ll.last < nn { ll.last + 1 } else { 0 };
-                for k in 0..nn {
-                    let n = (start + k) % nn;
-                    if dead & (1 << n) != 0 {
-                        continue;
-                    }
-                    let soff = l.lock_slot(lock, n);
-                    let s: LockSlot = store.fresh_state_first(soff, Site("mgr.slot.recheck"))?;
-                    if s.state != SLOT_WAITING || (ll.repair != 0 && s.flags & SLOT_RECOVERY == 0) {
-                        continue;
-                    }
-                    ll.grant_seq = ll.grant_seq.wrapping_add(1);
-                    ll.holder = n + 1;
-                    ll.last = n;
-                    // SYNC: lock line (holder, epoch) durable before the grant.
-                    store.publish(loff, &ll, Site("mgr.grant.line"))?;
-                    store.co.store_fence(Site("mgr.grant.fence"));
-                    let g = LockSlot {
-                        state: SLOT_LOCKED,
-                        flags: s.flags,
-                        epoch: ll.epoch,
-                        seq: ll.grant_seq,
-                        reserved: [0; 5],
-                    };
-                    // SYNC: LOCKED visible to the polling node (reader: lock_with).
-                    store.publish_state_last(soff, &g, Site("mgr.grant"))?;
-                    rep.grants += 1;
-                    changed = false;
-                    break;
-                }
-            }
-            if changed {
-                store.publish(loff, &ll, Site("mgr.lock.update"))?;
-            }
-        }
-        store.co.store_fence(Site("mgr.step.fence"));
-        Ok(rep)
+        Ok(())
     }
 }
 

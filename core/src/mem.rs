@@ -118,6 +118,19 @@ impl Region {
         Ok(())
     }
 
+    /// Atomically ORs `v` into the 64-bit word at `off` (host-local
+    /// atomicity only: other hosts see the result after a flush).
+    #[inline]
+    pub fn fetch_or_u64(&self, off: u64, v: u64) -> Result<u64> {
+        Ok(self.word64(off)?.fetch_or(v, Ordering::AcqRel))
+    }
+
+    /// Atomically ANDs `v` into the 64-bit word at `off` (host-local).
+    #[inline]
+    pub fn fetch_and_u64(&self, off: u64, v: u64) -> Result<u64> {
+        Ok(self.word64(off)?.fetch_and(v, Ordering::AcqRel))
+    }
+
     /// Loads the 32-bit word at `off` (relaxed).
     #[inline]
     pub fn load_u32(&self, off: u64) -> Result<u32> {

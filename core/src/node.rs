@@ -2,7 +2,7 @@
 //! keeps beside the region.
 
 use crate::coherence::{Coherence, Site};
-use crate::layout::{Heartbeat, NodeInfo, NodeStats, PinRecord, NODE_ALIVE, NODE_FREE};
+use crate::layout::{Heartbeat, NodeInfo, NodeStats, PinRecord, RequestLine, NODE_ALIVE, NODE_FREE};
 use crate::region::{NodeEnv, Store};
 use crate::{Error, Result};
 
@@ -97,6 +97,7 @@ pub fn attach_node<C: Coherence>(store: &Store<C>, want: Option<u32>, who: Ident
     let jlen = l.caps.pin_slots as u64 * 16;
     store.co.flush(&store.region, l.pin_record(id, 0), jlen, Site("node.attach.journal"))?;
     store.publish(l.node_stats(id), &NodeStats::default(), Site("node.attach.stats"))?;
+    store.publish(l.requests(id), &RequestLine::default(), Site("node.attach.requests"))?;
     let hb = Heartbeat { beat: 1, nonce: who.nonce, reserved: [0; 6] };
     store.publish(l.heartbeat(id), &hb, Site("node.attach.heartbeat"))?;
     store.co.store_fence(Site("node.attach.fence"));

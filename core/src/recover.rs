@@ -196,6 +196,7 @@ impl<C: Coherence> Node<'_, C> {
                 }
             }
             st.publish(l.heartbeat(n), &Heartbeat::default(), Site("recover.heartbeat"))?;
+            st.publish(l.requests(n), &crate::layout::RequestLine::default(), Site("recover.requests"))?;
             st.co.store_fence(Site("recover.node.fence"));
             // SYNC: FREE last: the slot may be reused only once it is clean.
             st.publish_state_last(l.node_info(n), &NodeInfo::default(), Site("recover.node.free"))?;

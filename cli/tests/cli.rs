@@ -1,0 +1,98 @@
+//! The `cxlkv` binary: exit codes, human and JSON output, and no crash on
+//! any file content.
+
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_cxlkv");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn path(tag: &str) -> String {
+    format!("/dev/shm/cxlkv-cli-{tag}-{}", std::process::id())
+}
+
+#[test]
+fn format_inspect_check_recover_round_trip() {
+    let p = path("ok");
+    let o = run(&["format", &p, "--size", "48M", "--chunk", "256K", "--entries", "8192", "--nodes", "8"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["inspect", &p]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("8 nodes"));
+    let o = run(&["inspect", &p, "--json"]);
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(s.contains("\"chunk_size\": 262144") && s.contains("\"entries\": 8192"), "{s}");
+    let o = run(&["check", &p]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "clean");
+    let o = run(&["recover", &p, "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"nodes_freed\":0"));
+    // No silent overwrite; an impossible size leaves the old region intact.
+    assert_eq!(run(&["format", &p, "--size", "48M"]).status.code(), Some(1));
+    assert_eq!(run(&["format", &p, "--size", "1K", "--force"]).status.code(), Some(1));
+    assert_eq!(run(&["check", &p]).status.code(), Some(0));
+    let _ = std::fs::remove_file(&p);
+}
+
+#[test]
+fn check_exit_codes_for_findings_and_unopenable_files() {
+    let p = path("bad");
+    assert!(run(&["format", &p, "--size", "16M", "--chunk", "64K", "--entries", "1024"]).status.success());
+    // Scribble over the entry area: findings, exit 1.
+    let mut b = std::fs::read(&p).unwrap();
+    let word = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap()) as usize;
+    let (buckets, journals) = (word(144), word(160));
+    for (i, x) in b[buckets..journals].iter_mut().enumerate() {
+        *x = (i as u8).wrapping_mul(37) ^ 0x5a;
+    }
+    std::fs::write(&p, &b).unwrap();
+    let o = run(&["check", &p]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
+    let o = run(&["check", &p, "--json"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"ok\":false"));
+    // Recovery repairs it.
+    assert!(run(&["recover", &p]).status.success());
+    assert_eq!(run(&["check", &p]).status.code(), Some(0));
+    // Not a region / missing / too small: exit 2.
+    std::fs::write(&p, vec![7u8; 1 << 20]).unwrap();
+    assert_eq!(run(&["check", &p]).status.code(), Some(2));
+    std::fs::write(&p, [1u8; 10]).unwrap();
+    assert_eq!(run(&["check", &p]).status.code(), Some(2));
+    assert_eq!(run(&["check", "/nonexistent/region"]).status.code(), Some(2));
+    assert_eq!(run(&["check"]).status.code(), Some(2));
+    let _ = std::fs::remove_file(&p);
+}
+
+#[test]
+fn check_never_crashes_on_random_bytes_behind_a_valid_header() {
+    let p = path("fuzz");
+    assert!(run(&["format", &p, "--size", "8M", "--chunk", "64K", "--entries", "512"]).status.success());
+    let good = std::fs::read(&p).unwrap();
+    let mut x = 0x1234_5678_9abc_def0u64;
+    for round in 0..6 {
+        let mut b = good.clone();
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let i = 4096 + (x as usize % (b.len() / 4 - 4096));
+            b[i] = (x >> 32) as u8;
+        }
+        std::fs::write(&p, &b).unwrap();
+        let code = run(&["check", &p]).status.code();
+        assert!(matches!(code, Some(0 | 1)), "round {round}: {code:?}");
+        assert!(run(&["inspect", &p]).status.success(), "round {round}");
+    }
+    let _ = std::fs::remove_file(&p);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_eq!(run(&[]).status.code(), Some(2));
+    assert_eq!(run(&["frobnicate"]).status.code(), Some(2));
+    assert_eq!(run(&["format", "/dev/shm/x", "--size", "ten"]).status.code(), Some(2));
+    assert_eq!(run(&["inspect", "/dev/shm/x", "--bogus"]).status.code(), Some(2));
+}
