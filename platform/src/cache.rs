@@ -267,6 +267,11 @@ impl Cache {
         self.inner.node()
     }
 
+    /// Faults the whole region in now (see [`Mapping::prefault`]).
+    pub fn prefault(&self) -> Result<()> {
+        self.inner._map.prefault()
+    }
+
     /// The attached store (layout, region view, coherence).
     pub fn store(&self) -> &Store<Flush> {
         &self.inner.store

@@ -15,6 +15,7 @@ use crate::coherence::{Coherence, Site};
 use crate::hash::{checksum32, place, Key};
 use crate::layout::{state, Entry, StripeHeader};
 use crate::node::Node;
+use crate::off::Off;
 use crate::region::Store;
 use crate::{Error, Result};
 
@@ -66,6 +67,12 @@ pub fn entry_checksum(e: &Entry) -> u32 {
         e.payload_off,
         e.payload_len as u64 | (e.gen as u64) << 32,
     ])
+}
+
+/// Resolves a payload offset read from the region: inside the payload area,
+/// line aligned, `len` bytes long.
+fn payload_of<C: Coherence>(st: &Store<C>, raw: u64, len: u64) -> Result<u64> {
+    Off::<u8>::from_raw(raw).resolve_len(st.layout.payload, len, crate::mem::LINE)
 }
 
 /// Formats every stripe: all entries EMPTY on the free list, LRU empty.
@@ -388,10 +395,7 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     fn check_payload(&self, h: &Handle) -> Result<()> {
-        if !self.store.layout.payload.contains(h.off, h.len) {
-            return Err(Error::StaleHandle);
-        }
-        Ok(())
+        payload_of(self.store, h.off, h.len).map(|_| ()).map_err(|_| Error::StaleHandle)
     }
 
     /// Publishes a reserved block after flushing its whole payload (for
@@ -513,6 +517,7 @@ impl<C: Coherence> Node<'_, C> {
             _ => return Err(Error::NotFound),
         };
         let mut e = f.e;
+        payload_of(st, e.payload_off, e.payload_len as u64)?;
         let first = {
             let _j = self.local.journal.lock();
             self.journal_add(self.global(s, f.entry), e.gen)?
@@ -650,11 +655,9 @@ impl<C: Coherence> Node<'_, C> {
             if buf.len() < len {
                 return Err(Error::TooLarge);
             }
-            if !self.store.layout.payload.contains(f.e.payload_off, len as u64) {
-                return Err(Error::Corrupt);
-            }
-            self.store.co.invalidate(&self.store.region, f.e.payload_off, len as u64, Site("index.get.payload"))?;
-            self.store.region.copy_out(f.e.payload_off, &mut buf[..len])?;
+            let off = payload_of(self.store, f.e.payload_off, len as u64)?;
+            self.store.co.invalidate(&self.store.region, off, len as u64, Site("index.get.payload"))?;
+            self.store.region.copy_out(off, &mut buf[..len])?;
             self.store.co.full_fence(Site("index.get.fence"));
             // SYNC: re-validate after the copy (coherence rule 4).
             let after = self.store.ent(s, f.entry)?;

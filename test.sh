@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs every check and test of cxlkv. Installs what it needs (rust targets).
+# Usage: ./test.sh
+set -euo pipefail
+cd "$(dirname "$0")"
+export CARGO_TERM_COLOR=never
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "toolchain"
+cargo --version
+if command -v rustup >/dev/null 2>&1; then
+  rustup component add rustfmt clippy >/dev/null 2>&1 || true
+  rustup target add x86_64-unknown-none >/dev/null
+  rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 || echo "aarch64 target unavailable: skipping its check"
+fi
+
+step "format"
+cargo fmt --all --check
+
+step "clippy (warnings denied)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "core builds without std (x86_64-unknown-none)"
+cargo build -p cxlkv-core --target x86_64-unknown-none --locked
+
+if rustup target list --installed 2>/dev/null | grep -q aarch64-unknown-linux-gnu; then
+  step "platform compiles for aarch64 (dc civac / dsb sy path)"
+  cargo check -p cxlkv-platform --target aarch64-unknown-linux-gnu --locked
+fi
+
+step "tests"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --workspace --locked 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+
+step "smoke: cxlkv bench (quick)"
+cargo run --release --locked -p cxlkv-cli -- bench --blocks 256 --modes coherent,clflush
+
+passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
+failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
+echo
+echo "${passed} passed, ${failed} failed"
+exit "$rc"
