@@ -29,7 +29,8 @@ macro_rules! shared_struct {
         #[repr(C)]
         #[allow(missing_docs)] // wire-format fields: named for what they hold, described above
         pub struct $name { $($(#[$fm])* pub $f: $t),* }
-        const _: () = assert!(size_of::<$name>() == $size);
+        static_assertions::const_assert_eq!(size_of::<$name>(), $size);
+        static_assertions::const_assert_eq!(size_of::<$name>() % 8, 0);
         impl $name {
             /// Folds this struct's size and every field offset into `h`.
             pub const fn fold_layout(mut h: u64) -> u64 {
@@ -313,8 +314,17 @@ pub const SLOT_IDLE: u32 = 0;
 pub const SLOT_WAITING: u32 = 1;
 /// Granted by the manager.
 pub const SLOT_LOCKED: u32 = 2;
-/// Request flag: this is recovery, grant even a lock that needs repair.
-pub const SLOT_RECOVERY: u32 = 1;
+bitflags::bitflags! {
+    /// Flags of a lock request (`LockSlot::flags`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct SlotFlags: u32 {
+        /// Recovery: grant even a lock that awaits repair.
+        const RECOVERY = 1;
+    }
+}
+
+/// Request flag word for recovery (`SlotFlags::RECOVERY`).
+pub const SLOT_RECOVERY: u32 = SlotFlags::RECOVERY.bits();
 
 /// Hash of every shared struct's size and field offsets.
 pub const LAYOUT_FINGERPRINT: u64 = {
