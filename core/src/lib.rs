@@ -27,6 +27,8 @@ pub mod pins;
 pub mod recover;
 pub mod region;
 pub mod roots;
+#[cfg(feature = "sim")]
+pub mod sim;
 
 #[cfg(test)]
 mod tests;

@@ -48,6 +48,31 @@ impl<C: Coherence> Node<'_, C> {
         if lock >= l.n_locks {
             return Err(Error::InvalidArgument);
         }
+        let mut i = 0u32;
+        loop {
+            match self.try_request(lock, flags, &mut i)? {
+                Some(held) => return Ok(held),
+                None => {
+                    // The lock awaits repair after a revocation; only recovery
+                    // is granted it. Step aside, host-local tier included (a
+                    // recovery on this host may need it), until it is repaired.
+                    loop {
+                        let ll: LockLine = self.store.fresh(l.lock_line(lock), Site("lock.repair.poll"))?;
+                        if ll.repair == 0 {
+                            break;
+                        }
+                        self.env.wait(i)?;
+                        i = i.wrapping_add(1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One request for `lock`: `Some` when granted, `None` when withdrawn
+    /// because the lock awaits repair (and this is not recovery).
+    fn try_request(&self, lock: u32, flags: u32, i: &mut u32) -> Result<Option<Held>> {
+        let l = &self.store.layout;
         self.env.local_lock(lock);
         let slot_off = l.lock_slot(lock, self.id);
         let req = LockSlot { state: SLOT_WAITING, flags, ..LockSlot::default() };
@@ -60,19 +85,23 @@ impl<C: Coherence> Node<'_, C> {
             self.env.local_unlock(lock);
             return Err(e);
         }
-        let mut i = 0u32;
+        let withdraw = |e: Option<Error>| {
+            let _ = self.ring(lock, false);
+            // A grant racing with this is seen by the manager as an immediate
+            // release: we never enter the critical section.
+            let _ = self.store.publish_state_last(slot_off, &LockSlot::default(), Site("lock.withdraw"));
+            self.env.local_unlock(lock);
+            e.map_or(Ok(None), Err)
+        };
         loop {
             // SYNC: fresh slot each poll (writer: manager grant).
             let s: LockSlot = match self.store.fresh_state_first(slot_off, Site("lock.poll")) {
                 Ok(s) => s,
-                Err(e) => {
-                    self.env.local_unlock(lock);
-                    return Err(e);
-                }
+                Err(e) => return withdraw(Some(e)),
             };
             if s.state == SLOT_LOCKED {
                 let _ = self.ring(lock, false);
-                return Ok(Held { lock, epoch: s.epoch, seq: s.seq });
+                return Ok(Some(Held { lock, epoch: s.epoch, seq: s.seq }));
             }
             if s.state == SLOT_IDLE {
                 // The manager reset our request: we were declared dead.
@@ -80,15 +109,19 @@ impl<C: Coherence> Node<'_, C> {
                 self.env.local_unlock(lock);
                 return Err(Error::Revoked);
             }
-            if let Err(e) = self.env.wait(i) {
-                let _ = self.ring(lock, false);
-                // Withdraw. A grant racing with this is seen by the manager as
-                // an immediate release.
-                let _ = self.store.publish_state_last(slot_off, &LockSlot::default(), Site("lock.withdraw"));
-                self.env.local_unlock(lock);
-                return Err(e);
+            if flags & SLOT_RECOVERY == 0 && *i % 16 == 15 {
+                let ll: LockLine = match self.store.fresh(l.lock_line(lock), Site("lock.repair.check")) {
+                    Ok(x) => x,
+                    Err(e) => return withdraw(Some(e)),
+                };
+                if ll.repair != 0 {
+                    return withdraw(None);
+                }
             }
-            i = i.wrapping_add(1);
+            if let Err(e) = self.env.wait(*i) {
+                return withdraw(Some(e));
+            }
+            *i = i.wrapping_add(1);
         }
     }
 
@@ -396,6 +429,24 @@ impl Manager {
             }
         }
         ml.dead_mask = dead;
+        Ok(())
+    }
+}
+
+impl Manager {
+    /// Gives up the manager role if this node holds it, so another node can
+    /// claim it at once instead of waiting out the lease (detach).
+    pub fn resign<C: Coherence>(&mut self, store: &Store<C>) -> Result<()> {
+        let moff = store.layout.manager.start;
+        let mut ml: ManagerLine = store.fresh(moff, Site("mgr.resign.read"))?;
+        if ml.manager == self.me + 1 {
+            ml.manager = 0;
+            // SYNC: vacancy visible to contenders (reader: step's claim).
+            store.publish(moff, &ml, Site("mgr.resign"))?;
+            store.co.store_fence(Site("mgr.resign.fence"));
+        }
+        self.claimed_at = None;
+        self.full_scan = true;
         Ok(())
     }
 }

@@ -24,6 +24,10 @@ pub const LINE: u64 = 64;
 pub struct Region {
     base: NonNull<u8>,
     len: u64,
+    /// The simulated host whose cache this view is: stores mark its lines
+    /// dirty, as a real cache does on any store.
+    #[cfg(feature = "sim")]
+    sim: Option<(NonNull<crate::sim::SimMemory>, usize)>,
 }
 
 // SAFETY: a Region is an address range in shared memory; every access through
@@ -46,7 +50,32 @@ impl Region {
         if (base.as_ptr() as usize) % (LINE as usize) != 0 {
             return Err(Error::InvalidArgument);
         }
-        Ok(Region { base, len: len as u64 })
+        Ok(Region {
+            base,
+            len: len as u64,
+            #[cfg(feature = "sim")]
+            sim: None,
+        })
+    }
+
+    /// This view with stores reported to simulated host `host` of `mem`.
+    ///
+    /// # Safety
+    /// - `mem` outlives every use of the returned view and its copies.
+    #[cfg(feature = "sim")]
+    pub(crate) unsafe fn observed(mut self, mem: &crate::sim::SimMemory, host: usize) -> Region {
+        self.sim = Some((NonNull::from(mem), host));
+        self
+    }
+
+    /// Reports a store to `off..off+len` (simulator only; nothing otherwise).
+    #[inline(always)]
+    fn stored(&self, _off: u64, _len: u64) {
+        #[cfg(feature = "sim")]
+        if let Some((mem, host)) = self.sim {
+            // SAFETY: `observed`'s contract: the simulator outlives the view.
+            unsafe { mem.as_ref() }.mark_dirty(host, _off, _len);
+        }
     }
 
     /// Length in bytes.
@@ -115,6 +144,7 @@ impl Region {
     #[inline]
     pub fn store_u64(&self, off: u64, v: u64) -> Result<()> {
         self.word64(off)?.store(v, Ordering::Relaxed);
+        self.stored(off, 8);
         Ok(())
     }
 
@@ -122,13 +152,17 @@ impl Region {
     /// atomicity only: other hosts see the result after a flush).
     #[inline]
     pub fn fetch_or_u64(&self, off: u64, v: u64) -> Result<u64> {
-        Ok(self.word64(off)?.fetch_or(v, Ordering::AcqRel))
+        let r = self.word64(off)?.fetch_or(v, Ordering::AcqRel);
+        self.stored(off, 8);
+        Ok(r)
     }
 
     /// Atomically ANDs `v` into the 64-bit word at `off` (host-local).
     #[inline]
     pub fn fetch_and_u64(&self, off: u64, v: u64) -> Result<u64> {
-        Ok(self.word64(off)?.fetch_and(v, Ordering::AcqRel))
+        let r = self.word64(off)?.fetch_and(v, Ordering::AcqRel);
+        self.stored(off, 8);
+        Ok(r)
     }
 
     /// Loads the 32-bit word at `off` (relaxed).
@@ -141,6 +175,7 @@ impl Region {
     #[inline]
     pub fn store_u32(&self, off: u64, v: u32) -> Result<()> {
         self.word32(off)?.store(v, Ordering::Relaxed);
+        self.stored(off, 4);
         Ok(())
     }
 
@@ -199,6 +234,7 @@ impl Region {
         // - the payload range is owned by the writer (entry WRITING or a raw
         //   allocation), so no other writer races with this copy.
         unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        self.stored(off, src.len() as u64);
         Ok(())
     }
 
@@ -208,6 +244,7 @@ impl Region {
         // SAFETY: `p..p+len` is inside the mapping (checked by `ptr`) and is
         // being formatted or owned by the caller, so no reader relies on it.
         unsafe { core::ptr::write_bytes(p, 0, len as usize) };
+        self.stored(off, len);
         Ok(())
     }
 }

@@ -326,7 +326,11 @@ impl Cache {
         }
         // Detaching takes locks, which needs a manager: keep stepping inline.
         self.inner.is_manager.store(true, Ordering::Relaxed);
-        Ok(self.node().detach()?)
+        let r = self.node().detach();
+        if let Ok(mut m) = self.inner.mgr.lock() {
+            let _ = m.resign(&self.inner.store);
+        }
+        Ok(r?)
     }
 }
 

@@ -1,6 +1,8 @@
 //! Shared helpers of the multi-process tests: the payload every key must
 //! carry, and region/worker plumbing.
 
+pub mod sim;
+
 use cxlkv_core::hash::{mix64, Key};
 
 /// Namespace the tests use.

@@ -1,0 +1,480 @@
+//! Simulated non-coherent memory (feature `sim`): every simulated host works
+//! on its own private copy of the region — its cache — and the only way data
+//! moves between copies is what real hardware does:
+//!
+//! - `flush` queues the touched lines for write-back (like `clflushopt`); a
+//!   queued line reaches memory at the next fence, or earlier at random;
+//! - a write-back writes the *whole* line, so a stale neighbour field in it
+//!   overwrites another host's newer data exactly as hardware would;
+//! - `invalidate` writes back the line if dirty, then refills it from memory;
+//! - at every call the model may, at random, write back a dirty line or
+//!   refill a clean one that the host recently touched (caches evict and
+//!   prefetch whenever they like).
+//!
+//! Every call names its [`Site`]; one site can be disabled to check that the
+//! harness notices (a "coherence mutant"). The model calls a yield hook at
+//! every call so a scheduler can interleave hosts deterministically.
+
+extern crate alloc;
+
+use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::cell::UnsafeCell;
+
+use crate::coherence::{Coherence, Site};
+use crate::mem::{Region, LINE};
+use crate::{Error, Result};
+
+const L: usize = LINE as usize;
+
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([u8; L]);
+
+/// Tuning of the random cache behaviour.
+#[derive(Clone, Copy, Debug)]
+pub struct SimConfig {
+    /// Chance (per mille) that each queued write-back completes at a call.
+    pub writeback_early: u32,
+    /// Lines of recent activity sampled for spontaneous write-back / refill
+    /// at each call.
+    pub samples: u32,
+    /// Chance (per mille) that a sampled dirty line is written back.
+    pub spontaneous_writeback: u32,
+    /// Chance (per mille) that a sampled clean line is refilled.
+    pub spontaneous_refill: u32,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig { writeback_early: 300, samples: 3, spontaneous_writeback: 250, spontaneous_refill: 250 }
+    }
+}
+
+struct HostCache {
+    private: Box<[Line]>,
+    /// Lines stored to since they were last written back or refilled.
+    dirty: Box<[bool]>,
+    pending: Vec<u32>,
+    recent: [u32; 32],
+    recent_at: usize,
+    crashed: bool,
+}
+
+struct State {
+    shared: Box<[Line]>,
+    hosts: Vec<HostCache>,
+    rng: u64,
+    cfg: SimConfig,
+    disabled: Option<&'static str>,
+    executed: BTreeMap<&'static str, u64>,
+    /// Dirty lines of crashed hosts that may still land later.
+    zombies: Vec<(u32, Line)>,
+    /// Who last wrote each line of memory, and how (for diagnosis).
+    provenance: Vec<(u16, u8)>,
+    writes: u64,
+}
+
+/// How a line reached memory.
+pub const HOW: [&str; 6] = ["fence", "early", "spontaneous", "invalidate", "crash", "zombie"];
+
+/// The scheduler's hook, called with (host, site) at every coherence call.
+pub type YieldHook = Box<dyn Fn(usize, &'static str) + Send + Sync>;
+
+/// The simulated memory shared by every simulated host. Views from
+/// [`SimMemory::region`] report their stores back to it: keep it alive (and
+/// in place) while they are used.
+pub struct SimMemory {
+    state: UnsafeCell<State>,
+    hook: UnsafeCell<Option<YieldHook>>,
+    lines: usize,
+}
+
+// SAFETY: the simulator is driven by one thread at a time (the scheduler
+// hands a baton between simulated hosts' threads); every access to `state`
+// and `hook` happens on the thread holding the baton.
+unsafe impl Sync for SimMemory {}
+// SAFETY: as above; the buffers are plain bytes.
+unsafe impl Send for SimMemory {}
+
+impl SimMemory {
+    /// A memory of `len` bytes (rounded up to lines) seen by `hosts` hosts.
+    pub fn new(len: usize, hosts: usize, seed: u64, cfg: SimConfig) -> SimMemory {
+        let lines = len.div_ceil(L);
+        let blank = || vec![Line([0; L]); lines].into_boxed_slice();
+        let hosts = (0..hosts)
+            .map(|_| HostCache {
+                private: blank(),
+                dirty: vec![false; lines].into_boxed_slice(),
+                pending: Vec::new(),
+                recent: [0; 32],
+                recent_at: 0,
+                crashed: false,
+            })
+            .collect();
+        SimMemory {
+            state: UnsafeCell::new(State {
+                shared: blank(),
+                hosts,
+                rng: seed | 1,
+                cfg,
+                disabled: None,
+                executed: BTreeMap::new(),
+                zombies: Vec::new(),
+                provenance: vec![(u16::MAX, 0); lines],
+                writes: 0,
+            }),
+            hook: UnsafeCell::new(None),
+            lines,
+        }
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn st(&self) -> &mut State {
+        // SAFETY: only the baton-holding thread calls into the simulator, and
+        // no reference from a previous call is alive across calls.
+        unsafe { &mut *self.state.get() }
+    }
+
+    /// Installs the scheduler's yield hook, called with the host id at every
+    /// coherence call. Call before any host runs.
+    pub fn set_yield_hook(&self, f: YieldHook) {
+        // SAFETY: called before the simulated hosts start (single thread).
+        unsafe { *self.hook.get() = Some(f) };
+    }
+
+    /// Disables every call at `site` (a coherence mutant).
+    pub fn disable(&self, site: Option<&'static str>) {
+        self.st().disabled = site;
+    }
+
+    /// How many times each site ran.
+    pub fn executed(&self) -> BTreeMap<&'static str, u64> {
+        self.st().executed.clone()
+    }
+
+    /// Host `h`'s view of the region (its private copy).
+    pub fn region(&self, h: usize) -> Region {
+        let st = self.st();
+        let p = st.hosts[h].private.as_mut_ptr().cast::<u8>();
+        // SAFETY:
+        // - the private buffer is 64-aligned, `lines * 64` bytes, and lives as
+        //   long as `self` (never reallocated);
+        // - it is accessed only through Region views and this simulator, on
+        //   the baton-holding thread.
+        let r = match unsafe { Region::new(p, self.lines * L) } {
+            Ok(r) => r,
+            Err(_) => unreachable!("line-aligned buffer"),
+        };
+        // SAFETY: callers keep the SimMemory alive while they use its views
+        // (documented on `SimMemory`).
+        unsafe { r.observed(self, h) }
+    }
+
+    /// Marks host `h`'s lines overlapping `off..off+len` dirty (a store).
+    pub(crate) fn mark_dirty(&self, h: usize, off: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let st = self.st();
+        let a = (off / LINE) as usize;
+        let b = ((off + len).div_ceil(LINE) as usize).min(self.lines);
+        for d in &mut st.hosts[h].dirty[a..b] {
+            *d = true;
+        }
+    }
+
+    /// A view of memory itself (what a host would read after invalidating
+    /// everything): for checking the ground truth.
+    pub fn shared_region(&self) -> Region {
+        let p = self.st().shared.as_mut_ptr().cast::<u8>();
+        // SAFETY: as in `region`, for the shared buffer.
+        match unsafe { Region::new(p, self.lines * L) } {
+            Ok(r) => r,
+            Err(_) => unreachable!("line-aligned buffer"),
+        }
+    }
+
+    /// The coherence implementation of host `h`.
+    pub fn host(&self, h: usize) -> SimCoherence<'_> {
+        SimCoherence { mem: self, host: h }
+    }
+
+    /// Crashes host `h`: each of its dirty lines is lost, written back now, or
+    /// kept to land at a random later moment.
+    pub fn crash(&self, h: usize) {
+        let st = self.st();
+        let n = self.lines;
+        for i in 0..n {
+            if !st.hosts[h].dirty[i] {
+                continue;
+            }
+            st.hosts[h].dirty[i] = false;
+            match next(&mut st.rng) % 3 {
+                0 => {}
+                1 => {
+                    st.shared[i] = st.hosts[h].private[i];
+                    st.provenance[i] = (h as u16, 4);
+                }
+                _ => {
+                    let line = st.hosts[h].private[i];
+                    st.zombies.push((i as u32, line));
+                }
+            }
+        }
+        st.hosts[h].pending.clear();
+        st.hosts[h].crashed = true;
+    }
+
+    /// Lands every zombie line now (the end of a run: nothing stays in
+    /// flight forever).
+    pub fn drain_zombies(&self) {
+        let st = self.st();
+        for (i, line) in core::mem::take(&mut st.zombies) {
+            st.shared[i as usize] = line;
+            st.provenance[i as usize] = (u16::MAX - 1, 5);
+        }
+    }
+
+    /// Completes every queued write-back of host `h` (its caches drained).
+    pub fn drain(&self, h: usize) {
+        let st = self.st();
+        let pend = core::mem::take(&mut st.hosts[h].pending);
+        for i in pend {
+            writeback(st, h, i as usize, 0);
+        }
+    }
+
+    /// True when host `h` holds line `i` modified and not written back.
+    pub fn is_dirty(&self, h: usize, i: usize) -> bool {
+        self.st().hosts[h].dirty[i]
+    }
+
+    /// Which host last wrote memory line `i` and how (`HOW[how]`).
+    pub fn provenance(&self, i: usize) -> (u16, &'static str) {
+        let (h, how) = self.st().provenance[i];
+        (h, HOW[how as usize])
+    }
+
+    /// Draws a random number from the simulator's seeded generator.
+    pub fn random(&self) -> u64 {
+        next(&mut self.st().rng)
+    }
+
+    fn call(&self, h: usize, site: Site) -> bool {
+        let st = self.st();
+        *st.executed.entry(site.0).or_insert(0) += 1;
+        let enabled = st.disabled != Some(site.0);
+        // SAFETY: the hook is set before hosts run and never changed after.
+        if let Some(f) = unsafe { (*self.hook.get()).as_ref() } {
+            f(h, site.0);
+        }
+        self.chaos(h);
+        enabled
+    }
+
+    /// Random cache behaviour at a call of host `h`.
+    fn chaos(&self, h: usize) {
+        let st = self.st();
+        if st.hosts[h].crashed {
+            return;
+        }
+        let cfg = st.cfg;
+        let mut k = 0;
+        while k < st.hosts[h].pending.len() {
+            if (next(&mut st.rng) % 1000) < cfg.writeback_early as u64 {
+                let i = st.hosts[h].pending.swap_remove(k) as usize;
+                writeback(st, h, i, 1);
+            } else {
+                k += 1;
+            }
+        }
+        for _ in 0..cfg.samples {
+            let r = next(&mut st.rng);
+            let base = st.hosts[h].recent[(r % 32) as usize] as i64;
+            let i = (base + ((r >> 8) % 5) as i64 - 2).clamp(0, self.lines as i64 - 1) as usize;
+            let dirty = st.hosts[h].dirty[i];
+            let p = (r >> 16) % 1000;
+            if dirty && p < cfg.spontaneous_writeback as u64 {
+                writeback(st, h, i, 2);
+            } else if !dirty && p < cfg.spontaneous_refill as u64 {
+                st.hosts[h].private[i] = st.shared[i];
+            }
+        }
+        if !st.zombies.is_empty() && next(&mut st.rng) % 50 == 0 {
+            let (i, line) = st.zombies.swap_remove(0);
+            st.shared[i as usize] = line;
+            st.provenance[i as usize] = (u16::MAX - 1, 5);
+        }
+    }
+
+    fn lines_of(&self, region: &Region, off: u64, len: u64) -> Result<(usize, usize)> {
+        region.check(off, len, 1)?;
+        if len == 0 {
+            return Ok((0, 0));
+        }
+        let a = (off / LINE) as usize;
+        let b = (off + len).div_ceil(LINE) as usize;
+        if b > self.lines {
+            return Err(Error::OutOfBounds);
+        }
+        Ok((a, b))
+    }
+
+    fn touch(&self, h: usize, i: usize) {
+        let c = &mut self.st().hosts[h];
+        c.recent[c.recent_at % 32] = i as u32;
+        c.recent_at += 1;
+    }
+}
+
+fn next(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+fn writeback(st: &mut State, h: usize, i: usize, how: u8) {
+    let c = &mut st.hosts[h];
+    if c.dirty[i] {
+        st.shared[i] = c.private[i];
+        c.dirty[i] = false;
+        st.provenance[i] = (h as u16, how);
+        st.writes += 1;
+    }
+}
+
+/// One simulated host's `Coherence`.
+#[derive(Clone, Copy)]
+pub struct SimCoherence<'a> {
+    mem: &'a SimMemory,
+    host: usize,
+}
+
+impl SimCoherence<'_> {
+    /// The host id.
+    pub fn host(&self) -> usize {
+        self.host
+    }
+}
+
+impl Coherence for SimCoherence<'_> {
+    fn flush(&self, region: &Region, off: u64, len: u64, site: Site) -> Result<()> {
+        let (a, b) = self.mem.lines_of(region, off, len)?;
+        if self.mem.call(self.host, site) {
+            let st = self.mem.st();
+            for i in a..b {
+                if !st.hosts[self.host].pending.contains(&(i as u32)) {
+                    st.hosts[self.host].pending.push(i as u32);
+                }
+            }
+        }
+        if b > a {
+            self.mem.touch(self.host, a);
+            self.mem.touch(self.host, b - 1);
+        }
+        Ok(())
+    }
+
+    fn invalidate(&self, region: &Region, off: u64, len: u64, site: Site) -> Result<()> {
+        let (a, b) = self.mem.lines_of(region, off, len)?;
+        if self.mem.call(self.host, site) {
+            let st = self.mem.st();
+            for i in a..b {
+                writeback(st, self.host, i, 3);
+                st.hosts[self.host].pending.retain(|&p| p != i as u32);
+                st.hosts[self.host].private[i] = st.shared[i];
+            }
+        }
+        if b > a {
+            self.mem.touch(self.host, a);
+        }
+        Ok(())
+    }
+
+    fn store_fence(&self, site: Site) {
+        if self.mem.call(self.host, site) {
+            self.fence_all();
+        }
+    }
+
+    fn full_fence(&self, site: Site) {
+        if self.mem.call(self.host, site) {
+            self.fence_all();
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+}
+
+impl SimCoherence<'_> {
+    fn fence_all(&self) {
+        let st = self.mem.st();
+        let mut pend = core::mem::take(&mut st.hosts[self.host].pending);
+        // Queued write-backs complete in a random order.
+        while !pend.is_empty() {
+            let k = (next(&mut st.rng) as usize) % pend.len();
+            let i = pend.swap_remove(k) as usize;
+            writeback(st, self.host, i, 0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quiet() -> SimConfig {
+        SimConfig { writeback_early: 0, samples: 0, spontaneous_writeback: 0, spontaneous_refill: 0 }
+    }
+
+    #[test]
+    fn store_is_invisible_to_another_host_until_flush_fence_and_invalidate() {
+        let sut = SimMemory::new(4096, 2, 1, quiet());
+        let (a, b) = (sut.host(0), sut.host(1));
+        let (ra, rb) = (sut.region(0), sut.region(1));
+        ra.store_u64(128, 7).unwrap();
+        b.invalidate(&rb, 128, 8, Site("t")).unwrap();
+        assert_eq!(rb.load_u64(128).unwrap(), 0, "not flushed");
+        a.flush(&ra, 128, 8, Site("t")).unwrap();
+        b.invalidate(&rb, 128, 8, Site("t")).unwrap();
+        assert_eq!(rb.load_u64(128).unwrap(), 0, "flush queued, not fenced");
+        a.store_fence(Site("t"));
+        assert_eq!(rb.load_u64(128).unwrap(), 0, "stale until invalidated");
+        b.invalidate(&rb, 128, 8, Site("t")).unwrap();
+        assert_eq!(rb.load_u64(128).unwrap(), 7);
+    }
+
+    #[test]
+    fn writeback_carries_the_whole_line_and_clobbers_stale_neighbours() {
+        let sut = SimMemory::new(4096, 2, 1, quiet());
+        let (a, b) = (sut.host(0), sut.host(1));
+        let (ra, rb) = (sut.region(0), sut.region(1));
+        ra.store_u64(0, 1).unwrap();
+        rb.store_u64(8, 2).unwrap();
+        a.flush(&ra, 0, 8, Site("t")).unwrap();
+        a.store_fence(Site("t"));
+        b.flush(&rb, 8, 8, Site("t")).unwrap();
+        b.store_fence(Site("t"));
+        let m = sut.shared_region();
+        assert_eq!((m.load_u64(0).unwrap(), m.load_u64(8).unwrap()), (0, 2), "b's stale word 0 overwrote a's");
+    }
+
+    #[test]
+    fn disabled_site_does_nothing() {
+        let sut = SimMemory::new(4096, 2, 1, quiet());
+        let a = sut.host(0);
+        let ra = sut.region(0);
+        sut.disable(Some("off"));
+        ra.store_u64(64, 9).unwrap();
+        a.flush(&ra, 64, 8, Site("off")).unwrap();
+        a.store_fence(Site("t"));
+        assert_eq!(sut.shared_region().load_u64(64).unwrap(), 0);
+        assert_eq!(sut.executed().get("off"), Some(&1));
+    }
+}

@@ -1,0 +1,891 @@
+//! The proof harness: runs simulated hosts over [`SimMemory`] under a seeded
+//! deterministic scheduler, injects crashes, and checks every result against
+//! a reference model and the region's invariants.
+//!
+//! Each simulated host has two actors (OS threads that only ever run one at a
+//! time, handing a baton at every coherence call): an *op actor* doing random
+//! cache operations, and a *manager actor* beating the heartbeat and stepping
+//! the lock manager. The same seed replays the same interleaving exactly.
+
+use std::cell::Cell;
+use std::collections::{HashSet, VecDeque};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Condvar, Mutex};
+
+use cxlkv_core::coherence::{Coherence, Site};
+use cxlkv_core::hash::{mix64, Key};
+use cxlkv_core::index::{Handle, Lru, ReserveItem};
+use cxlkv_core::layout::{Capacities, NodeInfo};
+use cxlkv_core::lock::{LeaseConfig, Manager};
+use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
+use cxlkv_core::region::{attach, format, NodeEnv, Store};
+use cxlkv_core::sim::{SimCoherence, SimConfig, SimMemory};
+use cxlkv_core::Error;
+
+/// What one run does.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Seed of everything random.
+    pub seed: u64,
+    /// Simulated hosts (one node each).
+    pub hosts: usize,
+    /// Operations per host.
+    pub ops: u32,
+    /// Crash one host at a random moment, then recover.
+    pub crash: bool,
+    /// Disable this coherence site (a mutant).
+    pub disable: Option<&'static str>,
+}
+
+/// What a run found.
+#[derive(Debug, Default)]
+pub struct RunResult {
+    /// Invariant violations (empty = pass).
+    pub violations: Vec<String>,
+    /// Operations completed.
+    pub ops: u64,
+    /// Scheduler steps (yields).
+    pub steps: u64,
+    /// The last scheduler events, for replay.
+    pub trace: Vec<String>,
+    /// Whether a host crashed.
+    pub crashed: Option<usize>,
+    /// Sites that ran, with counts.
+    pub executed: Vec<(&'static str, u64)>,
+}
+
+/// Capacities of simulated regions: small, so tables fill and chunks recycle.
+pub fn sim_caps(hosts: usize) -> Capacities {
+    Capacities {
+        max_nodes: hosts as u32,
+        n_stripes: 2,
+        entries_per_stripe: 24,
+        n_roots: 4,
+        pin_slots: 16,
+        chunk_shift: 12,
+    }
+}
+
+/// Bytes of a simulated region.
+pub const SIM_BYTES: usize = 192 << 10;
+const NS: u32 = 3;
+const KEYS: u64 = 40;
+
+struct Crashed;
+
+/// A run taking more scheduler steps than this is livelocked.
+const STEP_LIMIT: u64 = 3_000_000;
+
+#[derive(Default)]
+struct Sched {
+    turn: usize,
+    runnable: Vec<bool>,
+    finished: Vec<bool>,
+    host_crashed: Vec<bool>,
+    rng: u64,
+    steps: u64,
+    crash_at: Option<(usize, u64)>,
+    crashed: Option<usize>,
+    trace: VecDeque<String>,
+    stop: bool,
+    watch_dirty: Vec<bool>,
+    /// Host-local lock tier: (host, lock) → holding actor.
+    local: std::collections::HashMap<(usize, u32), usize>,
+}
+
+fn watch_line() -> Option<usize> {
+    std::env::var("CXLKV_SIM_WATCH_LINE").ok().and_then(|v| v.parse().ok())
+}
+
+struct World {
+    mem: SimMemory,
+    sched: Mutex<Sched>,
+    /// One condition variable per actor: handing the baton wakes only the
+    /// actor that gets it.
+    cvs: Vec<Condvar>,
+    model: Mutex<Model>,
+    hosts: usize,
+}
+
+#[derive(Default)]
+struct Model {
+    published: HashSet<Key>,
+    violations: Vec<String>,
+    counter: u64,
+    inserts: Vec<u64>,
+    ops: u64,
+    need_recovery: bool,
+    recovered: bool,
+    counter_root: u64,
+    log: Vec<(u64, u64, String)>,
+}
+
+thread_local! {
+    static ACTOR: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+fn rnd(x: &mut u64) -> u64 {
+    *x = mix64(x.wrapping_add(0x9e37_79b9_7f4a_7c15));
+    *x
+}
+
+impl World {
+    fn violation(&self, s: String) {
+        let mut m = self.model.lock().unwrap();
+        if m.violations.len() < 20 {
+            m.violations.push(s);
+        }
+    }
+
+    /// Hands the baton on; returns when this actor runs again. Unwinds the
+    /// thread with `Crashed` if its host was crashed meanwhile.
+    fn yield_now(&self, actor: usize, what: &'static str) {
+        self.yield_maybe(actor, what, true)
+    }
+
+    /// A scheduling point: hands the baton on (always when `force`, else
+    /// with probability 1/3, so runs interleave at random points without
+    /// paying a thread switch at every one).
+    fn yield_maybe(&self, actor: usize, what: impl std::fmt::Display, force: bool) {
+        let mut s = self.sched.lock().unwrap();
+        s.steps += 1;
+        if s.steps == STEP_LIMIT {
+            let m = format!("run did not finish within {STEP_LIMIT} scheduler steps (livelock)");
+            drop(s);
+            self.violation(m);
+            s = self.sched.lock().unwrap();
+        }
+        if s.steps > STEP_LIMIT {
+            // Stop everyone: unwind this actor like a crash.
+            for r in s.runnable.iter_mut() {
+                *r = false;
+            }
+            s.stop = true;
+            for cv in &self.cvs {
+                cv.notify_all();
+            }
+            drop(s);
+            std::panic::resume_unwind(Box::new(Crashed));
+        }
+        if let Some(line) = watch_line() {
+            let d = self.mem.is_dirty(actor / 3, line);
+            let was = s.watch_dirty.get(actor / 3).copied().unwrap_or(false);
+            if d != was {
+                let step = s.steps;
+                eprintln!("watch: step {step} actor {actor} line {line} dirty {was} -> {d} at {what}");
+                if s.watch_dirty.len() < self.hosts {
+                    s.watch_dirty.resize(self.hosts, false);
+                }
+                s.watch_dirty[actor / 3] = d;
+            }
+        }
+        if !force && rnd(&mut s.rng) % 3 != 0 && s.crash_at.is_none_or(|(h, at)| actor / 3 != h || s.steps < at) {
+            return;
+        }
+        let step = s.steps;
+        if s.trace.len() >= 64 {
+            s.trace.pop_front();
+        }
+        s.trace.push_back(format!("{step}: actor {actor} {what}"));
+        if let Some((h, at)) = s.crash_at {
+            if actor / 3 == h && step >= at && s.crashed.is_none() && !s.finished[3 * h] {
+                s.crashed = Some(h);
+                s.crash_at = None;
+                s.host_crashed[h] = true;
+                for a in 3 * h..3 * h + 3 {
+                    s.runnable[a] = false;
+                }
+                s.trace.push_back(format!("{step}: host {h} crashes"));
+                self.mem.crash(h);
+                self.pass(&mut s);
+                drop(s);
+                std::panic::resume_unwind(Box::new(Crashed));
+            }
+        }
+        self.pass(&mut s);
+        while s.turn != actor && !s.stop {
+            s = self.cvs[actor].wait(s).unwrap();
+        }
+        if s.host_crashed[actor / 3] || s.steps > STEP_LIMIT {
+            drop(s);
+            std::panic::resume_unwind(Box::new(Crashed));
+        }
+    }
+
+    /// Picks the next runnable actor at random and wakes it.
+    fn pass(&self, s: &mut Sched) {
+        let n = s.runnable.len();
+        let live = s.runnable.iter().filter(|&&r| r).count();
+        if live == 0 {
+            s.stop = true;
+            for cv in &self.cvs {
+                cv.notify_all();
+            }
+        } else {
+            let mut k = (rnd(&mut s.rng) as usize) % live;
+            for a in 0..n {
+                if s.runnable[a] {
+                    if k == 0 {
+                        s.turn = a;
+                        break;
+                    }
+                    k -= 1;
+                }
+            }
+            self.cvs[s.turn].notify_all();
+        }
+    }
+
+    fn wait_turn(&self, actor: usize) {
+        let mut s = self.sched.lock().unwrap();
+        while s.turn != actor && !s.stop {
+            s = self.cvs[actor].wait(s).unwrap();
+        }
+    }
+
+    fn finish(&self, actor: usize) {
+        let mut s = self.sched.lock().unwrap();
+        s.runnable[actor] = false;
+        s.finished[actor] = true;
+        self.pass(&mut s);
+    }
+
+    /// Every op actor finished or crashed, and any crash was recovered.
+    fn settled(&self) -> bool {
+        let s = self.sched.lock().unwrap();
+        let ops_done = (0..self.hosts).all(|h| s.finished[3 * h] || s.host_crashed[h]);
+        let crashed = s.crashed.is_some();
+        drop(s);
+        ops_done && (!crashed || self.model.lock().unwrap().recovered)
+    }
+
+    fn crashed(&self) -> Option<usize> {
+        self.sched.lock().unwrap().crashed
+    }
+
+    fn now(&self) -> u64 {
+        self.sched.lock().unwrap().steps
+    }
+}
+
+struct Env<'w> {
+    w: &'w World,
+}
+
+impl NodeEnv for Env<'_> {
+    /// The host-local tier: actors of one host take turns on each lock.
+    fn local_lock(&self, lock: u32) {
+        let me = ACTOR.with(|a| a.get());
+        let h = me / 3;
+        loop {
+            {
+                let mut s = self.w.sched.lock().unwrap();
+                let slot = s.local.entry((h, lock)).or_insert(usize::MAX);
+                if *slot == usize::MAX || *slot == me {
+                    *slot = me;
+                    return;
+                }
+            }
+            self.w.yield_now(me, "local-lock");
+        }
+    }
+    fn local_unlock(&self, lock: u32) {
+        let me = ACTOR.with(|a| a.get());
+        let mut s = self.w.sched.lock().unwrap();
+        if s.local.get(&(me / 3, lock)) == Some(&me) {
+            s.local.remove(&(me / 3, lock));
+        }
+    }
+    fn wait(&self, iteration: u32) -> cxlkv_core::Result<()> {
+        if iteration > 200_000 {
+            return Err(Error::Timeout);
+        }
+        self.w.yield_now(ACTOR.with(|a| a.get()), "wait");
+        Ok(())
+    }
+}
+
+fn payload(k: Key, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    for (i, c) in v.chunks_mut(8).enumerate() {
+        let w = mix64(k.lo ^ (i as u64).wrapping_mul(0x100_0000_01b3)).to_le_bytes();
+        c.copy_from_slice(&w[..c.len()]);
+    }
+    v
+}
+
+fn key(i: u64) -> Key {
+    Key { lo: mix64(i + 77), hi: i }
+}
+
+fn len_of(k: Key) -> u64 {
+    64 + mix64(k.hi) % 3000
+}
+
+const LEASE: LeaseConfig = LeaseConfig { lease: 40_000, settle: 300 };
+
+/// Runs one simulation.
+pub fn run(cfg: &RunConfig) -> RunResult {
+    let hosts = cfg.hosts.max(2);
+    let w = Arc::new(World {
+        mem: SimMemory::new(SIM_BYTES, hosts, cfg.seed, SimConfig::default()),
+        sched: Mutex::new(Sched {
+            runnable: vec![true; 3 * hosts],
+            finished: vec![false; 3 * hosts],
+            host_crashed: vec![false; hosts],
+            rng: cfg.seed ^ 0x5151,
+            ..Sched::default()
+        }),
+        cvs: (0..3 * hosts).map(|_| Condvar::new()).collect(),
+        model: Mutex::new(Model { inserts: vec![0; hosts], ..Model::default() }),
+        hosts,
+    });
+    let w2 = w.clone();
+    w.mem.set_yield_hook(Box::new(move |_h, site| {
+        let a = ACTOR.with(|a| a.get());
+        if a != usize::MAX {
+            w2.yield_maybe(a, site, false);
+        }
+    }));
+    // Host 0's op actor formats the region while the others wait to attach.
+    w.mem.disable(cfg.disable);
+    if cfg.crash {
+        let mut s = w.sched.lock().unwrap();
+        let h = (rnd(&mut s.rng) as usize) % hosts;
+        let at = 2000 + rnd(&mut s.rng) % (cfg.ops as u64 * 40 * hosts as u64).max(1);
+        s.crash_at = Some((h, at));
+    }
+    let mut threads = Vec::new();
+    for actor in 0..3 * hosts {
+        let w = w.clone();
+        let ops = cfg.ops;
+        let seed = cfg.seed;
+        threads.push(std::thread::spawn(move || {
+            ACTOR.with(|a| a.set(actor));
+            w.wait_turn(actor);
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| match actor % 3 {
+                0 => op_actor(&w, actor / 3, ops, seed),
+                1 => manager_actor(&w, actor / 3),
+                _ => recovery_actor(&w, actor / 3),
+            }));
+            match r {
+                Ok(()) => {}
+                Err(p) if p.is::<Crashed>() => {}
+                Err(p) => {
+                    let msg = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    w.violation(format!("actor {actor} panicked: {msg}"));
+                }
+            }
+            if w.sched.lock().unwrap().host_crashed[actor / 3] {
+                return;
+            }
+            w.finish(actor);
+        }));
+    }
+    // The baton starts with actor 0 (Sched::turn defaults to 0). Watchdog:
+    // a run whose scheduler makes no step for 20 s has deadlocked.
+    let mut last = (0u64, std::time::Instant::now());
+    while threads.iter().any(|t| !t.is_finished()) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let s = w.sched.lock().unwrap();
+        if s.steps != last.0 {
+            last = (s.steps, std::time::Instant::now());
+        } else if last.1.elapsed() > std::time::Duration::from_secs(20) {
+            let msg = format!(
+                "scheduler stalled at step {}: turn {}, runnable {:?}, finished {:?}, alive threads {:?}",
+                s.steps,
+                s.turn,
+                s.runnable,
+                s.finished,
+                threads.iter().map(|t| !t.is_finished()).collect::<Vec<_>>()
+            );
+            let trace: Vec<String> = s.trace.iter().cloned().collect();
+            drop(s);
+            // Leave the stuck threads behind; report.
+            return RunResult { violations: vec![msg], trace, ..RunResult::default() };
+        }
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    // Quiescent: every live node detached. Land what a crashed host left in
+    // flight, then check the region through a fresh host's eyes.
+    w.mem.drain_zombies();
+    ACTOR.with(|a| a.set(usize::MAX));
+    final_checks(&w);
+    let s = w.sched.lock().unwrap();
+    let m = w.model.lock().unwrap();
+    RunResult {
+        violations: m.violations.clone(),
+        ops: m.ops,
+        steps: s.steps,
+        trace: s.trace.iter().cloned().collect(),
+        crashed: s.crashed,
+        executed: w.mem.executed().into_iter().collect(),
+    }
+}
+
+fn final_checks(w: &World) {
+    // A host that never ran ops reads the region: host 0 if alive, else 1.
+    let crashed = w.crashed();
+    let h = if crashed == Some(0) { 1 } else { 0 };
+    let store = match attach(w.mem.region(h), w.mem.host(h)) {
+        Ok(s) => s,
+        Err(e) => return w.violation(format!("final attach: {e}")),
+    };
+    let mut findings = Vec::new();
+    let mut scratch = vec![0u64; cxlkv_core::check::scratch_words(&store)];
+    if let Err(e) = cxlkv_core::check::check(&store, &mut scratch, &mut |f| findings.push(f)) {
+        w.violation(format!("final check failed: {e}"));
+    }
+    for f in findings.iter().take(5) {
+        w.violation(format!("final check: {f}"));
+    }
+    let m = w.model.lock().unwrap();
+    let (want, root) = (m.counter, m.counter_root);
+    let inserts = m.inserts.clone();
+    drop(m);
+    if root != 0 {
+        let got = store.fresh::<[u64; 8]>(root, Site("harness.counter")).map(|l| l[0]);
+        if got != Ok(want) {
+            w.violation(format!("lock counter: {got:?} after {want} increments (a lost update)"));
+        }
+    }
+    for n in 0..w.hosts as u32 {
+        let info = store.fresh_state_first::<NodeInfo>(store.layout.node_info(n), Site("harness.final.info"));
+        if info.map(|i| i.state) != Ok(cxlkv_core::layout::NODE_FREE) {
+            w.violation(format!("node {n} not free after the run: {info:?}"));
+        }
+    }
+    for (n, want) in inserts.iter().enumerate() {
+        if Some(n) == crashed {
+            continue;
+        }
+        let got =
+            store.fresh::<cxlkv_core::layout::NodeStats>(store.layout.node_stats(n as u32), Site("harness.stats"));
+        if got.map(|s| s.inserts) != Ok(*want) {
+            w.violation(format!("node {n} stats: inserts {:?}, harness counted {want}", got.map(|s| s.inserts)));
+        }
+    }
+}
+
+fn manager_actor(w: &World, h: usize) {
+    let store = match attach_retry(w, h) {
+        Some(s) => s,
+        None => return,
+    };
+    // Wait until the op actor attached the node.
+    let id = h as u32;
+    let mut mgr = Manager::new(id);
+    let nonce = 1000 + h as u64;
+    let env = Env { w };
+    let local = NodeLocal::default();
+    let node = Node::attached(&store, id, &env, &local);
+    let crashed_probe = |n: u32, _i: &NodeInfo| {
+        if w.sched.lock().unwrap().host_crashed.get(n as usize).copied().unwrap_or(false) {
+            Some(false)
+        } else {
+            None
+        }
+    };
+    loop {
+        if w.settled() {
+            // Every node detached: hand the manager role on.
+            if let Err(e) = mgr.resign(&store) {
+                w.violation(format!("manager {h} resign: {e}"));
+            }
+            return;
+        }
+        let info: NodeInfo = match store.fresh_state_first(store.layout.node_info(id), Site("harness.mgr.info")) {
+            Ok(i) => i,
+            Err(e) => return w.violation(format!("manager {h}: {e}")),
+        };
+        if info.state == cxlkv_core::layout::NODE_ALIVE {
+            if let Err(e) = node.heartbeat(nonce) {
+                let now_info: Result<NodeInfo, _> = store.region.read(store.layout.node_info(id));
+                if now_info.is_ok_and(|i| i.state == cxlkv_core::layout::NODE_FREE) {
+                    // Our own op actor detached in between: not a fencing.
+                    w.yield_now(3 * h + 1, "mgr");
+                    continue;
+                }
+                let seen: Result<NodeInfo, _> = store.region.read(store.layout.node_info(id));
+                let mem: Result<NodeInfo, _> = w.mem.shared_region().read(store.layout.node_info(id));
+                return w.violation(format!(
+                    "host {h} fenced at step {}: heartbeat {e}; its info {seen:?}, memory {mem:?}",
+                    w.now()
+                ));
+            }
+            match mgr.step(&store, w.now(), LEASE, &crashed_probe) {
+                Ok(r) => {
+                    if r.newly_dead != 0 {
+                        let now = w.now();
+                        let crashed = w.crashed().map_or(0, |c| 1u64 << c);
+                        if r.newly_dead & !crashed != 0 {
+                            w.violation(format!("step {now}: manager {h} declared live nodes {:b} dead", r.newly_dead));
+                        }
+                    }
+                    if r.dead != 0 {
+                        w.model.lock().unwrap().need_recovery = true;
+                    }
+                }
+                Err(e) => return w.violation(format!("manager {h} step: {e}")),
+            }
+        }
+        w.yield_now(3 * h + 1, "mgr");
+    }
+}
+
+/// Recovers crashed peers once the manager has declared them dead (on the
+/// first live host). A separate actor, like platform's recovery thread: the
+/// op actor may be waiting on a lock that only recovery can repair.
+fn recovery_actor(w: &World, h: usize) {
+    let Some(store) = attach_retry(w, h) else { return };
+    let env = Env { w };
+    let local = NodeLocal::default();
+    let node = Node::attached(&store, h as u32, &env, &local);
+    loop {
+        let (need, recovered) = {
+            let m = w.model.lock().unwrap();
+            (m.need_recovery, m.recovered)
+        };
+        if w.settled() {
+            return;
+        }
+        if need && !recovered {
+            match node.recover(0) {
+                Ok(_) => {
+                    let mut m = w.model.lock().unwrap();
+                    m.need_recovery = false;
+                    m.recovered = true;
+                }
+                Err(e) => return w.violation(format!("host {h} recover: {e:?}")),
+            }
+        }
+        w.yield_now(3 * h + 2, "recovery");
+    }
+}
+
+fn attach_retry(w: &World, h: usize) -> Option<Store<SimCoherence<'_>>> {
+    for _ in 0..10_000 {
+        match attach(w.mem.region(h), w.mem.host(h)) {
+            Ok(s) => return Some(s),
+            Err(Error::NotInitialized) => w.yield_now(ACTOR.with(|a| a.get()), "attach-retry"),
+            Err(e) => {
+                w.violation(format!("host {h} attach: {e}"));
+                return None;
+            }
+        }
+    }
+    w.violation(format!("host {h} never saw a formatted region"));
+    None
+}
+
+fn log(w: &World, off: u64, what: String) {
+    let step = w.now();
+    w.model.lock().unwrap().log.push((off, step, what));
+}
+
+struct Pin {
+    h: Handle,
+    until: u32,
+}
+
+fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
+    if h == 0 {
+        if let Err(e) = format(w.mem.region(0), w.mem.host(0), sim_caps(w.hosts), seed) {
+            return w.violation(format!("format: {e}"));
+        }
+    }
+    let Some(store) = attach_retry(w, h) else { return };
+    let who = Identity { pid: 100 + h as u32, host_id: h as u64 + 1, nonce: 1000 + h as u64, now: 0 };
+    let id = match attach_node(&store, Some(h as u32), who) {
+        Ok(id) => id,
+        Err(e) => return w.violation(format!("attach node {h}: {e}")),
+    };
+    let env = Env { w };
+    let local = NodeLocal::default();
+    let node = Node::attached(&store, id, &env, &local);
+    let mut x = seed ^ mix64(h as u64 + 1);
+    let mut pins: Vec<Pin> = Vec::new();
+    let mut writing: Option<(Handle, u32)> = None;
+    let check_err = |what: &str, e: Error, ok: &[Error]| {
+        if !ok.contains(&e) {
+            w.violation(format!("host {h} {what}: unexpected {e:?}"));
+        }
+    };
+    if h == 0 {
+        // The lock-counter word, published as a named root.
+        match node.alloc(64) {
+            Ok(off) => {
+                let r = cxlkv_core::roots::Root { offset: off, size: 64, tag: 1 };
+                if let Err(e) = node.root_put(b"counter", r) {
+                    w.violation(format!("root_put: {e}"));
+                }
+                w.model.lock().unwrap().counter_root = off;
+            }
+            Err(e) => w.violation(format!("alloc counter: {e}")),
+        }
+    }
+    for op in 0..ops {
+        // Verify and drop pins whose time has come.
+        let mut k = 0;
+        while k < pins.len() {
+            if pins[k].until <= op {
+                let p = pins.swap_remove(k);
+                verify_pinned(w, &node, h, &p.h);
+                if let Err(e) = node.release(&[p.h]) {
+                    check_err("release", e, &[]);
+                }
+            } else {
+                k += 1;
+            }
+        }
+        if let Some((hd, due)) = writing {
+            if due <= op {
+                writing = None;
+                finish_write(w, &node, h, hd, rnd(&mut x));
+            }
+        }
+        let r = rnd(&mut x);
+        let i = r % KEYS;
+        match (r >> 20) % 16 {
+            0..=4 if writing.is_none() => {
+                let k = key(i);
+                match node.reserve(NS, k, len_of(k), 16) {
+                    Ok(hd) => {
+                        w.model.lock().unwrap().inserts[h] += 1;
+                        log(w, hd.off, format!("host {h} reserve key {} len {}", k.hi, hd.len));
+                        // Write half now, the rest (and publish) a few ops later,
+                        // so readers run while the block is WRITING.
+                        let p = payload(k, hd.len as usize);
+                        let half = p.len() / 2;
+                        if let Err(e) = node.write(&hd, 0, &p[..half]) {
+                            check_err("write", e, &[]);
+                        }
+                        writing = Some((hd, op + 1 + (r >> 40) as u32 % 3));
+                    }
+                    Err(e) => check_err("reserve", e, &[Error::Exists, Error::OutOfSpace, Error::TableFull]),
+                }
+            }
+            5..=7 => {
+                let keys: Vec<Key> = (i..i + 3).map(key).collect();
+                let mut out = vec![Err(Error::InvalidArgument); keys.len()];
+                match node.acquire(NS, &keys, &mut out) {
+                    Ok(_) => {
+                        for (k, r) in keys.iter().zip(out) {
+                            match r {
+                                Ok(hd) => {
+                                    if !w.model.lock().unwrap().published.contains(k) {
+                                        w.violation(format!("host {h} acquired key {} never published", k.hi));
+                                    }
+                                    verify_pinned(w, &node, h, &hd);
+                                    pins.push(Pin { h: hd, until: op + 1 + (rnd(&mut x) % 4) as u32 });
+                                }
+                                Err(Error::NotFound) => {}
+                                Err(e) => check_err("acquire item", e, &[Error::JournalFull]),
+                            }
+                        }
+                    }
+                    Err(e) => check_err("acquire", e, &[]),
+                }
+            }
+            8..=10 => {
+                let k = key(i);
+                let mut buf = vec![0u8; 4096];
+                match node.get(NS, k, &mut buf) {
+                    Ok(n) => {
+                        if !w.model.lock().unwrap().published.contains(&k) {
+                            w.violation(format!("host {h} got key {} never published", k.hi));
+                        } else if buf[..n] != payload(k, n)[..] || n as u64 != len_of(k) {
+                            w.violation(format!("host {h} get key {}: wrong payload", k.hi));
+                        }
+                    }
+                    Err(e) => check_err("get", e, &[Error::NotFound, Error::Changed]),
+                }
+            }
+            11 => {
+                let keys: Vec<Key> = (i..i + 4).map(key).collect();
+                match node.lookup(NS, &keys) {
+                    Ok(n) => {
+                        let m = w.model.lock().unwrap();
+                        if let Some(k) = keys[..n].iter().find(|k| !m.published.contains(k)) {
+                            drop(m);
+                            w.violation(format!("host {h} lookup hit key {} never published", k.hi));
+                        }
+                    }
+                    Err(e) => check_err("lookup", e, &[]),
+                }
+            }
+            12 => match node.evict(2048 + r % 8192, &mut Lru) {
+                Ok(_) => {}
+                Err(e) => check_err("evict", e, &[]),
+            },
+            13 => {
+                let items: Vec<ReserveItem> =
+                    (i..i + 3).map(|j| ReserveItem { key: key(j), len: len_of(key(j)), tokens: 16 }).collect();
+                let mut out = vec![Err(Error::InvalidArgument); items.len()];
+                if let Err(e) = node.reserve_batch(NS, &items, &mut out) {
+                    check_err("reserve_batch", e, &[]);
+                }
+                let mut done = Vec::new();
+                for (it, r) in items.iter().zip(out) {
+                    match r {
+                        Ok(hd) => {
+                            w.model.lock().unwrap().inserts[h] += 1;
+                            log(w, hd.off, format!("host {h} batch-reserve key {} len {}", hd.key.hi, hd.len));
+                            if let Err(e) = node.write(&hd, 0, &payload(it.key, hd.len as usize)) {
+                                check_err("write", e, &[]);
+                            }
+                            done.push(hd);
+                        }
+                        Err(e) => check_err(
+                            "reserve batch item",
+                            e,
+                            &[Error::Exists, Error::OutOfSpace, Error::TableFull, Error::JournalFull],
+                        ),
+                    }
+                }
+                let mut st = vec![Ok(()); done.len()];
+                {
+                    let mut m = w.model.lock().unwrap();
+                    for hd in &done {
+                        m.published.insert(hd.key);
+                    }
+                }
+                if let Err(e) = node.publish_flushed(&done, &mut st) {
+                    check_err("publish batch", e, &[]);
+                }
+                for s in st {
+                    if let Err(e) = s {
+                        check_err("publish batch item", e, &[]);
+                    }
+                }
+            }
+            _ => lock_counter(w, &node, h),
+        }
+        w.model.lock().unwrap().ops += 1;
+        always_invariants(w, h, op);
+    }
+    if let Some((hd, _)) = writing {
+        finish_write(w, &node, h, hd, rnd(&mut x));
+    }
+    for p in pins.drain(..) {
+        verify_pinned(w, &node, h, &p.h);
+        if let Err(e) = node.release(&[p.h]) {
+            check_err("release", e, &[]);
+        }
+    }
+    if let Err(e) = node.detach() {
+        check_err("detach", e, &[]);
+    }
+}
+
+/// Invariants that hold in memory at every moment, whatever is in flight:
+/// no two live entries share a payload block, every live entry's block is
+/// allocated, no lock has two holders.
+fn always_invariants(w: &World, h: usize, op: u32) {
+    let Ok(store) = attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return };
+    let mut scratch = vec![0u64; cxlkv_core::check::scratch_words(&store)];
+    let mut bad = Vec::new();
+    let _ = cxlkv_core::check::check(&store, &mut scratch, &mut |f| {
+        use cxlkv_core::check::FindingKind as K;
+        if matches!(f.kind, K::SharedBlock | K::EntryPayload | K::TwoHolders) {
+            bad.push(f);
+        }
+    });
+    for f in bad.iter().take(3) {
+        w.violation(format!("step {} (host {h} after op {op}): in memory: {f}", w.now()));
+    }
+}
+
+fn finish_write<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: Handle, r: u64) {
+    let p = payload(hd.key, hd.len as usize);
+    let half = p.len() / 2;
+    if let Err(e) = node.write(&hd, half as u64, &p[half..]) {
+        w.violation(format!("host {h} write: {e:?}"));
+    }
+    log(w, hd.off, format!("host {h} finish-write key {} (abort: {})", hd.key.hi, r % 7 == 0));
+    if r % 7 == 0 {
+        if let Err(e) = node.abort(&hd) {
+            w.violation(format!("host {h} abort: {e:?}"));
+        }
+        return;
+    }
+    w.model.lock().unwrap().published.insert(hd.key);
+    let r = if r % 2 == 0 { node.publish(&hd) } else { node.publish_flushed(&[hd], &mut [Ok(())]) };
+    if let Err(e) = r {
+        w.violation(format!("host {h} publish: {e:?}"));
+    }
+}
+
+fn verify_pinned<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: &Handle) {
+    let mut buf = vec![0u8; hd.len as usize];
+    match node.read(hd, 0, &mut buf) {
+        Ok(()) => {
+            if hd.len != len_of(hd.key) || buf != payload(hd.key, buf.len()) {
+                let want = payload(hd.key, buf.len());
+                let at = buf.iter().zip(&want).position(|(a, b)| a != b);
+                let mut mem = vec![0u8; buf.len()];
+                let _ = w.mem.shared_region().copy_out(hd.off, &mut mem);
+                let mem_ok = mem == want;
+                let mut who = String::new();
+                if let Some(at) = at {
+                    let a = at & !63;
+                    let end = (a + 64).min(mem.len());
+                    for j in 0..KEYS {
+                        let pj = payload(key(j), 4096);
+                        for o in (0..4096 - 64).step_by(64) {
+                            if pj[o..o + (end - a)] == mem[a..end] {
+                                who += &format!(" key {j}@{o}");
+                            }
+                        }
+                    }
+                    if mem[a..end].iter().all(|&b| b == 0) {
+                        who += " zeros";
+                    }
+                    let (wh, how) = w.mem.provenance(((hd.off as usize) + a) / 64);
+                    who += &format!("; last written back by host {wh} ({how})");
+                }
+                let mut hist = String::new();
+                let logged = w.model.lock().unwrap().log.clone();
+                for (o, st, what) in &logged {
+                    if (*o & !4095) == (hd.off & !4095) {
+                        hist += &format!("\n      step {st} off {o}: {what}");
+                    }
+                }
+                who += &hist;
+                let e: Result<cxlkv_core::layout::Entry, _> =
+                    w.mem.shared_region().read(node.store.layout.entry(hd.stripe, hd.entry));
+                let counter_at = w.model.lock().unwrap().counter_root;
+                w.violation(format!(
+                    "host {h} pinned key {} (off {} len {}; counter at {}): payload differs at byte {at:?}; memory holds the right bytes: {mem_ok} (line there matches:{who}); entry in memory {e:?}; step {}",
+                    hd.key.hi, hd.off, hd.len, counter_at, w.now()
+                ));
+            }
+        }
+        Err(e) => w.violation(format!("host {h} read pinned: {e:?}")),
+    }
+}
+
+fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
+    let off = w.model.lock().unwrap().counter_root;
+    if off == 0 {
+        return;
+    }
+    let st = node.store;
+    let lock = st.layout.locks().roots();
+    let r = node.with_lock(lock, || {
+        st.co.invalidate(&st.region, off, 8, Site("harness.counter.read"))?;
+        let v = st.region.load_u64(off)?;
+        st.region.store_u64(off, v + 1)?;
+        st.co.flush(&st.region, off, 8, Site("harness.counter.write"))
+    });
+    match r {
+        Ok(()) => w.model.lock().unwrap().counter += 1,
+        Err(e) => w.violation(format!("host {h} counter lock: {e:?}")),
+    }
+}
