@@ -2,22 +2,15 @@
 
 use std::vec::Vec;
 
-use crate::check::{check, scratch_words, Finding, FindingKind};
+use crate::check::FindingKind;
 use crate::hash::Key;
 use crate::node::NodeLocal;
 use crate::roots::{get, Root};
-use crate::testutil::{node, small_caps, Fixture, InlineEnv};
+use crate::testutil::{findings, node, small_caps, Fixture, InlineEnv};
 use crate::Error;
 
 fn key(i: u64) -> Key {
     Key { lo: i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, hi: i }
-}
-
-fn findings(f: &Fixture) -> Vec<Finding> {
-    let mut v = Vec::new();
-    let mut scratch = std::vec![0u64; scratch_words(&f.store)];
-    check(&f.store, &mut scratch, &mut |x| v.push(x)).unwrap();
-    v
 }
 
 #[test]

@@ -102,3 +102,11 @@ impl Fixture {
 pub fn node<'a>(f: &'a Fixture, env: &'a InlineEnv<'a>, local: &'a NodeLocal, id: u32) -> Node<'a, Coherent> {
     Node::new(&f.store, id, env, local).unwrap()
 }
+
+/// Every finding of `check` on the fixture's region.
+pub fn findings(f: &Fixture) -> Vec<crate::check::Finding> {
+    let mut v = Vec::new();
+    let mut scratch = std::vec![0u64; crate::check::scratch_words(&f.store)];
+    crate::check::check(&f.store, &mut scratch, &mut |x| v.push(x)).unwrap();
+    v
+}

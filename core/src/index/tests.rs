@@ -1,10 +1,9 @@
 use std::vec::Vec;
 
-use crate::check::{check, scratch_words, Finding};
 use crate::hash::Key;
 use crate::index::{Lru, ReserveItem};
 use crate::node::NodeLocal;
-use crate::testutil::{node, small_caps, Fixture, InlineEnv};
+use crate::testutil::{findings, node, small_caps, Fixture, InlineEnv};
 use crate::Error;
 
 fn key(i: u64) -> Key {
@@ -13,13 +12,6 @@ fn key(i: u64) -> Key {
 
 fn payload(k: Key, len: usize) -> Vec<u8> {
     (0..len).map(|i| (k.lo as usize).wrapping_add(i * 31) as u8 ^ (k.hi as u8)).collect()
-}
-
-fn findings(f: &Fixture) -> Vec<Finding> {
-    let mut v = Vec::new();
-    let mut scratch = std::vec![0u64; scratch_words(&f.store)];
-    check(&f.store, &mut scratch, &mut |x| v.push(x)).unwrap();
-    v
 }
 
 #[test]

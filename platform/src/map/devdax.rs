@@ -2,10 +2,10 @@
 //! device. Its size and alignment come from sysfs; the mapping must start at
 //! a multiple of the alignment (2 MiB or 1 GiB) or mmap fails.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
-use super::{cpath, map_aligned, Mapping, Source};
+use super::{map_aligned, open_fd, Mapping, Source};
 use crate::{Error, Result};
 
 /// Size and alignment of a device-DAX device, from sysfs.
@@ -51,14 +51,7 @@ pub fn geometry_checked(size: u64, align: u64) -> Result<DaxGeometry> {
 
 /// Opens and maps a device-DAX device, aligned as sysfs requires.
 pub fn open(path: &Path) -> Result<Mapping> {
-    let c = cpath(path)?;
-    // SAFETY: `c` is a valid NUL-terminated path.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(Error::io("open device DAX"));
-    }
-    // SAFETY: `fd` was just opened and is owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = open_fd(path, libc::O_RDWR | libc::O_CLOEXEC, 0, "open device DAX")?;
     let g = geometry(&fd)?;
     let len = usize::try_from(g.size).map_err(|_| Error::Core(cxlkv_core::Error::TooLarge))?;
     let ptr = map_aligned(&fd, len, g.align as usize)?;

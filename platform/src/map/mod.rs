@@ -59,6 +59,18 @@ fn cpath(p: &Path) -> Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| Error::Core(cxlkv_core::Error::InvalidArgument))
 }
 
+/// `open(2)` of `path` with `flags` (and `mode` when creating), owned.
+pub(crate) fn open_fd(path: &Path, flags: libc::c_int, mode: u32, what: &'static str) -> Result<OwnedFd> {
+    let c = cpath(path)?;
+    // SAFETY: `c` is a valid NUL-terminated path; `mode` is only read with O_CREAT.
+    let fd = unsafe { libc::open(c.as_ptr(), flags, mode as libc::c_uint) };
+    if fd < 0 {
+        return Err(Error::io(what));
+    }
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Maps `len` bytes of `fd` shared, at an address aligned to `align`.
 pub(crate) fn map_aligned(fd: &OwnedFd, len: usize, align: usize) -> Result<*mut u8> {
     if len == 0 || !align.is_power_of_two() {
@@ -124,16 +136,9 @@ impl Mapping {
     /// Creates (or truncates, when `overwrite`) a file of `size` bytes with
     /// permissions `mode` (owner-only by default: 0o600) and maps it.
     pub fn create_file(path: &Path, size: u64, mode: u32, overwrite: bool) -> Result<Mapping> {
-        let c = cpath(path)?;
         let mut flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC;
         flags |= if overwrite { libc::O_TRUNC } else { libc::O_EXCL };
-        // SAFETY: `c` is a valid NUL-terminated path.
-        let fd = unsafe { libc::open(c.as_ptr(), flags, mode as libc::c_uint) };
-        if fd < 0 {
-            return Err(Error::io("open region file"));
-        }
-        // SAFETY: `fd` was just opened and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = open_fd(path, flags, mode, "open region file")?;
         let len = usize::try_from(size).map_err(|_| Error::Core(cxlkv_core::Error::TooLarge))?;
         // SAFETY: `fd` is an open regular file.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
@@ -145,14 +150,7 @@ impl Mapping {
 
     /// Opens and maps an existing region file (its whole length).
     pub fn open_file(path: &Path) -> Result<Mapping> {
-        let c = cpath(path)?;
-        // SAFETY: `c` is a valid NUL-terminated path.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return Err(Error::io("open region file"));
-        }
-        // SAFETY: `fd` was just opened and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = open_fd(path, libc::O_RDWR | libc::O_CLOEXEC, 0, "open region file")?;
         let size = fd_len(&fd)?;
         if size < 4096 {
             return Err(Error::Core(cxlkv_core::Error::TooSmall));
