@@ -267,11 +267,13 @@ impl SimMemory {
         let st = self.st();
         *st.executed.entry(site.0).or_insert(0) += 1;
         let enabled = st.disabled != Some(site.0);
+        // Caches act first, then other hosts may run: what landed early is
+        // visible to them while this host is descheduled.
+        self.chaos(h);
         // SAFETY: the hook is set before hosts run and never changed after.
         if let Some(f) = unsafe { (*self.hook.get()).as_ref() } {
             f(h, site.0);
         }
-        self.chaos(h);
         enabled
     }
 

@@ -66,6 +66,21 @@ pub fn sim_caps(hosts: usize) -> Capacities {
     }
 }
 
+/// Cache behaviour: the default, or `CXLKV_SIM_CHAOS=early,samples,writeback,refill`
+/// (per mille, samples per call) to explore others.
+fn chaos() -> SimConfig {
+    let v: Vec<u32> = std::env::var("CXLKV_SIM_CHAOS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_default();
+    match v.as_slice() {
+        [a, b, c, d] => {
+            SimConfig { writeback_early: *a, samples: *b, spontaneous_writeback: *c, spontaneous_refill: *d }
+        }
+        _ => SimConfig::default(),
+    }
+}
+
 /// Bytes of a simulated region.
 pub const SIM_BYTES: usize = 192 << 10;
 const NS: u32 = 3;
@@ -89,8 +104,17 @@ struct Sched {
     trace: VecDeque<String>,
     stop: bool,
     watch_dirty: Vec<bool>,
+    /// An actor parked (descheduled, as a preempted thread is) until this step.
+    sleep_until: Vec<u64>,
     /// Host-local lock tier: (host, lock) → holding actor.
     local: std::collections::HashMap<(usize, u32), usize>,
+}
+
+/// Park actors now and then (`CXLKV_SIM_PARK=1`). Off by default: with it,
+/// runs with a crash can deadlock a live lock holder against recovery (see
+/// the project notes); it also kills far more coherence mutants.
+fn park() -> bool {
+    std::env::var("CXLKV_SIM_PARK").is_ok_and(|v| v == "1")
 }
 
 fn watch_line() -> Option<usize> {
@@ -150,7 +174,10 @@ impl World {
         let mut s = self.sched.lock().unwrap();
         s.steps += 1;
         if s.steps == STEP_LIMIT {
-            let m = format!("run did not finish within {STEP_LIMIT} scheduler steps (livelock)");
+            let m = format!(
+                "run did not finish within {STEP_LIMIT} scheduler steps (livelock); host-local locks held {:?}, finished {:?}",
+                s.local, s.finished
+            );
             drop(s);
             self.violation(m);
             s = self.sched.lock().unwrap();
@@ -212,10 +239,25 @@ impl World {
         }
     }
 
-    /// Picks the next runnable actor at random and wakes it.
+    /// Picks the next runnable actor at random and wakes it. Now and then the
+    /// actor handing over is parked for a while, as a preempted thread is:
+    /// what it left in flight stays half-done for others to run into.
     fn pass(&self, s: &mut Sched) {
         let n = s.runnable.len();
-        let live = s.runnable.iter().filter(|&&r| r).count();
+        if s.sleep_until.len() != n {
+            s.sleep_until = vec![0; n];
+        }
+        let cur = s.turn;
+        if park() && cur < n && s.runnable[cur] && rnd(&mut s.rng) % 64 == 0 {
+            s.sleep_until[cur] = s.steps + 500 + rnd(&mut s.rng) % 8000;
+        }
+        let awake = |s: &Sched, a: usize| s.runnable[a] && s.sleep_until[a] <= s.steps;
+        if s.runnable.iter().any(|&r| r) && !(0..n).any(|a| awake(s, a)) {
+            // Everyone is parked: time jumps to the first wake-up.
+            let t = (0..n).filter(|&a| s.runnable[a]).map(|a| s.sleep_until[a]).min().unwrap_or(s.steps);
+            s.steps = s.steps.max(t);
+        }
+        let live = (0..n).filter(|&a| awake(s, a)).count();
         if live == 0 {
             s.stop = true;
             for cv in &self.cvs {
@@ -224,7 +266,7 @@ impl World {
         } else {
             let mut k = (rnd(&mut s.rng) as usize) % live;
             for a in 0..n {
-                if s.runnable[a] {
+                if awake(s, a) {
                     if k == 0 {
                         s.turn = a;
                         break;
@@ -328,7 +370,7 @@ const LEASE: LeaseConfig = LeaseConfig { lease: 40_000, settle: 300 };
 pub fn run(cfg: &RunConfig) -> RunResult {
     let hosts = cfg.hosts.max(2);
     let w = Arc::new(World {
-        mem: SimMemory::new(SIM_BYTES, hosts, cfg.seed, SimConfig::default()),
+        mem: SimMemory::new(SIM_BYTES, hosts, cfg.seed, chaos()),
         sched: Mutex::new(Sched {
             runnable: vec![true; 3 * hosts],
             finished: vec![false; 3 * hosts],
