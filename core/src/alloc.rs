@@ -71,23 +71,29 @@ impl<C: Coherence> Node<'_, C> {
     /// returns its offset. Publish it through a named root to keep it alive
     /// across this node's death.
     pub fn alloc(&self, len: u64) -> Result<u64> {
-        self.alloc_kind(len, Kind::Raw)
+        self.alloc_kind(len, Kind::Raw, false)
     }
 
     /// Allocates `len` bytes of the given kind. KV blocks are reclaimed by
     /// recovery unless an index entry references them.
-    pub(crate) fn alloc_kind(&self, len: u64, kind: Kind) -> Result<u64> {
+    /// `nested`: the caller holds another lock (see `Node::with_lock_nested`).
+    pub(crate) fn alloc_kind(&self, len: u64, kind: Kind, nested: bool) -> Result<u64> {
         let l = &self.store.layout;
         let bs = block_size(l, len)?;
+        let heap = l.locks().heap(self.id);
         if bs > l.chunk_size() {
-            let heap = l.locks().heap(self.id);
-            return self.with_lock(heap, || self.alloc_run(bs, kind));
+            return self.with_lock_mode(heap, nested, || self.alloc_run(bs, kind));
         }
-        self.with_lock(l.locks().heap(self.id), || self.alloc_block(bs, kind))
+        self.with_lock_mode(heap, nested, || self.alloc_block(bs, kind))
     }
 
-    /// Frees an allocation made by any node (caller holds no heap/alloc lock).
+    /// Frees an allocation made by any node (caller holds no lock).
     pub fn free(&self, off: u64) -> Result<()> {
+        self.free_at(off, false)
+    }
+
+    /// Frees `off`; `nested` when the caller holds another lock.
+    pub(crate) fn free_at(&self, off: u64, nested: bool) -> Result<()> {
         let l = &self.store.layout;
         let c = chunk_of(l, off)?;
         for _ in 0..4 {
@@ -96,7 +102,7 @@ impl<C: Coherence> Node<'_, C> {
                 return Err(Error::InvalidArgument);
             }
             let owner = rec.owner - 1;
-            let done = self.with_lock(l.locks().heap(owner), || {
+            let done = self.with_lock_mode(l.locks().heap(owner), nested, || {
                 let rec: ChunkRecord = self.store.fresh(l.chunk(c), Site("alloc.free.rec"))?;
                 if rec.owner != owner + 1 {
                     return Ok(false);
@@ -121,7 +127,7 @@ impl<C: Coherence> Node<'_, C> {
                 if off != base {
                     return Err(Error::InvalidArgument);
                 }
-                self.with_lock(l.locks().alloc(), || self.release_chunks(c, rec.run.max(1)))
+                self.with_lock_nested(l.locks().alloc(), || self.release_chunks(c, rec.run.max(1)))
             }
             CHUNK_KV | CHUNK_RAW => {
                 let bs = rec.block_size;
@@ -135,7 +141,7 @@ impl<C: Coherence> Node<'_, C> {
                 rec.bitmap[(i / 64) as usize] &= !(1 << (i % 64));
                 rec.used = rec.used.saturating_sub(1);
                 if rec.used == 0 {
-                    return self.with_lock(l.locks().alloc(), || self.release_chunks(c, 1));
+                    return self.with_lock_nested(l.locks().alloc(), || self.release_chunks(c, 1));
                 }
                 // SYNC: block map published under the heap lock.
                 self.store.publish(l.chunk(c), &rec, Site("alloc.free.publish"))
@@ -154,7 +160,7 @@ impl<C: Coherence> Node<'_, C> {
                 }
             }
         }
-        let fresh = self.with_lock(l.locks().alloc(), || self.grab_chunks(1, bs, kind))?;
+        let fresh = self.with_lock_nested(l.locks().alloc(), || self.grab_chunks(1, bs, kind))?;
         if let Some(c) = fresh {
             hints.rotate_right(1);
             hints[0] = c;
@@ -176,7 +182,7 @@ impl<C: Coherence> Node<'_, C> {
     fn alloc_run(&self, bs: u64, kind: Kind) -> Result<u64> {
         let l = &self.store.layout;
         let k = (bs / l.chunk_size()) as u32;
-        match self.with_lock(l.locks().alloc(), || self.grab_chunks(k, bs, kind))? {
+        match self.with_lock_nested(l.locks().alloc(), || self.grab_chunks(k, bs, kind))? {
             Some(c) => Ok(l.chunk_payload(c)),
             None => Err(Error::OutOfSpace),
         }

@@ -59,6 +59,9 @@ pub enum Error {
     Changed = 23,
     /// A size is not supported by the allocator.
     TooLarge = 24,
+    /// A lock this operation needs awaits recovery after a node died; the
+    /// operation did nothing lasting. Retry after recovery.
+    Recovering = 25,
 }
 
 impl Error {
@@ -89,6 +92,7 @@ impl Error {
             Error::Busy => "entry busy (pinned)",
             Error::Changed => "entry changed during read",
             Error::TooLarge => "size too large",
+            Error::Recovering => "recovery in progress, retry",
         }
     }
 

@@ -35,15 +35,15 @@ pub struct Held {
 impl<C: Coherence> Node<'_, C> {
     /// Takes lock `lock`: host-local tier, then the global slot.
     pub fn lock(&self, lock: u32) -> Result<Held> {
-        self.lock_with(lock, 0)
+        self.lock_with(lock, 0, false)
     }
 
     /// Takes lock `lock` as recovery (granted even while the lock awaits repair).
     pub fn lock_recovery(&self, lock: u32) -> Result<Held> {
-        self.lock_with(lock, SLOT_RECOVERY)
+        self.lock_with(lock, SLOT_RECOVERY, false)
     }
 
-    fn lock_with(&self, lock: u32, flags: u32) -> Result<Held> {
+    fn lock_with(&self, lock: u32, flags: u32, nested: bool) -> Result<Held> {
         let l = &self.store.layout;
         if lock >= l.n_locks {
             return Err(Error::InvalidArgument);
@@ -52,6 +52,7 @@ impl<C: Coherence> Node<'_, C> {
         loop {
             match self.try_request(lock, flags, &mut i)? {
                 Some(held) => return Ok(held),
+                None if nested => return Err(Error::Recovering),
                 None => {
                     // The lock awaits repair after a revocation; only recovery
                     // is granted it. Step aside, host-local tier included (a
@@ -159,7 +160,19 @@ impl<C: Coherence> Node<'_, C> {
     /// Runs `f` holding lock `lock`, releasing it afterwards whatever `f`
     /// returns. The release fence orders `f`'s flushes before the release.
     pub fn with_lock<T>(&self, lock: u32, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let held = self.lock(lock)?;
+        self.with_lock_mode(lock, false, f)
+    }
+
+    /// [`Node::with_lock`] for a lock taken while another is held: if it
+    /// awaits repair, fails at once with `Recovering` instead of waiting,
+    /// because the recovery that would repair it may need the lock already
+    /// held (waiting there deadlocks against recovery).
+    pub(crate) fn with_lock_nested<T>(&self, lock: u32, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.with_lock_mode(lock, true, f)
+    }
+
+    pub(crate) fn with_lock_mode<T>(&self, lock: u32, nested: bool, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let held = self.lock_with(lock, 0, nested)?;
         let r = f();
         let u = self.unlock(held);
         let v = r?;

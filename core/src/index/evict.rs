@@ -122,7 +122,12 @@ impl<C: Coherence> Node<'_, C> {
                         // SYNC: the header is flushed by the caller before unlock;
                         // the payload is freed only after the entry is EMPTY.
                         st.co.store_fence(Site("evict.before_free"));
-                        self.free(off)?;
+                        match self.free_at(off, true) {
+                            // The block stays allocated until the pending
+                            // recovery reclaims it (no entry references it).
+                            Ok(()) | Err(Error::Recovering) => {}
+                            Err(e) => return Err(e),
+                        }
                         return Ok(Some(len));
                     }
                     Verdict::Skip => {}

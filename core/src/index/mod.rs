@@ -350,13 +350,13 @@ impl<C: Coherence> Node<'_, C> {
         if old.state != state::EMPTY {
             return Err(Error::Corrupt);
         }
-        let off = self.alloc_kind(it.len, Kind::Kv)?;
+        let off = self.alloc_kind(it.len, Kind::Kv, true)?;
         let gen = old.gen.wrapping_add(1);
         {
             let _j = self.local.journal.lock();
             if let Err(err) = self.journal_add(self.global(s, e), gen) {
                 drop(_j);
-                self.free(off)?;
+                self.free_at(off, true)?;
                 return Err(err);
             }
         }
