@@ -1,6 +1,7 @@
 //! Shared helpers of the multi-process tests: the payload every key must
 //! carry, and region/worker plumbing.
 
+pub mod fuzz;
 pub mod sim;
 
 use cxlkv_core::hash::{mix64, Key};

@@ -1,0 +1,286 @@
+//! Fuzz target bodies, as plain functions: `fuzz/` runs them under
+//! cargo-fuzz, and `tests/tests/fuzz_replay.rs` replays the committed corpus
+//! and seeded random inputs through them on the stable toolchain.
+
+use cxlkv_core::check::{check, scratch_words};
+use cxlkv_core::coherence::{Coherence, Coherent};
+use cxlkv_core::hash::{mix64, Key};
+use cxlkv_core::index::Lru;
+use cxlkv_core::layout::{Capacities, NodeInfo};
+use cxlkv_core::lock::{LeaseConfig, Manager};
+use cxlkv_core::mem::Region;
+use cxlkv_core::node::{Node, NodeLocal};
+use cxlkv_core::region::{attach, format, NodeEnv, Store};
+use cxlkv_core::Error;
+
+/// Capacities of the small regions the targets work on.
+pub fn tiny_caps() -> Capacities {
+    Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 8, n_roots: 2, pin_slots: 8, chunk_shift: 12 }
+}
+
+/// Bytes of a tiny region.
+pub const TINY: usize = 64 << 10;
+
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([u8; 64]);
+
+/// Heap memory that stands in for a mapping.
+pub struct Buf(Vec<Line>);
+
+impl Buf {
+    /// `len` bytes (rounded up to lines) holding `bytes` then zeros.
+    pub fn with(bytes: &[u8], len: usize) -> Buf {
+        let mut v = vec![Line([0; 64]); len.div_ceil(64)];
+        for (i, b) in bytes.iter().take(len).enumerate() {
+            v[i / 64].0[i % 64] = *b;
+        }
+        Buf(v)
+    }
+    /// A view of it.
+    pub fn region(&mut self) -> Region {
+        let len = self.0.len() * 64;
+        // SAFETY:
+        // - the buffer is 64-aligned, `len` bytes, and outlives every use of
+        //   the view (callers keep `self` alive);
+        // - it is only accessed through Region views.
+        match unsafe { Region::new(self.0.as_mut_ptr().cast(), len) } {
+            Ok(r) => r,
+            Err(_) => unreachable!("line-aligned buffer"),
+        }
+    }
+}
+
+/// A freshly formatted tiny region image.
+pub fn tiny_image() -> Vec<u8> {
+    let mut b = Buf::with(&[], TINY);
+    let r = b.region();
+    let _ = format(r, Coherent, tiny_caps(), 9);
+    let mut out = vec![0u8; TINY];
+    let _ = r.copy_out(0, &mut out);
+    out
+}
+
+/// An environment for one thread playing every node: waits step a manager.
+struct Inline<'a, C: Coherence> {
+    store: &'a Store<C>,
+    mgr: std::cell::RefCell<Manager>,
+    t: std::cell::Cell<u64>,
+    dead: std::cell::Cell<u64>,
+}
+
+// SAFETY: used by one thread only (the fuzz target); NodeEnv requires Sync
+// for the platform's multi-threaded use.
+unsafe impl<C: Coherence> Sync for Inline<'_, C> {}
+
+impl<'a, C: Coherence> Inline<'a, C> {
+    fn new(store: &'a Store<C>, me: u32) -> Self {
+        Inline { store, mgr: std::cell::RefCell::new(Manager::new(me)), t: 0.into(), dead: 0.into() }
+    }
+}
+
+impl<C: Coherence> NodeEnv for Inline<'_, C> {
+    fn local_lock(&self, _: u32) {}
+    fn local_unlock(&self, _: u32) {}
+    fn wait(&self, i: u32) -> cxlkv_core::Result<()> {
+        if i > 64 {
+            return Err(Error::Timeout);
+        }
+        self.t.set(self.t.get() + 1);
+        let cfg = LeaseConfig { lease: 1 << 40, settle: 0 };
+        let dead = self.dead.get();
+        let probe = move |n: u32, _: &NodeInfo| Some(dead & (1 << n) == 0);
+        if let Ok(mut m) = self.mgr.try_borrow_mut() {
+            let _ = m.step(self.store, self.t.get(), cfg, &probe);
+        }
+        Ok(())
+    }
+}
+
+/// Target `attach`: a region made of the input. If the first byte is even,
+/// the rest is a list of (offset, byte) patches applied to a formatted tiny
+/// region (structure-aware); if odd, the rest is the region itself. Attach,
+/// check, inspect and operations must return errors, never panic, and never
+/// touch memory outside the region (every access is bounds-checked).
+pub fn attach_target(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else { return };
+    let mut buf = if mode % 2 == 0 {
+        let mut img = tiny_image();
+        for p in rest.chunks_exact(3) {
+            let off = (u16::from_le_bytes([p[0], p[1]]) as usize * 7) % img.len();
+            img[off] = p[2];
+        }
+        Buf::with(&img, TINY)
+    } else {
+        Buf::with(rest, rest.len().max(64))
+    };
+    let r = buf.region();
+    let Ok(store) = attach(r, Coherent) else { return };
+    let mut scratch = vec![0u64; scratch_words(&store)];
+    let _ = check(&store, &mut scratch, &mut |_| {});
+    let _ = cxlkv_core::recover::declared_dead(&store);
+    let _ = cxlkv_core::roots::get(&store, b"counter");
+    // Operate as node 0 whatever its slot says (a hostile region).
+    let env = Inline::new(&store, 0);
+    let local = NodeLocal::default();
+    let node = Node::attached(&store, 0, &env, &local);
+    let keys: Vec<Key> = (0..6u64).map(|i| Key { lo: mix64(i), hi: i }).collect();
+    let _ = node.lookup(1, &keys);
+    let mut out = vec![Err(Error::InvalidArgument); keys.len()];
+    if node.acquire(1, &keys, &mut out).is_ok() {
+        let hs: Vec<_> = out.iter().filter_map(|r| r.ok()).collect();
+        let mut b = vec![0u8; 64];
+        for h in &hs {
+            let _ = node.read(h, 0, &mut b[..(h.len as usize).min(64)]);
+        }
+        let _ = node.release(&hs);
+    }
+    let mut b = vec![0u8; 4096];
+    let _ = node.get(1, keys[0], &mut b);
+    if let Ok(h) = node.reserve(1, keys[5], 100, 1) {
+        let _ = node.write(&h, 0, &[7; 100]);
+        let _ = node.publish(&h);
+    }
+    let _ = node.evict(1000, &mut Lru);
+    let _ = node.recover(0b10);
+    let _ = check(&store, &mut scratch, &mut |_| {});
+}
+
+/// One thread playing several hosts: every wait steps the lock manager of
+/// the first live host, through that host's own view.
+struct Many<'a, C: Coherence> {
+    stores: &'a [Store<C>],
+    mgrs: Vec<std::cell::RefCell<Manager>>,
+    t: std::cell::Cell<u64>,
+    dead: std::cell::Cell<u64>,
+}
+
+// SAFETY: used by one thread only (the fuzz target).
+unsafe impl<C: Coherence> Sync for Many<'_, C> {}
+
+impl<C: Coherence> NodeEnv for Many<'_, C> {
+    fn local_lock(&self, _: u32) {}
+    fn local_unlock(&self, _: u32) {}
+    fn wait(&self, i: u32) -> cxlkv_core::Result<()> {
+        if i > 256 {
+            return Err(Error::Timeout);
+        }
+        self.t.set(self.t.get() + 1);
+        let dead = self.dead.get();
+        let h = (0..self.stores.len()).find(|&h| dead & (1 << h) == 0).unwrap_or(0);
+        let cfg = LeaseConfig { lease: 1 << 40, settle: 0 };
+        let probe = move |n: u32, _: &NodeInfo| Some(dead & (1 << n) == 0);
+        if let Ok(mut m) = self.mgrs[h].try_borrow_mut() {
+            let _ = m.step(&self.stores[h], self.t.get(), cfg, &probe);
+        }
+        Ok(())
+    }
+}
+
+fn payload(k: Key, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (mix64(k.lo ^ (i as u64 / 8)) >> (8 * (i % 8))) as u8).collect()
+}
+
+/// Target `ops`: the input is an operation script for three simulated hosts
+/// on non-coherent memory (3 bytes an operation: host, what, key), crashes
+/// included; every result is checked against a model of what was published,
+/// and the region must be check-clean after a final recovery. A violation
+/// panics (which the fuzzer reports and the replay test fails on).
+/// Returns how many blocks were published (so replays can tell it did work).
+pub fn ops_target(data: &[u8]) -> usize {
+    use cxlkv_core::node::{attach_node, Identity};
+    use cxlkv_core::sim::{SimConfig, SimMemory};
+    let seed = data.iter().fold(0x51u64, |h, &b| mix64(h ^ b as u64));
+    let mem = SimMemory::new(TINY * 2, 3, seed, SimConfig::default());
+    let caps = Capacities { max_nodes: 3, ..tiny_caps() };
+    if format(mem.region(0), mem.host(0), caps, 3).is_err() {
+        return 0;
+    }
+    let stores: Vec<_> = (0..3).map(|h| attach(mem.region(h), mem.host(h)).expect("attach formatted region")).collect();
+    for (h, st) in stores.iter().enumerate() {
+        let who = Identity { pid: h as u32 + 1, host_id: h as u64 + 1, nonce: h as u64 + 1, now: 0 };
+        attach_node(st, Some(h as u32), who).expect("attach node");
+    }
+    // Every wait steps the manager of the first live host.
+    let env = Many {
+        stores: &stores,
+        mgrs: (0..3).map(|h| std::cell::RefCell::new(Manager::new(h))).collect(),
+        t: 0.into(),
+        dead: 0.into(),
+    };
+    let locals: Vec<NodeLocal> = (0..3).map(|_| NodeLocal::default()).collect();
+    let nodes: Vec<_> = (0..3).map(|h| Node::attached(&stores[h], h as u32, &env, &locals[h])).collect();
+    let _ = &locals;
+    let mut crashed = 0u64;
+    let mut published = std::collections::HashSet::new();
+    let key = |i: u8| Key { lo: mix64(i as u64 + 1), hi: i as u64 };
+    let step_all = |crashed: u64| {
+        env.dead.set(crashed);
+        let _ = env.wait(0);
+    };
+    for op in data.chunks_exact(3).take(200) {
+        let h = op[0] as usize % 3;
+        if crashed & (1 << h) != 0 {
+            continue;
+        }
+        let (node, k) = (&nodes[h], key(op[2] % 16));
+        step_all(crashed);
+        match op[1] % 8 {
+            0..=2 => {
+                let len = 64 + (k.lo % 900);
+                if let Ok(hd) = node.reserve(1, k, len, 16) {
+                    node.write(&hd, 0, &payload(k, len as usize)).expect("write reserved");
+                    node.publish_flushed(&[hd], &mut [Ok(())]).expect("publish");
+                    published.insert(k);
+                }
+            }
+            3 => {
+                if let Ok(hd) = node.reserve(1, k, 100, 1) {
+                    node.write(&hd, 0, &[0xee; 100]).expect("write reserved");
+                    node.abort(&hd).expect("abort");
+                }
+            }
+            4 => {
+                let mut out = [Err(Error::InvalidArgument)];
+                if node.acquire(1, &[k], &mut out).is_ok() {
+                    if let Ok(hd) = out[0] {
+                        assert!(published.contains(&k), "acquired a key never published");
+                        let mut b = vec![0u8; hd.len as usize];
+                        node.read(&hd, 0, &mut b).expect("read pinned");
+                        assert_eq!(b, payload(k, b.len()), "pinned payload differs");
+                        node.release(&[hd]).expect("release");
+                    }
+                }
+            }
+            5 => {
+                let mut b = vec![0u8; 1024];
+                if let Ok(n) = node.get(1, k, &mut b) {
+                    assert!(published.contains(&k), "got a key never published");
+                    assert_eq!(&b[..n], &payload(k, n)[..], "copied payload differs");
+                }
+            }
+            6 => {
+                let _ = node.evict(2048, &mut Lru);
+            }
+            _ => {
+                if (crashed | (1 << h)).count_ones() < 3 {
+                    mem.crash(h);
+                    crashed |= 1 << h;
+                    let live = (0..3).find(|&x| crashed & (1 << x) == 0).unwrap_or(0);
+                    step_all(crashed);
+                    nodes[live].recover(crashed).expect("recover");
+                }
+            }
+        }
+    }
+    mem.drain_zombies();
+    let live = (0..3).find(|&x| crashed & (1 << x) == 0).unwrap_or(0);
+    step_all(crashed);
+    nodes[live].recover(crashed).expect("final recover");
+    let mut scratch = vec![0u64; scratch_words(&stores[live])];
+    let mut findings = Vec::new();
+    check(&stores[live], &mut scratch, &mut |f| findings.push(f)).expect("check");
+    // Other live nodes still pin nothing (all released), so the region is clean.
+    assert!(findings.is_empty(), "findings after recovery: {findings:?}");
+    published.len()
+}
