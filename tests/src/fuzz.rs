@@ -129,7 +129,7 @@ pub fn attach_target(data: &[u8]) {
     let mut out = vec![Err(Error::InvalidArgument); keys.len()];
     if node.acquire(1, &keys, &mut out).is_ok() {
         let hs: Vec<_> = out.iter().filter_map(|r| r.ok()).collect();
-        let mut b = vec![0u8; 64];
+        let mut b = [0u8; 64];
         for h in &hs {
             let _ = node.read(h, 0, &mut b[..(h.len as usize).min(64)]);
         }
