@@ -119,11 +119,9 @@ impl Region {
     #[inline]
     fn word64(&self, off: u64) -> Result<&AtomicU64> {
         let p = self.ptr(off, 8, 8)?;
-        // SAFETY:
-        // - `p` is in bounds and 8-aligned (checked by `ptr`);
-        // - the mapping outlives `self` (contract of `Region::new`);
-        // - all Rust accesses to region words are atomic, so an `&AtomicU64`
-        //   aliases nothing non-atomic.
+        // SAFETY: `p` is in bounds and 8-aligned (checked by `ptr`); the mapping
+        // outlives `self` (Region::new's contract); region words are only ever
+        // accessed atomically, so this `&AtomicU64` aliases nothing non-atomic.
         Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
     }
 
@@ -214,11 +212,9 @@ impl Region {
     /// the copy (coherence rule 4).
     pub fn copy_out(&self, off: u64, dst: &mut [u8]) -> Result<()> {
         let p = self.ptr(off, dst.len() as u64, 1)?;
-        // SAFETY:
-        // - `p..p+dst.len()` is inside the mapping (checked by `ptr`);
-        // - `dst` is a distinct local buffer, so the ranges do not overlap;
-        // - racing writers can only change the bytes copied, which the caller
-        //   validates; no Rust reference to the source range exists.
+        // SAFETY: `p..p+dst.len()` is inside the mapping (checked by `ptr`); `dst`
+        // is a distinct local buffer (no overlap); racing writers only change the
+        // bytes copied, which the caller validates; no reference covers the source.
         unsafe { core::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
@@ -227,12 +223,9 @@ impl Region {
     /// caller's business, see `Coherence::write_payload`).
     pub fn copy_in(&self, off: u64, src: &[u8]) -> Result<()> {
         let p = self.ptr(off, src.len() as u64, 1)?;
-        // SAFETY:
-        // - `p..p+src.len()` is inside the mapping (checked by `ptr`);
-        // - `src` is caller memory outside the region's payload being written,
-        //   so the ranges do not overlap;
-        // - the payload range is owned by the writer (entry WRITING or a raw
-        //   allocation), so no other writer races with this copy.
+        // SAFETY: `p..p+src.len()` is inside the mapping (checked by `ptr`); `src`
+        // is caller memory, not this payload range (no overlap); the range is owned
+        // by its writer (entry WRITING or a raw allocation), so no store races.
         unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
         self.stored(off, src.len() as u64);
         Ok(())

@@ -159,11 +159,9 @@ impl SimMemory {
     pub fn region(&self, h: usize) -> Region {
         let st = self.st();
         let p = st.hosts[h].private.as_mut_ptr().cast::<u8>();
-        // SAFETY:
-        // - the private buffer is 64-aligned, `lines * 64` bytes, and lives as
-        //   long as `self` (never reallocated);
-        // - it is accessed only through Region views and this simulator, on
-        //   the baton-holding thread.
+        // SAFETY: the private buffer is 64-aligned, `lines * 64` bytes, lives as
+        // long as `self` (never reallocated), and is accessed only through Region
+        // views and this simulator, on the baton-holding thread.
         let r = match unsafe { Region::new(p, self.lines * L) } {
             Ok(r) => r,
             Err(_) => unreachable!("line-aligned buffer"),

@@ -27,10 +27,8 @@ impl Mem {
     }
     pub fn region(&mut self) -> Region {
         let len = self.lines.len() * 64;
-        // SAFETY:
-        // - the Vec's buffer is 64-aligned, `len` bytes long and lives as long
-        //   as the boxed `Mem`, which every test keeps alive past its store;
-        // - it is only accessed through Region views.
+        // SAFETY: the Vec's buffer is 64-aligned, `len` bytes, lives as long as the
+        // boxed `Mem` (kept alive past its store), and is only used via Regions.
         unsafe { Region::new(self.lines.as_mut_ptr().cast::<u8>(), len) }.unwrap()
     }
 }

@@ -58,11 +58,9 @@ impl LocalTier {
     fn word(&self, id: u32) -> &AtomicU32 {
         let i = id.min(self.n) as usize;
         let p = self.map.region().base().wrapping_add(i * STRIDE);
-        // SAFETY:
-        // - `p` is inside the mapping (i ≤ n and the file holds n+1 lines) and
-        //   4-aligned (page-aligned base, 64-byte stride);
-        // - the mapping lives as long as `self`; the words are only accessed
-        //   atomically, by every process.
+        // SAFETY: `p` is inside the mapping (i ≤ n; the file holds n+1 lines) and
+        // 4-aligned (page-aligned base, 64-byte stride); the mapping lives as long
+        // as `self`; every process accesses these words only atomically.
         unsafe { AtomicU32::from_ptr(p.cast::<u32>()) }
     }
 

@@ -40,10 +40,8 @@ impl Buf {
     /// A view of it.
     pub fn region(&mut self) -> Region {
         let len = self.0.len() * 64;
-        // SAFETY:
-        // - the buffer is 64-aligned, `len` bytes, and outlives every use of
-        //   the view (callers keep `self` alive);
-        // - it is only accessed through Region views.
+        // SAFETY: the buffer is 64-aligned, `len` bytes, outlives every use of the
+        // view (callers keep `self` alive), and is only accessed through Regions.
         match unsafe { Region::new(self.0.as_mut_ptr().cast(), len) } {
             Ok(r) => r,
             Err(_) => unreachable!("line-aligned buffer"),

@@ -201,10 +201,9 @@ impl Mapping {
 
     /// A core view of the mapping.
     pub fn region(&self) -> Region {
-        // SAFETY:
-        // - `ptr..ptr+len` stays mapped until `self` drops, and callers keep
-        //   the Mapping alive while they use the view (Cache owns both);
-        // - the memory is shared and only accessed through Region views.
+        // SAFETY: `ptr..ptr+len` stays mapped until `self` drops, callers keep the
+        // Mapping alive while they use the view (Cache owns both), and the shared
+        // memory is only accessed through Region views.
         match unsafe { Region::new(self.ptr, self.len) } {
             Ok(r) => r,
             // mmap returns page-aligned non-null addresses.
