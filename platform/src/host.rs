@@ -11,14 +11,26 @@ pub fn host_id() -> u64 {
     h | 1
 }
 
-/// True if a process (or thread) with id `pid` exists on this host.
+/// True if a process (or thread) with id `pid` runs on this host. A zombie
+/// (killed, not yet reaped by its parent) is dead: it will never release
+/// anything it held.
 pub fn pid_alive(pid: u32) -> bool {
     if pid == 0 || pid > i32::MAX as u32 {
         return false;
     }
     // SAFETY: kill with signal 0 only checks for existence; no signal is sent.
     let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return false;
+    }
+    !is_zombie(pid)
+}
+
+/// Reads the state letter of `/proc/<pid>/stat` (after the command name).
+fn is_zombie(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    matches!(state, Some('Z' | 'X'))
 }
 
 /// This thread's kernel id.
@@ -37,4 +49,29 @@ pub fn random_u64() -> u64 {
     }
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     cxlkv_core::hash::mix64(t as u64 ^ (std::process::id() as u64) << 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn killed_unreaped_child_is_dead() {
+        let mut c = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        assert!(pid_alive(c.id()));
+        c.kill().unwrap();
+        // Not reaped yet: a zombie. Give the kernel a moment to deliver.
+        let mut dead = false;
+        for _ in 0..500 {
+            if !pid_alive(c.id()) {
+                dead = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(dead, "a zombie counts as dead");
+        c.wait().unwrap();
+        assert!(!pid_alive(c.id()));
+        assert!(pid_alive(std::process::id()));
+    }
 }

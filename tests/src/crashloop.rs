@@ -84,6 +84,7 @@ pub fn run(worker: &Path, iterations: u64, workers: usize, seed: u64) -> Totals 
                 t.wrong_payloads += bad.unwrap_or(0);
                 if status.is_none_or(|s| !s.success()) && bad.is_none() {
                     // A survivor that died or hung is itself a failure.
+                    eprintln!("iteration {it}: surviving worker {w} failed: {status:?} {out}");
                     t.findings += 1;
                 }
             }
@@ -93,6 +94,9 @@ pub fn run(worker: &Path, iterations: u64, workers: usize, seed: u64) -> Totals 
         let _ = c.recover();
         let findings = c.check().unwrap_or_default();
         t.findings += findings.len() as u64;
+        for f in &findings {
+            eprintln!("iteration {it}: check finding: {f}");
+        }
         let l = c.store().layout;
         for f in &findings {
             if f.kind == FindingKind::LeakedBlock || f.kind == FindingKind::LeakedRaw {

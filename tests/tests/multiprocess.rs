@@ -199,3 +199,9 @@ fn truncated_and_corrupted_regions_give_typed_errors() {
     assert_eq!(attach(&b), Some(Error::CorruptHeader));
     assert_eq!(attach(&good), None);
 }
+
+#[test]
+fn crash_loop_short_version_serves_no_wrong_payload_and_leaks_nothing() {
+    let t = cxlkv_tests::crashloop::run(Path::new(WORKER), 5, 3, 5);
+    assert_eq!((t.iterations, t.wrong_payloads, t.bytes_leaked, t.findings), (5, 0, 0, 0), "{t:?}");
+}
