@@ -134,7 +134,8 @@ fn survivor_continues_after_recovery(parent: &Cache) {
 #[test]
 fn sigkill_while_holding_lock_and_pins_then_recover_lets_others_continue() {
     let r = Region(shm_path("kill"));
-    let parent = Cache::create(&r.0, 32 << 20, caps(), opts()).unwrap();
+    // Recovery is what is under test: run it explicitly, not from the thread.
+    let parent = Cache::create(&r.0, 32 << 20, caps(), Options { auto_recover: false, ..opts() }).unwrap();
     let mut holder = spawn_holder(&r.0);
     let mut busy = spawn_mixed(&r.0, 99, 400);
     kill9(&mut holder);
@@ -157,7 +158,7 @@ fn killed_lock_manager_is_replaced_and_its_locks_recovered() {
     }
     // The holder attaches first and so holds the manager lease.
     let mut holder = spawn_holder(&r.0);
-    let parent = Cache::open(&r.0, opts()).unwrap();
+    let parent = Cache::open(&r.0, Options { auto_recover: false, ..opts() }).unwrap();
     kill9(&mut holder);
     let rep = parent.recover().unwrap();
     assert_eq!(rep.nodes_freed.count_ones(), 1, "{rep:?}");

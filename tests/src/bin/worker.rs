@@ -126,7 +126,9 @@ fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
         }
     }
     let ev = c.node().stats().map(|s| s.evictions).unwrap_or(0);
-    println!(
+    // The reader may be gone (a killed test): never panic on a closed pipe.
+    let _ = writeln!(
+        std::io::stdout(),
         "{{\"published\":{published},\"exists\":{exists},\"pinned\":{pinned},\"got\":{got},\"misses\":{misses},\"evictions\":{ev},\"verify_failures\":{bad},\"errors\":{errors}}}"
     );
     let closed = c.close();
@@ -159,7 +161,7 @@ fn hold(path: &Path) -> i32 {
     let Ok(_w) = c.node().reserve(NS, key(2000), 4096, 16) else { return 6 };
     let Ok(_raw) = c.node().alloc(10_000) else { return 7 };
     let Ok(_held) = c.node().lock(0) else { return 8 };
-    println!("ready");
+    let _ = writeln!(std::io::stdout(), "ready");
     let _ = std::io::stdout().flush();
     loop {
         std::thread::sleep(Duration::from_secs(1));
