@@ -147,6 +147,7 @@ impl<'a, C: Coherence> Node<'a, C> {
         hb.nonce = nonce;
         // SYNC: heartbeat visible to the manager's liveness scan.
         self.store.publish(l.heartbeat(self.id), &hb, Site("node.beat"))?;
+        self.store.co.store_fence(Site("node.beat.fence"));
         Ok(hb.beat)
     }
 
@@ -168,7 +169,10 @@ impl<'a, C: Coherence> Node<'a, C> {
         let _g = self.local.stats.lock();
         let mut s: NodeStats = self.store.region.read(off)?;
         f(&mut s);
-        self.store.publish(off, &s, Site("node.stats"))
+        // SYNC: counters in memory when the operation returns (reader: inspect).
+        self.store.publish(off, &s, Site("node.stats"))?;
+        self.store.co.store_fence(Site("node.stats.fence"));
+        Ok(())
     }
 
     /// This node's counters.

@@ -53,11 +53,25 @@ impl Default for SimConfig {
     }
 }
 
+impl SimConfig {
+    /// A cache that never acts on its own: queued write-backs land only at
+    /// fences, nothing is evicted or refilled spontaneously. Hardware may
+    /// behave so, and it is the harshest case for a missing flush (the line
+    /// stays dirty) or a missing invalidate (the stale copy stays forever).
+    pub fn lazy() -> SimConfig {
+        SimConfig { writeback_early: 0, samples: 0, spontaneous_writeback: 0, spontaneous_refill: 0 }
+    }
+}
+
 struct HostCache {
     private: Box<[Line]>,
     /// Lines stored to since they were last written back or refilled.
     dirty: Box<[bool]>,
     pending: Vec<u32>,
+    /// Who dirtied each line: the tag set when the store happened, and the
+    /// last coherence site this host passed before it (for diagnosis).
+    dirtied_by: Box<[(u32, &'static str)]>,
+    last_site: &'static str,
     recent: [u32; 32],
     recent_at: usize,
     crashed: bool,
@@ -75,6 +89,8 @@ struct State {
     /// Who last wrote each line of memory, and how (for diagnosis).
     provenance: Vec<(u16, u8)>,
     writes: u64,
+    /// The tag stores are attributed to (the scheduler sets the running actor).
+    tag: u32,
 }
 
 /// How a line reached memory.
@@ -109,6 +125,8 @@ impl SimMemory {
                 private: blank(),
                 dirty: vec![false; lines].into_boxed_slice(),
                 pending: Vec::new(),
+                dirtied_by: vec![(u32::MAX, ""); lines].into_boxed_slice(),
+                last_site: "",
                 recent: [0; 32],
                 recent_at: 0,
                 crashed: false,
@@ -125,6 +143,7 @@ impl SimMemory {
                 zombies: Vec::new(),
                 provenance: vec![(u16::MAX, 0); lines],
                 writes: 0,
+                tag: u32::MAX,
             }),
             hook: UnsafeCell::new(None),
             lines,
@@ -179,9 +198,25 @@ impl SimMemory {
         let st = self.st();
         let a = (off / LINE) as usize;
         let b = ((off + len).div_ceil(LINE) as usize).min(self.lines);
-        for d in &mut st.hosts[h].dirty[a..b] {
-            *d = true;
+        let (tag, c) = (st.tag, &mut st.hosts[h]);
+        for i in a..b {
+            c.dirty[i] = true;
+            c.dirtied_by[i] = (tag, c.last_site);
         }
+    }
+
+    /// Attributes the following stores to `tag` (the scheduler calls this
+    /// whenever another actor runs).
+    pub fn set_tag(&self, tag: u32) {
+        self.st().tag = tag;
+    }
+
+    /// Lines host `h` holds dirty that were last stored under `tag`, with
+    /// the last coherence site the host passed before that store: what an
+    /// operation of that actor left unpublished.
+    pub fn dirty_tagged(&self, h: usize, tag: u32) -> Vec<(usize, &'static str)> {
+        let c = &self.st().hosts[h];
+        (0..self.lines).filter(|&i| c.dirty[i] && c.dirtied_by[i].0 == tag).map(|i| (i, c.dirtied_by[i].1)).collect()
     }
 
     /// A view of memory itself (what a host would read after invalidating
@@ -265,6 +300,7 @@ impl SimMemory {
         let st = self.st();
         *st.executed.entry(site.0).or_insert(0) += 1;
         let enabled = st.disabled != Some(site.0);
+        st.hosts[h].last_site = site.0;
         // Caches act first, then other hosts may run: what landed early is
         // visible to them while this host is descheduled.
         self.chaos(h);
@@ -430,7 +466,7 @@ mod tests {
     use super::*;
 
     fn quiet() -> SimConfig {
-        SimConfig { writeback_early: 0, samples: 0, spontaneous_writeback: 0, spontaneous_refill: 0 }
+        SimConfig::lazy()
     }
 
     #[test]

@@ -35,6 +35,9 @@ pub struct RunConfig {
     pub crash: bool,
     /// Disable this coherence site (a mutant).
     pub disable: Option<&'static str>,
+    /// Caches that never write back or refill on their own
+    /// ([`SimConfig::lazy`]) instead of busy random ones.
+    pub lazy: bool,
 }
 
 /// What a run found.
@@ -233,6 +236,7 @@ impl World {
         while s.turn != actor && !s.stop {
             s = self.cvs[actor].wait(s).unwrap();
         }
+        self.mem.set_tag(actor as u32);
         if s.host_crashed[actor / 3] || s.steps > STEP_LIMIT {
             drop(s);
             std::panic::resume_unwind(Box::new(Crashed));
@@ -282,6 +286,27 @@ impl World {
         let mut s = self.sched.lock().unwrap();
         while s.turn != actor && !s.stop {
             s = self.cvs[actor].wait(s).unwrap();
+        }
+        self.mem.set_tag(actor as u32);
+    }
+
+    /// An operation of `actor` returned: everything it stored must be in
+    /// memory by now (flushed and fenced), except the payload range `keep`
+    /// that the caller is still writing. A returned operation is visible to
+    /// every other host and survives its own host's crash; a line left
+    /// dirty would reach memory whenever the cache liked, whole, over other
+    /// hosts' newer data.
+    fn published_all(&self, actor: usize, what: &str, keep: Option<(u64, u64)>) {
+        let h = actor / 3;
+        let inside = |i: usize| keep.is_some_and(|(a, n)| (i as u64 + 1) * 64 > a && (i as u64) * 64 < a + n);
+        let left: Vec<_> = self.mem.dirty_tagged(h, actor as u32).into_iter().filter(|&(i, _)| !inside(i)).collect();
+        if let Some(&(i, site)) = left.first() {
+            self.violation(format!(
+                "step {}: host {h} actor {actor}: {what} returned with {} line(s) not written back, first line {i} (offset {}), stored after site {site}",
+                self.now(),
+                left.len(),
+                i * 64
+            ));
         }
     }
 
@@ -370,7 +395,7 @@ const LEASE: LeaseConfig = LeaseConfig { lease: 40_000, settle: 300 };
 pub fn run(cfg: &RunConfig) -> RunResult {
     let hosts = cfg.hosts.max(2);
     let w = Arc::new(World {
-        mem: SimMemory::new(SIM_BYTES, hosts, cfg.seed, chaos()),
+        mem: SimMemory::new(SIM_BYTES, hosts, cfg.seed, if cfg.lazy { SimConfig::lazy() } else { chaos() }),
         sched: Mutex::new(Sched {
             runnable: vec![true; 3 * hosts],
             finished: vec![false; 3 * hosts],
@@ -540,6 +565,7 @@ fn manager_actor(w: &World, h: usize) {
             if let Err(e) = mgr.resign(&store) {
                 w.violation(format!("manager {h} resign: {e}"));
             }
+            w.published_all(3 * h + 1, "resign", None);
             return;
         }
         let info: NodeInfo = match store.fresh_state_first(store.layout.node_info(id), Site("harness.mgr.info")) {
@@ -576,6 +602,7 @@ fn manager_actor(w: &World, h: usize) {
                 }
                 Err(e) => return w.violation(format!("manager {h} step: {e}")),
             }
+            w.published_all(3 * h + 1, "heartbeat and manager step", None);
         }
         w.yield_now(3 * h + 1, "mgr");
     }
@@ -600,6 +627,7 @@ fn recovery_actor(w: &World, h: usize) {
         if need && !recovered {
             match node.recover(0) {
                 Ok(_) => {
+                    w.published_all(3 * h + 2, "recover", None);
                     let mut m = w.model.lock().unwrap();
                     m.need_recovery = false;
                     m.recovered = true;
@@ -641,6 +669,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
         if let Err(e) = format(w.mem.region(0), w.mem.host(0), sim_caps(w.hosts), seed) {
             return w.violation(format!("format: {e}"));
         }
+        w.published_all(0, "format", None);
     }
     let Some(store) = attach_retry(w, h) else { return };
     let who = Identity { pid: 100 + h as u32, host_id: h as u64 + 1, nonce: 1000 + h as u64, now: 0 };
@@ -648,12 +677,16 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
         Ok(id) => id,
         Err(e) => return w.violation(format!("attach node {h}: {e}")),
     };
+    let me = 3 * h;
+    w.published_all(me, "attach_node", None);
     let env = Env { w };
     let local = NodeLocal::default();
     let node = Node::attached(&store, id, &env, &local);
     let mut x = seed ^ mix64(h as u64 + 1);
     let mut pins: Vec<Pin> = Vec::new();
-    let mut writing: Option<(Handle, u32)> = None;
+    // The block being written: its handle, the op that finishes it, and
+    // whether its payload goes in by plain stores (flushed by `publish`).
+    let mut writing: Option<(Handle, u32, bool)> = None;
     let check_err = |what: &str, e: Error, ok: &[Error]| {
         if !ok.contains(&e) {
             w.violation(format!("host {h} {what}: unexpected {e:?}"));
@@ -671,6 +704,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
             }
             Err(e) => w.violation(format!("alloc counter: {e}")),
         }
+        w.published_all(me, "root_put", None);
     }
     for op in 0..ops {
         // Verify and drop pins whose time has come.
@@ -686,10 +720,10 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
                 k += 1;
             }
         }
-        if let Some((hd, due)) = writing {
+        if let Some((hd, due, raw)) = writing {
             if due <= op {
                 writing = None;
-                finish_write(w, &node, h, hd, rnd(&mut x));
+                finish_write(w, &node, h, hd, raw, rnd(&mut x));
             }
         }
         let r = rnd(&mut x);
@@ -705,10 +739,9 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
                         // so readers run while the block is WRITING.
                         let p = payload(k, hd.len as usize);
                         let half = p.len() / 2;
-                        if let Err(e) = node.write(&hd, 0, &p[..half]) {
-                            check_err("write", e, &[]);
-                        }
-                        writing = Some((hd, op + 1 + (r >> 40) as u32 % 3));
+                        let raw = (r >> 44) % 2 == 0;
+                        write_payload(w, &node, h, &hd, 0, &p[..half], raw);
+                        writing = Some((hd, op + 1 + (r >> 40) as u32 % 3, raw));
                     }
                     Err(e) => check_err(
                         "reserve",
@@ -820,10 +853,11 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
             _ => lock_counter(w, &node, h),
         }
         w.model.lock().unwrap().ops += 1;
+        w.published_all(me, "an operation", writing.map(|(hd, _, _)| (hd.off, hd.len)));
         always_invariants(w, h, op);
     }
-    if let Some((hd, _)) = writing {
-        finish_write(w, &node, h, hd, rnd(&mut x));
+    if let Some((hd, _, raw)) = writing {
+        finish_write(w, &node, h, hd, raw, rnd(&mut x));
     }
     for p in pins.drain(..) {
         verify_pinned(w, &node, h, &p.h);
@@ -834,6 +868,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
     if let Err(e) = node.detach() {
         check_err("detach", e, &[]);
     }
+    w.published_all(me, "detach", None);
 }
 
 /// Invariants that hold in memory at every moment, whatever is in flight:
@@ -854,12 +889,28 @@ fn always_invariants(w: &World, h: usize, op: u32) {
     }
 }
 
-fn finish_write<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: Handle, r: u64) {
+/// Writes payload bytes into a reserved block: through `Node::write` (which
+/// flushes), or by plain stores through the mapping as a user holding a
+/// pointer would (published later by `publish`, which flushes).
+fn write_payload<C: Coherence>(
+    w: &World,
+    node: &Node<'_, C>,
+    h: usize,
+    hd: &Handle,
+    at: usize,
+    data: &[u8],
+    raw: bool,
+) {
+    let r = if raw { node.store.region.copy_in(hd.off + at as u64, data) } else { node.write(hd, at as u64, data) };
+    if let Err(e) = r {
+        w.violation(format!("host {h} write (raw {raw}): {e:?}"));
+    }
+}
+
+fn finish_write<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: Handle, raw: bool, r: u64) {
     let p = payload(hd.key, hd.len as usize);
     let half = p.len() / 2;
-    if let Err(e) = node.write(&hd, half as u64, &p[half..]) {
-        w.violation(format!("host {h} write: {e:?}"));
-    }
+    write_payload(w, node, h, &hd, half, &p[half..], raw);
     log(w, hd.off, format!("host {h} finish-write key {} (abort: {})", hd.key.hi, r % 7 == 0));
     if r % 7 == 0 {
         if let Err(e) = node.abort(&hd) {
@@ -868,7 +919,7 @@ fn finish_write<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: Handl
         return;
     }
     w.model.lock().unwrap().published.insert(hd.key);
-    let r = if r % 2 == 0 { node.publish(&hd) } else { node.publish_flushed(&[hd], &mut [Ok(())]) };
+    let r = if raw || r % 2 == 0 { node.publish(&hd) } else { node.publish_flushed(&[hd], &mut [Ok(())]) };
     if let Err(e) = r {
         w.violation(format!("host {h} publish: {e:?}"));
     }

@@ -24,7 +24,7 @@ fn must_pass(cfg: RunConfig) -> u64 {
 fn simulated_hosts_without_crashes_keep_every_invariant() {
     let mut ops = 0;
     for seed in 1..=6 {
-        ops += must_pass(RunConfig { seed, hosts: 3, ops: 80, crash: false, disable: None });
+        ops += must_pass(RunConfig { seed, hosts: 3, ops: 80, crash: false, disable: None, lazy: seed % 2 == 0 });
     }
     assert!(ops > 1000);
 }
@@ -32,13 +32,13 @@ fn simulated_hosts_without_crashes_keep_every_invariant() {
 #[test]
 fn simulated_hosts_with_a_crash_recover_and_keep_every_invariant() {
     for seed in 100..=105 {
-        must_pass(RunConfig { seed, hosts: 4, ops: 80, crash: true, disable: None });
+        must_pass(RunConfig { seed, hosts: 4, ops: 80, crash: true, disable: None, lazy: seed % 2 == 0 });
     }
 }
 
 #[test]
 fn same_seed_replays_the_same_run() {
-    let cfg = RunConfig { seed: 7, hosts: 3, ops: 30, crash: true, disable: None };
+    let cfg = RunConfig { seed: 7, hosts: 3, ops: 30, crash: true, disable: None, lazy: false };
     let (a, b) = (run(&cfg), run(&cfg));
     assert_eq!((a.steps, a.ops, a.crashed), (b.steps, b.ops, b.crashed));
     assert_eq!(a.trace, b.trace);
@@ -49,7 +49,7 @@ fn a_disabled_publish_flush_is_caught() {
     // The harness has teeth: without the entry flush, readers on other hosts
     // never see published entries correctly, or see them inconsistent.
     let caught = (1..=6).any(|seed| {
-        !run(&RunConfig { seed, hosts: 3, ops: 80, crash: false, disable: Some("index.entry.write") })
+        !run(&RunConfig { seed, hosts: 3, ops: 80, crash: false, disable: Some("index.entry.write"), lazy: false })
             .violations
             .is_empty()
     });

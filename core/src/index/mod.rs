@@ -477,7 +477,13 @@ impl<C: Coherence> Node<'_, C> {
             self.journal_sub(self.global(s, h.entry), h.gen)?;
             Ok(p)
         })?;
-        self.free(payload.0)
+        // SYNC: payload bytes the caller stored through a pointer land before
+        // the block can be handed out again; a dirty line written back later
+        // would overwrite the next owner's payload.
+        let (off, len) = payload;
+        st.co.flush(&st.region, off, len, Site("index.abort.payload"))?;
+        st.co.store_fence(Site("index.abort.fence"));
+        self.free(off)
     }
 
     /// Pins the published blocks of `keys`: `out[i]` is the handle, or

@@ -1,6 +1,6 @@
 //! `cxlkv-sim`: runs the proof harness from the command line.
 //!
-//! - `cxlkv-sim run [--seed N] [--seeds K] [--hosts H] [--ops N] [--crash] [--disable SITE]`
+//! - `cxlkv-sim run [--seed N] [--seeds K] [--hosts H] [--ops N] [--crash] [--lazy] [--disable SITE]`
 //!   runs K seeds from N; exit 0 when every run passes, 1 on a violation
 //!   (printing the seed, the violations and the last scheduler events);
 //! - `cxlkv-sim sites` lists every coherence call site in core and how many
@@ -19,6 +19,7 @@ fn main() {
     let hosts: usize = arg(&a, "--hosts", 3);
     let ops: u32 = arg(&a, "--ops", 100);
     let crash = a.iter().any(|x| x == "--crash");
+    let lazy = a.iter().any(|x| x == "--lazy");
     let disable: Option<&'static str> = a
         .iter()
         .position(|x| x == "--disable")
@@ -30,7 +31,7 @@ fn main() {
             let t = std::time::Instant::now();
             for sd in seed..seed + seeds {
                 // Alternate crash-free and crash runs when --crash is given.
-                let cfg = RunConfig { seed: sd, hosts, ops, crash: crash && sd % 2 == 1, disable };
+                let cfg = RunConfig { seed: sd, hosts, ops, crash: crash && sd % 2 == 1, disable, lazy };
                 let r = run(&cfg);
                 total_ops += r.ops;
                 steps += r.steps;
@@ -54,14 +55,14 @@ fn main() {
             );
         }
         Some("sites") => {
-            let r = run(&RunConfig { seed, hosts, ops, crash: true, disable: None });
+            let r = run(&RunConfig { seed, hosts, ops, crash: true, disable: None, lazy });
             for (s, n) in r.executed {
                 println!("{s} {n}");
             }
         }
         _ => {
             eprintln!(
-                "usage: cxlkv-sim run [--seed N] [--seeds K] [--hosts H] [--ops N] [--crash] [--disable SITE] | sites"
+                "usage: cxlkv-sim run [--seed N] [--seeds K] [--hosts H] [--ops N] [--crash] [--lazy] [--disable SITE] | sites"
             );
             std::process::exit(2);
         }
