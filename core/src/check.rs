@@ -156,6 +156,12 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
             _ => rep(FindingKind::NodeState, node as u64, info.state as u64),
         }
     }
+    // SYNC: fresh journals of live nodes, read by the entry and journal
+    // passes below (writers: the nodes themselves).
+    for node in (0..l.caps.max_nodes).filter(|n| alive & (1 << n) != 0) {
+        let len = l.caps.pin_slots as u64 * size_of::<PinRecord>() as u64;
+        st.co.invalidate(&st.region, l.pin_record(node, 0), len, Site("check.journal"))?;
+    }
 
     for lock in 0..l.n_locks {
         let ll: crate::layout::LockLine = st.fresh(l.lock_line(lock), Site("check.lockline"))?;
@@ -371,7 +377,7 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
             continue;
         }
         for i in 0..l.caps.pin_slots {
-            let r: PinRecord = st.fresh(l.pin_record(node, i), Site("check.journal"))?;
+            let r: PinRecord = st.region.read(l.pin_record(node, i))?;
             if r.entry == 0 {
                 continue;
             }

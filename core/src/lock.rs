@@ -136,7 +136,12 @@ impl<C: Coherence> Node<'_, C> {
         } else {
             self.store.region.fetch_and_u64(off, !bit)?;
         }
-        self.store.co.flush(&self.store.region, off, 8, Site("lock.doorbell"))
+        self.store.co.flush(&self.store.region, off, 8, Site("lock.doorbell"))?;
+        // SYNC: the doorbell (and the request slot flushed before it) reach
+        // memory now, not whenever the write-back completes (reader: the
+        // manager's doorbell scan).
+        self.store.co.store_fence(Site("lock.doorbell.fence"));
+        Ok(())
     }
 
     /// Releases a held lock. Everything written under it must already be

@@ -67,7 +67,9 @@ struct HostCache {
     private: Box<[Line]>,
     /// Lines stored to since they were last written back or refilled.
     dirty: Box<[bool]>,
-    pending: Vec<u32>,
+    /// Queued write-backs: (line, tag of the thread that flushed it). A fence
+    /// waits for its own thread's flushes, as `sfence` does for `clflushopt`.
+    pending: Vec<(u32, u32)>,
     /// Who dirtied each line: the tag set when the store happened, and the
     /// last coherence site this host passed before it (for diagnosis).
     dirtied_by: Box<[(u32, &'static str)]>,
@@ -275,7 +277,7 @@ impl SimMemory {
     pub fn drain(&self, h: usize) {
         let st = self.st();
         let pend = core::mem::take(&mut st.hosts[h].pending);
-        for i in pend {
+        for (i, _) in pend {
             writeback(st, h, i as usize, 0);
         }
     }
@@ -321,7 +323,7 @@ impl SimMemory {
         let mut k = 0;
         while k < st.hosts[h].pending.len() {
             if (next(&mut st.rng) % 1000) < cfg.writeback_early as u64 {
-                let i = st.hosts[h].pending.swap_remove(k) as usize;
+                let i = st.hosts[h].pending.swap_remove(k).0 as usize;
                 writeback(st, h, i, 1);
             } else {
                 k += 1;
@@ -403,8 +405,9 @@ impl Coherence for SimCoherence<'_> {
         if self.mem.call(self.host, site) {
             let st = self.mem.st();
             for i in a..b {
-                if !st.hosts[self.host].pending.contains(&(i as u32)) {
-                    st.hosts[self.host].pending.push(i as u32);
+                let q = (i as u32, st.tag);
+                if !st.hosts[self.host].pending.contains(&q) {
+                    st.hosts[self.host].pending.push(q);
                 }
             }
         }
@@ -421,7 +424,7 @@ impl Coherence for SimCoherence<'_> {
             let st = self.mem.st();
             for i in a..b {
                 writeback(st, self.host, i, 3);
-                st.hosts[self.host].pending.retain(|&p| p != i as u32);
+                st.hosts[self.host].pending.retain(|&(p, _)| p != i as u32);
                 st.hosts[self.host].private[i] = st.shared[i];
             }
         }
@@ -433,13 +436,13 @@ impl Coherence for SimCoherence<'_> {
 
     fn store_fence(&self, site: Site) {
         if self.mem.call(self.host, site) {
-            self.fence_all();
+            self.fence_all(site);
         }
     }
 
     fn full_fence(&self, site: Site) {
         if self.mem.call(self.host, site) {
-            self.fence_all();
+            self.fence_all(site);
         }
     }
 
@@ -449,14 +452,32 @@ impl Coherence for SimCoherence<'_> {
 }
 
 impl SimCoherence<'_> {
-    fn fence_all(&self) {
+    /// Completes every queued write-back, one line at a time in a random
+    /// order, and other hosts may run between two of them: a fence bounds
+    /// when write-backs complete, never the order in which others see them.
+    fn fence_all(&self, site: Site) {
         let st = self.mem.st();
-        let mut pend = core::mem::take(&mut st.hosts[self.host].pending);
-        // Queued write-backs complete in a random order.
+        let tag = st.tag;
+        let mut pend: Vec<u32> = Vec::new();
+        st.hosts[self.host].pending.retain(|&(i, t)| {
+            if t == tag {
+                pend.push(i);
+            }
+            t != tag
+        });
         while !pend.is_empty() {
+            let st = self.mem.st();
             let k = (next(&mut st.rng) as usize) % pend.len();
             let i = pend.swap_remove(k) as usize;
             writeback(st, self.host, i, 0);
+            // The same line queued again by another thread is written back too.
+            st.hosts[self.host].pending.retain(|&(p, _)| p != i as u32);
+            if !pend.is_empty() {
+                // SAFETY: the hook is set before hosts run and never changed after.
+                if let Some(f) = unsafe { (*self.mem.hook.get()).as_ref() } {
+                    f(self.host, site.0);
+                }
+            }
         }
     }
 }

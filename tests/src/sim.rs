@@ -63,7 +63,7 @@ pub fn sim_caps(hosts: usize) -> Capacities {
         max_nodes: hosts as u32,
         n_stripes: 2,
         entries_per_stripe: 24,
-        n_roots: 4,
+        n_roots: 8,
         pin_slots: 16,
         chunk_shift: 12,
     }
@@ -145,6 +145,12 @@ struct Model {
     recovered: bool,
     counter_root: u64,
     log: Vec<(u64, u64, String)>,
+    /// Each host's root `r<h>`: its settled state (`Some(size)` put, `None`
+    /// destroyed) and the step it settled at; `None` while a put or destroy
+    /// of it is in flight.
+    roots: Vec<Option<(Option<u64>, u64)>>,
+    /// Op actors at the end barrier (phase 0: arrived, phase 1: checked).
+    barrier: [usize; 2],
 }
 
 thread_local! {
@@ -218,7 +224,12 @@ impl World {
         }
         s.trace.push_back(format!("{step}: actor {actor} {what}"));
         if let Some((h, at)) = s.crash_at {
-            if actor / 3 == h && step >= at && s.crashed.is_none() && !s.finished[3 * h] {
+            // Prefer a moment when the host holds a lock (its host-local
+            // tier): revocation, repair and recovery of half-done critical
+            // sections are then exercised in most crash runs.
+            let holding = s.local.keys().any(|&(lh, _)| lh == h);
+            let due = step >= at && (holding || step >= at + 20_000);
+            if actor / 3 == h && due && s.crashed.is_none() && !s.finished[3 * h] {
                 s.crashed = Some(h);
                 s.crash_at = None;
                 s.host_crashed[h] = true;
@@ -404,7 +415,7 @@ pub fn run(cfg: &RunConfig) -> RunResult {
             ..Sched::default()
         }),
         cvs: (0..3 * hosts).map(|_| Condvar::new()).collect(),
-        model: Mutex::new(Model { inserts: vec![0; hosts], ..Model::default() }),
+        model: Mutex::new(Model { inserts: vec![0; hosts], roots: vec![Some((None, 0)); hosts], ..Model::default() }),
         hosts,
     });
     let w2 = w.clone();
@@ -497,21 +508,20 @@ pub fn run(cfg: &RunConfig) -> RunResult {
 }
 
 fn final_checks(w: &World) {
-    // A host that never ran ops reads the region: host 0 if alive, else 1.
+    // Every live host checks the region through its own cache; host 0 (or 1)
+    // then reads the results.
     let crashed = w.crashed();
+    for h in (0..w.hosts).filter(|&h| Some(h) != crashed) {
+        match attach(w.mem.region(h), w.mem.host(h)) {
+            Ok(s) => check_from(w, &s, h, "after the run"),
+            Err(e) => w.violation(format!("final attach on host {h}: {e}")),
+        }
+    }
     let h = if crashed == Some(0) { 1 } else { 0 };
     let store = match attach(w.mem.region(h), w.mem.host(h)) {
         Ok(s) => s,
         Err(e) => return w.violation(format!("final attach: {e}")),
     };
-    let mut findings = Vec::new();
-    let mut scratch = vec![0u64; cxlkv_core::check::scratch_words(&store)];
-    if let Err(e) = cxlkv_core::check::check(&store, &mut scratch, &mut |f| findings.push(f)) {
-        w.violation(format!("final check failed: {e}"));
-    }
-    for f in findings.iter().take(5) {
-        w.violation(format!("final check: {f}"));
-    }
     let m = w.model.lock().unwrap();
     let (want, root) = (m.counter, m.counter_root);
     let inserts = m.inserts.clone();
@@ -850,7 +860,8 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
                     }
                 }
             }
-            _ => lock_counter(w, &node, h),
+            14 => lock_counter(w, &node, h),
+            _ => roots_op(w, &node, h, r),
         }
         w.model.lock().unwrap().ops += 1;
         w.published_all(me, "an operation", writing.map(|(hd, _, _)| (hd.off, hd.len)));
@@ -859,6 +870,11 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
     if let Some((hd, _, raw)) = writing {
         finish_write(w, &node, h, hd, raw, rnd(&mut x));
     }
+    // Quiescent, with pins still held: every host checks the region through
+    // its own cache (stale copies of others' lines included).
+    barrier(w, me, 0);
+    check_from(w, &store, h, "at the end barrier");
+    barrier(w, me, 1);
     for p in pins.drain(..) {
         verify_pinned(w, &node, h, &p.h);
         if let Err(e) = node.release(&[p.h]) {
@@ -904,6 +920,74 @@ fn write_payload<C: Coherence>(
     let r = if raw { node.store.region.copy_in(hd.off + at as u64, data) } else { node.write(hd, at as u64, data) };
     if let Err(e) = r {
         w.violation(format!("host {h} write (raw {raw}): {e:?}"));
+    }
+}
+
+/// Waits until every op actor of a live host reached `phase` of the end
+/// barrier (and a crashed host was recovered).
+fn barrier(w: &World, me: usize, phase: usize) {
+    w.model.lock().unwrap().barrier[phase] += 1;
+    loop {
+        let crashed = {
+            let s = w.sched.lock().unwrap();
+            (0..w.hosts).filter(|&h| s.host_crashed[h]).count()
+        };
+        let m = w.model.lock().unwrap();
+        if m.barrier[phase] + crashed >= w.hosts && (crashed == 0 || m.recovered) {
+            return;
+        }
+        drop(m);
+        w.yield_now(me, "barrier");
+    }
+}
+
+/// Runs `check` on host `h`'s view; every finding is a violation.
+fn check_from<C: Coherence>(w: &World, store: &Store<C>, h: usize, when: &str) {
+    let mut findings = Vec::new();
+    let mut scratch = vec![0u64; cxlkv_core::check::scratch_words(store)];
+    if let Err(e) = cxlkv_core::check::check(store, &mut scratch, &mut |f| findings.push(f)) {
+        w.violation(format!("host {h} check {when} failed: {e}"));
+    }
+    for f in findings.iter().take(5) {
+        w.violation(format!("host {h} check {when}: {f}"));
+    }
+}
+
+/// Named roots: each host puts and destroys its own root `r<h>` and reads
+/// the others'. A read that starts after a put or destroy returned, with no
+/// other in flight, must see exactly its result.
+fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
+    let g = (r >> 50) as usize % w.hosts;
+    let name = format!("r{g}");
+    if g == h {
+        let settled = w.model.lock().unwrap().roots[h].map(|x| x.0);
+        w.model.lock().unwrap().roots[h] = None;
+        let (res, now) = match settled {
+            Some(None) => {
+                let size = 1 + r % 1000;
+                let res = node.root_put(name.as_bytes(), cxlkv_core::roots::Root { offset: 0, size, tag: h as u32 });
+                (res, Some(size))
+            }
+            _ => (node.root_destroy(name.as_bytes()).map(|_| ()), None),
+        };
+        match res {
+            Ok(()) => w.model.lock().unwrap().roots[h] = Some((now, w.now())),
+            Err(e) => w.violation(format!("host {h} root {name} (settled {settled:?}): {e:?}")),
+        }
+        return;
+    }
+    let before = w.model.lock().unwrap().roots[g];
+    let got = cxlkv_core::roots::get(node.store, name.as_bytes());
+    let after = w.model.lock().unwrap().roots[g];
+    let got = match got {
+        Ok(root) => Some(root.size),
+        Err(Error::NotFound) => None,
+        Err(e) => return w.violation(format!("host {h} get root {name}: {e:?}")),
+    };
+    if let (Some((want, _)), true) = (before, before == after) {
+        if got != want {
+            w.violation(format!("host {h} read root {name} as {got:?}; host {g} settled it at {want:?}"));
+        }
     }
 }
 
