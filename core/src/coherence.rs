@@ -27,7 +27,9 @@ pub trait Coherence {
 
     /// Drops this host's copy of every line overlapping `off..off+len`, so the
     /// next load reads memory. A dirty line is written back first (real
-    /// instructions do that: `clflush`, `dc civac`).
+    /// instructions do that: `clflush`, `clflushopt`, `dc civac`), so a store
+    /// that this host invalidates next needs no flush of its own. Every
+    /// implementation must keep this.
     fn invalidate(&self, region: &Region, off: u64, len: u64, site: Site) -> Result<()>;
 
     /// Orders earlier stores and flushes before later stores (`sfence`, or

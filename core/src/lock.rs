@@ -77,8 +77,9 @@ impl<C: Coherence> Node<'_, C> {
         self.env.local_lock(lock);
         let slot_off = l.lock_slot(lock, self.id);
         let req = LockSlot { state: SLOT_WAITING, flags, ..LockSlot::default() };
-        // SYNC: WAITING visible to the manager's scan.
-        if let Err(e) = self.store.publish_state_last(slot_off, &req, Site("lock.request")) {
+        // SYNC: no flush: the first poll below invalidates this slot, which
+        // writes the WAITING request back (reader: the manager's scan).
+        if let Err(e) = self.store.write_state_last(slot_off, &req) {
             self.env.local_unlock(lock);
             return Err(e);
         }
@@ -91,6 +92,9 @@ impl<C: Coherence> Node<'_, C> {
             // A grant racing with this is seen by the manager as an immediate
             // release: we never enter the critical section.
             let _ = self.store.publish_state_last(slot_off, &LockSlot::default(), Site("lock.withdraw"));
+            // SYNC: the withdrawal reaches memory before we give up the lock;
+            // this node may never touch the slot again.
+            self.store.co.store_fence(Site("lock.withdraw.fence"));
             self.env.local_unlock(lock);
             e.map_or(Ok(None), Err)
         };
@@ -340,9 +344,15 @@ impl Manager {
             let mut ll: LockLine = store.fresh(loff, Site("mgr.lock"))?;
             let mut holder = None;
             let mut changed = false;
+            // Each slot's (state, flags) as this step read it; the grant below
+            // works from this snapshot. A request withdrawn since is then
+            // granted and seen released at the next step, as any grant that
+            // races a withdrawal is.
+            let mut seen = [(SLOT_IDLE, 0u32); MAX_NODES as usize];
             for n in 0..nn {
                 let soff = l.lock_slot(lock, n);
                 let s: LockSlot = store.fresh_state_first(soff, Site("mgr.slot"))?;
+                seen[n as usize] = (s.state, s.flags);
                 let is_dead = dead & (1 << n) != 0;
                 match s.state {
                     SLOT_LOCKED if is_dead => {
@@ -371,8 +381,8 @@ impl Manager {
                         continue;
                     }
                     let soff = l.lock_slot(lock, n);
-                    let s: LockSlot = store.fresh_state_first(soff, Site("mgr.slot.recheck"))?;
-                    if s.state != SLOT_WAITING || (ll.repair != 0 && s.flags & SLOT_RECOVERY == 0) {
+                    let (state, flags) = seen[n as usize];
+                    if state != SLOT_WAITING || (ll.repair != 0 && flags & SLOT_RECOVERY == 0) {
                         continue;
                     }
                     ll.grant_seq = ll.grant_seq.wrapping_add(1);
@@ -381,13 +391,8 @@ impl Manager {
                     // SYNC: lock line (holder, epoch) durable before the grant.
                     store.publish(loff, &ll, Site("mgr.grant.line"))?;
                     store.co.store_fence(Site("mgr.grant.fence"));
-                    let g = LockSlot {
-                        state: SLOT_LOCKED,
-                        flags: s.flags,
-                        epoch: ll.epoch,
-                        seq: ll.grant_seq,
-                        reserved: [0; 5],
-                    };
+                    let g =
+                        LockSlot { state: SLOT_LOCKED, flags, epoch: ll.epoch, seq: ll.grant_seq, reserved: [0; 5] };
                     // SYNC: LOCKED visible to the polling node (reader: lock_with).
                     store.publish_state_last(soff, &g, Site("mgr.grant"))?;
                     self.held[wi] |= bit;

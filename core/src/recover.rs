@@ -68,6 +68,14 @@ impl<C: Coherence> Node<'_, C> {
             }
         }
         let out = res.and_then(|_| self.recover_locked(dead));
+        let mut flushed = Ok(());
+        if taken == l.n_locks {
+            // SYNC: the chunk records recovery rewrote (even if it failed half
+            // way) reach memory before any lock is released (readers:
+            // allocators, under the heap and alloc locks).
+            flushed = st.co.flush(&st.region, l.chunks.start, l.chunks.len(), Site("recover.chunks.publish"));
+            st.co.store_fence(Site("recover.chunks.fence"));
+        }
         let mut rel = Ok(());
         for lock in (0..taken).rev() {
             let r = st.fresh::<LockSlot>(l.lock_slot(lock, self.id), Site("recover.release.slot")).and_then(|s| {
@@ -81,6 +89,7 @@ impl<C: Coherence> Node<'_, C> {
             }
         }
         let rep = out?;
+        flushed?;
         rel?;
         Ok(rep)
     }
@@ -123,7 +132,8 @@ impl<C: Coherence> Node<'_, C> {
             } else {
                 continue;
             }
-            st.publish(l.chunk(c), &rec, Site("recover.chunk.reset"))?;
+            // Chunk records are written back together before the locks go.
+            st.region.write(l.chunk(c), &rec)?;
         }
         // 2. Named roots keep raw blocks alive.
         for i in 0..l.caps.n_roots {
@@ -139,13 +149,14 @@ impl<C: Coherence> Node<'_, C> {
         rep.blocks_reclaimed = reset_blocks.saturating_sub(claimed);
         // 4. Chunks nothing claims go back to the bitmap.
         for c in 0..l.n_chunks {
-            let rec: ChunkRecord = st.fresh(l.chunk(c), Site("recover.chunk.final"))?;
+            // Fresh since step 1: only recovery, holding every lock, writes it.
+            let rec: ChunkRecord = st.region.read(l.chunk(c))?;
             let keep = match rec.kind {
                 CHUNK_KV | CHUNK_RAW | CHUNK_LARGE => rec.used > 0,
                 CHUNK_CONT => {
                     let h = rec.run;
                     h < c && {
-                        let head: ChunkRecord = st.fresh(l.chunk(h), Site("recover.chunk.head"))?;
+                        let head: ChunkRecord = st.region.read(l.chunk(h))?;
                         head.kind == CHUNK_LARGE && head.used > 0 && c < h + head.run
                     }
                 }
@@ -154,7 +165,7 @@ impl<C: Coherence> Node<'_, C> {
             if !keep {
                 if rec.kind != CHUNK_FREE {
                     rep.chunks_reclaimed += 1;
-                    st.publish(l.chunk(c), &ChunkRecord::default(), Site("recover.chunk.free"))?;
+                    st.region.write(l.chunk(c), &ChunkRecord::default())?;
                 }
                 set_bitmap(st, c, false)?;
             } else {
@@ -220,7 +231,9 @@ impl<C: Coherence> Node<'_, C> {
         let st = self.store;
         let l = &st.layout;
         let Ok(c) = chunk_of(l, off) else { return Ok(Claim::No) };
-        let mut rec: ChunkRecord = st.fresh(l.chunk(c), Site("recover.claim.read"))?;
+        // Fresh since step 1 (read and written only by recovery, which holds
+        // every lock); written back with the chunk table at the end.
+        let mut rec: ChunkRecord = st.region.read(l.chunk(c))?;
         let kind_ok = match rec.kind {
             CHUNK_KV => !raw,
             CHUNK_RAW => raw,
@@ -236,7 +249,7 @@ impl<C: Coherence> Node<'_, C> {
         }
         rec.bitmap[(i / 64) as usize] |= 1 << (i % 64);
         rec.used += 1;
-        st.publish(l.chunk(c), &rec, Site("recover.claim.write"))?;
+        st.region.write(l.chunk(c), &rec)?;
         Ok(Claim::New)
     }
 
@@ -411,11 +424,12 @@ impl<C: Coherence> Node<'_, C> {
         let st = self.store;
         let l = &st.layout;
         let c = chunk_of(l, off)?;
-        let mut rec: ChunkRecord = st.fresh(l.chunk(c), Site("recover.unclaim.read"))?;
+        // As in `claim_block`.
+        let mut rec: ChunkRecord = st.region.read(l.chunk(c))?;
         if let Some((i, _)) = block_of(l, c, &rec, off) {
             rec.bitmap[(i / 64) as usize] &= !(1 << (i % 64));
             rec.used = rec.used.saturating_sub(1);
-            st.publish(l.chunk(c), &rec, Site("recover.unclaim.write"))?;
+            st.region.write(l.chunk(c), &rec)?;
         }
         Ok(())
     }

@@ -56,6 +56,13 @@ impl<C: Coherence> Store<C> {
     /// fence, then flushes. A same-host reader that loads the state word first
     /// and then the rest never pairs a new state with old fields.
     pub fn publish_state_last<T: IntoBytes + Immutable>(&self, off: u64, v: &T, site: Site) -> Result<()> {
+        self.write_state_last(off, v)?;
+        self.co.flush(&self.region, off, size_of::<T>() as u64, site)
+    }
+
+    /// [`Store::publish_state_last`] without the flush, for a line that this
+    /// host invalidates next (which writes it back).
+    pub fn write_state_last<T: IntoBytes + Immutable>(&self, off: u64, v: &T) -> Result<()> {
         let bytes = v.as_bytes();
         let n = bytes.len() / 8;
         self.region.check(off, bytes.len() as u64, 8)?;
@@ -65,8 +72,7 @@ impl<C: Coherence> Store<C> {
             self.region.store_u64(off + 8 * i as u64, u64::from_ne_bytes(w))?;
         }
         crate::mem::fence_seq_cst();
-        self.region.store_u64(off, u64::from_ne_bytes(first_word(bytes)))?;
-        self.co.flush(&self.region, off, bytes.len() as u64, site)
+        self.region.store_u64(off, u64::from_ne_bytes(first_word(bytes)))
     }
 
     /// Reads a struct whose first word is its state word: that word first,
