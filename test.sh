@@ -35,6 +35,16 @@ trap 'rm -f "$log"' EXIT
 set +e
 cargo test --workspace --locked 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
+
+step "hostile peer under AddressSanitizer"
+# The worker processes are rebuilt with ASan (nightly flag on the stable
+# toolchain) and the hostile-peer test drives them.
+asan_target=x86_64-unknown-linux-gnu
+RUSTC_BOOTSTRAP=1 RUSTFLAGS="-Zsanitizer=address" \
+  cargo build --locked --target "$asan_target" --target-dir target/asan -p cxlkv-tests --bin cxlkv-test-worker
+CXLKV_TEST_WORKER="$PWD/target/asan/$asan_target/debug/cxlkv-test-worker" \
+  cargo test --locked -p cxlkv-tests --test multiprocess hostile -- --nocapture 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 set -e
 
 step "smoke: cxlkv bench (quick)"

@@ -206,3 +206,40 @@ fn crash_loop_short_version_serves_no_wrong_payload_and_leaks_nothing() {
     let t = cxlkv_tests::crashloop::run(Path::new(WORKER), 5, 3, 5);
     assert_eq!((t.iterations, t.wrong_payloads, t.bytes_leaked, t.findings), (5, 0, 0, 0), "{t:?}");
 }
+
+/// The worker binary for the hostile-peer test: `CXLKV_TEST_WORKER` names
+/// another build of it (`test.sh` passes one built with AddressSanitizer).
+fn hostile_worker() -> String {
+    std::env::var("CXLKV_TEST_WORKER").unwrap_or_else(|_| WORKER.to_string())
+}
+
+#[test]
+fn a_hostile_peer_scribbling_metadata_never_crashes_the_others() {
+    let r = Region(shm_path("hostile"));
+    Cache::create(&r.0, 8 << 20, caps(), opts()).unwrap().close().unwrap();
+    let w = hostile_worker();
+    let path = r.0.to_str().unwrap();
+    let spawn = |mode: &str, seed: u64, ms: u64| {
+        Command::new(&w).args([mode, path, &seed.to_string(), &ms.to_string()]).stdout(Stdio::piped()).spawn().unwrap()
+    };
+    // Two honest workers get a head start, then the hostile peer scribbles
+    // over the metadata while they keep working.
+    let mut kids = vec![spawn("tolerant", 1, 4000), spawn("tolerant", 2, 4000)];
+    std::thread::sleep(Duration::from_millis(300));
+    kids.push(spawn("hostile", 3, 2500));
+    let mut outs = Vec::new();
+    for k in &mut kids {
+        let s = wait_with_watchdog(k, Duration::from_secs(120));
+        let mut out = String::new();
+        std::io::Read::read_to_string(k.stdout.as_mut().unwrap(), &mut out).unwrap();
+        // A crash, a sanitizer report (abort) or a panic fails here; errors
+        // returned by operations are allowed.
+        assert!(s.success(), "worker {} failed: {s} {out}", k.id());
+        outs.push(out);
+    }
+    assert!(outs[2].contains("words_written"), "{}", outs[2]);
+    for o in &outs[..2] {
+        assert!(o.contains("\"ok\":") && !o.contains("\"ok\":0,"), "an honest worker did no work: {o}");
+    }
+    eprintln!("hostile peer: {}", outs.join(" "));
+}

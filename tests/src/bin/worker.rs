@@ -6,6 +6,15 @@
 //!
 //! `cxlkv-test-worker hold PATH`: publishes, pins, reserves and takes a lock,
 //! prints `ready`, and sleeps until killed.
+//!
+//! `cxlkv-test-worker hostile PATH SEED MILLIS`: a hostile peer: maps the
+//! region and writes random bytes over its metadata (past the header) for
+//! MILLIS milliseconds; prints how many words it wrote.
+//!
+//! `cxlkv-test-worker tolerant PATH SEED MILLIS`: works like `mixed` for
+//! MILLIS milliseconds while a hostile peer scribbles: every error is
+//! counted, nothing is asserted; prints one JSON line of counts and exits 0.
+//! Crashing, hanging or touching memory outside the region is the failure.
 
 use std::io::Write;
 use std::path::Path;
@@ -28,8 +37,19 @@ fn main() {
             mixed(Path::new(&a[2]), a[3].parse().unwrap_or(1), a[4].parse().unwrap_or(100))
         }
         Some("hold") if a.len() == 3 => hold(Path::new(&a[2])),
+        Some(m @ ("hostile" | "tolerant")) if a.len() == 5 => {
+            let (seed, ms) = (a[3].parse().unwrap_or(1), a[4].parse().unwrap_or(1000));
+            let until = std::time::Instant::now() + Duration::from_millis(ms);
+            if m == "hostile" {
+                hostile(Path::new(&a[2]), seed, until)
+            } else {
+                tolerant(Path::new(&a[2]), seed, until)
+            }
+        }
         _ => {
-            eprintln!("usage: cxlkv-test-worker mixed PATH SEED OPS | hold PATH");
+            eprintln!(
+                "usage: cxlkv-test-worker mixed PATH SEED OPS | hold PATH | hostile PATH SEED MILLIS | tolerant PATH SEED MILLIS"
+            );
             2
         }
     };
@@ -166,4 +186,100 @@ fn hold(path: &Path) -> i32 {
     loop {
         std::thread::sleep(Duration::from_secs(1));
     }
+}
+
+fn hostile(path: &Path, seed: u64, until: std::time::Instant) -> i32 {
+    let map = match cxlkv_platform::map::Mapping::open_file(path) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("map: {e}");
+            return 3;
+        }
+    };
+    let region = map.region();
+    let meta_end = match cxlkv_core::region::attach(region, cxlkv_core::coherence::Coherent) {
+        Ok(s) => s.layout.payload.start,
+        Err(e) => {
+            eprintln!("attach: {e}");
+            return 3;
+        }
+    };
+    let mut x = seed | 1;
+    let mut words = 0u64;
+    while std::time::Instant::now() < until {
+        for _ in 0..64 {
+            x = mix64(x);
+            // Past the 256-byte header: every word of the metadata.
+            let off = 256 + (x % ((meta_end - 256) / 8)) * 8;
+            let y = mix64(x ^ 0x5555);
+            // Plausible values (small counts, states, indices, offsets near
+            // the region's size) hurt more than noise.
+            let v = match y % 4 {
+                0 => y >> 8,
+                1 => y % 8,
+                2 => y % 256,
+                _ => (y >> 8) % (region.len() as u64 + 4096),
+            };
+            if region.store_u64(off, v).is_ok() {
+                words += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let _ = writeln!(std::io::stdout(), "{{\"words_written\":{words}}}");
+    0
+}
+
+fn tolerant(path: &Path, seed: u64, until: std::time::Instant) -> i32 {
+    let opts = Options { lock_timeout: Duration::from_millis(300), ..Options::default() };
+    let c = match Cache::open(path, opts) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("attach: {e}");
+            return 3;
+        }
+    };
+    let (mut ok, mut errors, mut wrong) = (0u64, 0u64, 0u64);
+    let mut buf = Vec::new();
+    let mut rd = vec![0u8; 80 << 10];
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    while std::time::Instant::now() < until {
+        x = mix64(x);
+        let i = x % 300;
+        let r = match (x >> 32) % 6 {
+            0 | 1 => publish(&c, i, &mut buf).map(|_| ()),
+            2 => {
+                let keys: Vec<_> = (i..i + 4).map(key).collect();
+                let mut out = vec![Err(Error::InvalidArgument); 4];
+                c.node().acquire(NS, &keys, &mut out).and_then(|_| {
+                    let hs: Vec<_> = out.iter().filter_map(|r| r.ok()).collect();
+                    for h in &hs {
+                        let b = &mut rd[..(h.len as usize).min(80 << 10)];
+                        if c.node().read(h, 0, b).is_ok() && !verify(h.key, b) {
+                            wrong += 1;
+                        }
+                    }
+                    c.node().release(&hs)
+                })
+            }
+            3 => c.node().get(NS, key(i), &mut rd).map(|n| {
+                if !verify(key(i), &rd[..n]) {
+                    wrong += 1;
+                }
+            }),
+            4 => c.node().lookup(NS, &[key(i), key(i + 1)]).map(|_| ()),
+            _ => c.node().evict(128 << 10, &mut Lru).map(|_| ()),
+        };
+        match r {
+            Ok(()) => ok += 1,
+            Err(_) => errors += 1,
+        }
+    }
+    let findings = c.check().map(|f| f.len()).unwrap_or(0);
+    let closed = c.close().is_ok();
+    let _ = writeln!(
+        std::io::stdout(),
+        "{{\"ok\":{ok},\"errors\":{errors},\"wrong_payloads\":{wrong},\"findings\":{findings},\"closed\":{closed}}}"
+    );
+    0
 }
