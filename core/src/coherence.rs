@@ -28,8 +28,10 @@ pub trait Coherence {
     /// Drops this host's copy of every line overlapping `off..off+len`, so the
     /// next load reads memory. A dirty line is written back first (real
     /// instructions do that: `clflush`, `clflushopt`, `dc civac`), so a store
-    /// that this host invalidates next needs no flush of its own. Every
-    /// implementation must keep this.
+    /// that this host invalidates next needs no flush of its own. Loads after
+    /// it are ordered after it, and loads before it complete before it (a
+    /// re-validating read after a copy needs no extra fence). Every
+    /// implementation must keep both.
     fn invalidate(&self, region: &Region, off: u64, len: u64, site: Site) -> Result<()>;
 
     /// Orders earlier stores and flushes before later stores (`sfence`, or
@@ -70,7 +72,10 @@ impl Coherence for Coherent {
         region.check(off, len, 1)
     }
     fn invalidate(&self, region: &Region, off: u64, len: u64, _site: Site) -> Result<()> {
-        region.check(off, len, 1)
+        region.check(off, len, 1)?;
+        // Nothing to drop, but the load ordering of the contract holds.
+        crate::mem::fence_acquire();
+        Ok(())
     }
     fn store_fence(&self, _site: Site) {
         crate::mem::fence_seq_cst();

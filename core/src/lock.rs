@@ -33,7 +33,10 @@ pub struct Held {
 }
 
 impl<C: Coherence> Node<'_, C> {
-    /// Takes lock `lock`: host-local tier, then the global slot.
+    /// Takes lock `lock`: host-local tier, then the global slot. Taking a
+    /// lock fences before the request becomes visible: every flush this
+    /// thread issued earlier has reached memory before the grant (callers
+    /// rely on this to order, e.g., a payload before its READY entry).
     pub fn lock(&self, lock: u32) -> Result<Held> {
         self.lock_with(lock, 0, false)
     }
@@ -318,8 +321,8 @@ impl Manager {
             self.liveness_at = now;
             ml.lease = ml.lease.wrapping_add(1);
             self.liveness(store, &mut ml, now, cfg, probe, &mut rep)?;
+            // Completed by the fence that ends the step.
             store.publish(moff, &ml, Site("mgr.renew"))?;
-            store.co.store_fence(Site("mgr.renew.fence"));
         }
         let dead = ml.dead_mask;
         rep.dead = dead;

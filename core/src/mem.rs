@@ -247,3 +247,11 @@ impl Region {
 pub fn fence_seq_cst() {
     core::sync::atomic::fence(Ordering::SeqCst);
 }
+
+/// Acquire fence: loads before it complete before loads and stores after it
+/// (free on x86, `dmb ishld` on aarch64). What a coherent "invalidate" must
+/// still provide.
+#[inline]
+pub fn fence_acquire() {
+    core::sync::atomic::fence(Ordering::Acquire);
+}

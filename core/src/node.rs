@@ -156,8 +156,8 @@ impl<'a, C: Coherence> Node<'a, C> {
         self.release_all()?;
         let l = &self.store.layout;
         let info = NodeInfo::default();
-        // SYNC: FREE published after the journal is empty (reader: attach).
-        self.store.co.store_fence(Site("node.detach.fence"));
+        // SYNC: no fence before FREE: the next attach of this slot clears the
+        // journal itself before turning it ALIVE.
         self.store.publish_state_last(l.node_info(self.id), &info, Site("node.detach.info"))?;
         self.store.co.store_fence(Site("node.detach.info.fence"));
         Ok(())

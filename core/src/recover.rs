@@ -73,8 +73,8 @@ impl<C: Coherence> Node<'_, C> {
             // SYNC: the chunk records recovery rewrote (even if it failed half
             // way) reach memory before any lock is released (readers:
             // allocators, under the heap and alloc locks).
+            // Completed by the fence of the first unlock below.
             flushed = st.co.flush(&st.region, l.chunks.start, l.chunks.len(), Site("recover.chunks.publish"));
-            st.co.store_fence(Site("recover.chunks.fence"));
         }
         let mut rel = Ok(());
         for lock in (0..taken).rev() {
@@ -208,8 +208,9 @@ impl<C: Coherence> Node<'_, C> {
             }
             st.publish(l.heartbeat(n), &Heartbeat::default(), Site("recover.heartbeat"))?;
             st.publish(l.requests(n), &crate::layout::RequestLine::default(), Site("recover.requests"))?;
-            st.co.store_fence(Site("recover.node.fence"));
-            // SYNC: FREE last: the slot may be reused only once it is clean.
+            // SYNC: FREE may land before the lines above: whoever attaches the
+            // slot next clears its journal, stats, requests and heartbeat
+            // before turning it ALIVE (see `attach_node`).
             st.publish_state_last(l.node_info(n), &NodeInfo::default(), Site("recover.node.free"))?;
             rep.nodes_freed |= 1 << n;
         }

@@ -149,8 +149,8 @@ pub fn format<C: Coherence>(region: Region, co: C, caps: Capacities, creation_id
     region.zero(0, meta_end)?;
     let store = Store { region, layout, co, creation_id };
     crate::index::format_stripes(&store)?;
+    // Completed (with the header) by the header fence, before the magic.
     store.co.flush(&store.region, 0, meta_end, Site("format.meta"))?;
-    store.co.store_fence(Site("format.meta.fence"));
     let mut h = layout.header(creation_id, 0);
     store.publish(0, &h, Site("format.header"))?;
     store.co.store_fence(Site("format.header.fence"));

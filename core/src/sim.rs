@@ -205,6 +205,12 @@ impl SimMemory {
             c.dirty[i] = true;
             c.dirtied_by[i] = (tag, c.last_site);
         }
+        // Stored lines are recent activity: candidates for spontaneous
+        // write-back, as a cache under pressure may evict any of them.
+        if b > a {
+            self.touch(h, a);
+            self.touch(h, b - 1);
+        }
     }
 
     /// Attributes the following stores to `tag` (the scheduler calls this

@@ -151,6 +151,8 @@ struct Model {
     roots: Vec<Option<(Option<u64>, u64)>>,
     /// Op actors at the end barrier (phase 0: arrived, phase 1: checked).
     barrier: [usize; 2],
+    /// Live raw allocations: (offset, length, host).
+    raw: Vec<(u64, u64, usize)>,
 }
 
 thread_local! {
@@ -861,7 +863,8 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
                 }
             }
             14 => lock_counter(w, &node, h),
-            _ => roots_op(w, &node, h, r),
+            _ if (r >> 56) % 2 == 0 => roots_op(w, &node, h, r),
+            _ => raw_op(w, &node, h, r),
         }
         w.model.lock().unwrap().ops += 1;
         w.published_all(me, "an operation", writing.map(|(hd, _, _)| (hd.off, hd.len)));
@@ -869,6 +872,10 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
     }
     if let Some((hd, _, raw)) = writing {
         finish_write(w, &node, h, hd, raw, rnd(&mut x));
+    }
+    let mine: Vec<u64> = w.model.lock().unwrap().raw.iter().filter(|b| b.2 == h).map(|b| b.0).collect();
+    for off in mine {
+        raw_free(w, &node, h, off);
     }
     // Quiescent, with pins still held: every host checks the region through
     // its own cache (stale copies of others' lines included).
@@ -950,6 +957,82 @@ fn check_from<C: Coherence>(w: &World, store: &Store<C>, h: usize, when: &str) {
     }
     for f in findings.iter().take(5) {
         w.violation(format!("host {h} check {when}: {f}"));
+    }
+}
+
+fn raw_pattern(off: u64, len: u64) -> Vec<u8> {
+    payload(Key { lo: off, hi: off ^ 0x7a }, len as usize)
+}
+
+/// Raw allocations, large ones spanning several chunks included: a block
+/// never overlaps another live one, and keeps the bytes its owner wrote
+/// until freed.
+fn raw_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
+    let mine: Vec<u64> = w.model.lock().unwrap().raw.iter().filter(|b| b.2 == h).map(|b| b.0).collect();
+    if mine.len() >= 2 || (r >> 30) % 3 == 0 {
+        if let Some(&off) = mine.first() {
+            return raw_free(w, node, h, off);
+        }
+    }
+    let len = 64 + (r >> 8) % 12_000;
+    let off = match node.alloc(len) {
+        Ok(off) => off,
+        Err(Error::OutOfSpace | Error::Recovering) => return,
+        Err(e) => return w.violation(format!("host {h} alloc {len}: {e:?}")),
+    };
+    {
+        let crashed = w.crashed();
+        let mut m = w.model.lock().unwrap();
+        if let Some(b) = m.raw.iter().find(|b| Some(b.2) != crashed && b.0 < off + len && off < b.0 + b.1) {
+            let b = *b;
+            let hist: String = m
+                .log
+                .iter()
+                .filter(|x| x.0 == b.0 || x.0 == off)
+                .map(|x| format!("\n      step {}: {}", x.1, x.2))
+                .collect();
+            drop(m);
+            return w.violation(format!(
+                "step {}: host {h} alloc {off}+{len} overlaps host {}'s block {}+{}{hist}",
+                w.now(),
+                b.2,
+                b.0,
+                b.1
+            ));
+        }
+        m.raw.push((off, len, h));
+    }
+    log(w, off, format!("host {h} alloc raw {off}+{len}"));
+    let st = node.store;
+    let r = st
+        .region
+        .copy_in(off, &raw_pattern(off, len))
+        .and_then(|_| st.co.flush(&st.region, off, len, Site("harness.raw")));
+    st.co.store_fence(Site("harness.raw.fence"));
+    if let Err(e) = r {
+        w.violation(format!("host {h} raw write: {e:?}"));
+    }
+}
+
+fn raw_free<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64) {
+    let len = {
+        let mut m = w.model.lock().unwrap();
+        let Some(i) = m.raw.iter().position(|b| b.0 == off && b.2 == h) else { return };
+        m.raw.swap_remove(i).1
+    };
+    let st = node.store;
+    let mut buf = vec![0u8; len as usize];
+    let r = st
+        .co
+        .invalidate(&st.region, off, len, Site("harness.raw.read"))
+        .and_then(|_| st.region.copy_out(off, &mut buf));
+    if r.is_err() || buf != raw_pattern(off, len) {
+        w.violation(format!("host {h} raw block {off}+{len} changed while allocated ({r:?})"));
+    }
+    log(w, off, format!("host {h} free raw {off}+{len}"));
+    match node.free(off) {
+        Ok(()) | Err(Error::Recovering) => {}
+        Err(e) => w.violation(format!("host {h} free {off}: {e:?}")),
     }
 }
 
@@ -1075,4 +1158,55 @@ fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
         Ok(()) => w.model.lock().unwrap().counter += 1,
         Err(e) => w.violation(format!("host {h} counter lock: {e:?}")),
     }
+}
+
+/// Re-formats a region, crashing the formatting host at a random coherence
+/// call of the format; its dirty lines are lost, land, or land later. Another
+/// host must then find the region either not initialised (or rejected), or
+/// consistent: never an old header over half-written new metadata.
+pub fn reformat_run(seed: u64, disable: Option<&'static str>, lazy: bool) -> Vec<String> {
+    // Four crash points per seed (a format is quick).
+    (0..4).flat_map(|j| reformat_once(seed * 4 + j, disable, lazy)).collect()
+}
+
+fn reformat_once(seed: u64, disable: Option<&'static str>, lazy: bool) -> Vec<String> {
+    let cfg = if lazy { SimConfig::lazy() } else { chaos() };
+    let mem = SimMemory::new(SIM_BYTES, 2, seed, cfg);
+    let old = Capacities { n_stripes: 4, entries_per_stripe: 16, ..sim_caps(2) };
+    if let Err(e) = format(mem.region(0), mem.host(0), old, 1) {
+        return vec![format!("first format: {e}")];
+    }
+    mem.drain(0);
+    mem.disable(disable);
+    let crash_at = mix64(seed) % 24;
+    let calls = Mutex::new(0u64);
+    mem.set_yield_hook(Box::new(move |h, _| {
+        let mut n = calls.lock().unwrap();
+        *n += 1;
+        if h == 0 && *n == crash_at + 1 {
+            drop(n);
+            std::panic::resume_unwind(Box::new(Crashed));
+        }
+    }));
+    let crashed = std::panic::catch_unwind(AssertUnwindSafe(|| format(mem.region(0), mem.host(0), sim_caps(2), 2)));
+    mem.crash(0);
+    if mix64(seed ^ 1) % 2 == 0 {
+        mem.drain_zombies();
+    }
+    let mut out = Vec::new();
+    // Not initialised, or a header that does not validate: refused, fine.
+    if let Ok(store) = attach(mem.region(1), mem.host(1)) {
+        let mut scratch = vec![0u64; cxlkv_core::check::scratch_words(&store)];
+        let mut findings = Vec::new();
+        let r = cxlkv_core::check::check(&store, &mut scratch, &mut |f| findings.push(f));
+        if r.is_err() || !findings.is_empty() {
+            out.push(format!(
+                "format crashed at call {crash_at} (finished: {}): host 1 attached region {} and check says {r:?} {:?}",
+                crashed.is_ok(),
+                store.creation_id,
+                findings.iter().take(3).map(|f| f.to_string()).collect::<Vec<_>>()
+            ));
+        }
+    }
+    out
 }

@@ -2,7 +2,7 @@
 //! removes unpinned READY entries; a [`Policy`] decides which ones. LRU (evict
 //! every candidate, oldest first) is the default.
 
-use crate::coherence::{Coherence, Site};
+use crate::coherence::Coherence;
 use crate::layout::{state, Entry, StripeHeader};
 use crate::node::Node;
 use crate::{Error, Result};
@@ -120,8 +120,8 @@ impl<C: Coherence> Node<'_, C> {
                         let (off, len) = st.remove_locked(s, h, e, f.bucket, &mut ent)?;
                         h.evictions = h.evictions.wrapping_add(1);
                         // SYNC: the header is flushed by the caller before unlock;
-                        // the payload is freed only after the entry is EMPTY.
-                        st.co.store_fence(Site("evict.before_free"));
+                        // the payload is freed only after the entry is EMPTY:
+                        // `free_at` takes the heap lock, which fences first.
                         match self.free_at(off, true) {
                             // The block stays allocated until the pending
                             // recovery reclaims it (no entry references it).

@@ -412,8 +412,8 @@ impl<C: Coherence> Node<'_, C> {
         if out.len() < hs.len() {
             return Err(Error::InvalidArgument);
         }
-        // SYNC: payload durable before any entry turns READY (reader: lookup).
-        self.store.co.store_fence(Site("index.publish.fence"));
+        // SYNC: payload durable before any entry turns READY (reader: lookup):
+        // taking the stripe lock below fences first (see `Node::lock`).
         let st = self.store;
         by_stripe(
             hs.len(),
@@ -478,11 +478,11 @@ impl<C: Coherence> Node<'_, C> {
             Ok(p)
         })?;
         // SYNC: payload bytes the caller stored through a pointer land before
-        // the block can be handed out again; a dirty line written back later
-        // would overwrite the next owner's payload.
+        // the block can be handed out again (a dirty line written back later
+        // would overwrite the next owner's payload): `free` takes the heap
+        // lock, which fences first (see `Node::lock`).
         let (off, len) = payload;
         st.co.flush(&st.region, off, len, Site("index.abort.payload"))?;
-        st.co.store_fence(Site("index.abort.fence"));
         self.free(off)
     }
 
@@ -664,8 +664,8 @@ impl<C: Coherence> Node<'_, C> {
             let off = payload_of(self.store, f.e.payload_off, len as u64)?;
             self.store.co.invalidate(&self.store.region, off, len as u64, Site("index.get.payload"))?;
             self.store.region.copy_out(off, &mut buf[..len])?;
-            self.store.co.full_fence(Site("index.get.fence"));
-            // SYNC: re-validate after the copy (coherence rule 4).
+            // SYNC: re-validate after the copy (coherence rule 4); the entry's
+            // invalidate orders the copy's loads before the re-read.
             let after = self.store.ent(s, f.entry)?;
             if after.state == state::READY && after.gen == f.e.gen && after.key_lo == key.lo && after.key_hi == key.hi {
                 self.count(|c| {

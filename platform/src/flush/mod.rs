@@ -168,7 +168,8 @@ impl Coherence for Flush {
     fn invalidate(&self, region: &Region, off: u64, len: u64, _site: Site) -> cxlkv_core::Result<()> {
         let (p, n) = Self::lines(region, off, len)?;
         match self.mode {
-            FlushMode::Coherent => {}
+            // Nothing to drop; loads stay ordered as the contract says.
+            FlushMode::Coherent => cxlkv_core::mem::fence_acquire(),
             #[cfg(target_arch = "x86_64")]
             FlushMode::Clflush => {
                 x86::clflush_lines(p, n);

@@ -6,7 +6,7 @@
 //! - `cxlkv-sim sites` lists every coherence call site in core and how many
 //!   times a default run executed it.
 
-use cxlkv_tests::sim::{run, RunConfig};
+use cxlkv_tests::sim::{reformat_run, run, RunConfig};
 
 fn arg<T: std::str::FromStr>(a: &[String], name: &str, d: T) -> T {
     a.iter().position(|x| x == name).and_then(|i| a.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(d)
@@ -32,7 +32,8 @@ fn main() {
             for sd in seed..seed + seeds {
                 // Alternate crash-free and crash runs when --crash is given.
                 let cfg = RunConfig { seed: sd, hosts, ops, crash: crash && sd % 2 == 1, disable, lazy };
-                let r = run(&cfg);
+                let mut r = run(&cfg);
+                r.violations.extend(reformat_run(sd, disable, lazy));
                 total_ops += r.ops;
                 steps += r.steps;
                 if !r.violations.is_empty() {
