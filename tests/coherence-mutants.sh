@@ -9,7 +9,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 seeds=${1:-8}
 cargo build --release --locked -q -p cxlkv-tests --bin cxlkv-sim || exit 2
-sim=target/release/cxlkv-sim
+# A private copy: rebuilding while this runs must not change the binary.
+sim=$(mktemp -d)/cxlkv-sim
+cp target/release/cxlkv-sim "$sim"
 
 # Every site name in core's non-test code (names have a dot; test-only sites
 # such as Site("t") do not).

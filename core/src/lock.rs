@@ -12,8 +12,8 @@
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{
-    Heartbeat, LockLine, LockSlot, ManagerLine, NodeInfo, RequestLine, MAX_NODES, NODE_ALIVE, NODE_DEAD, NODE_FREE,
-    SLOT_IDLE, SLOT_LOCKED, SLOT_RECOVERY, SLOT_WAITING,
+    Heartbeat, LockLine, LockSlot, ManagerLine, NodeInfo, RequestLine, MAX_NODES, NODE_ALIVE, NODE_DEAD, SLOT_IDLE,
+    SLOT_LOCKED, SLOT_RECOVERY, SLOT_WAITING,
 };
 use crate::node::Node;
 use crate::region::Store;
@@ -475,10 +475,4 @@ impl Manager {
         self.full_scan = true;
         Ok(())
     }
-}
-
-/// True when node `n`'s info line says it is free (recovered or detached).
-pub fn node_is_free<C: Coherence>(store: &Store<C>, n: u32) -> Result<bool> {
-    let info: NodeInfo = store.fresh(store.layout.node_info(n), Site("node.free.check"))?;
-    Ok(info.state == NODE_FREE)
 }

@@ -12,12 +12,11 @@ use crate::coherence::{Coherence, Site};
 use crate::hash::{place, Key};
 use crate::index::{entry_checksum, probe, NIL};
 use crate::layout::{
-    state, Bucket, ChunkRecord, Entry, Heartbeat, LockLine, LockSlot, NodeInfo, PinRecord, RootRecord, StripeHeader,
-    CHUNK_CONT, CHUNK_FREE, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, SLOT_LOCKED,
+    state, Bucket, ChunkRecord, Entry, Heartbeat, LockLine, NodeInfo, PinRecord, RootRecord, StripeHeader, CHUNK_CONT,
+    CHUNK_FREE, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD,
 };
 use crate::lock::Held;
 use crate::node::Node;
-use crate::region::Store;
 use crate::roots::record_valid;
 use crate::{Error, Result};
 
@@ -58,9 +57,14 @@ impl<C: Coherence> Node<'_, C> {
 
         let mut taken = 0;
         let mut res = Ok(());
+        // The (epoch, seq) of each grant, to release exactly what we hold.
+        let mut grants = [(0u64, 0u64); crate::layout::MAX_LOCKS as usize];
         for lock in 0..l.n_locks {
             match self.lock_recovery(lock) {
-                Ok(_held) => taken += 1,
+                Ok(Held { epoch, seq, .. }) => {
+                    grants[lock as usize] = (epoch, seq);
+                    taken += 1;
+                }
                 Err(e) => {
                     res = Err(e);
                     break;
@@ -78,12 +82,8 @@ impl<C: Coherence> Node<'_, C> {
         }
         let mut rel = Ok(());
         for lock in (0..taken).rev() {
-            let r = st.fresh::<LockSlot>(l.lock_slot(lock, self.id), Site("recover.release.slot")).and_then(|s| {
-                if s.state != SLOT_LOCKED {
-                    return Err(Error::Revoked);
-                }
-                self.unlock(Held { lock, epoch: s.epoch, seq: s.seq })
-            });
+            let (epoch, seq) = grants[lock as usize];
+            let r = self.unlock(Held { lock, epoch, seq });
             if rel.is_ok() {
                 rel = r;
             }
@@ -445,16 +445,4 @@ enum Claim {
     Already,
     /// No chunk record allows it.
     No,
-}
-
-/// Nodes the manager has declared dead (from their info lines).
-pub fn declared_dead<C: Coherence>(store: &Store<C>) -> Result<u64> {
-    let mut m = 0;
-    for n in 0..store.layout.caps.max_nodes {
-        let info: NodeInfo = store.fresh(store.layout.node_info(n), Site("recover.declared"))?;
-        if info.state == NODE_DEAD {
-            m |= 1 << n;
-        }
-    }
-    Ok(m)
 }

@@ -10,10 +10,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cxlkv_core::check::{check, scratch_words, Finding};
+use cxlkv_core::coherence::Site;
 use cxlkv_core::layout::{Capacities, NodeInfo, NODE_ALIVE};
 use cxlkv_core::lock::{LeaseConfig, Manager, StepReport};
 use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
-use cxlkv_core::recover::{declared_dead, RecoverReport};
+use cxlkv_core::recover::RecoverReport;
 use cxlkv_core::region::{attach, format, NodeEnv, Store};
 
 use crate::flush::{Flush, FlushMode};
@@ -292,13 +293,13 @@ impl Cache {
         self.inner.fenced.load(Ordering::Relaxed)
     }
 
-    /// Runs recovery now, for nodes the manager declared dead and nodes of
-    /// this host whose process is gone.
+    /// Runs recovery now, for nodes the manager declared dead (recovery finds
+    /// those itself) and nodes of this host whose process is gone.
     pub fn recover(&self) -> Result<RecoverReport> {
         let st = &self.inner.store;
-        let mut dead = declared_dead(st)?;
+        let mut dead = 0u64;
         for n in 0..st.layout.caps.max_nodes {
-            let info: NodeInfo = st.region.read(st.layout.node_info(n))?;
+            let info: NodeInfo = st.fresh(st.layout.node_info(n), Site("platform.recover.info"))?;
             if n != self.inner.id && info.state == NODE_ALIVE && info.host_id == self.inner.host && !pid_alive(info.pid)
             {
                 dead |= 1 << n;

@@ -116,7 +116,6 @@ pub fn attach_target(data: &[u8]) {
     let Ok(store) = attach(r, Coherent) else { return };
     let mut scratch = vec![0u64; scratch_words(&store)];
     let _ = check(&store, &mut scratch, &mut |_| {});
-    let _ = cxlkv_core::recover::declared_dead(&store);
     let _ = cxlkv_core::roots::get(&store, b"counter");
     // Operate as node 0 whatever its slot says (a hostile region).
     let env = Inline::new(&store, 0);

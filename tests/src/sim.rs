@@ -140,6 +140,8 @@ struct Model {
     violations: Vec<String>,
     counter: u64,
     inserts: Vec<u64>,
+    /// Reserves that succeeded, all hosts, never reset.
+    total_inserts: u64,
     ops: u64,
     need_recovery: bool,
     recovered: bool,
@@ -534,6 +536,19 @@ fn final_checks(w: &World) {
             w.violation(format!("lock counter: {got:?} after {want} increments (a lost update)"));
         }
     }
+    let stripes: Result<u64, _> = (0..store.layout.caps.n_stripes)
+        .map(|s| {
+            store
+                .fresh::<cxlkv_core::layout::StripeHeader>(store.layout.stripe(s), Site("harness.stripe"))
+                .map(|x| x.inserts)
+        })
+        .sum();
+    let total = w.model.lock().unwrap().total_inserts;
+    // A crashed host may have counted one reserve the model never saw return.
+    let slack = crashed.is_some() as u64;
+    if !stripes.as_ref().is_ok_and(|&n| n >= total && n <= total + slack) {
+        w.violation(format!("stripe insert counters {stripes:?}, harness counted {total}"));
+    }
     for n in 0..w.hosts as u32 {
         let info = store.fresh_state_first::<NodeInfo>(store.layout.node_info(n), Site("harness.final.info"));
         if info.map(|i| i.state) != Ok(cxlkv_core::layout::NODE_FREE) {
@@ -719,6 +734,37 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
         w.published_all(me, "root_put", None);
     }
     for op in 0..ops {
+        if h == 0 && op == ops / 2 && ops >= 8 {
+            // A restart: the process detaches cleanly, stays away for longer
+            // than a lease (managers must not take its silence for death; if
+            // it was the manager, another takes over), then attaches again.
+            if let Some((hd, _, raw)) = writing.take() {
+                finish_write(w, &node, h, hd, raw, rnd(&mut x));
+            }
+            for p in pins.drain(..) {
+                verify_pinned(w, &node, h, &p.h);
+                if let Err(e) = node.release(&[p.h]) {
+                    check_err("release", e, &[]);
+                }
+            }
+            let mine: Vec<u64> = w.model.lock().unwrap().raw.iter().filter(|b| b.2 == h).map(|b| b.0).collect();
+            for off in mine {
+                raw_free(w, &node, h, off);
+            }
+            if let Err(e) = node.detach() {
+                check_err("detach", e, &[]);
+            }
+            w.published_all(me, "detach", None);
+            let t = w.now();
+            while w.now() < t + LEASE.lease + 5_000 {
+                w.yield_now(me, "restart");
+            }
+            if let Err(e) = attach_node(&store, Some(h as u32), who) {
+                return w.violation(format!("host {h} re-attach: {e}"));
+            }
+            w.model.lock().unwrap().inserts[h] = 0;
+            w.published_all(me, "attach_node again", None);
+        }
         // Verify and drop pins whose time has come.
         let mut k = 0;
         while k < pins.len() {
@@ -745,7 +791,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
                 let k = key(i);
                 match node.reserve(NS, k, len_of(k), 16) {
                     Ok(hd) => {
-                        w.model.lock().unwrap().inserts[h] += 1;
+                        counted_insert(w, h);
                         log(w, hd.off, format!("host {h} reserve key {} len {}", k.hi, hd.len));
                         // Write half now, the rest (and publish) a few ops later,
                         // so readers run while the block is WRITING.
@@ -826,7 +872,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
                 for (it, r) in items.iter().zip(out) {
                     match r {
                         Ok(hd) => {
-                            w.model.lock().unwrap().inserts[h] += 1;
+                            counted_insert(w, h);
                             log(w, hd.off, format!("host {h} batch-reserve key {} len {}", hd.key.hi, hd.len));
                             if let Err(e) = node.write(&hd, 0, &payload(it.key, hd.len as usize)) {
                                 check_err("write", e, &[]);
@@ -1072,6 +1118,12 @@ fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
             w.violation(format!("host {h} read root {name} as {got:?}; host {g} settled it at {want:?}"));
         }
     }
+}
+
+fn counted_insert(w: &World, h: usize) {
+    let mut m = w.model.lock().unwrap();
+    m.inserts[h] += 1;
+    m.total_inserts += 1;
 }
 
 fn finish_write<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: Handle, raw: bool, r: u64) {
