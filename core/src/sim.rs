@@ -63,13 +63,33 @@ impl SimConfig {
     }
 }
 
+/// A queued write-back: line, tag of the flushing thread, the line's store
+/// count and bytes when flushed (later stores are not covered).
+#[derive(Clone, Copy)]
+struct Queued {
+    line: u32,
+    tag: u32,
+    gen: u64,
+    snap: Line,
+}
+
 struct HostCache {
     private: Box<[Line]>,
     /// Lines stored to since they were last written back or refilled.
     dirty: Box<[bool]>,
     /// Queued write-backs: (line, tag of the thread that flushed it). A fence
     /// waits for its own thread's flushes, as `sfence` does for `clflushopt`.
-    pending: Vec<(u32, u32)>,
+    pending: Vec<Queued>,
+    /// Stores to each line so far: a queued write-back covers the stores
+    /// made before its flush, not those after.
+    gen: Box<[u64]>,
+    /// The store count of the bytes last written back from this cache.
+    landed: Box<[u64]>,
+    /// A store to the line awaits its storing thread's own flush (or own
+    /// invalidate). A write-back for another reason (eviction, another
+    /// thread's invalidate) lands the bytes but pays no such debt: the
+    /// protocol must not rely on luck.
+    owed: Box<[bool]>,
     /// Who dirtied each line: the tag set when the store happened, and the
     /// last coherence site this host passed before it (for diagnosis).
     dirtied_by: Box<[(u32, &'static str)]>,
@@ -127,6 +147,9 @@ impl SimMemory {
                 private: blank(),
                 dirty: vec![false; lines].into_boxed_slice(),
                 pending: Vec::new(),
+                gen: vec![0; lines].into_boxed_slice(),
+                landed: vec![0; lines].into_boxed_slice(),
+                owed: vec![false; lines].into_boxed_slice(),
                 dirtied_by: vec![(u32::MAX, ""); lines].into_boxed_slice(),
                 last_site: "",
                 recent: [0; 32],
@@ -203,6 +226,8 @@ impl SimMemory {
         let (tag, c) = (st.tag, &mut st.hosts[h]);
         for i in a..b {
             c.dirty[i] = true;
+            c.gen[i] += 1;
+            c.owed[i] = true;
             c.dirtied_by[i] = (tag, c.last_site);
         }
         // Stored lines are recent activity: candidates for spontaneous
@@ -219,12 +244,13 @@ impl SimMemory {
         self.st().tag = tag;
     }
 
-    /// Lines host `h` holds dirty that were last stored under `tag`, with
-    /// the last coherence site the host passed before that store: what an
+    /// Lines last stored under `tag` on host `h` whose stores that thread has
+    /// not yet written back by its own flush and fence (or invalidate), with
+    /// the last coherence site the host passed before the store: what an
     /// operation of that actor left unpublished.
     pub fn dirty_tagged(&self, h: usize, tag: u32) -> Vec<(usize, &'static str)> {
         let c = &self.st().hosts[h];
-        (0..self.lines).filter(|&i| c.dirty[i] && c.dirtied_by[i].0 == tag).map(|i| (i, c.dirtied_by[i].1)).collect()
+        (0..self.lines).filter(|&i| c.owed[i] && c.dirtied_by[i].0 == tag).map(|i| (i, c.dirtied_by[i].1)).collect()
     }
 
     /// A view of memory itself (what a host would read after invalidating
@@ -266,6 +292,7 @@ impl SimMemory {
             }
         }
         st.hosts[h].pending.clear();
+        st.hosts[h].owed.iter_mut().for_each(|o| *o = false);
         st.hosts[h].crashed = true;
     }
 
@@ -283,8 +310,8 @@ impl SimMemory {
     pub fn drain(&self, h: usize) {
         let st = self.st();
         let pend = core::mem::take(&mut st.hosts[h].pending);
-        for (i, _) in pend {
-            writeback(st, h, i as usize, 0);
+        for q in pend {
+            land(st, h, q, 0);
         }
     }
 
@@ -329,8 +356,8 @@ impl SimMemory {
         let mut k = 0;
         while k < st.hosts[h].pending.len() {
             if (next(&mut st.rng) % 1000) < cfg.writeback_early as u64 {
-                let i = st.hosts[h].pending.swap_remove(k).0 as usize;
-                writeback(st, h, i, 1);
+                let q = st.hosts[h].pending.swap_remove(k);
+                land(st, h, q, 1);
             } else {
                 k += 1;
             }
@@ -381,11 +408,27 @@ fn next(x: &mut u64) -> u64 {
     *x
 }
 
+/// Completes a queued write-back: the line as it was at its flush reaches
+/// memory (unless newer bytes of it already did). Stores made after the
+/// flush are not covered: the line then stays dirty and owed.
+fn land(st: &mut State, h: usize, q: Queued, how: u8) {
+    let i = q.line as usize;
+    if st.hosts[h].gen[i] == q.gen {
+        writeback(st, h, i, how);
+        st.hosts[h].owed[i] = false;
+    } else if q.gen > st.hosts[h].landed[i] {
+        st.shared[i] = q.snap;
+        st.hosts[h].landed[i] = q.gen;
+        st.provenance[i] = (h as u16, how);
+    }
+}
+
 fn writeback(st: &mut State, h: usize, i: usize, how: u8) {
     let c = &mut st.hosts[h];
     if c.dirty[i] {
         st.shared[i] = c.private[i];
         c.dirty[i] = false;
+        c.landed[i] = c.gen[i];
         st.provenance[i] = (h as u16, how);
         st.writes += 1;
     }
@@ -410,10 +453,11 @@ impl Coherence for SimCoherence<'_> {
         let (a, b) = self.mem.lines_of(region, off, len)?;
         if self.mem.call(self.host, site) {
             let st = self.mem.st();
+            let c = &mut st.hosts[self.host];
             for i in a..b {
-                let q = (i as u32, st.tag);
-                if !st.hosts[self.host].pending.contains(&q) {
-                    st.hosts[self.host].pending.push(q);
+                let (line, tag, gen) = (i as u32, st.tag, c.gen[i]);
+                if !c.pending.iter().any(|q| q.line == line && q.tag == tag && q.gen == gen) {
+                    c.pending.push(Queued { line, tag, gen, snap: c.private[i] });
                 }
             }
         }
@@ -428,9 +472,20 @@ impl Coherence for SimCoherence<'_> {
         let (a, b) = self.mem.lines_of(region, off, len)?;
         if self.mem.call(self.host, site) {
             let st = self.mem.st();
+            let tag = st.tag;
             for i in a..b {
+                // Queued write-backs of the line complete with it.
+                let c = &mut st.hosts[self.host];
+                let g = c.gen[i];
+                let mut paid = c.dirtied_by[i].0 == tag;
+                c.pending.retain(|q| {
+                    paid |= q.line == i as u32 && q.gen == g;
+                    q.line != i as u32
+                });
                 writeback(st, self.host, i, 3);
-                st.hosts[self.host].pending.retain(|&(p, _)| p != i as u32);
+                if paid {
+                    st.hosts[self.host].owed[i] = false;
+                }
                 st.hosts[self.host].private[i] = st.shared[i];
             }
         }
@@ -464,20 +519,18 @@ impl SimCoherence<'_> {
     fn fence_all(&self, site: Site) {
         let st = self.mem.st();
         let tag = st.tag;
-        let mut pend: Vec<u32> = Vec::new();
-        st.hosts[self.host].pending.retain(|&(i, t)| {
-            if t == tag {
-                pend.push(i);
+        let mut pend: Vec<Queued> = Vec::new();
+        st.hosts[self.host].pending.retain(|&q| {
+            if q.tag == tag {
+                pend.push(q);
             }
-            t != tag
+            q.tag != tag
         });
         while !pend.is_empty() {
             let st = self.mem.st();
             let k = (next(&mut st.rng) as usize) % pend.len();
-            let i = pend.swap_remove(k) as usize;
-            writeback(st, self.host, i, 0);
-            // The same line queued again by another thread is written back too.
-            st.hosts[self.host].pending.retain(|&(p, _)| p != i as u32);
+            let q = pend.swap_remove(k);
+            land(st, self.host, q, 0);
             if !pend.is_empty() {
                 // SAFETY: the hook is set before hosts run and never changed after.
                 if let Some(f) = unsafe { (*self.mem.hook.get()).as_ref() } {
