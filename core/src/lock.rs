@@ -239,6 +239,8 @@ pub struct Manager {
     full_scan: bool,
     steps: u64,
     liveness_at: u64,
+    /// Nodes ALIVE at the last liveness scan.
+    alive: u64,
 }
 
 impl Manager {
@@ -257,6 +259,7 @@ impl Manager {
             full_scan: true,
             steps: 0,
             liveness_at: u64::MAX,
+            alive: 0,
         }
     }
 
@@ -370,6 +373,18 @@ impl Manager {
                     SLOT_WAITING if is_dead => {
                         store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_dead_wait"))?;
                     }
+                    SLOT_WAITING if self.alive & (1 << n) == 0 => {
+                        // Not ALIVE at the last scan: attached since, or a
+                        // node recovery already freed (it stalled, was
+                        // declared dead, and woke up). Never grant the latter.
+                        let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("mgr.waiter.info"))?;
+                        if info.state == NODE_ALIVE {
+                            self.alive |= 1 << n;
+                        } else {
+                            store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_stranger"))?;
+                            seen[n as usize] = (SLOT_IDLE, 0);
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -425,10 +440,11 @@ impl Manager {
     ) -> Result<()> {
         let l = &store.layout;
         let mut dead = 0u64;
+        self.alive = 0;
         for n in 0..l.caps.max_nodes {
             let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("mgr.info"))?;
             match info.state {
-                NODE_ALIVE => {}
+                NODE_ALIVE => self.alive |= 1 << n,
                 NODE_DEAD => {
                     dead |= 1 << n;
                     continue;

@@ -155,6 +155,19 @@ struct Model {
     barrier: [usize; 2],
     /// Live raw allocations: (offset, length, host).
     raw: Vec<(u64, u64, usize)>,
+    /// Each host's op actor holds an attached node.
+    attached: Vec<bool>,
+    /// The host that stalls (all its threads descheduled for longer than a
+    /// lease) once, mid-run: it is declared dead and recovered meanwhile.
+    stall: Option<usize>,
+    /// The stalled host's op actor asks for the stall.
+    stall_req: bool,
+    /// The stall began.
+    stalled: bool,
+    /// The stalled host's heartbeat found its node no longer ALIVE.
+    fenced: bool,
+    /// Operations of the stalled host that failed with Revoked after it woke.
+    revoked_ops: u64,
 }
 
 thread_local! {
@@ -419,7 +432,12 @@ pub fn run(cfg: &RunConfig) -> RunResult {
             ..Sched::default()
         }),
         cvs: (0..3 * hosts).map(|_| Condvar::new()).collect(),
-        model: Mutex::new(Model { inserts: vec![0; hosts], roots: vec![Some((None, 0)); hosts], ..Model::default() }),
+        model: Mutex::new(Model {
+            inserts: vec![0; hosts],
+            roots: vec![Some((None, 0)); hosts],
+            attached: vec![false; hosts],
+            ..Model::default()
+        }),
         hosts,
     });
     let w2 = w.clone();
@@ -431,6 +449,9 @@ pub fn run(cfg: &RunConfig) -> RunResult {
     }));
     // Host 0's op actor formats the region while the others wait to attach.
     w.mem.disable(cfg.disable);
+    if !cfg.crash && cfg.seed % 3 == 0 && cfg.ops >= 8 {
+        w.model.lock().unwrap().stall = Some(mix64(cfg.seed) as usize % hosts);
+    }
     if cfg.crash {
         let mut s = w.sched.lock().unwrap();
         let h = (rnd(&mut s.rng) as usize) % hosts;
@@ -556,8 +577,15 @@ fn final_checks(w: &World) {
             w.violation(format!("node {n} not free after the run: {info:?}"));
         }
     }
+    let (stalled, was, fenced) = {
+        let m = w.model.lock().unwrap();
+        (m.stall, m.stalled, m.fenced)
+    };
+    if was && !fenced {
+        w.violation(format!("host {stalled:?} stalled past its lease, but its heartbeat never noticed it was fenced"));
+    }
     for (n, want) in inserts.iter().enumerate() {
-        if Some(n) == crashed {
+        if Some(n) == crashed || Some(n) == stalled {
             continue;
         }
         let got =
@@ -580,6 +608,7 @@ fn manager_actor(w: &World, h: usize) {
     let env = Env { w };
     let local = NodeLocal::default();
     let node = Node::attached(&store, id, &env, &local);
+    let mut active = false;
     let crashed_probe = |n: u32, _i: &NodeInfo| {
         if w.sched.lock().unwrap().host_crashed.get(n as usize).copied().unwrap_or(false) {
             Some(false)
@@ -596,18 +625,32 @@ fn manager_actor(w: &World, h: usize) {
             w.published_all(3 * h + 1, "resign", None);
             return;
         }
-        let info: NodeInfo = match store.fresh_state_first(store.layout.node_info(id), Site("harness.mgr.info")) {
-            Ok(i) => i,
-            Err(e) => return w.violation(format!("manager {h}: {e}")),
-        };
-        if info.state == cxlkv_core::layout::NODE_ALIVE {
-            if let Err(e) = node.heartbeat(nonce) {
-                let now_info: Result<NodeInfo, _> = store.region.read(store.layout.node_info(id));
-                if now_info.is_ok_and(|i| i.state == cxlkv_core::layout::NODE_FREE) {
-                    // Our own op actor detached in between: not a fencing.
-                    w.yield_now(3 * h + 1, "mgr");
-                    continue;
+        if w.model.lock().unwrap().attached[h] {
+            // Only a heartbeat begun after the stall tells whether it noticed.
+            let stalled = {
+                let m = w.model.lock().unwrap();
+                m.stall == Some(h) && m.stalled
+            };
+            let beat = node.heartbeat(nonce);
+            if stalled && std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+                let mem: Result<NodeInfo, _> = w.mem.shared_region().read(store.layout.node_info(id));
+                eprintln!("step {}: host {h} beats after the stall: {beat:?}; memory {mem:?}", w.now());
+            }
+            {
+                let mut m = w.model.lock().unwrap();
+                let stalled_now = m.stall == Some(h) && m.stalled;
+                if stalled_now && beat == Err(Error::Revoked) {
+                    // Fenced: this process stops, as the platform's does.
+                    m.fenced = true;
+                    return;
                 }
+            }
+            if beat.is_err() && !w.model.lock().unwrap().attached[h] {
+                // Our own op actor detached meanwhile: not a fencing.
+                w.yield_now(3 * h + 1, "mgr");
+                continue;
+            }
+            if let Err(e) = beat {
                 let seen: Result<NodeInfo, _> = store.region.read(store.layout.node_info(id));
                 let mem: Result<NodeInfo, _> = w.mem.shared_region().read(store.layout.node_info(id));
                 return w.violation(format!(
@@ -617,9 +660,11 @@ fn manager_actor(w: &World, h: usize) {
             }
             match mgr.step(&store, w.now(), LEASE, &crashed_probe) {
                 Ok(r) => {
+                    active = r.active;
                     if r.newly_dead != 0 {
                         let now = w.now();
-                        let crashed = w.crashed().map_or(0, |c| 1u64 << c);
+                        let stalled = w.model.lock().unwrap().stall.map_or(0, |s| 1u64 << s);
+                        let crashed = w.crashed().map_or(0, |c| 1u64 << c) | stalled;
                         if r.newly_dead & !crashed != 0 {
                             w.violation(format!("step {now}: manager {h} declared live nodes {:b} dead", r.newly_dead));
                         }
@@ -632,6 +677,7 @@ fn manager_actor(w: &World, h: usize) {
             }
             w.published_all(3 * h + 1, "heartbeat and manager step", None);
         }
+        stall_here(w, h, active);
         w.yield_now(3 * h + 1, "mgr");
     }
 }
@@ -652,7 +698,8 @@ fn recovery_actor(w: &World, h: usize) {
         if w.settled() {
             return;
         }
-        if need && !recovered {
+        // Recovery runs in an attached process (as the platform's does).
+        if need && !recovered && w.model.lock().unwrap().attached[h] {
             match node.recover(0) {
                 Ok(_) => {
                     w.published_all(3 * h + 2, "recover", None);
@@ -706,6 +753,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
         Err(e) => return w.violation(format!("attach node {h}: {e}")),
     };
     let me = 3 * h;
+    w.model.lock().unwrap().attached[h] = true;
     w.published_all(me, "attach_node", None);
     let env = Env { w };
     let local = NodeLocal::default();
@@ -716,7 +764,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
     // whether its payload goes in by plain stores (flushed by `publish`).
     let mut writing: Option<(Handle, u32, bool)> = None;
     let check_err = |what: &str, e: Error, ok: &[Error]| {
-        if !ok.contains(&e) {
+        if !ok.contains(&e) && !revoked_ok(w, h, e) {
             w.violation(format!("host {h} {what}: unexpected {e:?}"));
         }
     };
@@ -752,6 +800,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
             for off in mine {
                 raw_free(w, &node, h, off);
             }
+            w.model.lock().unwrap().attached[h] = false;
             if let Err(e) = node.detach() {
                 check_err("detach", e, &[]);
             }
@@ -763,8 +812,25 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
             if let Err(e) = attach_node(&store, Some(h as u32), who) {
                 return w.violation(format!("host {h} re-attach: {e}"));
             }
-            w.model.lock().unwrap().inserts[h] = 0;
+            {
+                let mut m = w.model.lock().unwrap();
+                m.inserts[h] = 0;
+                m.attached[h] = true;
+            }
             w.published_all(me, "attach_node again", None);
+        }
+        // Woken from a stall, the node was declared dead and recovered
+        // meanwhile: operations taking a lock fail with Revoked until its
+        // heartbeat notices and the process stops (as the platform's does).
+        stall_now(w, h, op, ops, pins.is_empty() && writing.is_none());
+        {
+            let mut m = w.model.lock().unwrap();
+            if m.stall == Some(h) && (m.fenced || m.revoked_ops > 0) {
+                m.raw.retain(|b| b.2 != h);
+                if m.fenced {
+                    return;
+                }
+            }
         }
         // Verify and drop pins whose time has come.
         let mut k = 0;
@@ -935,10 +1001,71 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
             check_err("release", e, &[]);
         }
     }
+    w.model.lock().unwrap().attached[h] = false;
     if let Err(e) = node.detach() {
         check_err("detach", e, &[]);
     }
     w.published_all(me, "detach", None);
+}
+
+/// Stalls host `h` once, at an operation boundary with nothing pinned or
+/// being written: the op actor asks, and its manager actor (the heartbeat
+/// thread) parks all three of the host's actors between two steps, when it
+/// is not the active manager and no recovery is pending (a manager or a
+/// recovery stalled half way is outside what the protocol can fence).
+/// Returns true after the stall.
+/// A Revoked error is the right answer for the stalled host once it woke
+/// (its node was freed meanwhile); counted.
+fn revoked_ok(w: &World, h: usize, e: Error) -> bool {
+    let mut m = w.model.lock().unwrap();
+    let ok = e == Error::Revoked && m.stall == Some(h) && m.stalled;
+    m.revoked_ops += ok as u64;
+    ok
+}
+
+fn stall_now(w: &World, h: usize, op: u32, ops: u32, idle: bool) -> bool {
+    {
+        let mut m = w.model.lock().unwrap();
+        if m.stall != Some(h) || m.stalled || op < ops / 3 || !idle {
+            return false;
+        }
+        m.stall_req = true;
+    }
+    let t = w.now();
+    while w.now() < t + 20_000 {
+        if w.model.lock().unwrap().stalled {
+            return true;
+        }
+        w.yield_now(3 * h, "stall-wait");
+    }
+    let mut m = w.model.lock().unwrap();
+    m.stall_req = false;
+    m.stalled
+}
+
+/// The manager actor's side of [`stall_now`]: parks the host if asked and
+/// it is safe. True when it parked.
+fn stall_here(w: &World, h: usize, active: bool) -> bool {
+    {
+        let mut m = w.model.lock().unwrap();
+        if m.stall != Some(h) || !m.stall_req || m.stalled || active || m.need_recovery {
+            return false;
+        }
+        m.stall_req = false;
+        m.stalled = true;
+    }
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!("step {}: host {h} stalls", w.now());
+    }
+    let mut s = w.sched.lock().unwrap();
+    let until = s.steps + 3 * LEASE.lease;
+    if s.sleep_until.len() != s.runnable.len() {
+        s.sleep_until = vec![0; s.runnable.len()];
+    }
+    for a in 3 * h..3 * h + 3 {
+        s.sleep_until[a] = until;
+    }
+    true
 }
 
 /// Invariants that hold in memory at every moment, whatever is in flight:
@@ -987,7 +1114,8 @@ fn barrier(w: &World, me: usize, phase: usize) {
             (0..w.hosts).filter(|&h| s.host_crashed[h]).count()
         };
         let m = w.model.lock().unwrap();
-        if m.barrier[phase] + crashed >= w.hosts && (crashed == 0 || m.recovered) {
+        let gone = crashed + m.fenced as usize;
+        if m.barrier[phase] + gone >= w.hosts && (gone == 0 || m.recovered) {
             return;
         }
         drop(m);
@@ -1025,12 +1153,16 @@ fn raw_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
     let off = match node.alloc(len) {
         Ok(off) => off,
         Err(Error::OutOfSpace | Error::Recovering) => return,
+        Err(e) if revoked_ok(w, h, e) => return,
         Err(e) => return w.violation(format!("host {h} alloc {len}: {e:?}")),
     };
     {
         let crashed = w.crashed();
         let mut m = w.model.lock().unwrap();
-        if let Some(b) = m.raw.iter().find(|b| Some(b.2) != crashed && b.0 < off + len && off < b.0 + b.1) {
+        let stalled = m.stall.filter(|_| m.stalled);
+        if let Some(b) =
+            m.raw.iter().find(|b| Some(b.2) != crashed && Some(b.2) != stalled && b.0 < off + len && off < b.0 + b.1)
+        {
             let b = *b;
             let hist: String = m
                 .log
@@ -1079,6 +1211,7 @@ fn raw_free<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64) {
     log(w, off, format!("host {h} free raw {off}+{len}"));
     match node.free(off) {
         Ok(()) | Err(Error::Recovering) => {}
+        Err(e) if revoked_ok(w, h, e) => {}
         Err(e) => w.violation(format!("host {h} free {off}: {e:?}")),
     }
 }
@@ -1102,6 +1235,7 @@ fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
         };
         match res {
             Ok(()) => w.model.lock().unwrap().roots[h] = Some((now, w.now())),
+            Err(e) if revoked_ok(w, h, e) => {}
             Err(e) => w.violation(format!("host {h} root {name} (settled {settled:?}): {e:?}")),
         }
         return;
@@ -1209,6 +1343,7 @@ fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
     });
     match r {
         Ok(()) => w.model.lock().unwrap().counter += 1,
+        Err(e) if revoked_ok(w, h, e) => {}
         Err(e) => w.violation(format!("host {h} counter lock: {e:?}")),
     }
 }
