@@ -147,10 +147,8 @@ struct Model {
     recovered: bool,
     counter_root: u64,
     log: Vec<(u64, u64, String)>,
-    /// Each host's root `r<h>`: its settled state (`Some(size)` put, `None`
-    /// destroyed) and the step it settled at; `None` while a put or destroy
-    /// of it is in flight.
-    roots: Vec<Option<(Option<u64>, u64)>>,
+    /// Named root `r<g>` for each g.
+    roots: Vec<RootModel>,
     /// Op actors at the end barrier (phase 0: arrived, phase 1: checked).
     barrier: [usize; 2],
     /// Live raw allocations: (offset, length, host).
@@ -436,7 +434,7 @@ pub fn run(cfg: &RunConfig) -> RunResult {
         cvs: (0..3 * hosts).map(|_| Condvar::new()).collect(),
         model: Mutex::new(Model {
             inserts: vec![0; hosts],
-            roots: vec![Some((None, 0)); hosts],
+            roots: vec![RootModel { state: Some(None), ..RootModel::default() }; hosts],
             attached: vec![false; hosts],
             ..Model::default()
         }),
@@ -1241,43 +1239,94 @@ fn raw_free<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64) {
     }
 }
 
-/// Named roots: each host puts and destroys its own root `r<h>` and reads
-/// the others'. A read that starts after a put or destroy returned, with no
-/// other in flight, must see exactly its result.
+/// What the model knows of one named root.
+#[derive(Clone, Copy, Debug, Default)]
+struct RootModel {
+    /// `Some(Some(size))` present, `Some(None)` absent, `None` unknown (after
+    /// racing puts and destroys, until an operation alone on it settles it).
+    state: Option<Option<u64>>,
+    /// Puts and destroys under way.
+    inflight: u32,
+    /// Puts and destroys begun so far.
+    begun: u64,
+}
+
+/// Named roots `r0`..: any host puts, destroys or reads any of them. An
+/// operation that ran alone on its name (no other put or destroy of it began
+/// or was under way meanwhile) must agree with what the model knows: put
+/// fails with Exists exactly when present, destroy with NotFound exactly when
+/// absent, and a read returns exactly the state.
 fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
     let g = (r >> 50) as usize % w.hosts;
     let name = format!("r{g}");
-    if g == h {
-        let settled = w.model.lock().unwrap().roots[h].map(|x| x.0);
-        w.model.lock().unwrap().roots[h] = None;
-        let (res, now) = match settled {
-            Some(None) => {
-                let size = 1 + r % 1000;
-                let res = node.root_put(name.as_bytes(), cxlkv_core::roots::Root { offset: 0, size, tag: h as u32 });
-                (res, Some(size))
-            }
-            _ => (node.root_destroy(name.as_bytes()).map(|_| ()), None),
+    let begin = |write: bool| {
+        let mut m = w.model.lock().unwrap();
+        let x = m.roots[g];
+        if write {
+            m.roots[g].inflight += 1;
+            m.roots[g].begun += 1;
+        }
+        x
+    };
+    if (r >> 40) % 2 != 0 {
+        let before = begin(false);
+        let got = cxlkv_core::roots::get(node.store, name.as_bytes());
+        let after = w.model.lock().unwrap().roots[g];
+        let got = match got {
+            Ok(root) => Some(root.size),
+            Err(Error::NotFound) => None,
+            Err(e) => return w.violation(format!("host {h} get root {name}: {e:?}")),
         };
-        match res {
-            Ok(()) => w.model.lock().unwrap().roots[h] = Some((now, w.now())),
-            Err(e) if revoked_ok(w, h, e) => {}
-            Err(e) => w.violation(format!("host {h} root {name} (settled {settled:?}): {e:?}")),
+        let alone = before.inflight == 0 && after.inflight == 0 && before.begun == after.begun;
+        if let (Some(want), true) = (before.state, alone) {
+            if got != want {
+                w.violation(format!("host {h} read root {name} as {got:?}; it is {want:?}"));
+            }
         }
         return;
     }
-    let before = w.model.lock().unwrap().roots[g];
-    let got = cxlkv_core::roots::get(node.store, name.as_bytes());
-    let after = w.model.lock().unwrap().roots[g];
-    let got = match got {
-        Ok(root) => Some(root.size),
-        Err(Error::NotFound) => None,
-        Err(e) => return w.violation(format!("host {h} get root {name}: {e:?}")),
+    let put = (r >> 20) % 2 == 0;
+    let size = 1 + r % 1000;
+    let before = begin(true);
+    let res = if put {
+        node.root_put(name.as_bytes(), cxlkv_core::roots::Root { offset: 0, size, tag: h as u32 })
+    } else {
+        node.root_destroy(name.as_bytes()).map(|_| ())
     };
-    if let (Some((want, _)), true) = (before, before == after) {
-        if got != want {
-            w.violation(format!("host {h} read root {name} as {got:?}; host {g} settled it at {want:?}"));
+    let mut m = w.model.lock().unwrap();
+    m.roots[g].inflight -= 1;
+    let alone = before.inflight == 0 && m.roots[g].inflight == 0 && m.roots[g].begun == before.begun + 1;
+    let next = match (put, res) {
+        (true, Ok(())) => Some(Some(size)),
+        (false, Ok(())) | (false, Err(Error::NotFound)) => Some(None),
+        (true, Err(Error::Exists)) => None,
+        (_, Err(e)) => {
+            drop(m);
+            if !revoked_ok(w, h, e) {
+                w.violation(format!("host {h} {} root {name}: {e:?}", if put { "put" } else { "destroy" }));
+            }
+            return;
+        }
+    };
+    if !alone {
+        m.roots[g].state = None;
+        return;
+    }
+    if let Some(was) = before.state {
+        let agrees = match (put, res) {
+            (true, Ok(())) | (false, Err(Error::NotFound)) => was.is_none(),
+            _ => was.is_some(),
+        };
+        if !agrees {
+            drop(m);
+            return w.violation(format!(
+                "host {h} {} root {name} gave {res:?}; it was {was:?}",
+                if put { "put" } else { "destroy" }
+            ));
         }
     }
+    // An Exists leaves the size unknown unless the model knew it.
+    m.roots[g].state = next.or(before.state);
 }
 
 fn counted_insert(w: &World, h: usize) {
