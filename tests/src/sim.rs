@@ -168,6 +168,9 @@ struct Model {
     revoked_ops: u64,
     /// Recoveries under way: they hold every lock while memory is rebuilt.
     recovering: u32,
+    /// Only one host recovers: a live one that is not the lock manager's
+    /// (otherwise every live host tries, and any of them suffices).
+    single_recovery: bool,
 }
 
 thread_local! {
@@ -449,6 +452,7 @@ pub fn run(cfg: &RunConfig) -> RunResult {
     }));
     // Host 0's op actor formats the region while the others wait to attach.
     w.mem.disable(cfg.disable);
+    w.model.lock().unwrap().single_recovery = cfg.seed % 4 >= 2;
     if !cfg.crash && cfg.seed % 3 == 0 && cfg.ops >= 8 {
         w.model.lock().unwrap().stall = Some(mix64(cfg.seed) as usize % hosts);
     }
@@ -699,7 +703,7 @@ fn recovery_actor(w: &World, h: usize) {
             return;
         }
         // Recovery runs in an attached process (as the platform's does).
-        if need && !recovered && w.model.lock().unwrap().attached[h] {
+        if need && !recovered && w.model.lock().unwrap().attached[h] && recovers_here(w, h) {
             w.model.lock().unwrap().recovering += 1;
             let r = node.recover(0);
             w.model.lock().unwrap().recovering -= 1;
@@ -715,6 +719,25 @@ fn recovery_actor(w: &World, h: usize) {
         }
         w.yield_now(3 * h + 2, "recovery");
     }
+}
+
+/// Whether host `h` may run recovery now (see `Model::single_recovery`).
+fn recovers_here(w: &World, h: usize) -> bool {
+    if !w.model.lock().unwrap().single_recovery {
+        return true;
+    }
+    let gone = {
+        let s = w.sched.lock().unwrap();
+        let m = w.model.lock().unwrap();
+        (0..w.hosts).map(|x| s.host_crashed[x] || (m.stall == Some(x) && m.stalled)).collect::<Vec<_>>()
+    };
+    let manager = attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent)
+        .ok()
+        .and_then(|st| st.region.read::<cxlkv_core::layout::ManagerLine>(st.layout.manager.start).ok())
+        .map_or(0, |ml| ml.manager as usize);
+    let live = (0..w.hosts).filter(|&x| !gone[x]);
+    let pick = live.clone().find(|&x| x + 1 != manager).or_else(|| live.clone().next());
+    pick == Some(h)
 }
 
 fn attach_retry(w: &World, h: usize) -> Option<Store<SimCoherence<'_>>> {
