@@ -406,9 +406,12 @@ impl Manager {
                     ll.grant_seq = ll.grant_seq.wrapping_add(1);
                     ll.holder = n + 1;
                     ll.last = n;
-                    // SYNC: lock line (holder, epoch) durable before the grant.
+                    // SYNC: the fields a grant changes (holder, last, grant_seq)
+                    // are the manager's own bookkeeping, read by no one else;
+                    // the step's closing fence completes this write-back. The
+                    // grant slot itself carries the epoch and seq the holder
+                    // needs.
                     store.publish(loff, &ll, Site("mgr.grant.line"))?;
-                    store.co.store_fence(Site("mgr.grant.fence"));
                     let g =
                         LockSlot { state: SLOT_LOCKED, flags, epoch: ll.epoch, seq: ll.grant_seq, reserved: [0; 5] };
                     // SYNC: LOCKED visible to the polling node (reader: lock_with).
