@@ -453,7 +453,7 @@ pub fn run(cfg: &RunConfig) -> RunResult {
     // Host 0's op actor formats the region while the others wait to attach.
     w.mem.disable(cfg.disable);
     w.model.lock().unwrap().single_recovery = cfg.seed % 4 >= 2;
-    if !cfg.crash && cfg.seed % 3 == 0 && cfg.ops >= 8 {
+    if !cfg.crash && cfg.seed % 3 != 1 && cfg.ops >= 8 {
         w.model.lock().unwrap().stall = Some(mix64(cfg.seed) as usize % hosts);
     }
     if cfg.crash {
@@ -960,6 +960,12 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
                 let mut out = vec![Err(Error::InvalidArgument); items.len()];
                 if let Err(e) = node.reserve_batch(NS, &items, &mut out) {
                     check_err("reserve_batch", e, &[]);
+                    // Items a failed call did not reach keep their placeholder.
+                    out.iter_mut().for_each(|r| {
+                        if *r == Err(Error::InvalidArgument) {
+                            *r = Err(e);
+                        }
+                    });
                 }
                 let mut done = Vec::new();
                 for (it, r) in items.iter().zip(out) {
