@@ -1086,6 +1086,8 @@ fn stall_here(w: &World, h: usize, active: bool) -> bool {
         m.stall_req = false;
         m.stalled = true;
     }
+    // Recovery will reclaim the stalled node's raw blocks.
+    w.model.lock().unwrap().raw.retain(|b| b.2 != h);
     if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
         eprintln!("step {}: host {h} stalls", w.now());
     }

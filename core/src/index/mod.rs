@@ -483,7 +483,12 @@ impl<C: Coherence> Node<'_, C> {
         // lock, which fences first (see `Node::lock`).
         let (off, len) = payload;
         st.co.flush(&st.region, off, len, Site("index.abort.payload"))?;
-        self.free(off)
+        match self.free(off) {
+            // The allocator awaits repair after a crash: the block stays
+            // allocated until that recovery reclaims it (no entry names it).
+            Ok(()) | Err(Error::Recovering) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Pins the published blocks of `keys`: `out[i]` is the handle, or
