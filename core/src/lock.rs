@@ -92,8 +92,9 @@ impl<C: Coherence> Node<'_, C> {
         }
         let withdraw = |e: Option<Error>| {
             let _ = self.ring(lock, false);
-            // A grant racing with this is seen by the manager as an immediate
-            // release: we never enter the critical section.
+            // A grant landing before this store is overwritten by it (an
+            // immediate release); one landing after it strands the lock with
+            // this node until it requests the lock again (known limit).
             let _ = self.store.publish_state_last(slot_off, &LockSlot::default(), Site("lock.withdraw"));
             // SYNC: the withdrawal reaches memory before we give up the lock;
             // this node may never touch the slot again.
@@ -351,9 +352,11 @@ impl Manager {
             let mut holder = None;
             let mut changed = false;
             // Each slot's (state, flags) as this step read it; the grant below
-            // works from this snapshot. A request withdrawn since is then
-            // granted and seen released at the next step, as any grant that
-            // races a withdrawal is.
+            // works from this snapshot. A request withdrawn since may be
+            // granted, as any grant racing a withdrawal may be: the lock then
+            // stays with that node until it requests the lock again (known
+            // limit; the withdrawal only happens while a lock awaits repair
+            // or on an error).
             let mut seen = [(SLOT_IDLE, 0u32); MAX_NODES as usize];
             for n in 0..nn {
                 let soff = l.lock_slot(lock, n);
