@@ -194,17 +194,13 @@ impl<C: Coherence> Node<'_, C> {
                 }
             }
         }
-        // 6. Dead nodes: empty journals, free slots.
+        // 6. Dead nodes: free slots. Their journals are left as they are:
+        // nothing reads a free node's journal, and whoever attaches the slot
+        // clears it before turning it ALIVE. Their pins are gone already
+        // (step 3 cleared their bits in every entry).
         for n in 0..l.caps.max_nodes {
             if dead & (1 << n) == 0 {
                 continue;
-            }
-            for i in 0..l.caps.pin_slots {
-                let off = l.pin_record(n, i);
-                let r: PinRecord = st.fresh(off, Site("recover.journal.read"))?;
-                if r.entry != 0 {
-                    st.publish(off, &PinRecord::default(), Site("recover.journal.clear"))?;
-                }
             }
             st.publish(l.heartbeat(n), &Heartbeat::default(), Site("recover.heartbeat"))?;
             st.publish(l.requests(n), &crate::layout::RequestLine::default(), Site("recover.requests"))?;

@@ -134,6 +134,13 @@ struct World {
     hosts: usize,
 }
 
+impl Model {
+    /// A crash or a stall left a node that recovery has yet to free.
+    fn awaits_recovery(&self) -> bool {
+        (self.crash_needs_recovery || (self.stall.is_some() && self.stalled)) && !self.recovered
+    }
+}
+
 #[derive(Default)]
 struct Model {
     published: HashSet<Key>,
@@ -149,8 +156,9 @@ struct Model {
     log: Vec<(u64, u64, String)>,
     /// Named root `r<g>` for each g.
     roots: Vec<RootModel>,
-    /// Op actors at the end barrier (phase 0: arrived, phase 1: checked).
-    barrier: [usize; 2],
+    /// Hosts whose op actor reached each barrier phase (bit masks): 0 and 1
+    /// mid-run (arrived, checked), 2 and 3 at the end.
+    barrier: [u64; 4],
     /// Live raw allocations: (offset, length, host).
     raw: Vec<(u64, u64, usize)>,
     /// Each host's op actor holds an attached node.
@@ -168,6 +176,10 @@ struct Model {
     revoked_ops: u64,
     /// Recoveries under way: they hold every lock while memory is rebuilt.
     recovering: u32,
+    /// The crashed host's node was attached when it crashed.
+    crash_needs_recovery: bool,
+    /// Hosts whose recovery actor is recovering (bit mask).
+    recovering_on: u64,
     /// Only one host recovers: a live one that is not the lock manager's
     /// (otherwise every live host tries, and any of them suffices).
     single_recovery: bool,
@@ -257,6 +269,12 @@ impl World {
                     s.runnable[a] = false;
                 }
                 s.trace.push_back(format!("{step}: host {h} crashes"));
+                // A node that was attached must be recovered; one that was
+                // detached (mid-restart) leaves nothing to recover.
+                {
+                    let mut m = self.model.lock().unwrap();
+                    m.crash_needs_recovery = m.attached[h];
+                }
                 self.mem.crash(h);
                 self.pass(&mut s);
                 drop(s);
@@ -352,9 +370,8 @@ impl World {
     fn settled(&self) -> bool {
         let s = self.sched.lock().unwrap();
         let ops_done = (0..self.hosts).all(|h| s.finished[3 * h] || s.host_crashed[h]);
-        let crashed = s.crashed.is_some();
         drop(s);
-        ops_done && (!crashed || self.model.lock().unwrap().recovered)
+        ops_done && !self.model.lock().unwrap().awaits_recovery()
     }
 
     fn crashed(&self) -> Option<usize> {
@@ -459,7 +476,8 @@ pub fn run(cfg: &RunConfig) -> RunResult {
     if cfg.crash {
         let mut s = w.sched.lock().unwrap();
         let h = (rnd(&mut s.rng) as usize) % hosts;
-        let at = 2000 + rnd(&mut s.rng) % (cfg.ops as u64 * 40 * hosts as u64).max(1);
+        // Anywhere in the run (a run takes some 300 steps per op per host).
+        let at = 2000 + rnd(&mut s.rng) % (cfg.ops as u64 * 300 * hosts as u64).max(1);
         s.crash_at = Some((h, at));
     }
     let mut threads = Vec::new();
@@ -704,9 +722,17 @@ fn recovery_actor(w: &World, h: usize) {
         }
         // Recovery runs in an attached process (as the platform's does).
         if need && !recovered && w.model.lock().unwrap().attached[h] && recovers_here(w, h) {
-            w.model.lock().unwrap().recovering += 1;
+            {
+                let mut m = w.model.lock().unwrap();
+                m.recovering += 1;
+                m.recovering_on |= 1 << h;
+            }
             let r = node.recover(0);
-            w.model.lock().unwrap().recovering -= 1;
+            {
+                let mut m = w.model.lock().unwrap();
+                m.recovering -= 1;
+                m.recovering_on &= !(1 << h);
+            }
             match r {
                 Ok(_) => {
                     w.published_all(3 * h + 2, "recover", None);
@@ -826,6 +852,10 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
             for off in mine {
                 raw_free(w, &node, h, off);
             }
+            // The process closes: its recovery thread finishes first.
+            while w.model.lock().unwrap().recovering_on & (1 << h) != 0 {
+                w.yield_now(me, "close");
+            }
             w.model.lock().unwrap().attached[h] = false;
             if let Err(e) = node.detach() {
                 check_err("detach", e, &[]);
@@ -857,6 +887,16 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
                     return;
                 }
             }
+        }
+        if op == ops * 2 / 3 {
+            // Quiescent mid-run: every host checks through its own cache, so
+            // the end checks meet copies that went stale since.
+            if let Some((hd, _, raw)) = writing.take() {
+                finish_write(w, &node, h, hd, raw, rnd(&mut x));
+            }
+            barrier(w, me, 0);
+            check_from(w, &store, h, "at the mid-run barrier");
+            barrier(w, me, 1);
         }
         // Verify and drop pins whose time has come.
         let mut k = 0;
@@ -1024,9 +1064,9 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
     }
     // Quiescent, with pins still held: every host checks the region through
     // its own cache (stale copies of others' lines included).
-    barrier(w, me, 0);
+    barrier(w, me, 2);
     check_from(w, &store, h, "at the end barrier");
-    barrier(w, me, 1);
+    barrier(w, me, 3);
     for p in pins.drain(..) {
         verify_pinned(w, &node, h, &p.h);
         if let Err(e) = node.release(&[p.h]) {
@@ -1161,15 +1201,18 @@ fn write_payload<C: Coherence>(
 /// Waits until every op actor of a live host reached `phase` of the end
 /// barrier (and a crashed host was recovered).
 fn barrier(w: &World, me: usize, phase: usize) {
-    w.model.lock().unwrap().barrier[phase] += 1;
+    w.model.lock().unwrap().barrier[phase] |= 1 << (me / 3);
     loop {
-        let crashed = {
+        let mut gone = {
             let s = w.sched.lock().unwrap();
-            (0..w.hosts).filter(|&h| s.host_crashed[h]).count()
+            (0..w.hosts).filter(|&h| s.host_crashed[h]).fold(0u64, |g, h| g | 1 << h)
         };
         let m = w.model.lock().unwrap();
-        let gone = crashed + m.fenced as usize;
-        if m.barrier[phase] + gone >= w.hosts && (gone == 0 || m.recovered) {
+        if m.fenced {
+            gone |= m.stall.map_or(0, |h| 1 << h);
+        }
+        let all = (1u64 << w.hosts) - 1;
+        if (m.barrier[phase] | gone) == all && !m.awaits_recovery() {
             return;
         }
         drop(m);
