@@ -822,7 +822,14 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
     };
     if h == 0 {
         // The lock-counter word, published as a named root.
-        match node.alloc(64) {
+        // (Recovering: a crashed host holds the allocator; retry once it is
+        // repaired.)
+        let mut a = node.alloc(64);
+        while a == Err(Error::Recovering) {
+            w.yield_now(me, "alloc-retry");
+            a = node.alloc(64);
+        }
+        match a {
             Ok(off) => {
                 let r = cxlkv_core::roots::Root { offset: off, size: 64, tag: 1 };
                 if let Err(e) = node.root_put(b"counter", r) {
