@@ -469,7 +469,7 @@ pub fn run(cfg: &RunConfig) -> RunResult {
     }));
     // Host 0's op actor formats the region while the others wait to attach.
     w.mem.disable(cfg.disable);
-    w.model.lock().unwrap().single_recovery = cfg.seed % 4 >= 2;
+    w.model.lock().unwrap().single_recovery = (cfg.seed / 4) % 2 == 1;
     if !cfg.crash && cfg.seed % 3 != 1 && cfg.ops >= 8 {
         w.model.lock().unwrap().stall = Some(mix64(cfg.seed) as usize % hosts);
     }
