@@ -727,6 +727,10 @@ fn recovery_actor(w: &World, h: usize) {
                 m.recovering += 1;
                 m.recovering_on |= 1 << h;
             }
+            // A dead host's write-backs in flight complete (or are lost)
+            // within the lease that had to pass before it was declared dead:
+            // none lands over what recovery rebuilds.
+            w.mem.drain_zombies();
             let r = node.recover(0);
             {
                 let mut m = w.model.lock().unwrap();
