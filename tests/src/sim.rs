@@ -269,6 +269,9 @@ impl World {
                     s.runnable[a] = false;
                 }
                 s.trace.push_back(format!("{step}: host {h} crashes"));
+                if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+                    eprintln!("step {step}: host {h} crashes");
+                }
                 // A node that was attached must be recovered; one that was
                 // detached (mid-restart) leaves nothing to recover.
                 {
@@ -732,6 +735,9 @@ fn recovery_actor(w: &World, h: usize) {
             // none lands over what recovery rebuilds.
             w.mem.drain_zombies();
             let r = node.recover(0);
+            if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+                eprintln!("step {}: host {h} recovered: {r:?}", w.now());
+            }
             {
                 let mut m = w.model.lock().unwrap();
                 m.recovering -= 1;
@@ -1317,8 +1323,16 @@ fn raw_free<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64) {
         w.violation(format!("host {h} raw block {off}+{len} changed while allocated ({r:?})"));
     }
     log(w, off, format!("host {h} free raw {off}+{len}"));
-    match node.free(off) {
-        Ok(()) | Err(Error::Recovering) => {}
+    // Recovering: the allocator lock awaits repair; nothing was freed, so
+    // retry once it is repaired (a raw block is not recovery's to reclaim
+    // while its owner lives).
+    let mut r = node.free(off);
+    while r == Err(Error::Recovering) {
+        w.yield_now(3 * h, "free-retry");
+        r = node.free(off);
+    }
+    match r {
+        Ok(()) => {}
         Err(e) if revoked_ok(w, h, e) => {}
         Err(e) => w.violation(format!("host {h} free {off}: {e:?}")),
     }
