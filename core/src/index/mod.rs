@@ -466,29 +466,31 @@ impl<C: Coherence> Node<'_, C> {
         if s >= st.layout.caps.n_stripes {
             return Err(Error::StaleHandle);
         }
-        let payload = self.with_lock(st.layout.locks().stripe(s), || {
+        self.with_lock(st.layout.locks().stripe(s), || {
             let mut e = self.writing_entry(s, h)?;
             let tag = place(h.ns, h.key);
             let f = probe::find(st, s, tag, h.ns, h.key)?.ok_or(Error::Corrupt)?;
             let mut hdr = st.hdr(s)?;
-            let p = st.remove_locked(s, &mut hdr, h.entry, f.bucket, &mut e)?;
+            let (off, len) = st.remove_locked(s, &mut hdr, h.entry, f.bucket, &mut e)?;
             st.put_hdr(s, &hdr)?;
-            let _j = self.local.journal.lock();
-            self.journal_sub(self.global(s, h.entry), h.gen)?;
-            Ok(p)
-        })?;
-        // SYNC: payload bytes the caller stored through a pointer land before
-        // the block can be handed out again (a dirty line written back later
-        // would overwrite the next owner's payload): `free` takes the heap
-        // lock, which fences first (see `Node::lock`).
-        let (off, len) = payload;
-        st.co.flush(&st.region, off, len, Site("index.abort.payload"))?;
-        match self.free(off) {
-            // The allocator awaits repair after a crash: the block stays
-            // allocated until that recovery reclaims it (no entry names it).
-            Ok(()) | Err(Error::Recovering) => Ok(()),
-            Err(e) => Err(e),
-        }
+            {
+                let _j = self.local.journal.lock();
+                self.journal_sub(self.global(s, h.entry), h.gen)?;
+            }
+            // SYNC: payload bytes the caller stored through a pointer land
+            // before the block can be handed out again (a dirty line written
+            // back later would overwrite the next owner's payload): the heap
+            // lock taken to free it fences first (see `Node::lock`).
+            st.co.flush(&st.region, off, len, Site("index.abort.payload"))?;
+            // Freed under the stripe lock, as evict does: a recovery cannot
+            // come between (it would reclaim the block, no entry naming it).
+            match self.free_at(off, true) {
+                // The allocator awaits repair after a crash: the block stays
+                // allocated until that recovery reclaims it.
+                Ok(()) | Err(Error::Recovering) => Ok(()),
+                Err(e) => Err(e),
+            }
+        })
     }
 
     /// Pins the published blocks of `keys`: `out[i]` is the handle, or
