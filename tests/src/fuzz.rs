@@ -59,42 +59,6 @@ pub fn tiny_image() -> Vec<u8> {
     out
 }
 
-/// An environment for one thread playing every node: waits step a manager.
-struct Inline<'a, C: Coherence> {
-    store: &'a Store<C>,
-    mgr: std::cell::RefCell<Manager>,
-    t: std::cell::Cell<u64>,
-    dead: std::cell::Cell<u64>,
-}
-
-// SAFETY: used by one thread only (the fuzz target); NodeEnv requires Sync
-// for the platform's multi-threaded use.
-unsafe impl<C: Coherence> Sync for Inline<'_, C> {}
-
-impl<'a, C: Coherence> Inline<'a, C> {
-    fn new(store: &'a Store<C>, me: u32) -> Self {
-        Inline { store, mgr: std::cell::RefCell::new(Manager::new(me)), t: 0.into(), dead: 0.into() }
-    }
-}
-
-impl<C: Coherence> NodeEnv for Inline<'_, C> {
-    fn local_lock(&self, _: u32) {}
-    fn local_unlock(&self, _: u32) {}
-    fn wait(&self, i: u32) -> cxlkv_core::Result<()> {
-        if i > 64 {
-            return Err(Error::Timeout);
-        }
-        self.t.set(self.t.get() + 1);
-        let cfg = LeaseConfig { lease: 1 << 40, settle: 0 };
-        let dead = self.dead.get();
-        let probe = move |n: u32, _: &NodeInfo| Some(dead & (1 << n) == 0);
-        if let Ok(mut m) = self.mgr.try_borrow_mut() {
-            let _ = m.step(self.store, self.t.get(), cfg, &probe);
-        }
-        Ok(())
-    }
-}
-
 /// Target `attach`: a region made of the input. If the first byte is even,
 /// the rest is a list of (offset, byte) patches applied to a formatted tiny
 /// region (structure-aware); if odd, the rest is the region itself. Attach,
@@ -118,7 +82,7 @@ pub fn attach_target(data: &[u8]) {
     let _ = check(&store, &mut scratch, &mut |_| {});
     let _ = cxlkv_core::roots::get(&store, b"counter");
     // Operate as node 0 whatever its slot says (a hostile region).
-    let env = Inline::new(&store, 0);
+    let env = Many::new(std::slice::from_ref(&store), 64);
     let local = NodeLocal::default();
     let node = Node::attached(&store, 0, &env, &local);
     let keys: Vec<Key> = (0..6u64).map(|i| Key { lo: mix64(i), hi: i }).collect();
@@ -143,23 +107,33 @@ pub fn attach_target(data: &[u8]) {
     let _ = check(&store, &mut scratch, &mut |_| {});
 }
 
-/// One thread playing several hosts: every wait steps the lock manager of
-/// the first live host, through that host's own view.
+/// One thread playing one or several hosts: every wait steps the lock
+/// manager of the first live host, through that host's own view, and gives
+/// up with `Timeout` after `limit` waits.
 struct Many<'a, C: Coherence> {
     stores: &'a [Store<C>],
     mgrs: Vec<std::cell::RefCell<Manager>>,
     t: std::cell::Cell<u64>,
     dead: std::cell::Cell<u64>,
+    limit: u32,
 }
 
-// SAFETY: used by one thread only (the fuzz target).
+// SAFETY: used by one thread only (the fuzz target); NodeEnv requires Sync
+// for the platform's multi-threaded use.
 unsafe impl<C: Coherence> Sync for Many<'_, C> {}
+
+impl<'a, C: Coherence> Many<'a, C> {
+    fn new(stores: &'a [Store<C>], limit: u32) -> Self {
+        let mgrs = (0..stores.len() as u32).map(|h| std::cell::RefCell::new(Manager::new(h))).collect();
+        Many { stores, mgrs, t: 0.into(), dead: 0.into(), limit }
+    }
+}
 
 impl<C: Coherence> NodeEnv for Many<'_, C> {
     fn local_lock(&self, _: u32) {}
     fn local_unlock(&self, _: u32) {}
     fn wait(&self, i: u32) -> cxlkv_core::Result<()> {
-        if i > 256 {
+        if i > self.limit {
             return Err(Error::Timeout);
         }
         self.t.set(self.t.get() + 1);
@@ -199,12 +173,7 @@ pub fn ops_target(data: &[u8]) -> usize {
         attach_node(st, Some(h as u32), who).expect("attach node");
     }
     // Every wait steps the manager of the first live host.
-    let env = Many {
-        stores: &stores,
-        mgrs: (0..3).map(|h| std::cell::RefCell::new(Manager::new(h))).collect(),
-        t: 0.into(),
-        dead: 0.into(),
-    };
+    let env = Many::new(&stores, 256);
     let locals: Vec<NodeLocal> = (0..3).map(|_| NodeLocal::default()).collect();
     let nodes: Vec<_> = (0..3).map(|h| Node::attached(&stores[h], h as u32, &env, &locals[h])).collect();
     let _ = &locals;
