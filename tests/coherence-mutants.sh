@@ -5,6 +5,7 @@
 # survived). Exits 0 only when every mutant is killed.
 #
 #   tests/coherence-mutants.sh [SEEDS]      (default 8 seeds per site)
+#   SITES="a b" tests/coherence-mutants.sh  (only these sites)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 seeds=${1:-8}
@@ -17,6 +18,7 @@ cp target/release/cxlkv-sim "$sim"
 # such as Site("t") do not).
 sites=$(grep -rhoE 'Site\("[a-z_]+\.[a-z_.]+"\)' core/src --include='*.rs' \
   | sed -E 's/Site\("(.*)"\)/\1/' | sort -u)
+if [ -n "${SITES:-}" ]; then sites=$SITES; fi
 
 one() {
   local site=$1 s

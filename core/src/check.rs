@@ -9,7 +9,8 @@ use crate::hash::{place, Key};
 use crate::index::{entry_checksum, probe, NIL};
 use crate::layout::{
     state, Bucket, ChunkRecord, LockSlot, NodeInfo, PinRecord, RootRecord, StripeHeader, CHUNK_CONT, CHUNK_FREE,
-    CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, NODE_FREE, SLOT_IDLE, SLOT_LOCKED, SLOT_WAITING,
+    CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, NODE_FREE, SLOT_CANCEL, SLOT_IDLE, SLOT_LOCKED,
+    SLOT_WAITING,
 };
 use crate::region::Store;
 use crate::roots::record_valid;
@@ -178,7 +179,7 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
                         rep(FindingKind::HeldByDead, lock as u64, node as u64);
                     }
                 }
-                SLOT_IDLE | SLOT_WAITING => {}
+                SLOT_IDLE | SLOT_WAITING | SLOT_CANCEL => {}
                 _ => rep(FindingKind::SlotState, lock as u64, node as u64),
             }
         }

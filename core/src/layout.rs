@@ -129,9 +129,9 @@ shared_struct! {
 
 shared_struct! {
     /// A node's lock requests: bit `l` of `want` set while the node waits for
-    /// lock `l`. Written only by that node (its threads set and clear bits
-    /// with host-local atomics); the manager reads it to find waiters without
-    /// scanning every slot.
+    /// lock `l` (or withdraws its request). Written only by that node (its
+    /// threads set and clear bits with host-local atomics); the manager reads
+    /// it to find waiters without scanning every slot.
     pub struct RequestLine {
         pub want: [u64; 4],
         pub reserved: [u64; 4],
@@ -314,6 +314,9 @@ pub const SLOT_IDLE: u32 = 0;
 pub const SLOT_WAITING: u32 = 1;
 /// Granted by the manager.
 pub const SLOT_LOCKED: u32 = 2;
+/// Withdrawn by its node, which awaits the manager's answer: IDLE (dropped)
+/// or LOCKED (granted before the manager saw it; the node gives it back).
+pub const SLOT_CANCEL: u32 = 3;
 bitflags::bitflags! {
     /// Flags of a lock request (`LockSlot::flags`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,8 +12,8 @@
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{
-    Heartbeat, LockLine, LockSlot, ManagerLine, NodeInfo, RequestLine, MAX_NODES, NODE_ALIVE, NODE_DEAD, SLOT_IDLE,
-    SLOT_LOCKED, SLOT_RECOVERY, SLOT_WAITING,
+    Heartbeat, LockLine, LockSlot, ManagerLine, NodeInfo, RequestLine, MAX_NODES, NODE_ALIVE, NODE_DEAD, SLOT_CANCEL,
+    SLOT_IDLE, SLOT_LOCKED, SLOT_RECOVERY, SLOT_WAITING,
 };
 use crate::node::Node;
 use crate::region::Store;
@@ -86,21 +86,19 @@ impl<C: Coherence> Node<'_, C> {
             self.env.local_unlock(lock);
             return Err(e);
         }
-        if let Err(e) = self.ring(lock, true) {
+        if let Err(e) = self.bell(lock, true) {
             self.env.local_unlock(lock);
             return Err(e);
         }
         let withdraw = |e: Option<Error>| {
-            let _ = self.ring(lock, false);
-            // A grant landing before this store is overwritten by it (an
-            // immediate release); one landing after it strands the lock with
-            // this node until it requests the lock again (known limit).
-            let _ = self.store.publish_state_last(slot_off, &LockSlot::default(), Site("lock.withdraw"));
-            // SYNC: the withdrawal reaches memory before we give up the lock;
-            // this node may never touch the slot again.
-            self.store.co.store_fence(Site("lock.withdraw.fence"));
+            // A fenced node does not wait for an answer: the manager drops a
+            // dead node's requests itself.
+            let r = if e == Some(Error::Revoked) { Ok(()) } else { self.cancel(lock, flags, slot_off) };
             self.env.local_unlock(lock);
-            e.map_or(Ok(None), Err)
+            match (e, r) {
+                (Some(e), _) | (None, Err(e)) => Err(e),
+                (None, Ok(())) => Ok(None),
+            }
         };
         loop {
             // SYNC: fresh slot each poll (writer: manager grant).
@@ -109,12 +107,12 @@ impl<C: Coherence> Node<'_, C> {
                 Err(e) => return withdraw(Some(e)),
             };
             if s.state == SLOT_LOCKED {
-                let _ = self.ring(lock, false);
+                let _ = self.bell(lock, false);
                 return Ok(Some(Held { lock, epoch: s.epoch, seq: s.seq }));
             }
             if s.state == SLOT_IDLE {
                 // The manager reset our request: we were declared dead.
-                let _ = self.ring(lock, false);
+                let _ = self.bell(lock, false);
                 self.env.local_unlock(lock);
                 return Err(Error::Revoked);
             }
@@ -134,9 +132,50 @@ impl<C: Coherence> Node<'_, C> {
         }
     }
 
+    /// Withdraws this node's WAITING request for `lock`: writes CANCEL into
+    /// the slot and waits for the manager's answer there: IDLE (dropped), or
+    /// LOCKED (a grant that landed after the CANCEL, or that the CANCEL
+    /// overwrote and the manager then answered): given back here, which is a
+    /// release. Either way no grant is left in flight to strand the lock with
+    /// this node. Only this withdrawal writes a slot while the request is
+    /// the manager's to answer; whichever write lands last, the poll below
+    /// sees an answer the manager will not change.
+    fn cancel(&self, lock: u32, flags: u32, slot_off: u64) -> Result<()> {
+        let c = LockSlot { state: SLOT_CANCEL, flags, ..LockSlot::default() };
+        // SYNC: no flush: the first poll below invalidates this slot, which
+        // writes CANCEL back (reader: the manager's scan; the bell still
+        // rings).
+        self.store.write_state_last(slot_off, &c)?;
+        let mut j = 0u32;
+        let answer = loop {
+            // SYNC: fresh slot each poll (writer: the manager's answer).
+            let s: LockSlot = match self.store.fresh_state_first(slot_off, Site("lock.withdraw.poll")) {
+                Ok(s) => s,
+                Err(e) => break Err(e),
+            };
+            if s.state == SLOT_LOCKED {
+                // SYNC: the release reaches memory before we give up the
+                // lock (left dirty, it could land over a later grant); the
+                // doorbell's fence below completes it.
+                break self.store.publish_state_last(slot_off, &LockSlot::default(), Site("lock.withdraw"));
+            }
+            if s.state == SLOT_IDLE {
+                break Ok(());
+            }
+            // A manager answers within a lease (another takes over a dead
+            // one); only fencing ends the wait early.
+            if self.env.wait(j) == Err(Error::Revoked) {
+                break Err(Error::Revoked);
+            }
+            j = j.wrapping_add(1);
+        };
+        let quiet = self.bell(lock, false);
+        answer.and(quiet)
+    }
+
     /// Sets or clears this node's request bit for `lock` and publishes the
     /// request line (reader: the manager's doorbell scan).
-    fn ring(&self, lock: u32, on: bool) -> Result<()> {
+    fn bell(&self, lock: u32, on: bool) -> Result<()> {
         let off = self.store.layout.requests(self.id) + (lock / 64) as u64 * 8;
         let bit = 1u64 << (lock % 64);
         if on {
@@ -171,7 +210,8 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// Runs `f` holding lock `lock`, releasing it afterwards whatever `f`
-    /// returns. The release fence orders `f`'s flushes before the release.
+    /// returns. The release fence orders `f`'s flushes before the release. Fails
+    /// with `Revoked` when the lock was revoked meanwhile, whatever `f` returned.
     pub fn with_lock<T>(&self, lock: u32, f: impl FnOnce() -> Result<T>) -> Result<T> {
         self.with_lock_mode(lock, false, f)
     }
@@ -187,10 +227,17 @@ impl<C: Coherence> Node<'_, C> {
     pub(crate) fn with_lock_mode<T>(&self, lock: u32, nested: bool, f: impl FnOnce() -> Result<T>) -> Result<T> {
         let held = self.lock_with(lock, 0, nested)?;
         let r = f();
-        let u = self.unlock(held);
-        let v = r?;
-        u?;
-        Ok(v)
+        // A revoked lock outranks what ran under it: recovery may have
+        // rebuilt the structure meanwhile, so neither its result nor its
+        // error can be trusted.
+        match self.unlock(held) {
+            Err(Error::Revoked) => Err(Error::Revoked),
+            u => {
+                let v = r?;
+                u?;
+                Ok(v)
+            }
+        }
     }
 }
 
@@ -328,14 +375,18 @@ impl Manager {
             // Completed by the fence that ends the step.
             store.publish(moff, &ml, Site("mgr.renew"))?;
         }
-        let dead = ml.dead_mask;
+        let mut dead = ml.dead_mask;
         rep.dead = dead;
 
         // Locks: those someone asks for (request lines) or holds.
         let nn = l.caps.max_nodes;
         let mut want = self.held;
+        // Each node's doorbells as this step read them: a request is granted
+        // only while its bell rings (a withdrawal silences it first).
+        let mut bells = [[0u64; 4]; MAX_NODES as usize];
         for n in 0..nn {
             let r: RequestLine = store.fresh(l.requests(n), Site("mgr.doorbell"))?;
+            bells[n as usize] = r.want;
             for (w, x) in want.iter_mut().zip(r.want) {
                 *w |= x;
             }
@@ -352,17 +403,28 @@ impl Manager {
             let mut holder = None;
             let mut changed = false;
             // Each slot's (state, flags) as this step read it; the grant below
-            // works from this snapshot. A request withdrawn since may be
-            // granted, as any grant racing a withdrawal may be: the lock then
-            // stays with that node until it requests the lock again (known
-            // limit; the withdrawal only happens while a lock awaits repair
-            // or on an error).
+            // works from this snapshot (and the bells read before it). A
+            // withdrawing node writes CANCEL and waits for the answer in its
+            // slot, so a grant racing its withdrawal is seen by it and given
+            // back.
             let mut seen = [(SLOT_IDLE, 0u32); MAX_NODES as usize];
             for n in 0..nn {
                 let soff = l.lock_slot(lock, n);
                 let s: LockSlot = store.fresh_state_first(soff, Site("mgr.slot"))?;
                 seen[n as usize] = (s.state, s.flags);
-                let is_dead = dead & (1 << n) != 0;
+                let mut is_dead = dead & (1 << n) != 0;
+                if is_dead && s.state != SLOT_IDLE {
+                    // The dead mask is this step's: recovery may have freed
+                    // the node since, and a new process attached it (every
+                    // lock of the dead one was revoked before recovery could
+                    // run, so the slot is the newcomer's).
+                    let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("mgr.dead.recheck"))?;
+                    if info.state == NODE_ALIVE {
+                        is_dead = false;
+                        dead &= !(1 << n);
+                        self.alive |= 1 << n;
+                    }
+                }
                 match s.state {
                     SLOT_LOCKED if is_dead => {
                         store.publish_state_last(soff, &LockSlot::default(), Site("mgr.revoke"))?;
@@ -373,8 +435,12 @@ impl Manager {
                         rep.revoked += 1;
                     }
                     SLOT_LOCKED => holder = Some(n),
-                    SLOT_WAITING if is_dead => {
+                    SLOT_WAITING | SLOT_CANCEL if is_dead => {
                         store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_dead_wait"))?;
+                    }
+                    SLOT_CANCEL => {
+                        // SYNC: the answer to a withdrawal (reader: its poll).
+                        store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_withdrawn"))?;
                     }
                     SLOT_WAITING if self.alive & (1 << n) == 0 => {
                         // Not ALIVE at the last scan: attached since, or a
@@ -403,7 +469,8 @@ impl Manager {
                     }
                     let soff = l.lock_slot(lock, n);
                     let (state, flags) = seen[n as usize];
-                    if state != SLOT_WAITING || (ll.repair != 0 && flags & SLOT_RECOVERY == 0) {
+                    let rang = bells[n as usize][wi] & bit != 0;
+                    if state != SLOT_WAITING || !rang || (ll.repair != 0 && flags & SLOT_RECOVERY == 0) {
                         continue;
                     }
                     ll.grant_seq = ll.grant_seq.wrapping_add(1);
@@ -467,7 +534,13 @@ impl Manager {
             }
             let verdict = probe(n, &info);
             let silent = now.saturating_sub(self.beat_moved_at[n as usize]) >= cfg.lease;
-            if n != self.me && (verdict == Some(false) || (silent && verdict != Some(true))) {
+            if n != self.me && verdict == Some(false) {
+                // Its process is gone from this host, which lives: what it
+                // left dirty is in our cache and must land first.
+                crate::node::bury(store, n)?;
+                dead |= 1 << n;
+                rep.newly_dead |= 1 << n;
+            } else if n != self.me && silent && verdict != Some(true) {
                 let mut d = info;
                 d.state = NODE_DEAD;
                 // SYNC: DEAD fences the node out (reader: its own heartbeat).

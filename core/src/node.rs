@@ -2,7 +2,9 @@
 //! keeps beside the region.
 
 use crate::coherence::{Coherence, Site};
-use crate::layout::{Heartbeat, NodeInfo, NodeStats, PinRecord, RequestLine, NODE_ALIVE, NODE_FREE};
+use crate::layout::{
+    ChunkRecord, Heartbeat, NodeInfo, NodeStats, PinRecord, RequestLine, NODE_ALIVE, NODE_DEAD, NODE_FREE,
+};
 use crate::region::{NodeEnv, Store};
 use crate::{Error, Result};
 
@@ -67,28 +69,29 @@ pub struct Identity {
 /// disjoint ids (a late clash is caught by the nonce check in [`heartbeat`]).
 pub fn attach_node<C: Coherence>(store: &Store<C>, want: Option<u32>, who: Identity) -> Result<u32> {
     let l = &store.layout;
-    let id = match want {
+    // The slot's info as read fresh: it must be FREE, and it carries the
+    // incarnation to advance.
+    let (id, old) = match want {
         Some(n) if n >= l.caps.max_nodes => return Err(Error::BadNode),
         Some(n) => {
             let info: NodeInfo = store.fresh(l.node_info(n), Site("node.attach.probe"))?;
             if info.state != NODE_FREE {
                 return Err(Error::NodeBusy);
             }
-            n
+            (n, info)
         }
         None => {
             let mut found = None;
             for n in 0..l.caps.max_nodes {
                 let info: NodeInfo = store.fresh(l.node_info(n), Site("node.attach.scan"))?;
                 if info.state == NODE_FREE {
-                    found = Some(n);
+                    found = Some((n, info));
                     break;
                 }
             }
             found.ok_or(Error::NoFreeNode)?
         }
     };
-    let old: NodeInfo = store.fresh(l.node_info(id), Site("node.attach.old"))?;
     // A free slot's journal is empty (recovery or detach cleared it); clear it
     // again so nothing a crashed predecessor left can be mistaken for ours.
     for i in 0..l.caps.pin_slots {
@@ -100,7 +103,11 @@ pub fn attach_node<C: Coherence>(store: &Store<C>, want: Option<u32>, who: Ident
     store.publish(l.requests(id), &RequestLine::default(), Site("node.attach.requests"))?;
     let hb = Heartbeat { beat: 1, nonce: who.nonce, reserved: [0; 6] };
     store.publish(l.heartbeat(id), &hb, Site("node.attach.heartbeat"))?;
-    store.co.store_fence(Site("node.attach.fence"));
+    // SYNC: no fence here: ALIVE may be seen before the lines above land.
+    // Nothing trusts them early: recovery validates every record of a live
+    // journal against the entries, the manager only watches the heartbeat
+    // move, and the stats and request lines are hints. The fence after ALIVE
+    // completes them all before attach returns.
     let info = NodeInfo {
         state: NODE_ALIVE,
         pid: who.pid,
@@ -115,6 +122,55 @@ pub fn attach_node<C: Coherence>(store: &Store<C>, want: Option<u32>, who: Ident
     store.publish_state_last(l.node_info(id), &info, Site("node.attach.info"))?;
     store.co.store_fence(Site("node.attach.info.fence"));
     Ok(id)
+}
+
+/// Buries node `n`, whose process died on this host while the host lives:
+/// writes back what that process left dirty in this host's cache, then
+/// declares it DEAD (the manager revokes its locks, recovery frees it).
+/// Only a process on the dead one's host can do this; call it when a
+/// sibling's process is found gone, before anyone recovers the node.
+///
+/// What is written back: the whole metadata area, and the payload of every
+/// chunk the node owns (the only payload it writes: blocks it reserved or
+/// allocated). Nothing else of the region was the dead process's to store.
+/// Returns false, doing nothing, when `n` is not ALIVE.
+pub fn bury<C: Coherence>(store: &Store<C>, n: u32) -> Result<bool> {
+    let l = &store.layout;
+    if n >= l.caps.max_nodes {
+        return Err(Error::BadNode);
+    }
+    let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("bury.info"))?;
+    if info.state != NODE_ALIVE {
+        return Ok(false);
+    }
+    // SYNC: the dead process's metadata lines reach memory before it is
+    // declared dead; left in this host's cache they could land whenever it
+    // liked, over what recovery rebuilt (reader: every other host).
+    store.co.flush(&store.region, 0, l.payload.start, Site("bury.flush_meta"))?;
+    for c in 0..l.n_chunks {
+        // This host's view of the record is the dead process's own (it may
+        // have taken the chunk without the change landing yet).
+        let rec: ChunkRecord = store.region.read(l.chunk(c))?;
+        if rec.owner == n + 1 {
+            // SYNC: payload the process stored into its own blocks and had
+            // not flushed: the block may soon be another's.
+            store.co.flush(&store.region, l.chunk_payload(c), l.chunk_size(), Site("bury.flush_payload"))?;
+        }
+    }
+    store.co.store_fence(Site("bury.fence"));
+    // The write-backs took a while: the manager may have declared the node
+    // dead by its silence meanwhile, and recovery freed it. Read it again.
+    let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("bury.info"))?;
+    if info.state != NODE_ALIVE {
+        return Ok(false);
+    }
+    let mut dead = info;
+    dead.state = NODE_DEAD;
+    // SYNC: DEAD only after the write-backs above completed (reader: the
+    // manager's liveness scan, then recovery).
+    store.publish_state_last(l.node_info(n), &dead, Site("bury.dead"))?;
+    store.co.store_fence(Site("bury.dead.fence"));
+    Ok(true)
 }
 
 impl<'a, C: Coherence> Node<'a, C> {
@@ -155,7 +211,10 @@ impl<'a, C: Coherence> Node<'a, C> {
     pub fn detach(&self) -> Result<()> {
         self.release_all()?;
         let l = &self.store.layout;
-        let info = NodeInfo::default();
+        // Our own line: the cached copy carries our incarnation, which the
+        // free slot keeps (the next attach advances it).
+        let mine: NodeInfo = self.store.region.read(l.node_info(self.id))?;
+        let info = NodeInfo { incarnation: mine.incarnation, ..NodeInfo::default() };
         // SYNC: no fence before FREE: the next attach of this slot clears the
         // journal itself before turning it ALIVE.
         self.store.publish_state_last(l.node_info(self.id), &info, Site("node.detach.info"))?;

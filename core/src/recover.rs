@@ -12,8 +12,8 @@ use crate::coherence::{Coherence, Site};
 use crate::hash::{place, Key};
 use crate::index::{entry_checksum, probe, NIL};
 use crate::layout::{
-    state, Bucket, ChunkRecord, Entry, Heartbeat, LockLine, NodeInfo, PinRecord, RootRecord, StripeHeader, CHUNK_CONT,
-    CHUNK_FREE, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD,
+    state, Bucket, ChunkRecord, Entry, LockLine, NodeInfo, PinRecord, RootRecord, StripeHeader, CHUNK_CONT, CHUNK_FREE,
+    CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD,
 };
 use crate::lock::Held;
 use crate::node::Node;
@@ -43,18 +43,14 @@ impl<C: Coherence> Node<'_, C> {
     /// Recovers the region: nodes in `dead` (and any the manager declared
     /// dead) lose their pins, reservations and slots; every structure is
     /// rebuilt from its state of record. Other nodes keep working meanwhile
-    /// (they wait on locks).
+    /// (they wait on locks). A node in `dead` whose host lives must have
+    /// been buried ([`crate::node::bury`]) by a process of that host first.
     pub fn recover(&self, dead: u64) -> Result<RecoverReport> {
         let st = self.store;
         let l = &st.layout;
         if dead & (1 << self.id) != 0 {
             return Err(Error::InvalidArgument);
         }
-        // SYNC: write back whatever this host holds of the metadata, so a line
-        // a dead sibling process left dirty cannot land later over newer data.
-        st.co.flush(&st.region, 0, l.payload.start, Site("recover.flush_meta"))?;
-        st.co.store_fence(Site("recover.flush_meta.fence"));
-
         let mut taken = 0;
         let mut res = Ok(());
         // The (epoch, seq) of each grant, to release exactly what we hold.
@@ -172,42 +168,28 @@ impl<C: Coherence> Node<'_, C> {
                 set_bitmap(st, c, true)?;
             }
         }
-        // 5. Live nodes' journal records must name entries they pin (every
-        // journal write happens under a stripe lock, all of which we hold).
-        let eps = l.caps.entries_per_stripe;
-        for n in 0..l.caps.max_nodes {
-            if alive & (1 << n) == 0 {
-                continue;
-            }
-            for i in 0..l.caps.pin_slots {
-                let off = l.pin_record(n, i);
-                let r: PinRecord = st.fresh(off, Site("recover.journal.live"))?;
-                if r.entry == 0 {
-                    continue;
-                }
-                let (s, e) = ((r.entry - 1) / eps, (r.entry - 1) % eps);
-                let ok = s < l.caps.n_stripes
-                    && r.count > 0
-                    && st.ent(s, e).is_ok_and(|x| x.gen as u64 == r.gen && x.pinners & (1 << n) != 0);
-                if !ok {
-                    st.publish(off, &PinRecord::default(), Site("recover.journal.stale"))?;
-                }
-            }
-        }
-        // 6. Dead nodes: free slots. Their journals are left as they are:
-        // nothing reads a free node's journal, and whoever attaches the slot
-        // clears it before turning it ALIVE. Their pins are gone already
-        // (step 3 cleared their bits in every entry).
+        // 5. Live nodes' journals are theirs alone: each node writes its own
+        // from its cache, never re-reading it, so a record recovery changed
+        // there would come back with the node's next write of that line.
+        // Step 3 already dropped every pin its node's journal does not
+        // record; a record naming no pin (only corruption leaves one) holds
+        // a journal slot until its node detaches, and `check` reports it.
+        // 6. Dead nodes: free slots. Their journals, heartbeats and request
+        // lines are left as they are: nothing reads a free node's journal or
+        // heartbeat, its stale request bits only make the manager look at a
+        // lock, and whoever attaches the slot clears them all before turning
+        // it ALIVE (see `attach_node`). Clearing them here would race that:
+        // a clearing landing after FREE could wipe what the next attacher
+        // wrote. Their pins are gone already (step 3 cleared their bits in
+        // every entry).
         for n in 0..l.caps.max_nodes {
             if dead & (1 << n) == 0 {
                 continue;
             }
-            st.publish(l.heartbeat(n), &Heartbeat::default(), Site("recover.heartbeat"))?;
-            st.publish(l.requests(n), &crate::layout::RequestLine::default(), Site("recover.requests"))?;
-            // SYNC: FREE may land before the lines above: whoever attaches the
-            // slot next clears its journal, stats, requests and heartbeat
-            // before turning it ALIVE (see `attach_node`).
-            st.publish_state_last(l.node_info(n), &NodeInfo::default(), Site("recover.node.free"))?;
+            // Read fresh in step 0; the slot keeps its incarnation.
+            let old: NodeInfo = st.region.read(l.node_info(n))?;
+            let free = NodeInfo { incarnation: old.incarnation, ..NodeInfo::default() };
+            st.publish_state_last(l.node_info(n), &free, Site("recover.node.free"))?;
             rep.nodes_freed |= 1 << n;
         }
         // 7. Every lock is repaired now.

@@ -296,6 +296,34 @@ impl SimMemory {
         st.hosts[h].crashed = true;
     }
 
+    /// The only process of live host `h` died and no sibling will write
+    /// back what it left: the host's cache writes each dirty or queued line
+    /// back now or at a random later moment (a zombie, landed before any
+    /// recovery: it cannot outlive the lease that must pass before the
+    /// process is declared dead). Unlike [`SimMemory::crash`] nothing is
+    /// lost and the cache keeps its clean, possibly stale, copies.
+    pub fn orphan(&self, h: usize) {
+        let st = self.st();
+        for q in core::mem::take(&mut st.hosts[h].pending) {
+            land(st, h, q, 0);
+        }
+        for i in 0..self.lines {
+            if !st.hosts[h].dirty[i] {
+                continue;
+            }
+            st.hosts[h].dirty[i] = false;
+            st.hosts[h].landed[i] = st.hosts[h].gen[i];
+            let line = st.hosts[h].private[i];
+            if next(&mut st.rng) % 2 == 0 {
+                st.shared[i] = line;
+                st.provenance[i] = (h as u16, 4);
+            } else {
+                st.zombies.push((i as u32, line));
+            }
+        }
+        st.hosts[h].owed.iter_mut().for_each(|o| *o = false);
+    }
+
     /// Lands every zombie line now (the end of a run: nothing stays in
     /// flight forever).
     pub fn drain_zombies(&self) {

@@ -196,3 +196,18 @@ fn attach_rejects_busy_and_out_of_range_nodes() {
     }
     assert_eq!(crate::node::attach_node(&f.store, None, who), Err(Error::NoFreeNode));
 }
+
+#[test]
+fn a_slot_counts_its_incarnations_across_detach() {
+    let f = Fixture::new(8 << 20, small_caps());
+    let env = InlineEnv::new(&f.store);
+    let local = crate::node::NodeLocal::default();
+    let incarnation =
+        || f.store.region.read::<crate::layout::NodeInfo>(f.store.layout.node_info(1)).unwrap().incarnation;
+    for want in 1..=3 {
+        f.attach(1);
+        assert_eq!(incarnation(), want);
+        node(&f, &env, &local, 1).detach().unwrap();
+        assert_eq!(incarnation(), want, "a free slot keeps its incarnation");
+    }
+}

@@ -13,7 +13,7 @@ use cxlkv_core::check::{check, scratch_words, Finding};
 use cxlkv_core::coherence::Site;
 use cxlkv_core::layout::{Capacities, NodeInfo, NODE_ALIVE};
 use cxlkv_core::lock::{LeaseConfig, Manager, StepReport};
-use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
+use cxlkv_core::node::{attach_node, bury, Identity, Node, NodeLocal};
 use cxlkv_core::recover::RecoverReport;
 use cxlkv_core::region::{attach, format, NodeEnv, Store};
 
@@ -143,6 +143,21 @@ impl Inner {
         Ok(r)
     }
 
+    /// Buries the nodes of this host whose process is gone: what they left
+    /// dirty in this host's cache lands before they are declared dead.
+    /// Returns how many.
+    fn bury_siblings(&self) -> cxlkv_core::Result<u32> {
+        let st = &self.store;
+        let mut n_buried = 0;
+        for n in (0..st.layout.caps.max_nodes).filter(|&n| n != self.id) {
+            let info: NodeInfo = st.fresh_state_first(st.layout.node_info(n), Site("platform.sibling.info"))?;
+            if info.state == NODE_ALIVE && info.host_id == self.host && !pid_alive(info.pid) && bury(st, n)? {
+                n_buried += 1;
+            }
+        }
+        Ok(n_buried)
+    }
+
     fn node(&self) -> Node<'_, Flush> {
         Node::attached(&self.store, self.id, self, &self.local)
     }
@@ -165,6 +180,9 @@ fn background(inner: Arc<Inner>) {
                 inner.fenced.store(true, Ordering::Relaxed);
                 return;
             }
+            // Siblings gone from this host are buried long before the manager
+            // (maybe on another host) could take their silence for death.
+            let _ = inner.bury_siblings();
         }
         let rep = match inner.mgr.lock() {
             Ok(mut m) => inner.step(&mut m).unwrap_or_default(),
@@ -294,18 +312,11 @@ impl Cache {
     }
 
     /// Runs recovery now, for nodes the manager declared dead (recovery finds
-    /// those itself) and nodes of this host whose process is gone.
+    /// those itself) and nodes of this host whose process is gone (buried
+    /// first).
     pub fn recover(&self) -> Result<RecoverReport> {
-        let st = &self.inner.store;
-        let mut dead = 0u64;
-        for n in 0..st.layout.caps.max_nodes {
-            let info: NodeInfo = st.fresh(st.layout.node_info(n), Site("platform.recover.info"))?;
-            if n != self.inner.id && info.state == NODE_ALIVE && info.host_id == self.inner.host && !pid_alive(info.pid)
-            {
-                dead |= 1 << n;
-            }
-        }
-        Ok(self.node().recover(dead)?)
+        self.inner.bury_siblings()?;
+        Ok(self.node().recover(0)?)
     }
 
     /// Checks the region's invariants.

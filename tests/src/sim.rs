@@ -91,6 +91,10 @@ const KEYS: u64 = 40;
 
 struct Crashed;
 
+/// Unwinds the threads of a killed process; each starts again as a thread of
+/// its host's next process.
+struct Killed;
+
 /// A run taking more scheduler steps than this is livelocked.
 const STEP_LIMIT: u64 = 3_000_000;
 
@@ -104,6 +108,11 @@ struct Sched {
     steps: u64,
     crash_at: Option<(usize, u64)>,
     crashed: Option<usize>,
+    /// Kill the process of a host (SIGKILL; the host lives on) at a step.
+    kill_at: Option<(usize, u64)>,
+    /// Each host's process generation, and the generation each actor runs in.
+    gen: Vec<u32>,
+    actor_gen: Vec<u32>,
     trace: VecDeque<String>,
     stop: bool,
     watch_dirty: Vec<bool>,
@@ -118,6 +127,12 @@ struct Sched {
 /// Off by default while some parked runs still exceed the step limit.
 fn park() -> bool {
     std::env::var("CXLKV_SIM_PARK").is_ok_and(|v| v == "1")
+}
+
+/// Scheduler events kept for a failure report (`CXLKV_SIM_TRACE`, default 64).
+fn trace_len() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::env::var("CXLKV_SIM_TRACE").ok().and_then(|v| v.parse().ok()).unwrap_or(64))
 }
 
 fn watch_line() -> Option<usize> {
@@ -137,7 +152,7 @@ struct World {
 impl Model {
     /// A crash or a stall left a node that recovery has yet to free.
     fn awaits_recovery(&self) -> bool {
-        (self.crash_needs_recovery || (self.stall.is_some() && self.stalled)) && !self.recovered
+        (self.crash_needs_recovery || (self.stall.is_some() && self.stalled) || self.killed) && !self.recovered
     }
 }
 
@@ -172,6 +187,33 @@ struct Model {
     stalled: bool,
     /// The stalled host's heartbeat found its node no longer ALIVE.
     fenced: bool,
+    /// The stall falls inside an unlock (of the only lock the host holds,
+    /// after its critical section) instead of between operations.
+    stall_in_release: bool,
+    /// The stalling host's op actor is in an operation that may stall in
+    /// its unlock (nothing pinned or being written when it began).
+    release_armed: bool,
+    /// The stall began inside an unlock; the operation must then fail
+    /// with Revoked.
+    stalled_in_release: bool,
+    /// The manager actor of each host is between two steps and not the
+    /// active manager (a host can stall then).
+    mgr_idle: Vec<bool>,
+    /// A maintenance recovery ran.
+    maintained: bool,
+    /// A host's process was killed (its node needs recovery until then).
+    killed: bool,
+    /// The killed process restarts after two leases, not at once.
+    kill_late: bool,
+    /// Where each host's op actor is: the operation it began last (the
+    /// number of operations once it finished them).
+    op_at: Vec<u32>,
+    ops_per_host: u32,
+    /// Resignations under way and begun so far.
+    resigns: (u32, u64),
+    /// Counter increments whose lock came back Revoked after the critical
+    /// section ran: they may have landed.
+    counter_maybe: u64,
     /// Operations of the stalled host that failed with Revoked after it woke.
     revoked_ops: u64,
     /// Recoveries under way: they hold every lock while memory is rebuilt.
@@ -187,6 +229,14 @@ struct Model {
 
 thread_local! {
     static ACTOR: Cell<usize> = const { Cell::new(usize::MAX) };
+    /// Waits (lock polls) after which `NodeEnv::wait` reports a timeout.
+    static WAIT_LIMIT: Cell<u32> = const { Cell::new(200_000) };
+}
+
+/// The cache tag of an actor's stores: its index, and its process
+/// generation (a killed process's stores keep theirs).
+fn tag_of(s: &Sched, actor: usize) -> u32 {
+    actor as u32 + 1000 * s.actor_gen.get(actor).copied().unwrap_or(0)
 }
 
 fn rnd(x: &mut u64) -> u64 {
@@ -251,16 +301,58 @@ impl World {
             return;
         }
         let step = s.steps;
-        if s.trace.len() >= 64 {
+        if s.trace.len() >= trace_len() {
             s.trace.pop_front();
         }
         s.trace.push_back(format!("{step}: actor {actor} {what}"));
+        if let Some((h, at)) = s.kill_at {
+            // The op actor's process is killed, preferably while it holds a
+            // lock; never while its recovery thread rebuilds (the model
+            // counts a recovery as running until it returns).
+            let holding = s.local.keys().any(|&(lh, _)| lh == h);
+            let m = self.model.lock().unwrap();
+            // (Nor at the end, when the others may be checking.)
+            let ok =
+                m.attached[h] && m.recovering_on & (1 << h) == 0 && !m.need_recovery && m.op_at[h] < m.ops_per_host;
+            drop(m);
+            if actor == 3 * h && step >= at && (holding || step >= at + 20_000) && ok && !s.finished[actor] {
+                s.kill_at = None;
+                s.gen[h] += 1;
+                s.local.retain(|&(lh, _), _| lh != h);
+                s.trace.push_back(format!("{step}: host {h}'s process is killed"));
+                if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+                    eprintln!("step {step}: host {h}'s process is killed");
+                }
+                if self.model.lock().unwrap().kill_late {
+                    // No sibling on the host: what the process left in the
+                    // cache lands on its own, within the lease.
+                    self.mem.orphan(h);
+                }
+                {
+                    let mut m = self.model.lock().unwrap();
+                    m.attached[h] = false;
+                    m.killed = true;
+                    m.raw.retain(|b| b.2 != h);
+                    m.counter_maybe += 1;
+                    for r in m.roots.iter_mut() {
+                        r.state = None;
+                    }
+                }
+                self.pass(&mut s);
+                drop(s);
+                std::panic::resume_unwind(Box::new(Killed));
+            }
+        }
         if let Some((h, at)) = s.crash_at {
             // Prefer a moment when the host holds a lock (its host-local
             // tier): revocation, repair and recovery of half-done critical
-            // sections are then exercised in most crash runs.
+            // sections are then exercised in most crash runs. Best, one
+            // that holds a global lock another host waits for:
+            // revocation, repair and the waiter's stepping aside all run.
             let holding = s.local.keys().any(|&(lh, _)| lh == h);
-            let due = step >= at && (holding || step >= at + 20_000);
+            let due = step >= at
+                && (step >= at + 50_000
+                    || holding && (step >= at + 30_000 || actor / 3 == h && self.contended_holder(h)));
             if actor / 3 == h && due && s.crashed.is_none() && !s.finished[3 * h] {
                 s.crashed = Some(h);
                 s.crash_at = None;
@@ -288,11 +380,55 @@ impl World {
         while s.turn != actor && !s.stop {
             s = self.cvs[actor].wait(s).unwrap();
         }
-        self.mem.set_tag(actor as u32);
+        self.mem.set_tag(tag_of(&s, actor));
         if s.host_crashed[actor / 3] || s.steps > STEP_LIMIT {
             drop(s);
             std::panic::resume_unwind(Box::new(Crashed));
         }
+        if s.actor_gen[actor] != s.gen[actor / 3] {
+            drop(s);
+            std::panic::resume_unwind(Box::new(Killed));
+        }
+    }
+
+    /// Lines host `h`'s killed processes stored that are not in memory yet.
+    fn orphaned_lines(&self, h: usize) -> Vec<(usize, &'static str)> {
+        let tags: Vec<u32> = {
+            let s = self.sched.lock().unwrap();
+            (0..s.gen[h]).flat_map(|g| (3 * h..3 * h + 3).map(move |a| a as u32 + 1000 * g)).collect()
+        };
+        tags.into_iter().flat_map(|t| self.mem.dirty_tagged(h, t)).collect()
+    }
+
+    /// While host `h` buries its killed process's node: memory must not
+    /// show the node DEAD before everything that process stored landed
+    /// (recovery may begin as soon as it does).
+    fn bury_in_order(&self, h: usize) {
+        let Ok(st) = attach(self.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return };
+        let dead = st
+            .region
+            .read::<NodeInfo>(st.layout.node_info(h as u32))
+            .is_ok_and(|i| i.state == cxlkv_core::layout::NODE_DEAD);
+        if dead {
+            if let Some(&(i, site)) = self.orphaned_lines(h).first() {
+                self.violation(format!(
+                    "step {}: host {h}'s killed process is DEAD in memory before its line {i} (stored after {site}) landed",
+                    self.now()
+                ));
+            }
+        }
+    }
+
+    /// Host `h` holds a global lock (in memory) that another node waits for.
+    fn contended_holder(&self, h: usize) -> bool {
+        use cxlkv_core::layout::{LockSlot, SLOT_LOCKED, SLOT_WAITING};
+        let Ok(st) = attach(self.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return false };
+        let l = &st.layout;
+        let slot = |lock: u32, n: u32| st.region.read::<LockSlot>(l.lock_slot(lock, n)).map_or(0, |x| x.state);
+        (0..l.n_locks).any(|lock| {
+            slot(lock, h as u32) == SLOT_LOCKED
+                && (0..l.caps.max_nodes).any(|n| n != h as u32 && slot(lock, n) == SLOT_WAITING)
+        })
     }
 
     /// Picks the next runnable actor at random and wakes it. Now and then the
@@ -339,7 +475,7 @@ impl World {
         while s.turn != actor && !s.stop {
             s = self.cvs[actor].wait(s).unwrap();
         }
-        self.mem.set_tag(actor as u32);
+        self.mem.set_tag(tag_of(&s, actor));
     }
 
     /// An operation of `actor` returned: everything it stored must be in
@@ -351,7 +487,8 @@ impl World {
     fn published_all(&self, actor: usize, what: &str, keep: Option<(u64, u64)>) {
         let h = actor / 3;
         let inside = |i: usize| keep.is_some_and(|(a, n)| (i as u64 + 1) * 64 > a && (i as u64) * 64 < a + n);
-        let left: Vec<_> = self.mem.dirty_tagged(h, actor as u32).into_iter().filter(|&(i, _)| !inside(i)).collect();
+        let tag = tag_of(&self.sched.lock().unwrap(), actor);
+        let left: Vec<_> = self.mem.dirty_tagged(h, tag).into_iter().filter(|&(i, _)| !inside(i)).collect();
         if let Some(&(i, site)) = left.first() {
             self.violation(format!(
                 "step {}: host {h} actor {actor}: {what} returned with {} line(s) not written back, first line {i} (offset {}), stored after site {site}",
@@ -369,12 +506,15 @@ impl World {
         self.pass(&mut s);
     }
 
-    /// Every op actor finished or crashed, and any crash was recovered.
+    /// Every op actor finished or crashed, any crash was recovered, and no
+    /// recovery is under way.
     fn settled(&self) -> bool {
         let s = self.sched.lock().unwrap();
         let ops_done = (0..self.hosts).all(|h| s.finished[3 * h] || s.host_crashed[h]);
         drop(s);
-        ops_done && !self.model.lock().unwrap().awaits_recovery()
+        // A recovery under way needs the managers to finish.
+        let m = self.model.lock().unwrap();
+        ops_done && !m.awaits_recovery() && m.recovering == 0
     }
 
     fn crashed(&self) -> Option<usize> {
@@ -415,8 +555,16 @@ impl NodeEnv for Env<'_> {
         }
     }
     fn wait(&self, iteration: u32) -> cxlkv_core::Result<()> {
-        if iteration > 200_000 {
+        if iteration > WAIT_LIMIT.with(|l| l.get()) {
             return Err(Error::Timeout);
+        }
+        if iteration == 50_000 && std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+            let a = ACTOR.with(|a| a.get());
+            eprintln!(
+                "step {}: actor {a} waited 50000 times; locks in memory:{}",
+                self.w.now(),
+                locks_in_memory(self.w)
+            );
         }
         self.w.yield_now(ACTOR.with(|a| a.get()), "wait");
         Ok(())
@@ -451,6 +599,8 @@ pub fn run(cfg: &RunConfig) -> RunResult {
             runnable: vec![true; 3 * hosts],
             finished: vec![false; 3 * hosts],
             host_crashed: vec![false; hosts],
+            gen: vec![0; hosts],
+            actor_gen: vec![0; 3 * hosts],
             rng: cfg.seed ^ 0x5151,
             ..Sched::default()
         }),
@@ -459,6 +609,9 @@ pub fn run(cfg: &RunConfig) -> RunResult {
             inserts: vec![0; hosts],
             roots: vec![RootModel { state: Some(None), ..RootModel::default() }; hosts],
             attached: vec![false; hosts],
+            mgr_idle: vec![false; hosts],
+            op_at: vec![0; hosts],
+            ops_per_host: cfg.ops,
             ..Model::default()
         }),
         hosts,
@@ -467,14 +620,31 @@ pub fn run(cfg: &RunConfig) -> RunResult {
     w.mem.set_yield_hook(Box::new(move |_h, site| {
         let a = ACTOR.with(|a| a.get());
         if a != usize::MAX {
-            w2.yield_maybe(a, site, false);
+            if site.starts_with("bury.") {
+                w2.bury_in_order(a / 3);
+            }
+            let stall = site == "lock.release.check" && stall_in_release(&w2, a);
+            w2.yield_maybe(a, site, stall);
         }
     }));
     // Host 0's op actor formats the region while the others wait to attach.
     w.mem.disable(cfg.disable);
     w.model.lock().unwrap().single_recovery = (cfg.seed / 4) % 2 == 1;
     if !cfg.crash && cfg.seed % 3 != 1 && cfg.ops >= 8 {
-        w.model.lock().unwrap().stall = Some(mix64(cfg.seed) as usize % hosts);
+        let mut m = w.model.lock().unwrap();
+        m.stall = Some(mix64(cfg.seed) as usize % hosts);
+        m.stall_in_release = (cfg.seed / 2) % 2 == 1;
+    }
+    if !cfg.crash && cfg.seed % 3 == 1 && cfg.ops >= 8 {
+        let mut s = w.sched.lock().unwrap();
+        let h = (rnd(&mut s.rng) as usize) % hosts;
+        // Seeds whose restarted process takes the first free slot kill host
+        // 0: its own slot comes first, so no other host's (free while that
+        // host restarts) can be taken.
+        let h = if kill_scans(cfg.seed) { 0 } else { h };
+        let at = 2000 + rnd(&mut s.rng) % (cfg.ops as u64 * 250 * hosts as u64).max(1);
+        s.kill_at = Some((h, at));
+        w.model.lock().unwrap().kill_late = (cfg.seed / 12) % 2 == 1;
     }
     if cfg.crash {
         let mut s = w.sched.lock().unwrap();
@@ -491,11 +661,27 @@ pub fn run(cfg: &RunConfig) -> RunResult {
         threads.push(std::thread::spawn(move || {
             ACTOR.with(|a| a.set(actor));
             w.wait_turn(actor);
-            let r = std::panic::catch_unwind(AssertUnwindSafe(|| match actor % 3 {
-                0 => op_actor(&w, actor / 3, ops, seed),
-                1 => manager_actor(&w, actor / 3),
-                _ => recovery_actor(&w, actor / 3),
-            }));
+            let mut restarted = false;
+            let r = loop {
+                let r = std::panic::catch_unwind(AssertUnwindSafe(|| match actor % 3 {
+                    0 => op_actor(&w, actor / 3, ops, seed, restarted),
+                    1 => manager_actor(&w, actor / 3),
+                    _ => recovery_actor(&w, actor / 3),
+                }));
+                match r {
+                    Err(p) if p.is::<Killed>() => {
+                        // A thread of the host's next process.
+                        {
+                            let mut s = w.sched.lock().unwrap();
+                            s.actor_gen[actor] = s.gen[actor / 3];
+                        }
+                        // (The killing actor handed the baton on first.)
+                        w.wait_turn(actor);
+                        restarted = true;
+                    }
+                    r => break r,
+                }
+            };
             match r {
                 Ok(()) => {}
                 Err(p) if p.is::<Crashed>() => {}
@@ -573,12 +759,12 @@ fn final_checks(w: &World) {
         Err(e) => return w.violation(format!("final attach: {e}")),
     };
     let m = w.model.lock().unwrap();
-    let (want, root) = (m.counter, m.counter_root);
+    let (want, maybe, root) = (m.counter, m.counter_maybe, m.counter_root);
     let inserts = m.inserts.clone();
     drop(m);
     if root != 0 {
         let got = store.fresh::<[u64; 8]>(root, Site("harness.counter")).map(|l| l[0]);
-        if got != Ok(want) {
+        if !got.is_ok_and(|g| g >= want && g <= want + maybe) {
             w.violation(format!("lock counter: {got:?} after {want} increments (a lost update)"));
         }
     }
@@ -592,14 +778,22 @@ fn final_checks(w: &World) {
     let total = w.model.lock().unwrap().total_inserts;
     // A crashed host may have counted reserves (one batch of three) that the
     // model never saw return.
-    let slack = 3 * crashed.is_some() as u64;
+    let (stalled_any, killed) = {
+        let m = w.model.lock().unwrap();
+        (m.stalled, m.killed)
+    };
+    let slack = 3 * (crashed.is_some() as u64 + stalled_any as u64 + killed as u64);
     if !stripes.as_ref().is_ok_and(|&n| n >= total && n <= total + slack) {
         w.violation(format!("stripe insert counters {stripes:?}, harness counted {total}"));
     }
     for n in 0..w.hosts as u32 {
         let info = store.fresh_state_first::<NodeInfo>(store.layout.node_info(n), Site("harness.final.info"));
         if info.map(|i| i.state) != Ok(cxlkv_core::layout::NODE_FREE) {
-            w.violation(format!("node {n} not free after the run: {info:?}"));
+            let line = (store.layout.node_info(n) / 64) as usize;
+            w.violation(format!(
+                "node {n} not free after the run: {info:?} (line {line} last written by {:?})",
+                w.mem.provenance(line)
+            ));
         }
     }
     let (stalled, was, fenced) = {
@@ -629,11 +823,12 @@ fn manager_actor(w: &World, h: usize) {
     // Wait until the op actor attached the node.
     let id = h as u32;
     let mut mgr = Manager::new(id);
-    let nonce = 1000 + h as u64;
+    let nonce = identity(w, h).nonce;
     let env = Env { w };
     let local = NodeLocal::default();
     let node = Node::attached(&store, id, &env, &local);
     let mut active = false;
+    let mut was_attached = false;
     let crashed_probe = |n: u32, _i: &NodeInfo| {
         if w.sched.lock().unwrap().host_crashed.get(n as usize).copied().unwrap_or(false) {
             Some(false)
@@ -644,13 +839,17 @@ fn manager_actor(w: &World, h: usize) {
     loop {
         if w.settled() {
             // Every node detached: hand the manager role on.
-            if let Err(e) = mgr.resign(&store) {
-                w.violation(format!("manager {h} resign: {e}"));
-            }
-            w.published_all(3 * h + 1, "resign", None);
+            resign_checked(w, h, &mut mgr, &store);
             return;
         }
-        if w.model.lock().unwrap().attached[h] {
+        let attached = w.model.lock().unwrap().attached[h];
+        if was_attached && !attached {
+            // The process detached: it resigns the manager role, as the
+            // platform's close does.
+            resign_checked(w, h, &mut mgr, &store);
+        }
+        was_attached = attached;
+        if attached {
             // Only a heartbeat begun after the stall tells whether it noticed.
             let stalled = {
                 let m = w.model.lock().unwrap();
@@ -688,8 +887,13 @@ fn manager_actor(w: &World, h: usize) {
                     active = r.active;
                     if r.newly_dead != 0 {
                         let now = w.now();
-                        let stalled = w.model.lock().unwrap().stall.map_or(0, |s| 1u64 << s);
-                        let crashed = w.crashed().map_or(0, |c| 1u64 << c) | stalled;
+                        let (stalled, killed) = {
+                            let m = w.model.lock().unwrap();
+                            // (A killed process's node is silent once it died.)
+                            let killed = (0..w.hosts).filter(|&x| m.killed && !m.attached[x]);
+                            (m.stall.map_or(0, |s| 1u64 << s), killed.fold(0u64, |k, x| k | 1 << x))
+                        };
+                        let crashed = w.crashed().map_or(0, |c| 1u64 << c) | stalled | killed;
                         if r.newly_dead & !crashed != 0 {
                             w.violation(format!("step {now}: manager {h} declared live nodes {:b} dead", r.newly_dead));
                         }
@@ -703,8 +907,41 @@ fn manager_actor(w: &World, h: usize) {
             w.published_all(3 * h + 1, "heartbeat and manager step", None);
         }
         stall_here(w, h, active);
+        w.model.lock().unwrap().mgr_idle[h] = !active;
         w.yield_now(3 * h + 1, "mgr");
+        w.model.lock().unwrap().mgr_idle[h] = false;
     }
+}
+
+/// Host `h` resigns the manager role. By now another node may have taken
+/// the role over (a detached manager's node is not ALIVE): the resignation
+/// must leave that claim alone (checked when no other node resigned
+/// meanwhile).
+fn resign_checked(w: &World, h: usize, mgr: &mut Manager, store: &Store<SimCoherence<'_>>) {
+    let line = || {
+        attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent)
+            .ok()
+            .and_then(|st| st.region.read::<cxlkv_core::layout::ManagerLine>(st.layout.manager.start).ok())
+            .map_or(0, |ml| ml.manager)
+    };
+    let (before, begun, first) = {
+        let mut m = w.model.lock().unwrap();
+        m.resigns.0 += 1;
+        m.resigns.1 += 1;
+        (line(), m.resigns.1, m.resigns.0 == 1)
+    };
+    if let Err(e) = mgr.resign(store) {
+        w.violation(format!("manager {h} resign: {e}"));
+    }
+    let (after, alone) = {
+        let mut m = w.model.lock().unwrap();
+        m.resigns.0 -= 1;
+        (line(), first && m.resigns.0 == 0 && m.resigns.1 == begun)
+    };
+    if alone && before != 0 && before != h as u32 + 1 && after == 0 {
+        w.violation(format!("step {}: host {h} resigned node {}'s manager role", w.now(), before - 1));
+    }
+    w.published_all(3 * h + 1, "resign", None);
 }
 
 /// Recovers crashed peers once the manager has declared them dead (on the
@@ -750,11 +987,43 @@ fn recovery_actor(w: &World, h: usize) {
                     m.need_recovery = false;
                     m.recovered = true;
                 }
-                Err(e) => return w.violation(format!("host {h} recover: {e:?}")),
+                Err(e) => {
+                    return w.violation(format!("host {h} recover: {e:?}; locks in memory: {}", locks_in_memory(w)))
+                }
             }
         }
         w.yield_now(3 * h + 2, "recovery");
     }
+}
+
+/// Every lock's line and slots as memory holds them (for reports).
+fn locks_in_memory(w: &World) -> String {
+    use cxlkv_core::layout::{LockLine, LockSlot};
+    let Ok(st) = attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return String::new() };
+    let l = &st.layout;
+    let mut out = String::new();
+    if let Ok(ml) = st.region.read::<cxlkv_core::layout::ManagerLine>(l.manager.start) {
+        out += &format!(" [manager {} lease {} dead {:b}]", ml.manager, ml.lease, ml.dead_mask);
+    }
+    for n in 0..l.caps.max_nodes {
+        if let Ok(r) = st.region.read::<cxlkv_core::layout::RequestLine>(l.requests(n)) {
+            if r.want[0] != 0 {
+                out += &format!(" [node {n} wants {:b}]", r.want[0]);
+            }
+        }
+    }
+    for lock in 0..l.n_locks {
+        let ll = st.region.read::<LockLine>(l.lock_line(lock));
+        let slots: Vec<u32> = (0..l.caps.max_nodes)
+            .map(|n| st.region.read::<LockSlot>(l.lock_slot(lock, n)).map_or(9, |x| x.state))
+            .collect();
+        if let Ok(ll) = ll {
+            if ll.repair != 0 || slots.iter().any(|&x| x != 0) {
+                out += &format!(" [lock {lock}: holder {} repair {} slots {slots:?}]", ll.holder, ll.repair);
+            }
+        }
+    }
+    out
 }
 
 /// Whether host `h` may run recovery now (see `Model::single_recovery`).
@@ -765,7 +1034,11 @@ fn recovers_here(w: &World, h: usize) -> bool {
     let gone = {
         let s = w.sched.lock().unwrap();
         let m = w.model.lock().unwrap();
-        (0..w.hosts).map(|x| s.host_crashed[x] || (m.stall == Some(x) && m.stalled)).collect::<Vec<_>>()
+        // (A host whose process was killed has none attached to recover
+        // with until recovery freed the node.)
+        (0..w.hosts)
+            .map(|x| s.host_crashed[x] || (m.stall == Some(x) && m.stalled) || (m.killed && !m.attached[x]))
+            .collect::<Vec<_>>()
     };
     let manager = attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent)
         .ok()
@@ -801,26 +1074,96 @@ struct Pin {
     until: u32,
 }
 
-fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
-    if h == 0 {
+/// Whether a killed process's successor takes the first free slot (else it
+/// names its own).
+fn kill_scans(seed: u64) -> bool {
+    (seed / 6) % 2 == 0
+}
+
+/// Who host `h`'s current process is (pid and nonce change with each
+/// process the host runs).
+fn identity(w: &World, h: usize) -> Identity {
+    let g = w.sched.lock().unwrap().gen[h] as u64;
+    Identity { pid: 100 + h as u32 + 16 * g as u32, host_id: h as u64 + 1, nonce: 1000 + h as u64 + 100 * g, now: 0 }
+}
+
+/// The first thing host `h`'s next process does after its predecessor was
+/// killed (a supervisor restarts it at once): it finds the predecessor's
+/// node alive with a dead pid, and buries it. Everything the killed process
+/// left in the host's cache must then be in memory. Then it waits for
+/// recovery to free the slot, and attaches it.
+fn bury_predecessor<C: Coherence>(w: &World, store: &Store<C>, h: usize, scan: bool) -> Option<u32> {
+    let me = 3 * h;
+    if w.model.lock().unwrap().kill_late {
+        // Restarted late: the node was declared dead by its silence and
+        // (most likely) recovered meanwhile; there is nothing to bury.
+        let t = w.now();
+        while w.now() < t + 2 * LEASE.lease {
+            w.yield_now(me, "restart");
+        }
+    }
+    match cxlkv_core::node::bury(store, h as u32) {
+        Ok(_) => {}
+        Err(e) => {
+            w.violation(format!("host {h} bury: {e}"));
+            return None;
+        }
+    }
+    let old = w.orphaned_lines(h);
+    if let Some(&(i, site)) = old.first() {
+        w.violation(format!(
+            "step {}: host {h} buried its dead process, but {} line(s) it stored are not in memory; first line {i}, stored after {site}",
+            w.now(),
+            old.len()
+        ));
+    }
+    w.published_all(me, "bury", None);
+    // Some seeds take the first free slot instead of naming theirs: it is
+    // this host's own, slot 0, once recovered.
+    loop {
+        match attach_node(store, (!scan).then_some(h as u32), identity(w, h)) {
+            Ok(id) if id == h as u32 => return Some(id),
+            Ok(id) => {
+                w.violation(format!("host {h} attached node {id}, another host's slot"));
+                return None;
+            }
+            Err(Error::NodeBusy | Error::NoFreeNode) => w.yield_now(me, "reattach"),
+            Err(e) => {
+                w.violation(format!("host {h} attach after its process was killed: {e}"));
+                return None;
+            }
+        }
+    }
+}
+
+fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
+    if h == 0 && !restarted {
         if let Err(e) = format(w.mem.region(0), w.mem.host(0), sim_caps(w.hosts), seed) {
             return w.violation(format!("format: {e}"));
         }
         w.published_all(0, "format", None);
     }
     let Some(store) = attach_retry(w, h) else { return };
-    let who = Identity { pid: 100 + h as u32, host_id: h as u64 + 1, nonce: 1000 + h as u64, now: 0 };
-    let id = match attach_node(&store, Some(h as u32), who) {
+    let who = identity(w, h);
+    let attached = if restarted {
+        bury_predecessor(w, &store, h, kill_scans(seed)).ok_or(Error::Revoked)
+    } else {
+        attach_node(&store, Some(h as u32), who)
+    };
+    let id = match attached {
         Ok(id) => id,
         Err(e) => return w.violation(format!("attach node {h}: {e}")),
     };
+    if restarted {
+        w.model.lock().unwrap().inserts[h] = 0;
+    }
     let me = 3 * h;
     w.model.lock().unwrap().attached[h] = true;
     w.published_all(me, "attach_node", None);
     let env = Env { w };
     let local = NodeLocal::default();
     let node = Node::attached(&store, id, &env, &local);
-    let mut x = seed ^ mix64(h as u64 + 1);
+    let mut x = seed ^ mix64(h as u64 + 1) ^ mix64(who.pid as u64);
     let mut pins: Vec<Pin> = Vec::new();
     // The block being written: its handle, the op that finishes it, and
     // whether its payload goes in by plain stores (flushed by `publish`).
@@ -830,7 +1173,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
             w.violation(format!("host {h} {what}: unexpected {e:?}"));
         }
     };
-    if h == 0 {
+    if h == 0 && !restarted {
         // The lock-counter word, published as a named root.
         // (Recovering: a crashed host holds the allocator; retry once it is
         // repaired.)
@@ -851,7 +1194,9 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
         }
         w.published_all(me, "root_put", None);
     }
-    for op in 0..ops {
+    let first = w.model.lock().unwrap().op_at[h];
+    for op in first..ops {
+        w.model.lock().unwrap().op_at[h] = op;
         if h == 0 && op == ops / 2 && ops >= 8 {
             // A restart: the process detaches cleanly, stays away for longer
             // than a lease (managers must not take its silence for death; if
@@ -882,7 +1227,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
             while w.now() < t + LEASE.lease + 5_000 {
                 w.yield_now(me, "restart");
             }
-            if let Err(e) = attach_node(&store, Some(h as u32), who) {
+            if let Err(e) = attach_node(&store, Some(h as u32), identity(w, h)) {
                 return w.violation(format!("host {h} re-attach: {e}"));
             }
             {
@@ -905,7 +1250,8 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
                 }
             }
         }
-        if op == ops * 2 / 3 {
+        // (A restarted process skips a barrier its predecessor passed.)
+        if op == ops / 4 && w.model.lock().unwrap().barrier[1] & (1 << h) == 0 {
             // Quiescent mid-run: every host checks through its own cache, so
             // the end checks meet copies that went stale since.
             if let Some((hd, _, raw)) = writing.take() {
@@ -1064,14 +1410,26 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
                     }
                 }
             }
-            14 => lock_counter(w, &node, h),
+            14 => lock_counter(w, &node, h, r),
             _ if (r >> 56) % 2 == 0 => roots_op(w, &node, h, r),
             _ => raw_op(w, &node, h, r),
         }
-        w.model.lock().unwrap().ops += 1;
+        {
+            let mut m = w.model.lock().unwrap();
+            m.ops += 1;
+            m.release_armed = false;
+            if m.stall == Some(h) && m.stalled_in_release && m.revoked_ops == 0 {
+                m.revoked_ops = 1;
+                drop(m);
+                w.violation(format!(
+                    "host {h}: an unlock interrupted by a stall past the lease (its lock revoked) did not fail with Revoked"
+                ));
+            }
+        }
         w.published_all(me, "an operation", writing.map(|(hd, _, _)| (hd.off, hd.len)));
         always_invariants(w, h, op);
     }
+    w.model.lock().unwrap().op_at[h] = ops;
     if let Some((hd, _, raw)) = writing {
         finish_write(w, &node, h, hd, raw, rnd(&mut x));
     }
@@ -1079,6 +1437,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
     for off in mine {
         raw_free(w, &node, h, off);
     }
+    maintenance_recovery(w, &node, h);
     // Quiescent, with pins still held: every host checks the region through
     // its own cache (stale copies of others' lines included).
     barrier(w, me, 2);
@@ -1089,6 +1448,10 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64) {
         if let Err(e) = node.release(&[p.h]) {
             check_err("release", e, &[]);
         }
+    }
+    // The process closes: its recovery thread finishes first.
+    while w.model.lock().unwrap().recovering_on & (1 << h) != 0 {
+        w.yield_now(me, "close");
     }
     w.model.lock().unwrap().attached[h] = false;
     if let Err(e) = node.detach() {
@@ -1118,6 +1481,10 @@ fn stall_now(w: &World, h: usize, op: u32, ops: u32, idle: bool) -> bool {
         if m.stall != Some(h) || m.stalled || op < ops / 3 || !idle {
             return false;
         }
+        if m.stall_in_release {
+            m.release_armed = true;
+            return false;
+        }
         m.stall_req = true;
     }
     let t = w.now();
@@ -1130,6 +1497,58 @@ fn stall_now(w: &World, h: usize, op: u32, ops: u32, idle: bool) -> bool {
     let mut m = w.model.lock().unwrap();
     m.stall_req = false;
     m.stalled
+}
+
+/// Stalls the host of op actor `a` inside an unlock (called as it is about
+/// to read its slot back): the critical section is done and fenced, and the
+/// host holds no other lock, nothing pinned or being written; its manager
+/// actor is between steps and not the active manager, and no recovery is
+/// pending. The node is declared dead and its lock revoked meanwhile: the
+/// unlock must report Revoked when the host wakes. True when it stalled.
+fn stall_in_release(w: &World, a: usize) -> bool {
+    use cxlkv_core::layout::{LockSlot, SLOT_LOCKED};
+    let h = a / 3;
+    {
+        let m = w.model.lock().unwrap();
+        if a % 3 != 0 || m.stall != Some(h) || !m.release_armed || m.stalled || m.need_recovery || !m.mgr_idle[h] {
+            return false;
+        }
+        if m.recovering_on & (1 << h) != 0 {
+            return false;
+        }
+    }
+    let Ok(st) = attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return false };
+    let l = &st.layout;
+    let held = (0..l.n_locks)
+        .filter(|&k| st.region.read::<LockSlot>(l.lock_slot(k, h as u32)).is_ok_and(|x| x.state == SLOT_LOCKED))
+        .count();
+    let local = w.sched.lock().unwrap().local.keys().filter(|&&(lh, _)| lh == h).count();
+    if held != 1 || local != 1 {
+        return false;
+    }
+    {
+        let mut m = w.model.lock().unwrap();
+        m.stalled = true;
+        m.stalled_in_release = true;
+        m.raw.retain(|b| b.2 != h);
+    }
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!("step {}: host {h} stalls inside an unlock", w.now());
+    }
+    park_host(w, h);
+    true
+}
+
+/// Deschedules all three actors of host `h` for three leases.
+fn park_host(w: &World, h: usize) {
+    let mut s = w.sched.lock().unwrap();
+    let until = s.steps + 3 * LEASE.lease;
+    if s.sleep_until.len() != s.runnable.len() {
+        s.sleep_until = vec![0; s.runnable.len()];
+    }
+    for a in 3 * h..3 * h + 3 {
+        s.sleep_until[a] = until;
+    }
 }
 
 /// The manager actor's side of [`stall_now`]: parks the host if asked and
@@ -1148,14 +1567,7 @@ fn stall_here(w: &World, h: usize, active: bool) -> bool {
     if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
         eprintln!("step {}: host {h} stalls", w.now());
     }
-    let mut s = w.sched.lock().unwrap();
-    let until = s.steps + 3 * LEASE.lease;
-    if s.sleep_until.len() != s.runnable.len() {
-        s.sleep_until = vec![0; s.runnable.len()];
-    }
-    for a in 3 * h..3 * h + 3 {
-        s.sleep_until[a] = until;
-    }
+    park_host(w, h);
     true
 }
 
@@ -1215,8 +1627,34 @@ fn write_payload<C: Coherence>(
     }
 }
 
+/// After its operations, the first host to finish runs a recovery with no
+/// node dead, while the others may still work: it rebuilds everything under
+/// every lock, and nothing any live node holds or stored may change.
+fn maintenance_recovery<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
+    {
+        let mut m = w.model.lock().unwrap();
+        if m.maintained {
+            return;
+        }
+        m.maintained = true;
+        m.recovering += 1;
+        m.recovering_on |= 1 << h;
+    }
+    let r = node.recover(0);
+    {
+        let mut m = w.model.lock().unwrap();
+        m.recovering -= 1;
+        m.recovering_on &= !(1 << h);
+    }
+    match r {
+        Ok(_) => w.published_all(3 * h, "maintenance recovery", None),
+        Err(e) if revoked_ok(w, h, e) => {}
+        Err(e) => w.violation(format!("host {h} maintenance recovery: {e:?}")),
+    }
+}
+
 /// Waits until every op actor of a live host reached `phase` of the end
-/// barrier (and a crashed host was recovered).
+/// barrier (and a crashed host was recovered, and no recovery runs).
 fn barrier(w: &World, me: usize, phase: usize) {
     w.model.lock().unwrap().barrier[phase] |= 1 << (me / 3);
     loop {
@@ -1229,7 +1667,7 @@ fn barrier(w: &World, me: usize, phase: usize) {
             gone |= m.stall.map_or(0, |h| 1 << h);
         }
         let all = (1u64 << w.hosts) - 1;
-        if (m.barrier[phase] | gone) == all && !m.awaits_recovery() {
+        if (m.barrier[phase] | gone) == all && !m.awaits_recovery() && m.recovering == 0 {
             return;
         }
         drop(m);
@@ -1270,30 +1708,8 @@ fn raw_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
         Err(e) if revoked_ok(w, h, e) => return,
         Err(e) => return w.violation(format!("host {h} alloc {len}: {e:?}")),
     };
-    {
-        let crashed = w.crashed();
-        let mut m = w.model.lock().unwrap();
-        let stalled = m.stall.filter(|_| m.stalled);
-        if let Some(b) =
-            m.raw.iter().find(|b| Some(b.2) != crashed && Some(b.2) != stalled && b.0 < off + len && off < b.0 + b.1)
-        {
-            let b = *b;
-            let hist: String = m
-                .log
-                .iter()
-                .filter(|x| x.0 == b.0 || x.0 == off)
-                .map(|x| format!("\n      step {}: {}", x.1, x.2))
-                .collect();
-            drop(m);
-            return w.violation(format!(
-                "step {}: host {h} alloc {off}+{len} overlaps host {}'s block {}+{}{hist}",
-                w.now(),
-                b.2,
-                b.0,
-                b.1
-            ));
-        }
-        m.raw.push((off, len, h));
+    if !track_raw(w, h, off, len) {
+        return;
     }
     log(w, off, format!("host {h} alloc raw {off}+{len}"));
     let st = node.store;
@@ -1305,6 +1721,36 @@ fn raw_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
     if let Err(e) = r {
         w.violation(format!("host {h} raw write: {e:?}"));
     }
+}
+
+/// Enters a new raw block of host `h` in the model: it must not overlap any
+/// live block. False (a violation) when it does.
+fn track_raw(w: &World, h: usize, off: u64, len: u64) -> bool {
+    let crashed = w.crashed();
+    let mut m = w.model.lock().unwrap();
+    let stalled = m.stall.filter(|_| m.stalled);
+    if let Some(b) =
+        m.raw.iter().find(|b| Some(b.2) != crashed && Some(b.2) != stalled && b.0 < off + len && off < b.0 + b.1)
+    {
+        let b = *b;
+        let hist: String = m
+            .log
+            .iter()
+            .filter(|x| x.0 == b.0 || x.0 == off)
+            .map(|x| format!("\n      step {}: {}", x.1, x.2))
+            .collect();
+        drop(m);
+        w.violation(format!(
+            "step {}: host {h} alloc {off}+{len} overlaps host {}'s block {}+{}{hist}",
+            w.now(),
+            b.2,
+            b.0,
+            b.1
+        ));
+        return false;
+    }
+    m.raw.push((off, len, h));
+    true
 }
 
 fn raw_free<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64) {
@@ -1370,13 +1816,34 @@ fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
     if (r >> 40) % 2 != 0 {
         let before = begin(false);
         let got = cxlkv_core::roots::get(node.store, name.as_bytes());
+        // The block it names, read while no put or destroy of it runs.
+        let mut bytes = Vec::new();
+        if let Ok(root) = got {
+            let st = node.store;
+            bytes = vec![0u8; root.size as usize];
+            let r = st
+                .co
+                .invalidate(&st.region, root.offset, root.size, Site("harness.root.read"))
+                .and_then(|_| st.region.copy_out(root.offset, &mut bytes));
+            if r.is_err() {
+                bytes.clear();
+            }
+        }
         let after = w.model.lock().unwrap().roots[g];
+        let alone = before.inflight == 0 && after.inflight == 0 && before.begun == after.begun;
+        if let (Ok(root), true) = (got, alone) {
+            if bytes != raw_pattern(root.offset, root.size) {
+                w.violation(format!(
+                    "host {h} root {name} names block {}+{} whose bytes changed",
+                    root.offset, root.size
+                ));
+            }
+        }
         let got = match got {
             Ok(root) => Some(root.size),
             Err(Error::NotFound) => None,
             Err(e) => return w.violation(format!("host {h} get root {name}: {e:?}")),
         };
-        let alone = before.inflight == 0 && after.inflight == 0 && before.begun == after.begun;
         if let (Some(want), true) = (before.state, alone) {
             if got != want {
                 w.violation(format!("host {h} read root {name} as {got:?}; it is {want:?}"));
@@ -1385,13 +1852,38 @@ fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
         return;
     }
     let put = (r >> 20) % 2 == 0;
-    let size = 1 + r % 1000;
+    let size = 64 + r % 1000;
     let before = begin(true);
-    let res = if put {
-        node.root_put(name.as_bytes(), cxlkv_core::roots::Root { offset: 0, size, tag: h as u32 })
+    // A put names a raw block of its own, which the root then keeps alive
+    // (its allocator may die: recovery must not reclaim it); a destroy
+    // frees the block its root named.
+    let block = if put { rooted_alloc(w, node, h, size) } else { None };
+    if put && block.is_none() {
+        w.model.lock().unwrap().roots[g].inflight -= 1;
+        return;
+    }
+    let res = if let Some(off) = block {
+        node.root_put(name.as_bytes(), cxlkv_core::roots::Root { offset: off, size, tag: h as u32 })
     } else {
-        node.root_destroy(name.as_bytes()).map(|_| ())
+        node.root_destroy(name.as_bytes()).map(|root| {
+            if root.offset != 0 {
+                unroot(w, node, h, root.offset);
+            }
+        })
     };
+    if let Some(off) = block {
+        match res {
+            Ok(()) => {
+                let mut m = w.model.lock().unwrap();
+                if let Some(b) = m.raw.iter_mut().find(|b| b.0 == off && b.2 == h) {
+                    b.2 = ROOTED;
+                }
+            }
+            Err(Error::Exists) => raw_free(w, node, h, off),
+            // Revoked: the root may or may not name it; the block stays.
+            Err(_) => {}
+        }
+    }
     let mut m = w.model.lock().unwrap();
     m.roots[g].inflight -= 1;
     let alone = before.inflight == 0 && m.roots[g].inflight == 0 && m.roots[g].begun == before.begun + 1;
@@ -1400,6 +1892,8 @@ fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
         (false, Ok(())) | (false, Err(Error::NotFound)) => Some(None),
         (true, Err(Error::Exists)) => None,
         (_, Err(e)) => {
+            // Revoked after the change was made: the state is unknown.
+            m.roots[g].state = None;
             drop(m);
             if !revoked_ok(w, h, e) {
                 w.violation(format!("host {h} {} root {name}: {e:?}", if put { "put" } else { "destroy" }));
@@ -1426,6 +1920,60 @@ fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
     }
     // An Exists leaves the size unknown unless the model knew it.
     m.roots[g].state = next.or(before.state);
+}
+
+/// Owner of a raw block in `Model::raw` that a named root keeps.
+const ROOTED: usize = usize::MAX;
+
+/// Allocates and fills a raw block for a root to name (tracked as host
+/// `h`'s until the root names it). None when there is no room now.
+fn rooted_alloc<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, size: u64) -> Option<u64> {
+    let off = match node.alloc(size) {
+        Ok(off) => off,
+        Err(Error::OutOfSpace | Error::Recovering) => return None,
+        Err(e) if revoked_ok(w, h, e) => return None,
+        Err(e) => {
+            w.violation(format!("host {h} alloc {size} for a root: {e:?}"));
+            return None;
+        }
+    };
+    if !track_raw(w, h, off, size) {
+        return None;
+    }
+    let st = node.store;
+    let r = st
+        .region
+        .copy_in(off, &raw_pattern(off, size))
+        .and_then(|_| st.co.flush(&st.region, off, size, Site("harness.raw")));
+    st.co.store_fence(Site("harness.raw.fence"));
+    if let Err(e) = r {
+        w.violation(format!("host {h} raw write: {e:?}"));
+    }
+    Some(off)
+}
+
+/// The block a destroyed root named becomes host `h`'s, which frees it
+/// (checking it kept its bytes).
+fn unroot<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64) {
+    let known = {
+        let mut m = w.model.lock().unwrap();
+        m.raw.iter_mut().find(|b| b.0 == off && b.2 == ROOTED).map(|b| b.2 = h).is_some()
+    };
+    if known {
+        raw_free(w, node, h, off);
+    } else {
+        // Named by a put the model lost track of (its host died): free it.
+        let mut r = node.free(off);
+        while r == Err(Error::Recovering) {
+            w.yield_now(3 * h, "free-retry");
+            r = node.free(off);
+        }
+        if let Err(e) = r {
+            if !revoked_ok(w, h, e) {
+                w.violation(format!("host {h} free of an unrooted block {off}: {e:?}"));
+            }
+        }
+    }
 }
 
 fn counted_insert(w: &World, h: usize) {
@@ -1501,22 +2049,30 @@ fn verify_pinned<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: &Han
     }
 }
 
-fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
+/// Increments the lock-protected counter. Half the time the caller gives up
+/// after a few waits: a request that times out withdraws, and a grant racing
+/// the withdrawal must be given back, never stranded.
+fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
     let off = w.model.lock().unwrap().counter_root;
     if off == 0 {
         return;
     }
     let st = node.store;
     let lock = st.layout.locks().roots();
+    let patient = (r >> 36) % 2 == 0;
+    WAIT_LIMIT.with(|l| l.set(if patient { 200_000 } else { 2 + (r >> 37) as u32 % 40 }));
     let r = node.with_lock(lock, || {
         st.co.invalidate(&st.region, off, 8, Site("harness.counter.read"))?;
         let v = st.region.load_u64(off)?;
         st.region.store_u64(off, v + 1)?;
         st.co.flush(&st.region, off, 8, Site("harness.counter.write"))
     });
+    WAIT_LIMIT.with(|l| l.set(200_000));
     match r {
         Ok(()) => w.model.lock().unwrap().counter += 1,
-        Err(e) if revoked_ok(w, h, e) => {}
+        Err(Error::Timeout) if !patient => {}
+        // The increment ran; the unlock found the lock revoked.
+        Err(e) if revoked_ok(w, h, e) => w.model.lock().unwrap().counter_maybe += 1,
         Err(e) => w.violation(format!("host {h} counter lock: {e:?}")),
     }
 }
