@@ -47,6 +47,18 @@ CXLKV_TEST_WORKER="$PWD/target/asan/$asan_target/debug/cxlkv-test-worker" \
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 set -e
 
+step "coherence mutants (every flush, invalidate and fence site of core must matter)"
+set +e
+tests/coherence-mutants.sh 32
+mrc=$?
+set -e
+if [ "$mrc" -eq 0 ]; then
+  echo "test result: ok. 1 passed; 0 failed" >> "$log"
+else
+  echo "coherence mutants: 1 failed" >> "$log"
+  rc=1
+fi
+
 step "smoke: cxlkv bench (quick)"
 cargo run --release --locked -p cxlkv-cli -- bench --blocks 256 --modes coherent,clflush
 

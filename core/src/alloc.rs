@@ -97,9 +97,18 @@ impl<C: Coherence> Node<'_, C> {
         let l = &self.store.layout;
         let c = chunk_of(l, off)?;
         for _ in 0..4 {
-            let rec: ChunkRecord = self.store.fresh(l.chunk(c), Site("alloc.free.peek"))?;
-            if rec.owner == 0 || rec.owner > l.caps.max_nodes || rec.kind == CHUNK_CONT {
-                return Err(Error::InvalidArgument);
+            // A hint from this host's copy, however stale: the owner's heap
+            // lock to take. The record read fresh under that lock decides
+            // (and refreshes the hint when it was wrong).
+            let mut rec: ChunkRecord = self.store.region.read(l.chunk(c))?;
+            let bad = |r: &ChunkRecord| r.owner == 0 || r.owner > l.caps.max_nodes || r.kind == CHUNK_CONT;
+            if bad(&rec) {
+                // SYNC: before refusing, a fresh look (writer: the owner's
+                // allocator, under its heap lock).
+                rec = self.store.fresh(l.chunk(c), Site("alloc.free.peek"))?;
+                if bad(&rec) {
+                    return Err(Error::InvalidArgument);
+                }
             }
             let owner = rec.owner - 1;
             let done = self.with_lock_mode(l.locks().heap(owner), nested, || {

@@ -165,13 +165,17 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
     }
 
     for lock in 0..l.n_locks {
-        let ll: crate::layout::LockLine = st.fresh(l.lock_line(lock), Site("check.lockline"))?;
+        // SYNC: fresh lock line and slots (writers: the manager, holders,
+        // requesters, recovery).
+        let span = (1 + l.caps.max_nodes as u64) * 64;
+        st.co.invalidate(&st.region, l.lock_line(lock), span, Site("check.lock"))?;
+        let ll: crate::layout::LockLine = st.region.read(l.lock_line(lock))?;
         if ll.repair != 0 {
             rep(FindingKind::NeedsRepair, lock as u64, 0);
         }
         let mut holders = 0u64;
         for node in 0..l.caps.max_nodes {
-            let s: LockSlot = st.fresh(l.lock_slot(lock, node), Site("check.slot"))?;
+            let s: LockSlot = st.region.read(l.lock_slot(lock, node))?;
             match s.state {
                 SLOT_LOCKED => {
                     holders += 1;

@@ -375,7 +375,7 @@ impl Manager {
             // Completed by the fence that ends the step.
             store.publish(moff, &ml, Site("mgr.renew"))?;
         }
-        let mut dead = ml.dead_mask;
+        let dead = ml.dead_mask;
         rep.dead = dead;
 
         // Locks: those someone asks for (request lines) or holds.
@@ -412,19 +412,11 @@ impl Manager {
                 let soff = l.lock_slot(lock, n);
                 let s: LockSlot = store.fresh_state_first(soff, Site("mgr.slot"))?;
                 seen[n as usize] = (s.state, s.flags);
-                let mut is_dead = dead & (1 << n) != 0;
-                if is_dead && s.state != SLOT_IDLE {
-                    // The dead mask is this step's: recovery may have freed
-                    // the node since, and a new process attached it (every
-                    // lock of the dead one was revoked before recovery could
-                    // run, so the slot is the newcomer's).
-                    let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("mgr.dead.recheck"))?;
-                    if info.state == NODE_ALIVE {
-                        is_dead = false;
-                        dead &= !(1 << n);
-                        self.alive |= 1 << n;
-                    }
-                }
+                // A LOCKED slot of a node dead at this step's liveness scan is
+                // the dead one's: recovery (which could free the node for a
+                // newcomer) needs every lock, and this step has not revoked
+                // this one yet.
+                let is_dead = dead & (1 << n) != 0;
                 match s.state {
                     SLOT_LOCKED if is_dead => {
                         store.publish_state_last(soff, &LockSlot::default(), Site("mgr.revoke"))?;
@@ -435,17 +427,16 @@ impl Manager {
                         rep.revoked += 1;
                     }
                     SLOT_LOCKED => holder = Some(n),
-                    SLOT_WAITING | SLOT_CANCEL if is_dead => {
-                        store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_dead_wait"))?;
-                    }
                     SLOT_CANCEL => {
                         // SYNC: the answer to a withdrawal (reader: its poll).
                         store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_withdrawn"))?;
                     }
                     SLOT_WAITING if self.alive & (1 << n) == 0 => {
-                        // Not ALIVE at the last scan: attached since, or a
-                        // node recovery already freed (it stalled, was
-                        // declared dead, and woke up). Never grant the latter.
+                        // Not ALIVE at the last scan: dead, attached since
+                        // (maybe as a dead one's successor, after recovery
+                        // freed it), or a node recovery already freed (it
+                        // stalled, was declared dead, and woke up). Read
+                        // fresh: drop all but the newly attached.
                         let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("mgr.waiter.info"))?;
                         if info.state == NODE_ALIVE {
                             self.alive |= 1 << n;

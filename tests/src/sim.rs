@@ -205,6 +205,8 @@ struct Model {
     killed: bool,
     /// The killed process restarts after two leases, not at once.
     kill_late: bool,
+    /// Each host's op actor is writing a block by plain stores.
+    raw_writing: Vec<bool>,
     /// Where each host's op actor is: the operation it began last (the
     /// number of operations once it finished them).
     op_at: Vec<u32>,
@@ -315,7 +317,11 @@ impl World {
             let ok =
                 m.attached[h] && m.recovering_on & (1 << h) == 0 && !m.need_recovery && m.op_at[h] < m.ops_per_host;
             drop(m);
-            if actor == 3 * h && step >= at && (holding || step >= at + 20_000) && ok && !s.finished[actor] {
+            // Best while it has payload stored by plain stores and not yet
+            // flushed (a block it is writing): its successor must flush it.
+            let dirty_payload = self.model.lock().unwrap().raw_writing[h];
+            let due = holding && (dirty_payload || step >= at + 30_000) || step >= at + 50_000;
+            if actor == 3 * h && step >= at && due && ok && !s.finished[actor] {
                 s.kill_at = None;
                 s.gen[h] += 1;
                 s.local.retain(|&(lh, _), _| lh != h);
@@ -558,6 +564,15 @@ impl NodeEnv for Env<'_> {
         if iteration > WAIT_LIMIT.with(|l| l.get()) {
             return Err(Error::Timeout);
         }
+        {
+            // As the platform's: a process whose heartbeat found it fenced
+            // stops waiting.
+            let h = ACTOR.with(|a| a.get()) / 3;
+            let m = self.w.model.lock().unwrap();
+            if m.fenced && m.stall == Some(h) {
+                return Err(Error::Revoked);
+            }
+        }
         if iteration == 50_000 && std::env::var("CXLKV_SIM_DEBUG").is_ok() {
             let a = ACTOR.with(|a| a.get());
             eprintln!(
@@ -611,6 +626,7 @@ pub fn run(cfg: &RunConfig) -> RunResult {
             attached: vec![false; hosts],
             mgr_idle: vec![false; hosts],
             op_at: vec![0; hosts],
+            raw_writing: vec![false; hosts],
             ops_per_host: cfg.ops,
             ..Model::default()
         }),
@@ -644,7 +660,7 @@ pub fn run(cfg: &RunConfig) -> RunResult {
         let h = if kill_scans(cfg.seed) { 0 } else { h };
         let at = 2000 + rnd(&mut s.rng) % (cfg.ops as u64 * 250 * hosts as u64).max(1);
         s.kill_at = Some((h, at));
-        w.model.lock().unwrap().kill_late = (cfg.seed / 12) % 2 == 1;
+        w.model.lock().unwrap().kill_late = kill_late(cfg.seed);
     }
     if cfg.crash {
         let mut s = w.sched.lock().unwrap();
@@ -1075,9 +1091,15 @@ struct Pin {
 }
 
 /// Whether a killed process's successor takes the first free slot (else it
-/// names its own).
+/// names its own). Kill runs are the seeds 4 (mod 6); their lazy ones are
+/// every other one, so each choice meets both cache kinds.
 fn kill_scans(seed: u64) -> bool {
-    (seed / 6) % 2 == 0
+    (seed / 6) % 4 >= 2
+}
+
+/// Whether a killed process restarts two leases late (else at once).
+fn kill_late(seed: u64) -> bool {
+    (seed / 6) % 8 >= 4
 }
 
 /// Who host `h`'s current process is (pid and nonce change with each
@@ -1196,7 +1218,11 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
     }
     let first = w.model.lock().unwrap().op_at[h];
     for op in first..ops {
-        w.model.lock().unwrap().op_at[h] = op;
+        {
+            let mut m = w.model.lock().unwrap();
+            m.op_at[h] = op;
+            m.raw_writing[h] = writing.is_some_and(|(_, _, raw)| raw);
+        }
         if h == 0 && op == ops / 2 && ops >= 8 {
             // A restart: the process detaches cleanly, stays away for longer
             // than a lease (managers must not take its silence for death; if

@@ -37,6 +37,16 @@ fn simulated_hosts_with_a_crash_recover_and_keep_every_invariant() {
 }
 
 #[test]
+fn a_process_killed_on_a_live_host_is_buried_and_recovered() {
+    // Kill runs are the crash-free seeds 4 (mod 6): its successor restarts
+    // at once naming its slot (4, 10), at once scanning (16, 22), or two
+    // leases late (28, 34); busy and lazy caches alternate.
+    for seed in [4, 10, 16, 22, 28, 34] {
+        must_pass(RunConfig { seed, hosts: 3, ops: 80, crash: false, disable: None, lazy: seed % 4 == 2 });
+    }
+}
+
+#[test]
 fn same_seed_replays_the_same_run() {
     let cfg = RunConfig { seed: 7, hosts: 3, ops: 30, crash: true, disable: None, lazy: false };
     let (a, b) = (run(&cfg), run(&cfg));
