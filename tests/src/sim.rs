@@ -1738,6 +1738,11 @@ fn raw_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
         return;
     }
     log(w, off, format!("host {h} alloc raw {off}+{len}"));
+    fill_raw(w, node, h, off, len);
+}
+
+/// Stores a raw block's pattern, flushed and fenced.
+fn fill_raw<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64, len: u64) {
     let st = node.store;
     let r = st
         .region
@@ -1966,15 +1971,7 @@ fn rooted_alloc<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, size: u64
     if !track_raw(w, h, off, size) {
         return None;
     }
-    let st = node.store;
-    let r = st
-        .region
-        .copy_in(off, &raw_pattern(off, size))
-        .and_then(|_| st.co.flush(&st.region, off, size, Site("harness.raw")));
-    st.co.store_fence(Site("harness.raw.fence"));
-    if let Err(e) = r {
-        w.violation(format!("host {h} raw write: {e:?}"));
-    }
+    fill_raw(w, node, h, off, size);
     Some(off)
 }
 
