@@ -36,6 +36,21 @@ set +e
 cargo test --workspace --locked 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 
+step "GPU path, feature cuda (libcuda loaded at run time: builds and answers without CUDA)"
+cargo clippy -p cxlkv-platform --features cuda --all-targets --locked -- -D warnings 2>&1 | tail -n 3
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+cargo test -p cxlkv-platform --features cuda --locked --lib gpu:: 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+# On a machine with an NVIDIA GPU this checks and measures the path (exit 0);
+# without one it must report CUDA unavailable (exit 2), never crash.
+cargo run -p cxlkv-platform --features cuda --locked --bin cxlkv-gpu-check -- --quick
+grc=$?
+case "$grc" in
+  0) echo "test result: ok. 1 passed; 0 failed (GPU checks on a GPU)" >> "$log" ;;
+  2) echo "test result: ok. 1 passed; 0 failed (CUDA unavailable, reported as such)" >> "$log" ;;
+  *) echo "cxlkv-gpu-check: 1 failed (exit $grc)" >> "$log"; rc=1 ;;
+esac
+
 step "hostile peer under AddressSanitizer"
 # The worker processes are rebuilt with ASan (nightly flag on the stable
 # toolchain) and the hostile-peer test drives them.

@@ -5,7 +5,7 @@
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use cxlkv_core::recover::RecoverReport;
 use cxlkv_core::region::{attach, format, NodeEnv, Store};
 
 use crate::flush::{Flush, FlushMode};
+use crate::gpu::{CudaPath, GpuState};
 use crate::host::{host_id, pid_alive, random_u64};
 use crate::local::LocalTier;
 use crate::map::Mapping;
@@ -167,6 +168,8 @@ impl Inner {
 pub struct Cache {
     inner: Arc<Inner>,
     thread: Option<JoinHandle<()>>,
+    gpu: OnceLock<GpuState>,
+    gpu_init: Mutex<()>,
 }
 
 fn background(inner: Arc<Inner>) {
@@ -278,7 +281,7 @@ impl Cache {
             .name(format!("cxlkv-node{id}"))
             .spawn(move || background(i2))
             .map_err(|err| Error::Io { what: "spawn node thread", err })?;
-        Ok(Cache { inner, thread: Some(thread) })
+        Ok(Cache { inner, thread: Some(thread), gpu: OnceLock::new(), gpu_init: Mutex::new(()) })
     }
 
     /// The node handle: every cache operation.
@@ -324,12 +327,44 @@ impl Cache {
         check_store(&self.inner.store)
     }
 
+    /// Registers the whole region with CUDA device `device` (page-locked and
+    /// mapped for the device, in 1 GiB chunks) and returns its GPU path.
+    /// Registering again for the same device returns the same path; for
+    /// another device, `InvalidArgument`. Unregistered when the node closes:
+    /// every copy must have completed by then.
+    ///
+    /// `CudaUnavailable` without feature `cuda`, driver or device.
+    pub fn register_cuda(&self, device: u32) -> Result<CudaPath<'_>> {
+        let _g = self.gpu_init.lock().unwrap_or_else(|e| e.into_inner());
+        if self.gpu.get().is_none() {
+            let st = GpuState::register(self, device)?;
+            let _ = self.gpu.set(st);
+        }
+        match self.gpu.get() {
+            Some(st) if st.device() == device => Ok(CudaPath::new(self, st)),
+            Some(_) => Err(Error::Core(cxlkv_core::Error::InvalidArgument)),
+            None => Err(Error::CudaUnavailable("registration failed")),
+        }
+    }
+
+    /// The GPU path, once [`Cache::register_cuda`] succeeded.
+    pub fn cuda(&self) -> Result<CudaPath<'_>> {
+        match self.gpu.get() {
+            Some(st) => Ok(CudaPath::new(self, st)),
+            None => Err(Error::CudaUnavailable("the region is not registered with CUDA")),
+        }
+    }
+
     /// Stops the thread and detaches (drops every pin this node holds).
     pub fn close(mut self) -> Result<()> {
         self.shutdown()
     }
 
     fn shutdown(&mut self) -> Result<()> {
+        // Unregistered while the region is still mapped.
+        if let Some(st) = self.gpu.take() {
+            st.close();
+        }
         let Some(t) = self.thread.take() else { return Ok(()) };
         self.inner.stop.store(true, Ordering::Relaxed);
         let _ = t.join();

@@ -16,6 +16,19 @@ pub enum Error {
     },
     /// The requested feature is not available on this machine or build.
     Unsupported(&'static str),
+    /// CUDA cannot be used here: the build lacks feature `cuda`, no driver
+    /// library or device was found, `CXLKV_CUDA=off` is set, or the region
+    /// is not registered. Never a panic: every GPU call reports this.
+    CudaUnavailable(&'static str),
+    /// A CUDA driver call failed.
+    Cuda {
+        /// The driver entry point.
+        call: &'static str,
+        /// Its `CUresult` code.
+        code: u32,
+        /// The driver's name for the code.
+        name: &'static str,
+    },
 }
 
 /// Result type of the platform layer.
@@ -47,6 +60,8 @@ impl fmt::Display for Error {
             Error::Core(e) => write!(f, "{e}"),
             Error::Io { what, err } => write!(f, "{what}: {err}"),
             Error::Unsupported(w) => write!(f, "unsupported: {w}"),
+            Error::CudaUnavailable(w) => write!(f, "CUDA unavailable: {w}"),
+            Error::Cuda { call, code, name } => write!(f, "{call} failed: {name} ({code})"),
         }
     }
 }

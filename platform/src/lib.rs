@@ -5,11 +5,13 @@
 //! - [`flush`]: `Coherence` implementations with real cache-maintenance
 //!   instructions, chosen by CPUID with an explicit override;
 //! - [`local`]: the host-local lock tier, shared by the processes of a host;
-//! - [`cache`]: an attached node with its heartbeat and lock-manager thread.
+//! - [`cache`]: an attached node with its heartbeat and lock-manager thread;
+//! - [`gpu`]: the region registered with CUDA, and DMA copies of KV blocks.
 
 pub mod cache;
 pub mod error;
 pub mod flush;
+pub mod gpu;
 pub mod host;
 pub mod local;
 pub mod map;
