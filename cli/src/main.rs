@@ -103,7 +103,8 @@ fn mode(a: &Args) -> Result<FlushMode, Fail> {
 const COMMON: [&str; 1] = ["mode"];
 
 fn cmd_format(raw: &[String]) -> Result<(), Fail> {
-    let valued = [COMMON.as_slice(), &["size", "nodes", "stripes", "entries", "chunk", "roots", "pins"]].concat();
+    let valued =
+        [COMMON.as_slice(), &["size", "nodes", "stripes", "entries", "chunk", "roots", "pins", "inbox"]].concat();
     let a = Args::parse(raw, &valued, &["force", "json"])?;
     let path = a.path()?;
     let size = a.size("size", 0)?;
@@ -122,6 +123,7 @@ fn cmd_format(raw: &[String]) -> Result<(), Fail> {
         n_roots: a.num("roots", d.n_roots)?,
         pin_slots: a.num("pins", d.pin_slots)?,
         chunk_shift: chunk.trailing_zeros(),
+        inbox_slots: a.num("inbox", d.inbox_slots)?,
     };
     let total: u32 = a.num("entries", caps.n_stripes.saturating_mul(d.entries_per_stripe))?;
     let caps = Capacities { entries_per_stripe: total.div_ceil(caps.n_stripes.max(1)), ..caps };

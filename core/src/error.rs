@@ -62,6 +62,8 @@ pub enum Error {
     /// A lock this operation needs awaits recovery after a node died; the
     /// operation did nothing lasting. Retry after recovery.
     Recovering = 25,
+    /// The receiver's inbox has no room now; retry once it has read.
+    InboxFull = 26,
 }
 
 impl Error {
@@ -93,6 +95,7 @@ impl Error {
             Error::Changed => "entry changed during read",
             Error::TooLarge => "size too large",
             Error::Recovering => "recovery in progress, retry",
+            Error::InboxFull => "inbox full, retry",
         }
     }
 

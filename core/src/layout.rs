@@ -16,7 +16,7 @@ use crate::{Error, Result};
 /// "CXLKV\0\0\1" little-endian: the region magic.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
 /// Format version; bumped with every incompatible change.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Largest number of nodes (pinner bitmask is one u64).
 pub const MAX_NODES: u32 = 64;
 /// Blocks per chunk are tracked in a 256-bit map.
@@ -72,7 +72,7 @@ shared_struct! {
         pub n_roots: u32,
         pub pin_slots: u32,
         pub n_locks: u32,
-        pub reserved0: u32,
+        pub inbox_slots: u32,
         pub off_nodes: u64,
         pub off_manager: u64,
         pub off_locks: u64,
@@ -85,7 +85,8 @@ shared_struct! {
         pub off_journals: u64,
         pub off_payload: u64,
         pub payload_len: u64,
-        pub reserved: [u64; 8],
+        pub off_inboxes: u64,
+        pub reserved: [u64; 7],
         pub checksum: u64,
     } size 256
 }
@@ -139,7 +140,7 @@ shared_struct! {
 }
 
 /// Most global locks a region can have (the request bitmap's width).
-pub const MAX_LOCKS: u32 = 256;
+pub const MAX_LOCKS: u32 = 512;
 
 /// Lines per node in the node table: info, heartbeat, stats, requests.
 pub const NODE_LINES: u64 = 4;
@@ -278,6 +279,44 @@ shared_struct! {
     } size 16
 }
 
+shared_struct! {
+    /// Head of node n's inbox ring: how many slots its owner has consumed.
+    /// Written only by the owner.
+    pub struct InboxHead {
+        pub head: u64,
+        pub reserved: [u64; 7],
+    } size 64
+}
+
+shared_struct! {
+    /// First line of an inbox slot. `seq` (position + 1) is the state word:
+    /// written last in a message's first slot, read first.
+    pub struct MsgHeader {
+        pub seq: u64,
+        pub request_id: u64,
+        pub stamp: u64,
+        /// Over every field but `seq` and itself, and every key.
+        pub checksum: u64,
+        pub kind: u32,
+        pub n_keys: u32,
+        pub ns: u32,
+        pub from: u32,
+        pub to_incarnation: u32,
+        /// Slots the message spans (first slot), 0 in later slots.
+        pub slots: u32,
+        pub status: u32,
+        /// Index of this slot in its message.
+        pub index: u32,
+    } size 64
+}
+
+shared_struct! {
+    /// The three key lines of an inbox slot: 12 keys as (lo, hi).
+    pub struct MsgKeys {
+        pub words: [u64; 24],
+    } size 192
+}
+
 /// Entry states.
 pub mod state {
     /// Free entry.
@@ -346,6 +385,9 @@ pub const LAYOUT_FINGERPRINT: u64 = {
     h = Bucket::fold_layout(h);
     h = Entry::fold_layout(h);
     h = PinRecord::fold_layout(h);
+    h = InboxHead::fold_layout(h);
+    h = MsgHeader::fold_layout(h);
+    h = MsgKeys::fold_layout(h);
     h
 };
 
@@ -364,6 +406,8 @@ pub struct Capacities {
     pub pin_slots: u32,
     /// log2 of the chunk size.
     pub chunk_shift: u32,
+    /// Slots of each node's inbox ring (a power of two).
+    pub inbox_slots: u32,
 }
 
 impl Default for Capacities {
@@ -375,6 +419,7 @@ impl Default for Capacities {
             n_roots: 64,
             pin_slots: 512,
             chunk_shift: 21,
+            inbox_slots: 64,
         }
     }
 }
@@ -390,6 +435,8 @@ impl Capacities {
             && (4..=1 << 20).contains(&self.pin_slots)
             && self.pin_slots % 4 == 0
             && (12..=32).contains(&self.chunk_shift)
+            && self.inbox_slots.is_power_of_two()
+            && (4..=65536).contains(&self.inbox_slots)
             && self.n_locks() <= MAX_LOCKS;
         if ok {
             Ok(())
@@ -403,9 +450,10 @@ impl Capacities {
         (self.entries_per_stripe.max(2) * 2).next_power_of_two()
     }
 
-    /// Number of global locks: stripes, roots, one heap per node, alloc.
+    /// Number of global locks: stripes, roots, one heap per node, alloc, one
+    /// inbox per node.
     pub fn n_locks(&self) -> u32 {
-        self.n_stripes + 1 + self.max_nodes + 1
+        self.n_stripes + 1 + self.max_nodes + 1 + self.max_nodes
     }
 }
 
@@ -433,6 +481,10 @@ impl LockIds {
     /// Lock of the global chunk bitmap.
     pub fn alloc(&self) -> u32 {
         self.n_stripes + 1 + self.max_nodes
+    }
+    /// Lock of node `n`'s inbox (producers serialise on it; taken alone).
+    pub fn inbox(&self, n: u32) -> u32 {
+        self.n_stripes + 1 + self.max_nodes + 1 + n
     }
 }
 
@@ -470,6 +522,8 @@ pub struct Layout {
     pub entries: Area,
     /// Pin journals.
     pub journals: Area,
+    /// Inbox rings: per node, its head line then its slots.
+    pub inboxes: Area,
     /// Payload chunks.
     pub payload: Area,
 }
@@ -477,6 +531,13 @@ pub struct Layout {
 const fn align_up(v: u64, a: u64) -> u64 {
     (v + a - 1) & !(a - 1)
 }
+
+/// Lines of one inbox slot: a `MsgHeader` and a `MsgKeys`.
+pub const SLOT_LINES: u64 = 4;
+/// Keys one inbox slot carries.
+pub const KEYS_PER_SLOT: usize = 12;
+static_assertions::const_assert_eq!(size_of::<MsgHeader>() + size_of::<MsgKeys>(), (SLOT_LINES * LINE) as usize);
+static_assertions::const_assert_eq!(size_of::<MsgKeys>(), KEYS_PER_SLOT * 16);
 
 /// Payload alignment: pages, so payload can be registered with devices and
 /// read with O_DIRECT.
@@ -509,6 +570,7 @@ impl Layout {
         let buckets = area(&mut at, s * bps * size_of::<Bucket>() as u64);
         let entries = area(&mut at, s * eps * LINE);
         let journals = area(&mut at, n * caps.pin_slots as u64 * size_of::<PinRecord>() as u64);
+        let inboxes = area(&mut at, n * (1 + caps.inbox_slots as u64 * SLOT_LINES) * LINE);
         // Chunk metadata depends on the chunk count, which depends on what is
         // left: solve with the per-chunk cost (record + bitmap bit).
         let meta_end = at;
@@ -551,6 +613,7 @@ impl Layout {
             buckets,
             entries,
             journals,
+            inboxes,
             payload,
         })
     }
@@ -576,7 +639,7 @@ impl Layout {
             n_roots: c.n_roots,
             pin_slots: c.pin_slots,
             n_locks: self.n_locks,
-            reserved0: 0,
+            inbox_slots: c.inbox_slots,
             off_nodes: self.nodes.start,
             off_manager: self.manager.start,
             off_locks: self.locks.start,
@@ -589,7 +652,8 @@ impl Layout {
             off_journals: self.journals.start,
             off_payload: self.payload.start,
             payload_len: self.payload.len(),
-            reserved: [0; 8],
+            off_inboxes: self.inboxes.start,
+            reserved: [0; 7],
             checksum: 0,
         };
         h.checksum = header_checksum(&h);
@@ -624,6 +688,7 @@ impl Layout {
             n_roots: h.n_roots,
             pin_slots: h.pin_slots,
             chunk_shift: h.chunk_shift,
+            inbox_slots: h.inbox_slots,
         };
         let l = Layout::compute(caps, h.region_size).map_err(|_| Error::CorruptHeader)?;
         let mut expect = l.header(h.creation_id, h.flags);
@@ -692,6 +757,15 @@ impl Layout {
     pub fn entry(&self, s: u32, e: u32) -> u64 {
         self.entries.start + (s as u64 * self.caps.entries_per_stripe as u64 + e as u64) * LINE
     }
+    /// Offset of node `n`'s inbox head line.
+    pub fn inbox_head(&self, n: u32) -> u64 {
+        self.inboxes.start + n as u64 * (1 + self.caps.inbox_slots as u64 * SLOT_LINES) * LINE
+    }
+    /// Offset of the slot of node `n`'s inbox that ring position `pos` uses.
+    pub fn inbox_slot(&self, n: u32, pos: u64) -> u64 {
+        let i = pos & (self.caps.inbox_slots as u64 - 1);
+        self.inbox_head(n) + LINE + i * SLOT_LINES * LINE
+    }
     /// Offset of pin record `i` of node `n`.
     pub fn pin_record(&self, n: u32, i: u32) -> u64 {
         self.journals.start + (n as u64 * self.caps.pin_slots as u64 + i as u64) * size_of::<PinRecord>() as u64
@@ -729,6 +803,7 @@ mod tests {
             sut.buckets,
             sut.entries,
             sut.journals,
+            sut.inboxes,
             sut.chunk_bitmap,
             sut.chunks,
             sut.payload,

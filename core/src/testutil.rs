@@ -35,7 +35,15 @@ impl Mem {
 
 /// Small capacities so tests exercise full tables and chunk reuse.
 pub fn small_caps() -> Capacities {
-    Capacities { max_nodes: 4, n_stripes: 4, entries_per_stripe: 32, n_roots: 8, pin_slots: 64, chunk_shift: 16 }
+    Capacities {
+        max_nodes: 4,
+        n_stripes: 4,
+        entries_per_stripe: 32,
+        n_roots: 8,
+        pin_slots: 64,
+        chunk_shift: 16,
+        inbox_slots: 8,
+    }
 }
 
 /// An environment whose waits step a shared manager: lets one thread play

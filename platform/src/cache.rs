@@ -4,13 +4,16 @@
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use cxlkv_core::channel::Message;
 use cxlkv_core::check::{check, scratch_words, Finding};
 use cxlkv_core::coherence::Site;
+use cxlkv_core::hash::Key;
 use cxlkv_core::layout::{Capacities, NodeInfo, NODE_ALIVE};
 use cxlkv_core::lock::{LeaseConfig, Manager, StepReport};
 use cxlkv_core::node::{attach_node, bury, Identity, Node, NodeLocal};
@@ -170,7 +173,14 @@ pub struct Cache {
     thread: Option<JoinHandle<()>>,
     gpu: OnceLock<GpuState>,
     gpu_init: Mutex<()>,
+    /// Messages taken from the inbox while a `call` waited for its response.
+    inbox: Mutex<VecDeque<(Message, Vec<Key>)>>,
+    next_call: Mutex<u64>,
 }
+
+/// Bit of [`Message::kind`] that marks a response to [`Cache::call`];
+/// application kinds stay below it.
+pub const KIND_RESPONSE: u32 = 1 << 31;
 
 fn background(inner: Arc<Inner>) {
     let beat_every = (inner.opts.lease / 8).max(Duration::from_millis(1));
@@ -281,7 +291,14 @@ impl Cache {
             .name(format!("cxlkv-node{id}"))
             .spawn(move || background(i2))
             .map_err(|err| Error::Io { what: "spawn node thread", err })?;
-        Ok(Cache { inner, thread: Some(thread), gpu: OnceLock::new(), gpu_init: Mutex::new(()) })
+        Ok(Cache {
+            inner,
+            thread: Some(thread),
+            gpu: OnceLock::new(),
+            gpu_init: Mutex::new(()),
+            inbox: Mutex::new(VecDeque::new()),
+            next_call: Mutex::new(random_u64() >> 16),
+        })
     }
 
     /// The node handle: every cache operation.
@@ -355,6 +372,108 @@ impl Cache {
         }
     }
 
+    /// Sends `msg` with `keys` to node `to`'s inbox, waiting (up to the lock
+    /// timeout) while the inbox is full. `BadNode` when `to` is not attached.
+    pub fn send(&self, to: u32, msg: &Message, keys: &[Key]) -> Result<()> {
+        let start = Instant::now();
+        let mut i = 0u32;
+        loop {
+            match self.node().send(to, msg, keys) {
+                Err(cxlkv_core::Error::InboxFull) if start.elapsed() < self.inner.opts.lock_timeout => {
+                    backoff(i);
+                    i = i.saturating_add(1);
+                }
+                r => return Ok(r?),
+            }
+        }
+    }
+
+    /// Takes the next message of this node's inbox, if one is there.
+    /// Thread-safe: the node's threads take turns.
+    pub fn try_recv(&self) -> Result<Option<(Message, Vec<Key>)>> {
+        let mut stash = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = stash.pop_front() {
+            return Ok(Some(m));
+        }
+        self.recv_core()
+    }
+
+    fn recv_core(&self) -> Result<Option<(Message, Vec<Key>)>> {
+        let cap = self.store().layout.caps.inbox_slots as usize * cxlkv_core::layout::KEYS_PER_SLOT;
+        let mut keys = vec![Key::default(); cap];
+        match self.node().try_recv(&mut keys)? {
+            Some(m) => {
+                keys.truncate(m.n_keys as usize);
+                Ok(Some((m, keys)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Waits up to `timeout` for the next message; `Timeout` when none came.
+    /// The owner polls its inbox (spinning briefly, then sleeping a little
+    /// longer each time, up to 50 µs).
+    pub fn recv(&self, timeout: Duration) -> Result<(Message, Vec<Key>)> {
+        let start = Instant::now();
+        let mut i = 0u32;
+        loop {
+            if let Some(m) = self.try_recv()? {
+                return Ok(m);
+            }
+            if start.elapsed() >= timeout {
+                return Err(Error::Core(cxlkv_core::Error::Timeout));
+            }
+            backoff(i);
+            i = i.saturating_add(1);
+        }
+    }
+
+    /// A request/response round trip: sends `msg` (its `request_id` is set
+    /// to a fresh one) to node `to` and waits up to `timeout` for the answer
+    /// made by [`Cache::reply`]. Messages arriving meanwhile stay queued for
+    /// `recv`.
+    pub fn call(&self, to: u32, msg: &Message, keys: &[Key], timeout: Duration) -> Result<(Message, Vec<Key>)> {
+        if msg.kind & KIND_RESPONSE != 0 {
+            return Err(Error::Core(cxlkv_core::Error::InvalidArgument));
+        }
+        let id = {
+            let mut n = self.next_call.lock().unwrap_or_else(|e| e.into_inner());
+            *n = n.wrapping_add(1);
+            *n
+        };
+        self.send(to, &Message { request_id: id, ..*msg }, keys)?;
+        let start = Instant::now();
+        let mut i = 0u32;
+        loop {
+            {
+                let mut stash = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+                let answer = |m: &Message| m.kind & KIND_RESPONSE != 0 && m.request_id == id && m.from == to;
+                if let Some(at) = stash.iter().position(|(m, _)| answer(m)) {
+                    if let Some(r) = stash.remove(at) {
+                        return Ok(r);
+                    }
+                }
+                while let Some((m, k)) = self.recv_core()? {
+                    if answer(&m) {
+                        return Ok((m, k));
+                    }
+                    stash.push_back((m, k));
+                }
+            }
+            if start.elapsed() >= timeout {
+                return Err(Error::Core(cxlkv_core::Error::Timeout));
+            }
+            backoff(i);
+            i = i.saturating_add(1);
+        }
+    }
+
+    /// Answers request `req` (received by `recv`) with `status` and `keys`.
+    pub fn reply(&self, req: &Message, status: u32, keys: &[Key]) -> Result<()> {
+        let m = Message { kind: req.kind | KIND_RESPONSE, status, ..*req };
+        self.send(req.from, &m, keys)
+    }
+
     /// Stops the thread and detaches (drops every pin this node holds).
     pub fn close(mut self) -> Result<()> {
         self.shutdown()
@@ -384,6 +503,17 @@ impl Cache {
 impl Drop for Cache {
     fn drop(&mut self) {
         let _ = self.shutdown();
+    }
+}
+
+/// One poll back-off step: spin, then yield, then sleep up to 50 µs.
+fn backoff(i: u32) {
+    if i < 64 {
+        core::hint::spin_loop();
+    } else if i < 256 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(u64::from((i - 255).min(50))));
     }
 }
 

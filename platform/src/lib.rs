@@ -17,7 +17,7 @@ pub mod local;
 pub mod map;
 pub mod size;
 
-pub use cache::{Cache, Options};
+pub use cache::{Cache, Options, KIND_RESPONSE};
 pub use cxlkv_core as core_api;
 pub use error::{Error, Result};
 pub use flush::{Flush, FlushMode};

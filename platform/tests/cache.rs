@@ -72,3 +72,43 @@ fn lock_serialises_read_modify_write_across_nodes() {
     drop(a);
     let _ = std::fs::remove_file(&p);
 }
+
+/// Channels between two nodes: blocking receive with its timeout, and a
+/// request/response round trip with another message arriving meanwhile.
+#[test]
+fn channels_hand_off_and_answer_calls() {
+    use cxlkv_core::channel::Message;
+    let p = std::env::temp_dir().join(format!("cxlkv-chan-{}", std::process::id()));
+    let a = std::sync::Arc::new(Cache::create(&p, 32 << 20, caps(), opts()).unwrap());
+    let b = std::sync::Arc::new(Cache::open(&p, opts()).unwrap());
+    let short = Duration::from_millis(20);
+    assert_eq!(b.recv(short).unwrap_err().core(), Some(cxlkv_core::Error::Timeout));
+    let keys: Vec<Key> = (0..100u64).map(|i| Key { lo: i, hi: 7 }).collect();
+    let hand = Message { kind: 1, request_id: 42, ns: 3, stamp: 5, ..Message::default() };
+    a.send(b.id(), &hand, &keys).unwrap();
+    let (m, k) = b.recv(Duration::from_secs(10)).unwrap();
+    assert_eq!((m.kind, m.request_id, m.ns, m.stamp, m.from), (1, 42, 3, 5, a.id()));
+    assert_eq!(k, keys);
+
+    // B serves one call; before answering it sends A an unrelated message.
+    let server = {
+        let (a_id, b) = (a.id(), b.clone());
+        std::thread::spawn(move || {
+            let (req, k) = b.recv(Duration::from_secs(30)).unwrap();
+            assert_eq!((req.kind, req.from), (2, a_id));
+            b.send(a_id, &Message { kind: 9, request_id: 1, ..Message::default() }, &[]).unwrap();
+            b.reply(&req, 200, &k[..1]).unwrap();
+        })
+    };
+    let (resp, k) =
+        a.call(b.id(), &Message { kind: 2, ..Message::default() }, &keys[..3], Duration::from_secs(30)).unwrap();
+    assert_eq!((resp.kind, resp.status, resp.from), (2 | cxlkv_platform::KIND_RESPONSE, 200, b.id()));
+    assert_eq!(k, keys[..1]);
+    server.join().unwrap();
+    let (other, _) = a.recv(short).unwrap();
+    assert_eq!(other.kind, 9, "the message that came during the call stayed queued");
+    assert!(a.try_recv().unwrap().is_none());
+    drop(b);
+    drop(a);
+    let _ = std::fs::remove_file(&p);
+}

@@ -15,7 +15,15 @@ use cxlkv_core::Error;
 
 /// Capacities of the small regions the targets work on.
 pub fn tiny_caps() -> Capacities {
-    Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 8, n_roots: 2, pin_slots: 8, chunk_shift: 12 }
+    Capacities {
+        max_nodes: 2,
+        n_stripes: 2,
+        entries_per_stripe: 8,
+        n_roots: 2,
+        pin_slots: 8,
+        chunk_shift: 12,
+        inbox_slots: 4,
+    }
 }
 
 /// Bytes of a tiny region.

@@ -8,10 +8,11 @@
 //! the lock manager. The same seed replays the same interleaving exactly.
 
 use std::cell::Cell;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Condvar, Mutex};
 
+use cxlkv_core::channel::Message;
 use cxlkv_core::coherence::{Coherence, Site};
 use cxlkv_core::hash::{mix64, Key};
 use cxlkv_core::index::{Handle, Lru, ReserveItem};
@@ -66,6 +67,7 @@ pub fn sim_caps(hosts: usize) -> Capacities {
         n_roots: 8,
         pin_slots: 16,
         chunk_shift: 13,
+        inbox_slots: 4,
     }
 }
 
@@ -172,8 +174,9 @@ struct Model {
     /// Named root `r<g>` for each g.
     roots: Vec<RootModel>,
     /// Hosts whose op actor reached each barrier phase (bit masks): 0 and 1
-    /// mid-run (arrived, checked), 2 and 3 at the end.
-    barrier: [u64; 4],
+    /// mid-run (arrived, checked), 2 and 3 at the end, 4 and 5 around the
+    /// channel fill at the end.
+    barrier: [u64; 6],
     /// Live raw allocations: (offset, length, host).
     raw: Vec<(u64, u64, usize)>,
     /// Each host's op actor holds an attached node.
@@ -227,6 +230,28 @@ struct Model {
     /// Only one host recovers: a live one that is not the lock manager's
     /// (otherwise every live host tries, and any of them suffices).
     single_recovery: bool,
+    /// Channel messages by request id.
+    msgs: BTreeMap<u64, ChanMsg>,
+    /// Last message id given out.
+    next_msg: u64,
+    /// Node 0 finished streaming to node 1 at the end.
+    stream_done: bool,
+    /// Attaches of each node id so far (the harness's count of incarnations).
+    node_epoch: BTreeMap<u32, u64>,
+}
+
+/// A message a node sent (or tried to: a send that failed half way may or
+/// may not have landed).
+struct ChanMsg {
+    from: u32,
+    to: u32,
+    keys: usize,
+    /// The send returned Ok.
+    acked: bool,
+    received: bool,
+    /// The receiver's incarnation (harness count) when no attach of the
+    /// receiver's slot happened during the send: the message is for it.
+    epoch: Option<u64>,
 }
 
 thread_local! {
@@ -1176,6 +1201,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
         Ok(id) => id,
         Err(e) => return w.violation(format!("attach node {h}: {e}")),
     };
+    chan_attached(w, id);
     if restarted {
         w.model.lock().unwrap().inserts[h] = 0;
     }
@@ -1256,6 +1282,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
             if let Err(e) = attach_node(&store, Some(h as u32), identity(w, h)) {
                 return w.violation(format!("host {h} re-attach: {e}"));
             }
+            chan_attached(w, h as u32);
             {
                 let mut m = w.model.lock().unwrap();
                 m.inserts[h] = 0;
@@ -1308,7 +1335,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
         }
         let r = rnd(&mut x);
         let i = r % KEYS;
-        match (r >> 20) % 16 {
+        match (r >> 20) % 18 {
             0..=4 if writing.is_none() => {
                 let k = key(i);
                 match node.reserve(NS, k, len_of(k), 16) {
@@ -1437,6 +1464,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
                 }
             }
             14 => lock_counter(w, &node, h, r),
+            16 | 17 => channel_op(w, &node, h, r),
             _ if (r >> 56) % 2 == 0 => roots_op(w, &node, h, r),
             _ => raw_op(w, &node, h, r),
         }
@@ -1469,6 +1497,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
     barrier(w, me, 2);
     check_from(w, &store, h, "at the end barrier");
     barrier(w, me, 3);
+    channel_end(w, &node, h, me);
     for p in pins.drain(..) {
         verify_pinned(w, &node, h, &p.h);
         if let Err(e) = node.release(&[p.h]) {
@@ -2149,4 +2178,207 @@ fn reformat_once(seed: u64, disable: Option<&'static str>, lazy: bool) -> Vec<St
         }
     }
     out
+}
+
+/// Channel messages: the keys of message `id`.
+fn msg_keys(id: u64, n: usize) -> Vec<Key> {
+    (0..n as u64).map(|j| Key { lo: mix64(id << 8 | j), hi: id << 8 | j }).collect()
+}
+
+/// Channel messages: the fields of message `id` with `n` keys, as sent.
+fn msg_of(id: u64, n: usize) -> Message {
+    Message {
+        kind: 1 + (id % 3) as u32,
+        request_id: id,
+        ns: (id % 7) as u32,
+        status: n as u32,
+        stamp: id.wrapping_mul(31),
+        ..Message::default()
+    }
+}
+
+fn chan_attached(w: &World, id: u32) {
+    *w.model.lock().unwrap().node_epoch.entry(id).or_default() += 1;
+}
+
+fn chan_err(w: &World, h: usize, what: &str, e: Error, ok: &[Error]) {
+    if !ok.contains(&e) && !revoked_ok(w, h, e) {
+        w.violation(format!("host {h} {what}: unexpected {e:?}"));
+    }
+}
+
+/// Sends message `n` keys long to node `to`, recorded in the model. Returns
+/// whether the send returned Ok, and the error otherwise.
+fn chan_send<C: Coherence>(w: &World, node: &Node<'_, C>, to: u32, n: usize) -> Result<(), Error> {
+    let (id, epoch0) = {
+        let mut m = w.model.lock().unwrap();
+        m.next_msg += 1;
+        let id = m.next_msg;
+        let epoch0 = m.node_epoch.get(&to).copied().unwrap_or(0);
+        m.msgs.insert(id, ChanMsg { from: node.id, to, keys: n, acked: false, received: false, epoch: None });
+        (id, epoch0)
+    };
+    let r = node.send(to, &msg_of(id, n), &msg_keys(id, n));
+    let mut m = w.model.lock().unwrap();
+    let epoch1 = m.node_epoch.get(&to).copied().unwrap_or(0);
+    match r {
+        Ok(()) => {
+            if let Some(c) = m.msgs.get_mut(&id) {
+                c.acked = true;
+                c.epoch = (epoch0 == epoch1).then_some(epoch1);
+            }
+        }
+        // Refused before anything was written.
+        Err(Error::BadNode | Error::InboxFull | Error::TooLarge) => {
+            m.msgs.remove(&id);
+        }
+        // May or may not have landed.
+        Err(_) => {}
+    }
+    r
+}
+
+/// Takes every message waiting in this node's inbox and checks each against
+/// the model: sent to this node, once, whole, and none of the same sender's
+/// acknowledged earlier ones skipped.
+fn chan_drain<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
+    let mut buf = vec![Key::default(); 64];
+    loop {
+        match node.try_recv(&mut buf) {
+            Ok(None) => return,
+            Ok(Some(msg)) => chan_verify(w, node.id, h, &msg, &buf[..(msg.n_keys as usize).min(buf.len())]),
+            Err(e) => return chan_err(w, h, "try_recv", e, &[]),
+        }
+    }
+}
+
+fn chan_verify(w: &World, me: u32, h: usize, msg: &Message, keys: &[Key]) {
+    let id = msg.request_id;
+    let mut m = w.model.lock().unwrap();
+    let epoch = m.node_epoch.get(&me).copied().unwrap_or(0);
+    let bad = match m.msgs.get(&id) {
+        None => Some(format!("host {h} received message {id}, never sent")),
+        Some(c) if c.to != me => Some(format!("host {h} node {me} received message {id} sent to node {}", c.to)),
+        Some(c) if c.received => Some(format!("host {h} received message {id} twice")),
+        Some(c)
+            if *msg != Message { from: c.from, n_keys: c.keys as u32, ..msg_of(id, c.keys) }
+                || keys != &msg_keys(id, c.keys)[..] =>
+        {
+            Some(format!("host {h} received message {id} altered: {msg:?}"))
+        }
+        Some(c) => {
+            let from = c.from;
+            m.msgs
+                .range(..id)
+                .find(|(_, o)| o.from == from && o.to == me && o.acked && !o.received && o.epoch == Some(epoch))
+                .map(|(oid, _)| format!("host {h} received message {id} from node {from} but not its earlier {oid}"))
+        }
+    };
+    if let Some(c) = m.msgs.get_mut(&id) {
+        c.received = true;
+    }
+    drop(m);
+    if let Some(v) = bad {
+        w.violation(v);
+    }
+}
+
+/// A channel operation: drain this node's inbox, then (mostly) send a
+/// message of 0 to 39 keys to a random node (itself included).
+fn channel_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
+    chan_drain(w, node, h);
+    if (r >> 8) % 4 == 0 {
+        return;
+    }
+    let to = ((r >> 12) % w.hosts as u64) as u32;
+    let n = ((r >> 16) % 40) as usize;
+    if let Err(e) = chan_send(w, node, to, n) {
+        chan_err(w, h, "send", e, &[Error::BadNode, Error::InboxFull, Error::Recovering]);
+    }
+}
+
+/// Every acknowledged message for this incarnation of the node was received.
+fn chan_complete(w: &World, me: u32, h: usize, when: &str) {
+    let m = w.model.lock().unwrap();
+    let epoch = m.node_epoch.get(&me).copied().unwrap_or(0);
+    let lost: Vec<u64> = m
+        .msgs
+        .iter()
+        .filter(|(_, c)| c.to == me && c.acked && !c.received && c.epoch == Some(epoch))
+        .map(|(id, _)| *id)
+        .collect();
+    drop(m);
+    if !lost.is_empty() {
+        w.violation(format!("host {h} node {me} {when}: acknowledged messages never delivered: {lost:?}"));
+    }
+}
+
+/// At the end, quiescent: every node drains its inbox (nothing acknowledged
+/// may be missing), then fills its neighbour's emptied ring (exactly as many
+/// one-slot messages as it has slots must fit: a stale head refuses sooner),
+/// then drains again.
+fn channel_end<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, me: usize) {
+    chan_drain(w, node, h);
+    chan_complete(w, node.id, h, "at the end");
+    barrier(w, me, 4);
+    let to = (node.id + 1) % w.hosts as u32;
+    let cap = node.store.layout.caps.inbox_slots as usize;
+    let mut sent = 0;
+    let mut refused = None;
+    for i in 0..=cap {
+        match chan_send(w, node, to, i % 12 + 1) {
+            Ok(()) => sent += 1,
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    match refused {
+        Some(Error::InboxFull) if sent == cap => {}
+        // Its host crashed or stalled: no node there.
+        Some(Error::BadNode) if sent == 0 => {}
+        Some(Error::InboxFull) => {
+            w.violation(format!("host {h}: node {to}'s empty inbox of {cap} slots took {sent} one-slot messages"))
+        }
+        Some(e) => chan_err(w, h, "send at the end", e, &[Error::Recovering]),
+        None => w.violation(format!("host {h}: node {to}'s inbox of {cap} slots took {sent} one-slot messages")),
+    }
+    barrier(w, me, 5);
+    chan_drain(w, node, h);
+    chan_complete(w, node.id, h, "after the fill");
+    channel_stream(w, node, h, me);
+}
+
+/// Node 0 streams multi-slot messages to node 1, which polls all along:
+/// a first header that lands before the rest of its message is caught.
+fn channel_stream<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, me: usize) {
+    const MSGS: usize = 6;
+    if node.id == 0 {
+        'msgs: for i in 0..MSGS {
+            loop {
+                match chan_send(w, node, 1, 25 + 4 * i) {
+                    Ok(()) => break,
+                    Err(Error::InboxFull) => w.yield_now(me, "stream-full"),
+                    Err(Error::BadNode) => break 'msgs,
+                    Err(e) => {
+                        chan_err(w, h, "stream send", e, &[Error::Recovering]);
+                        break 'msgs;
+                    }
+                }
+            }
+        }
+        w.model.lock().unwrap().stream_done = true;
+    } else if node.id == 1 {
+        // (Bounded: node 0's host may have crashed.)
+        for _ in 0..20_000 {
+            chan_drain(w, node, h);
+            if w.model.lock().unwrap().stream_done {
+                chan_drain(w, node, h);
+                chan_complete(w, node.id, h, "after the stream");
+                return;
+            }
+            w.yield_now(me, "stream-poll");
+        }
+    }
 }
