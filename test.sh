@@ -74,6 +74,18 @@ else
   rc=1
 fi
 
+step "smoke: cxlkv demo (3 seconds: prefill and decode processes, every byte verified)"
+set +e
+cargo run --release --locked -p cxlkv-cli -- demo --duration 3
+drc=$?
+set -e
+if [ "$drc" -eq 0 ]; then
+  echo "test result: ok. 1 passed; 0 failed (demo)" >> "$log"
+else
+  echo "demo: 1 failed (exit $drc)" >> "$log"
+  rc=1
+fi
+
 step "smoke: cxlkv bench (quick)"
 cargo run --release --locked -p cxlkv-cli -- bench --blocks 256 --modes coherent,clflush
 

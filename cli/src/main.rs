@@ -2,6 +2,7 @@
 
 mod args;
 mod bench;
+mod demo;
 mod inspect;
 
 use std::path::Path;
@@ -17,6 +18,8 @@ const USAGE: &str = "\
 cxlkv — a shared-memory KV-cache block store
 
 usage:
+  cxlkv demo [--prefill N] [--decode N] [--duration SECONDS] [--block-size SIZE]
+             [--region SIZE] [--mode MODE] [--seed N] [--inflight N] [--json]
   cxlkv format PATH --size SIZE [--nodes N] [--stripes N] [--entries N]
                [--chunk SIZE] [--roots N] [--pins N] [--force] [--json]
   cxlkv inspect PATH [--json]
@@ -50,6 +53,16 @@ fn run(argv: &[String]) -> ExitCode {
         "check" => return cmd_check(rest),
         "recover" => cmd_recover(rest),
         "bench" => cmd_bench(rest),
+        "demo" => return cmd_demo(rest),
+        "demo-worker" => {
+            return match demo::worker(rest) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("cxlkv demo-worker: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())
@@ -257,6 +270,83 @@ fn cmd_recover(raw: &[String]) -> Result<(), Fail> {
         );
     }
     Ok(())
+}
+
+fn cmd_demo(raw: &[String]) -> ExitCode {
+    let parsed = (|| -> Result<(demo::Config, bool), Fail> {
+        let valued = ["prefill", "decode", "duration", "block-size", "region", "mode", "seed", "inflight"];
+        let a = Args::parse(raw, &valued, &["json"])?;
+        if !a.pos.is_empty() {
+            return Err(Usage("demo takes no PATH".into()).into());
+        }
+        let secs: f64 = a
+            .get("duration")
+            .map(|v| v.trim_end_matches('s').parse().map_err(|_| Usage(format!("--duration: not seconds: {v}"))))
+            .transpose()?
+            .unwrap_or(30.0);
+        if !(0.1..=86_400.0).contains(&secs) {
+            return Err(Usage("--duration must be between 0.1 and 86400 seconds".into()).into());
+        }
+        let cfg = demo::Config {
+            prefill: a.num("prefill", 2usize)?,
+            decode: a.num("decode", 2usize)?,
+            duration: std::time::Duration::from_secs_f64(secs),
+            block_bytes: a.size("block-size", 2 << 20)?,
+            region: a.size("region", 4 << 30)?,
+            mode: match a.get("mode") {
+                Some(_) => mode(&a)?,
+                None => FlushMode::Coherent,
+            },
+            seed: a.num("seed", 1u64)?,
+            inflight: a.num("inflight", 2usize)?,
+        };
+        if !(1..=16).contains(&cfg.prefill) || !(1..=16).contains(&cfg.decode) {
+            return Err(Usage("--prefill and --decode take 1 to 16 workers".into()).into());
+        }
+        if cfg.block_bytes < 4096 || cfg.block_bytes > 256 << 20 || cfg.block_bytes % 64 != 0 {
+            return Err(Usage("--block-size must be 4K to 256M, a multiple of 64".into()).into());
+        }
+        if !(1..=64).contains(&cfg.inflight) {
+            return Err(Usage("--inflight takes 1 to 64".into()).into());
+        }
+        // The longest request (16384 tokens) twice over, pinned at once.
+        let need = cfg.block_bytes * 2048;
+        if cfg.region < need {
+            return Err(
+                Usage(format!("--region must be at least {need} bytes for {} byte blocks", cfg.block_bytes)).into()
+            );
+        }
+        Ok((cfg, a.flag("json")))
+    })();
+    let (cfg, json_out) = match parsed {
+        Ok(x) => x,
+        Err(Fail::Usage(Usage(m))) => {
+            eprintln!("cxlkv: {m}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+        Err(Fail::Run(m)) => {
+            eprintln!("cxlkv demo: {m}");
+            return ExitCode::from(1);
+        }
+    };
+    match demo::run(&cfg, !json_out) {
+        Ok((report, ok)) => {
+            if json_out {
+                println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+            } else {
+                demo::print(&report);
+            }
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("cxlkv demo: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn cmd_bench(raw: &[String]) -> Result<(), Fail> {

@@ -56,9 +56,53 @@ pub fn checksum32(words: &[u64]) -> u32 {
     (h ^ (h >> 32)) as u32
 }
 
+/// Chained block keys of a token sequence, the way serving engines hash
+/// prefixes: key `i` covers tokens `0..(i+1)*block` and is made from key
+/// `i-1` (or `parent` for the first) and block `i`'s tokens, so equal
+/// prefixes give equal key chains. A partial last block gets no key.
+/// Writes `min(tokens.len() / block, out.len())` keys and returns how many.
+pub fn chain_keys(parent: Key, tokens: &[u32], block: usize, out: &mut [Key]) -> usize {
+    if block == 0 {
+        return 0;
+    }
+    let mut prev = parent;
+    let mut n = 0;
+    for (chunk, slot) in tokens.chunks_exact(block).zip(out.iter_mut()) {
+        let mut lo = mix64(prev.lo ^ 0x6b65_795f_6368_6169);
+        let mut hi = mix64(prev.hi ^ 0x6e5f_626c_6f63_6b73 ^ block as u64);
+        for pair in chunk.chunks(2) {
+            let w = pair[0] as u64 | (pair.get(1).copied().unwrap_or(u32::MAX) as u64) << 32;
+            lo = mix64(lo ^ w);
+            hi = mix64(hi ^ w.rotate_left(17) ^ lo);
+        }
+        prev = Key { lo, hi };
+        *slot = prev;
+        n += 1;
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chains_share_exactly_their_common_full_blocks() {
+        let a: std::vec::Vec<u32> = (0..100).collect();
+        let mut b = a.clone();
+        b[40] = 7;
+        let (mut ka, mut kb) = ([Key::default(); 8], [Key::default(); 8]);
+        assert_eq!(chain_keys(Key::default(), &a, 16, &mut ka), 6);
+        assert_eq!(chain_keys(Key::default(), &b, 16, &mut kb), 6);
+        assert_eq!(ka[..2], kb[..2], "blocks 0 and 1 are equal");
+        assert!(ka[2..6].iter().zip(&kb[2..6]).all(|(x, y)| x != y), "block 2 differs, and so every later key");
+        let mut short = [Key::default(); 3];
+        assert_eq!(chain_keys(Key::default(), &a, 16, &mut short), 3);
+        assert_eq!(short, ka[..3]);
+        assert_ne!(chain_keys(Key { lo: 1, hi: 0 }, &a, 16, &mut short), 0);
+        assert_ne!(short[0], ka[0], "the parent key seeds the chain");
+        assert_eq!(chain_keys(Key::default(), &a, 0, &mut short), 0);
+    }
 
     #[test]
     fn key_bytes_round_trip() {
