@@ -87,7 +87,7 @@ else
 fi
 
 step "smoke: cxlkv bench (quick)"
-cargo run --release --locked -p cxlkv-cli -- bench --blocks 256 --modes coherent,clflush
+cargo run --release --locked -p cxlkv-cli -- bench --quick --blocks 256 --modes coherent,clflush
 
 passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')

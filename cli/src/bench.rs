@@ -1,13 +1,28 @@
-//! `cxlkv bench`: per-block cost of the cache operations in one process, for
-//! each coherence mode this CPU has. Numbers, not pass/fail.
+//! `cxlkv bench`: what each piece of the data path costs, for each coherence
+//! mode this CPU has, each measured beside a same-run reference (a plain
+//! store, the coherent mode, a single-thread memcpy) so results read as
+//! ratios. Numbers, not pass/fail.
+//!
+//! - flush cost per line of each primitive against a plain store;
+//! - per-block cost of the cache operations in one process (a 8192-block,
+//!   128K-token key chain by default);
+//! - between two processes: QD1 `get` of published blocks of 16 KiB, 256 KiB
+//!   and 2 MiB (p50, p99, bandwidth against memcpy), handoff latency and RPC
+//!   round trip through the inboxes, lock+unlock with two processes
+//!   contending.
 
-use std::time::{Duration, Instant};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
 
+use cxlkv_core::channel::Message;
+use cxlkv_core::coherence::{Coherence, Site};
 use cxlkv_core::hash::{mix64, Key};
 use cxlkv_core::index::{Handle, ReserveItem};
 use cxlkv_core::layout::Capacities;
 use cxlkv_core::Error;
-use cxlkv_platform::{Cache, FlushMode, Options};
+use cxlkv_platform::{Cache, Flush, FlushMode, Mapping, Options};
 use serde_json::{json, Value};
 
 /// Settings of one bench run.
@@ -18,6 +33,8 @@ pub struct Config {
     pub blocks: usize,
     /// Payload bytes per block for the write/read rows.
     pub block_bytes: usize,
+    /// Fewer repetitions (a smoke run).
+    pub quick: bool,
 }
 
 fn key(i: u64) -> Key {
@@ -76,7 +93,7 @@ fn one_mode(mode: FlushMode, cfg: &Config) -> Result<Vec<(&'static str, f64)>, c
         let got = node.lookup(ns, &keys)?;
         assert_eq!(got, n, "every block was published");
     }
-    rows.push(("lookup (chain)", per_block(t.elapsed(), n * reps)));
+    rows.push(("lookup (key chain, per block)", per_block(t.elapsed(), n * reps)));
 
     // acquire + release, single and batched.
     let m = n.min(2048);
@@ -124,36 +141,364 @@ impl Drop for Cleanup {
 
 /// Runs the benchmark and returns its report.
 pub fn run(cfg: &Config) -> Result<Value, cxlkv_platform::Error> {
+    let flush = flush_costs(cfg.quick)?;
     let mut modes = Vec::new();
     for &mode in &cfg.modes {
         let rows = one_mode(mode, cfg)?;
+        let cross = cross_process(mode, cfg.quick)?;
         modes.push(json!({
             "mode": mode.name(),
             "rows": rows.iter().map(|(k, v)| json!({"op": k, "ns_per_block": (v * 10.0).round() / 10.0})).collect::<Vec<_>>(),
+            "cross_process": cross,
         }));
     }
-    Ok(json!({"blocks": cfg.blocks, "block_bytes": cfg.block_bytes, "modes": modes}))
+    let date = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    Ok(json!({"unix_time": date, "blocks": cfg.blocks, "block_bytes": cfg.block_bytes, "flush": flush, "modes": modes}))
 }
 
-/// Prints the report as a table: one row per operation, one column per mode.
+/// Cost per 64-byte line of writing a payload and making it reach memory,
+/// by each primitive this CPU has, against plain stores alone: 4 KiB at a
+/// time over 8 MiB, each 4 KiB followed by its fence.
+fn flush_costs(quick: bool) -> Result<Value, cxlkv_platform::Error> {
+    const CHUNK: usize = 4096;
+    let len = 8usize << 20;
+    let map = Mapping::memfd(len as u64, false)?;
+    map.prefault()?;
+    let region = map.region();
+    let src = vec![0x5au8; CHUNK];
+    let passes = if quick { 2 } else { 8 };
+    let lines = (len / 64 * passes) as f64;
+    let time_with = |co: Option<Flush>| -> Result<f64, cxlkv_platform::Error> {
+        let t = Instant::now();
+        for _ in 0..passes {
+            for off in (0..len).step_by(CHUNK) {
+                match co {
+                    None => region.copy_in(off as u64, &src)?,
+                    Some(co) => {
+                        co.write_payload(&region, off as u64, &src, Site("bench"))?;
+                        co.store_fence(Site("bench"));
+                    }
+                }
+            }
+        }
+        Ok(t.elapsed().as_secs_f64() * 1e9 / lines)
+    };
+    let plain = time_with(None)?;
+    let mut rows = vec![json!({"primitive": "plain store (reference)", "ns_per_line": plain, "x_plain": 1.0})];
+    let prims: [(&str, FlushMode, bool); 4] = [
+        ("clflush", FlushMode::Clflush, false),
+        ("clflushopt + sfence", FlushMode::Clflushopt, false),
+        ("clwb + sfence", FlushMode::Clwb, false),
+        ("non-temporal store + sfence", FlushMode::Clflush, true),
+    ];
+    for (name, mode, nt) in prims {
+        let Ok(co) = Flush::new(mode, nt) else { continue };
+        let ns = time_with(Some(co))?;
+        rows.push(json!({"primitive": name, "ns_per_line": ns, "x_plain": ns / plain.max(1e-9)}));
+    }
+    Ok(json!(rows))
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn quantile(v: &mut [u64], q: f64) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    v.sort_unstable();
+    v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1]
+}
+
+const GET_SIZES: [usize; 3] = [16 << 10, 256 << 10, 2 << 20];
+const RPC: u32 = 7;
+const STOP: u32 = 8;
+const READY: u32 = 9;
+const GO: u32 = 10;
+
+/// The cross-process rows of one mode: a second process (this binary's
+/// hidden `bench-peer` command) reads, answers or contends.
+fn cross_process(mode: FlushMode, quick: bool) -> Result<Value, cxlkv_platform::Error> {
+    let tag = format!("{}-{}", std::process::id(), mode.name());
+    let path = PathBuf::from(format!("/dev/shm/cxlkv-bench-x-{tag}"));
+    let local = PathBuf::from(format!("/dev/shm/cxlkv-bench-x-{tag}.local"));
+    std::fs::create_dir_all(&local).map_err(|err| cxlkv_platform::Error::Io { what: "bench local dir", err })?;
+    let _cleanup = (Cleanup(path.clone()), CleanupDir(local.clone()));
+    let per_size = if quick { 16 } else { 128 };
+    let bytes: usize = GET_SIZES.iter().map(|s| s * per_size).sum();
+    let caps = Capacities { max_nodes: 4, n_stripes: 16, entries_per_stripe: 256, ..Capacities::default() };
+    let opts = Options { mode, local_dir: local.clone(), lock_timeout: Duration::from_secs(60), ..Options::default() };
+    let cache = Cache::create(&path, (bytes * 2 + (128 << 20)) as u64, caps, opts)?;
+    cache.prefault()?;
+    let node = cache.node();
+    for (si, &size) in GET_SIZES.iter().enumerate() {
+        let payload = vec![0x3cu8; size];
+        for i in 0..per_size as u64 {
+            let h = node.reserve(1, key((si as u64) << 32 | i), size as u64, 16)?;
+            node.write(&h, 0, &payload)?;
+            node.publish_flushed(&[h], &mut [Ok(())])?;
+        }
+    }
+    let reps = if quick { 2 } else { 8 };
+    let get = peer(&["get", &per_size.to_string(), &reps.to_string()], &path, &local, mode, &cache)?;
+
+    // RPC round trips; the peer records each request's one-way latency.
+    let calls = if quick { 200 } else { 5000 };
+    let mut rtt = Vec::with_capacity(calls);
+    let rpc = {
+        let mut child = spawn_peer(&["echo"], &path, &local, mode, &cache)?;
+        let to = wait_ready(&cache)?;
+        for _ in 0..calls {
+            let t = Instant::now();
+            let m = Message { kind: RPC, stamp: now_ns(), ..Message::default() };
+            cache.call(to, &m, &[], Duration::from_secs(10))?;
+            rtt.push(t.elapsed().as_nanos() as u64);
+        }
+        cache.send(to, &Message { kind: STOP, ..Message::default() }, &[])?;
+        last_json(&mut child)?
+    };
+
+    // Lock+unlock, two processes contending for one lock.
+    let n_locks = if quick { 300 } else { 3000 };
+    let contended = {
+        let mut child = spawn_peer(&["lock", &n_locks.to_string()], &path, &local, mode, &cache)?;
+        let to = wait_ready(&cache)?;
+        cache.send(to, &Message { kind: GO, ..Message::default() }, &[])?;
+        let t = Instant::now();
+        for _ in 0..n_locks {
+            let h = node.lock(0)?;
+            node.unlock(h)?;
+        }
+        let mine = t.elapsed().as_nanos() as f64 / n_locks as f64;
+        let theirs = last_json(&mut child)?;
+        json!({"ns_per_op": mine, "peer_ns_per_op": theirs["ns_per_op"]})
+    };
+    cache.close()?;
+    Ok(json!({
+        "get": get["sizes"],
+        "rpc_round_trip_ns": {"p50": quantile(&mut rtt, 0.5), "p99": quantile(&mut rtt, 0.99)},
+        "handoff_ns": rpc["handoff_ns"],
+        "lock_contended": contended,
+    }))
+}
+
+struct CleanupDir(PathBuf);
+impl Drop for CleanupDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn spawn_peer(
+    args: &[&str],
+    path: &Path,
+    local: &Path,
+    mode: FlushMode,
+    cache: &Cache,
+) -> Result<std::process::Child, cxlkv_platform::Error> {
+    let exe = std::env::current_exe().map_err(|err| cxlkv_platform::Error::Io { what: "current_exe", err })?;
+    Command::new(exe)
+        .arg("bench-peer")
+        .arg(path)
+        .arg(local)
+        .arg(mode.name())
+        .arg(cache.id().to_string())
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|err| cxlkv_platform::Error::Io { what: "spawn bench peer", err })
+}
+
+fn peer(
+    args: &[&str],
+    path: &Path,
+    local: &Path,
+    mode: FlushMode,
+    cache: &Cache,
+) -> Result<Value, cxlkv_platform::Error> {
+    let mut child = spawn_peer(args, path, local, mode, cache)?;
+    last_json(&mut child)
+}
+
+/// The peer's last stdout line, as JSON, once it exited successfully.
+fn last_json(child: &mut std::process::Child) -> Result<Value, cxlkv_platform::Error> {
+    let out = child.stdout.take();
+    let last = out.map(|o| BufReader::new(o).lines().map_while(Result::ok).last().unwrap_or_default());
+    let st = child.wait().map_err(|err| cxlkv_platform::Error::Io { what: "wait for bench peer", err })?;
+    if !st.success() {
+        return Err(cxlkv_platform::Error::Unsupported("a bench peer process failed"));
+    }
+    serde_json::from_str(&last.unwrap_or_default())
+        .map_err(|_| cxlkv_platform::Error::Unsupported("a bench peer printed no report"))
+}
+
+/// Waits for the peer's READY message; returns its node id.
+fn wait_ready(cache: &Cache) -> Result<u32, cxlkv_platform::Error> {
+    loop {
+        let (m, _) = cache.recv(Duration::from_secs(30))?;
+        if m.kind == READY {
+            return Ok(m.from);
+        }
+    }
+}
+
+/// `cxlkv bench-peer PATH LOCAL MODE PARENT-NODE ROLE ...`: the second
+/// process of the cross-process rows. Prints one JSON line.
+pub fn peer_main(args: &[String]) -> Result<(), String> {
+    let [path, local, mode, parent, role, rest @ ..] = args else {
+        return Err("bench-peer: bad arguments".into());
+    };
+    let mode: FlushMode = mode.parse().map_err(|_| "bench-peer: bad mode")?;
+    let parent: u32 = parent.parse().map_err(|_| "bench-peer: bad node")?;
+    let opts =
+        Options { mode, local_dir: PathBuf::from(local), lock_timeout: Duration::from_secs(60), ..Options::default() };
+    let cache = Cache::open(Path::new(path), opts).map_err(|e| e.to_string())?;
+    cache.prefault().map_err(|e| e.to_string())?;
+    let num = |i: usize| rest.get(i).and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
+    let out = match role.as_str() {
+        "get" => peer_get(&cache, num(0), num(1)),
+        "echo" => peer_echo(&cache, parent),
+        "lock" => peer_lock(&cache, parent, num(0)),
+        other => Err(format!("bench-peer: unknown role {other}")),
+    }?;
+    cache.close().map_err(|e| e.to_string())?;
+    println!("{out}");
+    Ok(())
+}
+
+fn peer_get(cache: &Cache, per_size: usize, reps: usize) -> Result<Value, String> {
+    let node = cache.node();
+    let mut sizes = Vec::new();
+    for (si, &size) in GET_SIZES.iter().enumerate() {
+        // The reference: single-thread memcpy of blocks of the same size, in
+        // this process, from a pool as large as the blocks read (so from the
+        // same level of the memory hierarchy); after a warm-up pass.
+        let pool_blocks = per_size.max(1);
+        let pool = vec![1u8; size * pool_blocks];
+        let mut dst = vec![0u8; size];
+        let n_copy = ((512usize << 20) / size).clamp(pool_blocks, 1 << 16);
+        for b in 0..pool_blocks {
+            dst.copy_from_slice(&pool[b * size..(b + 1) * size]);
+        }
+        let t = Instant::now();
+        for i in 0..n_copy {
+            let b = i % pool_blocks;
+            dst.copy_from_slice(&pool[b * size..(b + 1) * size]);
+            std::hint::black_box(&mut dst);
+        }
+        let memcpy = (size * n_copy) as f64 / t.elapsed().as_secs_f64();
+        let mut lat = Vec::with_capacity(per_size * reps);
+        for _ in 0..reps {
+            for i in 0..per_size as u64 {
+                let t = Instant::now();
+                node.get(1, key((si as u64) << 32 | i), &mut dst).map_err(|e| e.to_string())?;
+                lat.push(t.elapsed().as_nanos() as u64);
+            }
+        }
+        let p50 = quantile(&mut lat, 0.5);
+        let p99 = quantile(&mut lat, 0.99);
+        let bw = size as f64 / (p50.max(1) as f64 / 1e9);
+        sizes.push(json!({"bytes": size, "p50_ns": p50, "p99_ns": p99, "gb_per_s": bw / 1e9,
+            "memcpy_gb_per_s": memcpy / 1e9, "pct_of_memcpy": 100.0 * bw / memcpy}));
+    }
+    Ok(json!({"sizes": sizes}))
+}
+
+fn peer_echo(cache: &Cache, parent: u32) -> Result<Value, String> {
+    cache.send(parent, &Message { kind: READY, ..Message::default() }, &[]).map_err(|e| e.to_string())?;
+    let mut one_way = Vec::new();
+    loop {
+        let (m, k) = cache.recv(Duration::from_secs(60)).map_err(|e| e.to_string())?;
+        match m.kind {
+            RPC => {
+                one_way.push(now_ns().saturating_sub(m.stamp));
+                cache.reply(&m, 0, &k).map_err(|e| e.to_string())?;
+            }
+            STOP => break,
+            _ => {}
+        }
+    }
+    Ok(json!({"handoff_ns": {"p50": quantile(&mut one_way, 0.5), "p99": quantile(&mut one_way, 0.99)}}))
+}
+
+fn peer_lock(cache: &Cache, parent: u32, n: usize) -> Result<Value, String> {
+    cache.send(parent, &Message { kind: READY, ..Message::default() }, &[]).map_err(|e| e.to_string())?;
+    loop {
+        let (m, _) = cache.recv(Duration::from_secs(60)).map_err(|e| e.to_string())?;
+        if m.kind == GO {
+            break;
+        }
+    }
+    let node = cache.node();
+    let t = Instant::now();
+    for _ in 0..n {
+        let h = node.lock(0).map_err(|e| e.to_string())?;
+        node.unlock(h).map_err(|e| e.to_string())?;
+    }
+    Ok(json!({"ns_per_op": t.elapsed().as_nanos() as f64 / n as f64}))
+}
+
+/// Prints the report as tables.
 pub fn print_table(r: &Value) {
+    println!("flush cost per 64-byte line (4 KiB payload writes, each fenced; 8 MiB), against plain stores");
+    println!("{:<32}{:>12}{:>12}", "primitive", "ns/line", "x plain");
+    for row in r["flush"].as_array().into_iter().flatten() {
+        println!(
+            "{:<32}{:>12.2}{:>12.1}",
+            row["primitive"].as_str().unwrap_or("?"),
+            row["ns_per_line"].as_f64().unwrap_or(f64::NAN),
+            row["x_plain"].as_f64().unwrap_or(f64::NAN)
+        );
+    }
+    println!();
     let modes = r["modes"].as_array().cloned().unwrap_or_default();
     println!(
-        "per-block cost, ns ({} blocks of {} bytes, one process, /dev/shm)",
+        "per-block cost in one process, ns ({} blocks of {} bytes, /dev/shm)",
         r["blocks"].as_u64().unwrap_or(0),
         r["block_bytes"].as_u64().unwrap_or(0)
     );
-    print!("{:<34}", "operation");
-    for m in &modes {
-        print!("{:>12}", m["mode"].as_str().unwrap_or("?"));
-    }
-    println!();
+    let header = |first: &str| {
+        print!("{first:<40}");
+        for m in &modes {
+            print!("{:>12}", m["mode"].as_str().unwrap_or("?"));
+        }
+        println!();
+    };
+    header("operation");
     let nrows = modes.first().and_then(|m| m["rows"].as_array().map(Vec::len)).unwrap_or(0);
     for i in 0..nrows {
-        print!("{:<34}", modes[0]["rows"][i]["op"].as_str().unwrap_or("?"));
+        print!("{:<40}", modes[0]["rows"][i]["op"].as_str().unwrap_or("?"));
         for m in &modes {
             print!("{:>12.0}", m["rows"][i]["ns_per_block"].as_f64().unwrap_or(f64::NAN));
         }
         println!();
     }
+    println!();
+    println!("between two processes (QD1)");
+    header("measure");
+    let row = |name: String, f: &dyn Fn(&Value) -> f64, prec: usize| {
+        print!("{name:<40}");
+        for m in &modes {
+            print!("{:>12.prec$}", f(&m["cross_process"]));
+        }
+        println!();
+    };
+    for (i, size) in GET_SIZES.iter().enumerate() {
+        let kib = size >> 10;
+        let at = move |x: &Value, k: &str| x["get"][i][k].as_f64().unwrap_or(f64::NAN);
+        row(format!("get {kib} KiB p50, us"), &|x| at(x, "p50_ns") / 1e3, 1);
+        row(format!("get {kib} KiB p99, us"), &|x| at(x, "p99_ns") / 1e3, 1);
+        row(format!("get {kib} KiB at p50, % of memcpy"), &|x| at(x, "pct_of_memcpy"), 0);
+    }
+    let us = |a: &'static str, b: &'static str| move |x: &Value| x[a][b].as_f64().unwrap_or(f64::NAN) / 1e3;
+    row("handoff (one way) p50, us".into(), &us("handoff_ns", "p50"), 1);
+    row("handoff (one way) p99, us".into(), &us("handoff_ns", "p99"), 1);
+    row("RPC round trip p50, us".into(), &us("rpc_round_trip_ns", "p50"), 1);
+    row("RPC round trip p99, us".into(), &us("rpc_round_trip_ns", "p99"), 1);
+    row(
+        "lock+unlock, 2 processes contending, ns".into(),
+        &|x| x["lock_contended"]["ns_per_op"].as_f64().unwrap_or(f64::NAN),
+        0,
+    );
 }

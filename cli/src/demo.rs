@@ -138,12 +138,12 @@ fn request(rng: &mut Rng, worker: u64, n: u64, elapsed: Duration) -> (Vec<u32>, 
     segment(1 << 40 | s, 384 + 160 * s as usize, &mut t);
     match rng.below(10) {
         0..=3 => {
-            let d = rng.below(32) * rng.below(32) / 32;
+            let d = rng.below(16) * rng.below(16) / 16;
             segment(2 << 40 | d, 2048 + (mix64(d) % 4096) as usize, &mut t);
         }
         4..=7 => {
             // A conversation: its earlier turns, then this turn.
-            let c = rng.below(64);
+            let c = rng.below(32);
             let turns = rng.below(1 + (elapsed.as_secs() / 3).min(8));
             for k in 0..turns {
                 segment(3 << 40 | c << 8 | k, 300 + (mix64(c << 8 | k) % 1200) as usize, &mut t);

@@ -25,7 +25,7 @@ usage:
   cxlkv inspect PATH [--json]
   cxlkv check PATH [--json]        exit 0 clean, 1 findings, 2 cannot open
   cxlkv recover PATH [--json]
-  cxlkv bench [--modes coherent,clflush,...] [--blocks N] [--block-bytes SIZE] [--json]
+  cxlkv bench [--modes coherent,clflush,...] [--blocks N] [--block-bytes SIZE] [--quick] [--json]
 
 options common to all: --mode coherent|clflush|clflushopt|clwb|auto (default auto)
 sizes take units: 64M, 2G, 512K";
@@ -54,6 +54,15 @@ fn run(argv: &[String]) -> ExitCode {
         "recover" => cmd_recover(rest),
         "bench" => cmd_bench(rest),
         "demo" => return cmd_demo(rest),
+        "bench-peer" => {
+            return match bench::peer_main(rest) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("cxlkv bench-peer: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         "demo-worker" => {
             return match demo::worker(rest) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -350,7 +359,7 @@ fn cmd_demo(raw: &[String]) -> ExitCode {
 }
 
 fn cmd_bench(raw: &[String]) -> Result<(), Fail> {
-    let a = Args::parse(raw, &["modes", "blocks", "block-bytes"], &["json"])?;
+    let a = Args::parse(raw, &["modes", "blocks", "block-bytes"], &["json", "quick"])?;
     let modes = match a.get("modes") {
         Some(list) => list
             .split(',')
@@ -365,6 +374,7 @@ fn cmd_bench(raw: &[String]) -> Result<(), Fail> {
         modes,
         blocks: a.num("blocks", 8192usize)?.max(64),
         block_bytes: a.size("block-bytes", 16 << 10)?.clamp(64, 64 << 20) as usize,
+        quick: a.flag("quick"),
     };
     let r = bench::run(&cfg)?;
     if a.flag("json") {

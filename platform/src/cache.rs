@@ -411,8 +411,8 @@ impl Cache {
     }
 
     /// Waits up to `timeout` for the next message; `Timeout` when none came.
-    /// The owner polls its inbox (spinning briefly, then sleeping a little
-    /// longer each time, up to 50 µs).
+    /// The owner polls its inbox: spinning, then yielding the CPU between
+    /// polls for a few milliseconds, then sleeping 50 µs between polls.
     pub fn recv(&self, timeout: Duration) -> Result<(Message, Vec<Key>)> {
         let start = Instant::now();
         let mut i = 0u32;
@@ -506,14 +506,15 @@ impl Drop for Cache {
     }
 }
 
-/// One poll back-off step: spin, then yield, then sleep up to 50 µs.
+/// One poll back-off step: spin, then yield (a few milliseconds of polling
+/// in all, for handoff latency in microseconds), then sleep 50 µs at a time.
 fn backoff(i: u32) {
-    if i < 64 {
+    if i < 128 {
         core::hint::spin_loop();
-    } else if i < 256 {
+    } else if i < 8192 {
         std::thread::yield_now();
     } else {
-        std::thread::sleep(Duration::from_micros(u64::from((i - 255).min(50))));
+        std::thread::sleep(Duration::from_micros(50));
     }
 }
 
