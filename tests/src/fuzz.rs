@@ -188,6 +188,12 @@ pub fn ops_target(data: &[u8]) -> usize {
     let mut crashed = 0u64;
     let mut published = std::collections::HashSet::new();
     let key = |i: u8| Key { lo: mix64(i as u64 + 1), hi: i as u64 };
+    // Channel messages sent: id -> (receiver, keys); and those received.
+    let mut sent: std::collections::HashMap<u64, (u32, usize)> = std::collections::HashMap::new();
+    let mut received = std::collections::HashSet::new();
+    let mut next_id = 0u64;
+    let msg_keys =
+        |id: u64, n: usize| (0..n as u64).map(|j| Key { lo: mix64(id ^ j << 40), hi: id }).collect::<Vec<_>>();
     let step_all = |crashed: u64| {
         env.dead.set(crashed);
         let _ = env.wait(0);
@@ -199,7 +205,7 @@ pub fn ops_target(data: &[u8]) -> usize {
         }
         let (node, k) = (&nodes[h], key(op[2] % 16));
         step_all(crashed);
-        match op[1] % 8 {
+        match op[1] % 10 {
             0..=2 => {
                 let len = 64 + (k.lo % 900);
                 if let Ok(hd) = node.reserve(1, k, len, 16) {
@@ -235,6 +241,25 @@ pub fn ops_target(data: &[u8]) -> usize {
             }
             6 => {
                 let _ = node.evict(2048, &mut Lru);
+            }
+            7 => {
+                next_id += 1;
+                let id = next_id;
+                let (to, n) = ((op[2] % 3) as u32, (op[2] / 3) as usize % 30);
+                let m = cxlkv_core::channel::Message { kind: 1, request_id: id, ..Default::default() };
+                // (Recorded first: a send that fails half way may still land.)
+                sent.insert(id, (to, n));
+                let _ = node.send(to, &m, &msg_keys(id, n));
+            }
+            8 => {
+                let mut buf = [Key::default(); 64];
+                if let Ok(Some(m)) = node.try_recv(&mut buf) {
+                    let id = m.request_id;
+                    let (to, n) = *sent.get(&id).expect("received a message never sent");
+                    assert_eq!(to, h as u32, "message delivered to the wrong node");
+                    assert!(received.insert(id), "message delivered twice");
+                    assert_eq!(&buf[..m.n_keys as usize], &msg_keys(id, n)[..], "message keys differ");
+                }
             }
             _ => {
                 if (crashed | (1 << h)).count_ones() < 3 {
