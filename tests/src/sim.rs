@@ -896,7 +896,16 @@ fn manager_actor(w: &World, h: usize) {
                 let m = w.model.lock().unwrap();
                 m.stall == Some(h) && m.stalled
             };
+            // What memory says of the slot before the beat: once it is not
+            // ours any more, a heartbeat (which reads the slot fresh) must
+            // say so.
+            let before: Result<NodeInfo, _> = w.mem.shared_region().read(store.layout.node_info(id));
             let beat = node.heartbeat(nonce);
+            if let (Ok(b), Ok(_)) = (&before, &beat) {
+                if b.state != cxlkv_core::layout::NODE_ALIVE || b.nonce != nonce {
+                    w.violation(format!("host {h}: heartbeat passed although its slot was no longer its own: {b:?}"));
+                }
+            }
             if stalled && std::env::var("CXLKV_SIM_DEBUG").is_ok() {
                 let mem: Result<NodeInfo, _> = w.mem.shared_region().read(store.layout.node_info(id));
                 eprintln!("step {}: host {h} beats after the stall: {beat:?}; memory {mem:?}", w.now());
