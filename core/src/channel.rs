@@ -281,6 +281,7 @@ mod tests {
     use std::vec::Vec;
 
     use super::*;
+    use crate::coherence::Coherent;
     use crate::layout::KEYS_PER_SLOT;
     use crate::node::{Identity, NodeLocal};
     use crate::testutil::{node, small_caps, Fixture, InlineEnv};
@@ -289,91 +290,86 @@ mod tests {
         (0..n as u64).map(|i| Key { lo: base + i, hi: !(base + i) }).collect()
     }
 
+    /// Runs `body` with nodes 0 and 1 attached to a fresh region.
+    fn with_two(body: impl FnOnce(&Fixture, Node<'_, Coherent>, Node<'_, Coherent>)) {
+        let f = Fixture::new(8 << 20, small_caps());
+        f.attach(0);
+        f.attach(1);
+        let env = InlineEnv::new(&f.store);
+        let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+        body(&f, node(&f, &env, &l0, 0), node(&f, &env, &l1, 1));
+    }
+
     fn msg(id: u64) -> Message {
         Message { kind: 7, request_id: id, ns: 3, status: 9, stamp: id * 10, ..Message::default() }
     }
 
     #[test]
     fn messages_arrive_whole_in_order_and_wrap_the_ring() {
-        let f = Fixture::new(8 << 20, small_caps());
-        f.attach(0);
-        f.attach(1);
-        let env = InlineEnv::new(&f.store);
-        let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-        let a = node(&f, &env, &l0, 0);
-        let b = node(&f, &env, &l1, 1);
-        let mut buf = std::vec![Key::default(); 100];
-        assert_eq!(b.try_recv(&mut buf), Ok(None));
-        // 8 slots; sizes 0, 1, 12, 13, 25, 96 keys span 1, 1, 1, 2, 3, 8 slots.
-        for round in 0..5u64 {
-            for (i, n) in [0usize, 1, 12, 13, 25, 96].into_iter().enumerate() {
-                let id = round * 100 + i as u64;
-                a.send(1, &msg(id), &keys(id * 1000, n)).unwrap();
-                let m = b.try_recv(&mut buf).unwrap().unwrap();
-                assert_eq!(m, Message { from: 0, n_keys: n as u32, ..msg(id) });
-                assert_eq!(&buf[..n], &keys(id * 1000, n)[..]);
-                assert_eq!(b.try_recv(&mut buf), Ok(None));
+        with_two(|_, a, b| {
+            let mut buf = std::vec![Key::default(); 100];
+            assert_eq!(b.try_recv(&mut buf), Ok(None));
+            // 8 slots; sizes 0, 1, 12, 13, 25, 96 keys span 1, 1, 1, 2, 3, 8 slots.
+            for round in 0..5u64 {
+                for (i, n) in [0usize, 1, 12, 13, 25, 96].into_iter().enumerate() {
+                    let id = round * 100 + i as u64;
+                    a.send(1, &msg(id), &keys(id * 1000, n)).unwrap();
+                    let m = b.try_recv(&mut buf).unwrap().unwrap();
+                    assert_eq!(m, Message { from: 0, n_keys: n as u32, ..msg(id) });
+                    assert_eq!(&buf[..n], &keys(id * 1000, n)[..]);
+                    assert_eq!(b.try_recv(&mut buf), Ok(None));
+                }
             }
-        }
+        });
     }
 
     #[test]
     fn a_full_ring_refuses_until_its_owner_reads() {
-        let f = Fixture::new(8 << 20, small_caps());
-        f.attach(0);
-        f.attach(1);
-        let env = InlineEnv::new(&f.store);
-        let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-        let a = node(&f, &env, &l0, 0);
-        let b = node(&f, &env, &l1, 1);
-        let two = KEYS_PER_SLOT + 1;
-        for id in 0..4 {
-            a.send(1, &msg(id), &keys(id, two)).unwrap();
-        }
-        assert_eq!(a.send(1, &msg(9), &[]), Err(Error::InboxFull));
-        assert_eq!(a.send(1, &msg(9), &keys(0, 8 * KEYS_PER_SLOT + 1)), Err(Error::TooLarge));
-        assert_eq!(a.send(2, &msg(9), &[]), Err(Error::BadNode), "node 2 is not attached");
-        assert_eq!(a.send(99, &msg(9), &[]), Err(Error::BadNode));
-        let mut short = [Key::default(); 4];
-        assert_eq!(b.try_recv(&mut short), Err(Error::TooLarge));
-        let mut buf = [Key::default(); 16];
-        assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 0, "the refused message stayed");
-        a.send(1, &msg(4), &keys(4, two)).unwrap();
-        for id in 1..5 {
-            assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, id);
-            assert_eq!(&buf[..two], &keys(id, two)[..]);
-        }
-        assert_eq!(b.try_recv(&mut buf), Ok(None));
+        with_two(|_, a, b| {
+            let two = KEYS_PER_SLOT + 1;
+            for id in 0..4 {
+                a.send(1, &msg(id), &keys(id, two)).unwrap();
+            }
+            assert_eq!(a.send(1, &msg(9), &[]), Err(Error::InboxFull));
+            assert_eq!(a.send(1, &msg(9), &keys(0, 8 * KEYS_PER_SLOT + 1)), Err(Error::TooLarge));
+            assert_eq!(a.send(2, &msg(9), &[]), Err(Error::BadNode), "node 2 is not attached");
+            assert_eq!(a.send(99, &msg(9), &[]), Err(Error::BadNode));
+            let mut short = [Key::default(); 4];
+            assert_eq!(b.try_recv(&mut short), Err(Error::TooLarge));
+            let mut buf = [Key::default(); 16];
+            assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 0, "the refused message stayed");
+            a.send(1, &msg(4), &keys(4, two)).unwrap();
+            for id in 1..5 {
+                assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, id);
+                assert_eq!(&buf[..two], &keys(id, two)[..]);
+            }
+            assert_eq!(b.try_recv(&mut buf), Ok(None));
+        });
     }
 
     #[test]
     fn a_corrupt_message_is_reported_once_and_skipped() {
-        let f = Fixture::new(8 << 20, small_caps());
-        f.attach(0);
-        f.attach(1);
-        let env = InlineEnv::new(&f.store);
-        let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-        let a = node(&f, &env, &l0, 0);
-        let b = node(&f, &env, &l1, 1);
-        a.send(1, &msg(1), &keys(1, 20)).unwrap();
-        a.send(1, &msg(2), &keys(2, 3)).unwrap();
-        // A hostile peer flips a key of the first message.
-        let l = &f.store.layout;
-        let off = l.inbox_slot(1, 0) + LINE + 8;
-        let w = f.store.region.load_u64(off).unwrap();
-        f.store.region.store_u64(off, w ^ 1).unwrap();
-        let mut buf = [Key::default(); 32];
-        assert_eq!(b.try_recv(&mut buf), Err(Error::Corrupt));
-        assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 2);
-        // A first header claiming more slots than the ring has.
-        a.send(1, &msg(3), &keys(3, 1)).unwrap();
-        let head_at = l.inbox_slot(1, 3);
-        let mut h: MsgHeader = f.store.region.read(head_at).unwrap();
-        h.slots = 1000;
-        f.store.region.write(head_at, &h).unwrap();
-        a.send(1, &msg(4), &keys(4, 1)).unwrap();
-        assert_eq!(b.try_recv(&mut buf), Err(Error::Corrupt));
-        assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 4, "both sides skipped one slot");
+        with_two(|f, a, b| {
+            a.send(1, &msg(1), &keys(1, 20)).unwrap();
+            a.send(1, &msg(2), &keys(2, 3)).unwrap();
+            // A hostile peer flips a key of the first message.
+            let l = &f.store.layout;
+            let off = l.inbox_slot(1, 0) + LINE + 8;
+            let w = f.store.region.load_u64(off).unwrap();
+            f.store.region.store_u64(off, w ^ 1).unwrap();
+            let mut buf = [Key::default(); 32];
+            assert_eq!(b.try_recv(&mut buf), Err(Error::Corrupt));
+            assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 2);
+            // A first header claiming more slots than the ring has.
+            a.send(1, &msg(3), &keys(3, 1)).unwrap();
+            let head_at = l.inbox_slot(1, 3);
+            let mut h: MsgHeader = f.store.region.read(head_at).unwrap();
+            h.slots = 1000;
+            f.store.region.write(head_at, &h).unwrap();
+            a.send(1, &msg(4), &keys(4, 1)).unwrap();
+            assert_eq!(b.try_recv(&mut buf), Err(Error::Corrupt));
+            assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 4, "both sides skipped one slot");
+        });
     }
 
     #[test]
@@ -402,25 +398,20 @@ mod tests {
 
     #[test]
     fn a_producer_that_died_after_its_header_landed_is_delivered_not_overwritten() {
-        let f = Fixture::new(8 << 20, small_caps());
-        f.attach(0);
-        f.attach(1);
-        let env = InlineEnv::new(&f.store);
-        let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-        let a = node(&f, &env, &l0, 0);
-        let b = node(&f, &env, &l1, 1);
-        // A whole message, then the leftovers of a producer that died before
-        // its first header: continuation slots only.
-        a.send(1, &msg(1), &keys(1, 30)).unwrap();
-        let l = &f.store.layout;
-        let junk = MsgHeader { seq: 5, index: 1, slots: 0, ..MsgHeader::default() };
-        f.store.region.write(l.inbox_slot(1, 4), &junk).unwrap();
-        a.send(1, &msg(2), &keys(2, 1)).unwrap();
-        let mut buf = [Key::default(); 32];
-        assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 1);
-        assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 2);
-        assert_eq!(b.try_recv(&mut buf), Ok(None), "the leftover continuation is no message");
-        a.send(1, &msg(3), &[]).unwrap();
-        assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 3);
+        with_two(|f, a, b| {
+            // A whole message, then the leftovers of a producer that died before
+            // its first header: continuation slots only.
+            a.send(1, &msg(1), &keys(1, 30)).unwrap();
+            let l = &f.store.layout;
+            let junk = MsgHeader { seq: 5, index: 1, slots: 0, ..MsgHeader::default() };
+            f.store.region.write(l.inbox_slot(1, 4), &junk).unwrap();
+            a.send(1, &msg(2), &keys(2, 1)).unwrap();
+            let mut buf = [Key::default(); 32];
+            assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 1);
+            assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 2);
+            assert_eq!(b.try_recv(&mut buf), Ok(None), "the leftover continuation is no message");
+            a.send(1, &msg(3), &[]).unwrap();
+            assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 3);
+        });
     }
 }
