@@ -62,29 +62,27 @@ CXLKV_TEST_WORKER="$PWD/target/asan/$asan_target/debug/cxlkv-test-worker" \
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 set -e
 
+# Runs a command that counts as one test: passed when it exits 0.
+counted() {
+  local name=$1 crc
+  shift
+  set +e
+  "$@"
+  crc=$?
+  set -e
+  if [ "$crc" -eq 0 ]; then
+    echo "test result: ok. 1 passed; 0 failed ($name)" >> "$log"
+  else
+    echo "$name: 1 failed (exit $crc)" >> "$log"
+    rc=1
+  fi
+}
+
 step "coherence mutants (every flush, invalidate and fence site of core must matter)"
-set +e
-tests/coherence-mutants.sh 32
-mrc=$?
-set -e
-if [ "$mrc" -eq 0 ]; then
-  echo "test result: ok. 1 passed; 0 failed" >> "$log"
-else
-  echo "coherence mutants: 1 failed" >> "$log"
-  rc=1
-fi
+counted "coherence mutants" tests/coherence-mutants.sh 32
 
 step "smoke: cxlkv demo (3 seconds: prefill and decode processes, every byte verified)"
-set +e
-cargo run --release --locked -p cxlkv-cli -- demo --duration 3
-drc=$?
-set -e
-if [ "$drc" -eq 0 ]; then
-  echo "test result: ok. 1 passed; 0 failed (demo)" >> "$log"
-else
-  echo "demo: 1 failed (exit $drc)" >> "$log"
-  rc=1
-fi
+counted demo cargo run --release --locked -p cxlkv-cli -- demo --duration 3
 
 step "smoke: cxlkv bench (quick)"
 cargo run --release --locked -p cxlkv-cli -- bench --quick --blocks 256 --modes coherent,clflush

@@ -54,24 +54,9 @@ fn run(argv: &[String]) -> ExitCode {
         "recover" => cmd_recover(rest),
         "bench" => cmd_bench(rest),
         "demo" => return cmd_demo(rest),
-        "bench-peer" => {
-            return match bench::peer_main(rest) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("cxlkv bench-peer: {e}");
-                    ExitCode::from(1)
-                }
-            }
-        }
-        "demo-worker" => {
-            return match demo::worker(rest) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("cxlkv demo-worker: {e}");
-                    ExitCode::from(1)
-                }
-            }
-        }
+        // Processes the demo and the bench start; not for people.
+        "bench-peer" => return helper_exit("bench-peer", bench::peer_main(rest)),
+        "demo-worker" => return helper_exit("demo-worker", demo::worker(rest)),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())
@@ -86,6 +71,17 @@ fn run(argv: &[String]) -> ExitCode {
         }
         Err(Fail::Run(m)) => {
             eprintln!("cxlkv: {m}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Exit status of a helper process: 0, or 1 with its error on stderr.
+fn helper_exit(name: &str, r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cxlkv {name}: {e}");
             ExitCode::from(1)
         }
     }

@@ -173,9 +173,18 @@ pub struct Cache {
     thread: Option<JoinHandle<()>>,
     gpu: OnceLock<GpuState>,
     gpu_init: Mutex<()>,
-    /// Messages taken from the inbox while a `call` waited for its response.
-    inbox: Mutex<VecDeque<(Message, Vec<Key>)>>,
+    /// The owner's side of the inbox; its lock makes the node's threads take
+    /// turns at it.
+    inbox: Mutex<InboxLocal>,
     next_call: Mutex<u64>,
+}
+
+/// Messages taken from the inbox while a `call` waited for its response, and
+/// the key buffer every receive reuses (a whole ring's worth of keys).
+#[derive(Default)]
+struct InboxLocal {
+    stash: VecDeque<(Message, Vec<Key>)>,
+    keys: Vec<Key>,
 }
 
 /// Bit of [`Message::kind`] that marks a response to [`Cache::call`];
@@ -296,7 +305,7 @@ impl Cache {
             thread: Some(thread),
             gpu: OnceLock::new(),
             gpu_init: Mutex::new(()),
-            inbox: Mutex::new(VecDeque::new()),
+            inbox: Mutex::new(InboxLocal::default()),
             next_call: Mutex::new(random_u64() >> 16),
         })
     }
@@ -391,23 +400,19 @@ impl Cache {
     /// Takes the next message of this node's inbox, if one is there.
     /// Thread-safe: the node's threads take turns.
     pub fn try_recv(&self) -> Result<Option<(Message, Vec<Key>)>> {
-        let mut stash = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(m) = stash.pop_front() {
+        let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = inbox.stash.pop_front() {
             return Ok(Some(m));
         }
-        self.recv_core()
+        self.recv_core(&mut inbox.keys)
     }
 
-    fn recv_core(&self) -> Result<Option<(Message, Vec<Key>)>> {
+    /// One receive from the ring into `buf` (sized on first use); only a
+    /// message that came allocates its key list.
+    fn recv_core(&self, buf: &mut Vec<Key>) -> Result<Option<(Message, Vec<Key>)>> {
         let cap = self.store().layout.caps.inbox_slots as usize * cxlkv_core::layout::KEYS_PER_SLOT;
-        let mut keys = vec![Key::default(); cap];
-        match self.node().try_recv(&mut keys)? {
-            Some(m) => {
-                keys.truncate(m.n_keys as usize);
-                Ok(Some((m, keys)))
-            }
-            None => Ok(None),
-        }
+        buf.resize(cap, Key::default());
+        Ok(self.node().try_recv(buf)?.map(|m| (m, buf[..m.n_keys as usize].to_vec())))
     }
 
     /// Waits up to `timeout` for the next message; `Timeout` when none came.
@@ -446,14 +451,15 @@ impl Cache {
         let mut i = 0u32;
         loop {
             {
-                let mut stash = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+                let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+                let InboxLocal { stash, keys } = &mut *inbox;
                 let answer = |m: &Message| m.kind & KIND_RESPONSE != 0 && m.request_id == id && m.from == to;
                 if let Some(at) = stash.iter().position(|(m, _)| answer(m)) {
                     if let Some(r) = stash.remove(at) {
                         return Ok(r);
                     }
                 }
-                while let Some((m, k)) = self.recv_core()? {
+                while let Some((m, k)) = self.recv_core(keys)? {
                     if answer(&m) {
                         return Ok((m, k));
                     }
