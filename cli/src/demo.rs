@@ -191,6 +191,7 @@ fn caps(cfg: &Config) -> Capacities {
         pin_slots: ((MAX_TOKENS / TOKENS_PER_BLOCK) as u32 * (cfg.inflight as u32 + 1)).next_multiple_of(4),
         chunk_shift: chunk.trailing_zeros(),
         inbox_slots: 256,
+        app_locks: 0,
     }
 }
 

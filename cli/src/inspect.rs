@@ -75,7 +75,7 @@ pub fn report<C: Coherence>(store: &Store<C>) -> cxlkv_core::Result<Value> {
             "max_nodes": l.caps.max_nodes, "stripes": l.caps.n_stripes,
             "entries_per_stripe": l.caps.entries_per_stripe, "entries": l.caps.n_stripes as u64 * l.caps.entries_per_stripe as u64,
             "buckets_per_stripe": l.buckets_per_stripe, "roots": l.caps.n_roots, "pin_slots": l.caps.pin_slots,
-            "chunk_size": l.chunk_size(), "chunks": l.n_chunks, "locks": l.n_locks,
+            "chunk_size": l.chunk_size(), "chunks": l.n_chunks, "locks": l.n_locks, "app_locks": l.caps.app_locks,
             "payload_bytes": l.payload.len(), "metadata_bytes": l.payload.start,
         },
         "usage": {

@@ -21,7 +21,8 @@ usage:
   cxlkv demo [--prefill N] [--decode N] [--duration SECONDS] [--block-size SIZE]
              [--region SIZE] [--mode MODE] [--seed N] [--inflight N] [--json]
   cxlkv format PATH --size SIZE [--nodes N] [--stripes N] [--entries N]
-               [--chunk SIZE] [--roots N] [--pins N] [--force] [--json]
+               [--chunk SIZE] [--roots N] [--pins N] [--inbox N] [--app-locks N]
+               [--force] [--json]
   cxlkv inspect PATH [--json]
   cxlkv check PATH [--json]        exit 0 clean, 1 findings, 2 cannot open
   cxlkv recover PATH [--json]
@@ -122,7 +123,8 @@ const COMMON: [&str; 1] = ["mode"];
 
 fn cmd_format(raw: &[String]) -> Result<(), Fail> {
     let valued =
-        [COMMON.as_slice(), &["size", "nodes", "stripes", "entries", "chunk", "roots", "pins", "inbox"]].concat();
+        [COMMON.as_slice(), &["size", "nodes", "stripes", "entries", "chunk", "roots", "pins", "inbox", "app-locks"]]
+            .concat();
     let a = Args::parse(raw, &valued, &["force", "json"])?;
     let path = a.path()?;
     let size = a.size("size", 0)?;
@@ -142,6 +144,7 @@ fn cmd_format(raw: &[String]) -> Result<(), Fail> {
         pin_slots: a.num("pins", d.pin_slots)?,
         chunk_shift: chunk.trailing_zeros(),
         inbox_slots: a.num("inbox", d.inbox_slots)?,
+        app_locks: a.num("app-locks", d.app_locks)?,
     };
     let total: u32 = a.num("entries", caps.n_stripes.saturating_mul(d.entries_per_stripe))?;
     let caps = Capacities { entries_per_stripe: total.div_ceil(caps.n_stripes.max(1)), ..caps };

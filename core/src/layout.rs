@@ -16,7 +16,7 @@ use crate::{Error, Result};
 /// "CXLKV\0\0\1" little-endian: the region magic.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
 /// Format version; bumped with every incompatible change.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Largest number of nodes (pinner bitmask is one u64).
 pub const MAX_NODES: u32 = 64;
 /// Blocks per chunk are tracked in a 256-bit map.
@@ -86,7 +86,9 @@ shared_struct! {
         pub off_payload: u64,
         pub payload_len: u64,
         pub off_inboxes: u64,
-        pub reserved: [u64; 7],
+        pub app_locks: u32,
+        pub reserved0: u32,
+        pub reserved: [u64; 6],
         pub checksum: u64,
     } size 256
 }
@@ -141,6 +143,9 @@ shared_struct! {
 
 /// Most global locks a region can have (the request bitmap's width).
 pub const MAX_LOCKS: u32 = 512;
+
+/// Most application locks a region can have.
+pub const MAX_APP_LOCKS: u32 = 128;
 
 /// Lines per node in the node table: info, heartbeat, stats, requests.
 pub const NODE_LINES: u64 = 4;
@@ -408,6 +413,9 @@ pub struct Capacities {
     pub chunk_shift: u32,
     /// Slots of each node's inbox ring (a power of two).
     pub inbox_slots: u32,
+    /// Inter-node locks applications allocate for their own structures
+    /// (TraCT's lock API); each allocated one takes a named-root record.
+    pub app_locks: u32,
 }
 
 impl Default for Capacities {
@@ -420,6 +428,7 @@ impl Default for Capacities {
             pin_slots: 512,
             chunk_shift: 21,
             inbox_slots: 64,
+            app_locks: 64,
         }
     }
 }
@@ -437,6 +446,7 @@ impl Capacities {
             && (12..=32).contains(&self.chunk_shift)
             && self.inbox_slots.is_power_of_two()
             && (4..=65536).contains(&self.inbox_slots)
+            && self.app_locks <= MAX_APP_LOCKS
             && self.n_locks() <= MAX_LOCKS;
         if ok {
             Ok(())
@@ -451,9 +461,9 @@ impl Capacities {
     }
 
     /// Number of global locks: stripes, roots, one heap per node, alloc, one
-    /// inbox per node.
+    /// inbox per node, then the application locks.
     pub fn n_locks(&self) -> u32 {
-        self.n_stripes + 1 + self.max_nodes + 1 + self.max_nodes
+        self.n_stripes + 1 + self.max_nodes + 1 + self.max_nodes + self.app_locks
     }
 }
 
@@ -485,6 +495,15 @@ impl LockIds {
     /// Lock of node `n`'s inbox (producers serialise on it; taken alone).
     pub fn inbox(&self, n: u32) -> u32 {
         self.n_stripes + 1 + self.max_nodes + 1 + n
+    }
+    /// Number of locks core itself uses; application lock `i` has id
+    /// `n_core() + i`, after every one of them. Recovery takes exactly these.
+    pub fn n_core(&self) -> u32 {
+        self.inbox(self.max_nodes)
+    }
+    /// Id of application lock `i`.
+    pub fn app(&self, i: u32) -> u32 {
+        self.n_core() + i
     }
 }
 
@@ -653,7 +672,9 @@ impl Layout {
             off_payload: self.payload.start,
             payload_len: self.payload.len(),
             off_inboxes: self.inboxes.start,
-            reserved: [0; 7],
+            app_locks: c.app_locks,
+            reserved0: 0,
+            reserved: [0; 6],
             checksum: 0,
         };
         h.checksum = header_checksum(&h);
@@ -689,6 +710,7 @@ impl Layout {
             pin_slots: h.pin_slots,
             chunk_shift: h.chunk_shift,
             inbox_slots: h.inbox_slots,
+            app_locks: h.app_locks,
         };
         let l = Layout::compute(caps, h.region_size).map_err(|_| Error::CorruptHeader)?;
         let mut expect = l.header(h.creation_id, h.flags);

@@ -13,6 +13,7 @@
 extern crate std;
 
 pub mod alloc;
+pub mod applock;
 pub mod channel;
 pub mod check;
 pub mod coherence;

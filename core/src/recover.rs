@@ -55,7 +55,10 @@ impl<C: Coherence> Node<'_, C> {
         let mut res = Ok(());
         // The (epoch, seq) of each grant, to release exactly what we hold.
         let mut grants = [(0u64, 0u64); crate::layout::MAX_LOCKS as usize];
-        for lock in 0..l.n_locks {
+        // Core's locks only: an application may hold its own locks while it
+        // waits for one of core's, so recovery must not wait for those.
+        let n_core = l.locks().n_core();
+        for lock in 0..n_core {
             match self.lock_recovery(lock) {
                 Ok(Held { epoch, seq, .. }) => {
                     grants[lock as usize] = (epoch, seq);
@@ -69,7 +72,7 @@ impl<C: Coherence> Node<'_, C> {
         }
         let out = res.and_then(|_| self.recover_locked(dead));
         let mut flushed = Ok(());
-        if taken == l.n_locks {
+        if taken == n_core {
             // SYNC: the chunk records recovery rewrote (even if it failed half
             // way) reach memory before any lock is released (readers:
             // allocators, under the heap and alloc locks).
@@ -84,10 +87,38 @@ impl<C: Coherence> Node<'_, C> {
                 rel = r;
             }
         }
-        let rep = out?;
+        let mut rep = out?;
         flushed?;
         rel?;
+        rep.locks_repaired += self.repair_app_locks()?;
         Ok(rep)
+    }
+
+    /// Clears `repair` of every application lock revoked from a dead holder,
+    /// taking each alone (as recovery, the only grant such a lock gets), so
+    /// it is granted again. Returns how many.
+    fn repair_app_locks(&self) -> Result<u32> {
+        let st = self.store;
+        let l = &st.layout;
+        let mut n = 0;
+        for lock in l.locks().n_core()..l.n_locks {
+            let ll: LockLine = st.fresh(l.lock_line(lock), Site("recover.lock.read"))?;
+            if ll.repair == 0 {
+                continue;
+            }
+            let held = self.lock_recovery(lock)?;
+            let mut ll: LockLine = st.fresh(l.lock_line(lock), Site("recover.lock.read"))?;
+            let r = if ll.repair != 0 {
+                ll.repair = 0;
+                n += 1;
+                st.publish(l.lock_line(lock), &ll, Site("recover.lock.repaired"))
+            } else {
+                Ok(())
+            };
+            self.unlock(held)?;
+            r?;
+        }
+        Ok(n)
     }
 
     fn recover_locked(&self, dead_in: u64) -> Result<RecoverReport> {
@@ -192,8 +223,8 @@ impl<C: Coherence> Node<'_, C> {
             st.publish_state_last(l.node_info(n), &free, Site("recover.node.free"))?;
             rep.nodes_freed |= 1 << n;
         }
-        // 7. Every lock is repaired now.
-        for lock in 0..l.n_locks {
+        // 7. Every lock of core is repaired now.
+        for lock in 0..l.locks().n_core() {
             let mut ll: LockLine = st.fresh(l.lock_line(lock), Site("recover.lock.read"))?;
             if ll.repair != 0 {
                 ll.repair = 0;

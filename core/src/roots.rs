@@ -71,26 +71,31 @@ impl<C: Coherence> Node<'_, C> {
         if root.offset != 0 && !self.store.layout.payload.contains(root.offset, root.size) {
             return Err(Error::InvalidArgument);
         }
+        self.with_lock(self.store.layout.locks().roots(), || self.root_put_locked(want, root))
+    }
+
+    /// Publishes root `want`; the caller holds the roots lock.
+    pub(crate) fn root_put_locked(&self, want: [u8; MAX_NAME], root: Root) -> Result<()> {
         let l = &self.store.layout;
-        self.with_lock(l.locks().roots(), || {
-            let mut free = None;
-            for i in 0..l.caps.n_roots {
-                let r: RootRecord = self.store.fresh(l.root(i), Site("roots.put.scan"))?;
-                if record_valid(&r) {
-                    if r.name == want {
-                        return Err(Error::Exists);
-                    }
-                } else if free.is_none() {
-                    free = Some(i);
-                }
+        let mut free = None;
+        let mut exists = false;
+        for i in 0..l.caps.n_roots {
+            let r: RootRecord = self.store.fresh(l.root(i), Site("roots.put.scan"))?;
+            if record_valid(&r) {
+                exists |= r.name == want;
+            } else if free.is_none() {
+                free = Some(i);
             }
-            let i = free.ok_or(Error::RootsFull)?;
-            let mut r =
-                RootRecord { name: want, offset: root.offset, size: root.size, tag: root.tag, state: 1, checksum: 0 };
-            r.checksum = record_sum(&r);
-            // SYNC: record published under the roots lock (reader: get).
-            self.store.publish(l.root(i), &r, Site("roots.put"))
-        })
+        }
+        if exists {
+            return Err(Error::Exists);
+        }
+        let i = free.ok_or(Error::RootsFull)?;
+        let mut r =
+            RootRecord { name: want, offset: root.offset, size: root.size, tag: root.tag, state: 1, checksum: 0 };
+        r.checksum = record_sum(&r);
+        // SYNC: record published under the roots lock (reader: get).
+        self.store.publish(l.root(i), &r, Site("roots.put"))
     }
 
     /// Removes root `name` (the object it names is not freed).

@@ -211,3 +211,58 @@ fn a_slot_counts_its_incarnations_across_detach() {
         assert_eq!(incarnation(), want, "a free slot keeps its incarnation");
     }
 }
+
+#[test]
+fn app_locks_are_allocated_once_and_freed() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    f.attach(1);
+    let env = InlineEnv::new(&f.store);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let a = node(&f, &env, &l0, 0);
+    let b = node(&f, &env, &l1, 1);
+    let mut got: Vec<u32> = (0..4).map(|i| if i % 2 == 0 { a.lock_alloc() } else { b.lock_alloc() }.unwrap()).collect();
+    got.sort_unstable();
+    assert_eq!(got, [0, 1, 2, 3], "every node sees the others' allocations");
+    assert_eq!(a.lock_alloc(), Err(Error::TableFull));
+    b.lock_free(2).unwrap();
+    assert_eq!(b.lock_free(2), Err(Error::NotFound));
+    assert_eq!(a.lock_free(4), Err(Error::InvalidArgument));
+    assert_eq!(a.lock_alloc(), Ok(2), "a freed number is reused");
+    // An application root that happens to bear a lock's name is not a lock.
+    a.lock_free(3).unwrap();
+    a.root_put(b"cxlkv.lock.3", Root { offset: 0, size: 0, tag: 7 }).unwrap();
+    assert_eq!(a.lock_free(3), Err(Error::NotFound));
+    assert_eq!(get(&f.store, b"cxlkv.lock.3").unwrap().tag, 7, "the application's root is kept");
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
+
+#[test]
+fn app_lock_is_exclusive_and_repaired_after_its_holder_dies() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    f.attach(1);
+    let env = InlineEnv::new(&f.store);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let a = node(&f, &env, &l0, 0);
+    let b = node(&f, &env, &l1, 1);
+    let i = a.lock_alloc().unwrap();
+    assert_eq!(a.lock_app(4), Err(Error::InvalidArgument));
+    let held = b.lock_app(i).unwrap();
+    assert_eq!(a.lock_app(i), Err(Error::Timeout), "held by b");
+    // A holder of an application lock may use the cache (core's locks come
+    // first in the order).
+    let h = b.reserve(1, key(1), 100, 1).unwrap();
+    b.publish(&h).unwrap();
+    let g = a.lock(0).unwrap();
+    assert_eq!(a.unlock_app(g), Err(Error::InvalidArgument), "a core lock is not an application lock");
+    *env.killed.lock() = 1 << 1;
+    env.step().unwrap();
+    let rep = a.recover(0).unwrap();
+    assert_eq!(rep.locks_repaired, 1, "the dead holder's application lock");
+    let mine = a.lock_app(i).unwrap();
+    assert!(mine.epoch > held.epoch);
+    a.unlock_app(mine).unwrap();
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+    assert_eq!(a.lookup(1, &[key(1)]).unwrap(), 1);
+}

@@ -43,6 +43,7 @@ pub fn small_caps() -> Capacities {
         pin_slots: 64,
         chunk_shift: 16,
         inbox_slots: 8,
+        app_locks: 4,
     }
 }
 

@@ -78,8 +78,9 @@ struct Inner {
     is_manager: AtomicBool,
     mgr: Mutex<Manager>,
     last: Mutex<StepReport>,
-    // Declared last: dropped after everything that points into it.
-    _map: Mapping,
+    // Declared last: dropped after everything that points into it (other
+    // nodes of this process may share the mapping).
+    map: Arc<Mapping>,
 }
 
 thread_local! {
@@ -249,7 +250,8 @@ impl Cache {
     }
 
     /// Formats an existing mapping and attaches to it.
-    pub fn format_mapping(map: Mapping, caps: Capacities, opts: Options) -> Result<Cache> {
+    pub fn format_mapping(map: impl Into<Arc<Mapping>>, caps: Capacities, opts: Options) -> Result<Cache> {
+        let map = map.into();
         let co = Flush::new(opts.mode, opts.nt_payload)?;
         format(map.region(), co, caps, random_u64())?;
         Cache::attach(map, opts)
@@ -261,7 +263,9 @@ impl Cache {
     }
 
     /// Attaches a node to a mapped, formatted region and starts its thread.
-    pub fn attach(map: Mapping, opts: Options) -> Result<Cache> {
+    /// Several nodes of one process may share a mapping.
+    pub fn attach(map: impl Into<Arc<Mapping>>, opts: Options) -> Result<Cache> {
+        let map = map.into();
         let co = Flush::new(opts.mode, opts.nt_payload)?;
         let store = attach(map.region(), co)?;
         let tier = LocalTier::open(&opts.local_dir, store.creation_id, store.layout.n_locks)?;
@@ -293,7 +297,7 @@ impl Cache {
             recovering: AtomicBool::new(false),
             is_manager: AtomicBool::new(false),
             last: Mutex::new(StepReport::default()),
-            _map: map,
+            map,
         });
         let i2 = inner.clone();
         let thread = std::thread::Builder::new()
@@ -317,7 +321,12 @@ impl Cache {
 
     /// Faults the whole region in now (see [`Mapping::prefault`]).
     pub fn prefault(&self) -> Result<()> {
-        self.inner._map.prefault()
+        self.inner.map.prefault()
+    }
+
+    /// The mapping this node is attached to.
+    pub fn mapping(&self) -> &Arc<Mapping> {
+        &self.inner.map
     }
 
     /// The attached store (layout, region view, coherence).

@@ -6,9 +6,11 @@
 //!   instructions, chosen by CPUID with an explicit override;
 //! - [`local`]: the host-local lock tier, shared by the processes of a host;
 //! - [`cache`]: an attached node with its heartbeat and lock-manager thread;
+//! - [`copy`]: batch put and get through lists of buffers;
 //! - [`gpu`]: the region registered with CUDA, and DMA copies of KV blocks.
 
 pub mod cache;
+pub mod copy;
 pub mod error;
 pub mod flush;
 pub mod gpu;
@@ -18,6 +20,7 @@ pub mod map;
 pub mod size;
 
 pub use cache::{Cache, Options, KIND_RESPONSE};
+pub use copy::{GetItem, PutItem};
 pub use cxlkv_core as core_api;
 pub use error::{Error, Result};
 pub use flush::{Flush, FlushMode};

@@ -23,6 +23,7 @@ pub fn tiny_caps() -> Capacities {
         pin_slots: 8,
         chunk_shift: 12,
         inbox_slots: 4,
+        app_locks: 2,
     }
 }
 

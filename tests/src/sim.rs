@@ -68,6 +68,7 @@ pub fn sim_caps(hosts: usize) -> Capacities {
         pin_slots: 16,
         chunk_shift: 13,
         inbox_slots: 4,
+        app_locks: 0,
     }
 }
 

@@ -406,6 +406,29 @@ impl<C: Coherence> Node<'_, C> {
         self.publish_flushed(core::slice::from_ref(h), &mut [Ok(())])
     }
 
+    /// Publishes reserved blocks after flushing each payload (written by plain
+    /// stores through pointers): `out[i]` is block `i`'s result. A block
+    /// whose handle is stale is reported there and flushes nothing.
+    pub fn publish_batch(&self, hs: &[Handle], out: &mut [Result<()>]) -> Result<()> {
+        if out.len() < hs.len() {
+            return Err(Error::InvalidArgument);
+        }
+        for h in hs {
+            if self.check_payload(h).is_ok() {
+                self.store.co.flush(&self.store.region, h.off, h.len, Site("index.publish.payload"))?;
+            }
+        }
+        self.publish_flushed(hs, out)
+    }
+
+    /// Makes a pinned block's payload fresh in this host's cache, for reads
+    /// through a pointer (what [`Node::read`] does before it copies).
+    pub fn fresh_payload(&self, h: &Handle) -> Result<()> {
+        self.check_payload(h)?;
+        // SYNC: fresh payload lines (writer: publisher's payload flush).
+        self.store.co.invalidate(&self.store.region, h.off, h.len, Site("index.payload.read"))
+    }
+
     /// Publishes reserved blocks whose payloads are already flushed (written
     /// with [`Node::write`], by non-temporal stores, or by a completed DMA).
     pub fn publish_flushed(&self, hs: &[Handle], out: &mut [Result<()>]) -> Result<()> {

@@ -1,0 +1,140 @@
+//! Application locks (TraCT's lock API): inter-node locks that applications
+//! allocate for structures of their own in the region, taken and released
+//! through the same two-tier protocol as core's locks.
+//!
+//! An allocated lock is recorded as a named root (`cxlkv.lock.<i>`, tag
+//! [`APP_LOCK_TAG`]), so allocation reuses the root table's protocol and an
+//! allocation survives the death of the node that made it. Application locks
+//! come after every lock of core in the lock order: a holder may call any
+//! cache operation, and recovery never needs them while it holds core's.
+//! A lock revoked from a dead holder is granted again once recovery ran; what
+//! it guarded may be half-updated, as with a robust mutex.
+
+use crate::coherence::Coherence;
+use crate::coherence::Site;
+use crate::layout::RootRecord;
+use crate::lock::Held;
+use crate::node::Node;
+use crate::roots::{record_valid, Root, MAX_NAME};
+use crate::{Error, Result};
+
+/// Type tag of the root records that mark allocated application locks.
+pub const APP_LOCK_TAG: u32 = u32::from_le_bytes(*b"LOCK");
+
+const PREFIX: &[u8] = b"cxlkv.lock.";
+
+/// Root name of application lock `i`: `cxlkv.lock.<i>` in decimal.
+fn lock_name(i: u32) -> [u8; MAX_NAME] {
+    let mut digits = [0u8; 10];
+    let mut n = 0;
+    let mut v = i;
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let mut name = [0u8; MAX_NAME];
+    name[..PREFIX.len()].copy_from_slice(PREFIX);
+    for (k, d) in digits[..n].iter().rev().enumerate() {
+        name[PREFIX.len() + k] = *d;
+    }
+    name
+}
+
+/// The application lock a root record marks, if it marks one.
+fn lock_of(r: &RootRecord) -> Option<u32> {
+    if r.tag != APP_LOCK_TAG || !r.name.starts_with(PREFIX) {
+        return None;
+    }
+    let rest = &r.name[PREFIX.len()..];
+    let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+    if end == 0 || end > 9 || rest[end..].iter().any(|&b| b != 0) {
+        return None;
+    }
+    rest[..end].iter().try_fold(0u32, |acc, &b| b.is_ascii_digit().then(|| acc * 10 + (b - b'0') as u32))
+}
+
+impl<C: Coherence> Node<'_, C> {
+    /// Allocates an application lock; returns its number (below the region's
+    /// `app_locks`). `TableFull` when every one is allocated, `RootsFull`
+    /// when the root table has no record left to mark it.
+    pub fn lock_alloc(&self) -> Result<u32> {
+        let l = &self.store.layout;
+        let n = l.caps.app_locks;
+        self.with_lock(l.locks().roots(), || {
+            let mut used = [0u64; (crate::layout::MAX_APP_LOCKS as usize).div_ceil(64)];
+            // A first pass finds the numbers in use; the put below scans again
+            // (under the same lock, so nothing changes between).
+            for r in 0..l.caps.n_roots {
+                let rec: RootRecord = self.store.fresh(l.root(r), Site("roots.put.scan"))?;
+                if record_valid(&rec) {
+                    if let Some(i) = lock_of(&rec).filter(|&i| i < n) {
+                        used[(i / 64) as usize] |= 1 << (i % 64);
+                    }
+                }
+            }
+            let i = (0..n).find(|&i| used[(i / 64) as usize] & (1 << (i % 64)) == 0).ok_or(Error::TableFull)?;
+            self.root_put_locked(lock_name(i), Root { offset: 0, size: 0, tag: APP_LOCK_TAG })?;
+            Ok(i)
+        })
+    }
+
+    /// Frees application lock `i`. `NotFound` when it is not allocated. Free
+    /// a lock only once no node holds or will take it.
+    pub fn lock_free(&self, i: u32) -> Result<()> {
+        if i >= self.store.layout.caps.app_locks {
+            return Err(Error::InvalidArgument);
+        }
+        let name = lock_name(i);
+        let len = name.iter().position(|&b| b == 0).unwrap_or(MAX_NAME);
+        let root = self.root_destroy(&name[..len])?;
+        if root.tag != APP_LOCK_TAG {
+            // A root of the application's own happened to bear the name: put
+            // it back as it was.
+            self.root_put(&name[..len], root)?;
+            return Err(Error::NotFound);
+        }
+        Ok(())
+    }
+
+    /// Takes application lock `i` (waits, like every lock, up to the node's
+    /// timeout). Release it with [`Node::unlock`].
+    pub fn lock_app(&self, i: u32) -> Result<Held> {
+        let l = &self.store.layout;
+        if i >= l.caps.app_locks {
+            return Err(Error::InvalidArgument);
+        }
+        self.lock(l.locks().app(i))
+    }
+
+    /// Releases application lock `held` (from [`Node::lock_app`]); refuses a
+    /// grant of a core lock.
+    pub fn unlock_app(&self, held: Held) -> Result<()> {
+        let l = &self.store.layout;
+        if held.lock < l.locks().n_core() || held.lock >= l.n_locks {
+            return Err(Error::InvalidArgument);
+        }
+        self.unlock(held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_names_round_trip() {
+        for i in [0, 7, 10, 99, 127, 1_000_000] {
+            let r = RootRecord { name: lock_name(i), tag: APP_LOCK_TAG, ..RootRecord::default() };
+            assert_eq!(lock_of(&r), Some(i));
+        }
+        let mut r = RootRecord { name: lock_name(3), tag: APP_LOCK_TAG, ..RootRecord::default() };
+        r.name[PREFIX.len()] = b'x';
+        assert_eq!(lock_of(&r), None);
+        let r = RootRecord { name: lock_name(3), tag: 0, ..RootRecord::default() };
+        assert_eq!(lock_of(&r), None);
+    }
+}

@@ -1,0 +1,192 @@
+//! Copying batch operations in the shape engines already call: a block is
+//! put from, or got into, a list of buffers (K and V, per layer), and every
+//! block has its own result: a batch is never all-or-nothing.
+
+use cxlkv_core::hash::Key;
+use cxlkv_core::index::{Handle, ReserveItem};
+
+use cxlkv_core::Error as CoreError;
+
+use crate::cache::Cache;
+use crate::Result;
+
+type CoreResult<T> = cxlkv_core::Result<T>;
+
+/// One block to store: its key, the tokens it covers and its bytes, the
+/// concatenation of `parts`.
+#[derive(Clone, Copy, Debug)]
+pub struct PutItem<'a> {
+    /// Key.
+    pub key: Key,
+    /// Tokens the block covers.
+    pub tokens: u32,
+    /// The payload, in order.
+    pub parts: &'a [&'a [u8]],
+}
+
+/// One block to fetch into `parts`, filled in order.
+#[derive(Debug)]
+pub struct GetItem<'a, 'b> {
+    /// Key.
+    pub key: Key,
+    /// Where the payload goes; together at least as long as it.
+    pub parts: &'a mut [&'b mut [u8]],
+}
+
+impl Cache {
+    /// Stores every item: `out[i]` is `Ok`, `Exists` when the key is stored
+    /// already (nothing written), or why it failed. Returns an error only
+    /// when the arguments are malformed or the region itself fails.
+    pub fn put(&self, ns: u32, items: &[PutItem<'_>], out: &mut [CoreResult<()>]) -> Result<()> {
+        if out.len() < items.len() {
+            return Err(CoreError::InvalidArgument.into());
+        }
+        let node = self.node();
+        let mut reserve = Vec::with_capacity(items.len());
+        for it in items {
+            let len = it.parts.iter().try_fold(0u64, |a, p| a.checked_add(p.len() as u64));
+            reserve.push(ReserveItem { key: it.key, len: len.ok_or(CoreError::TooLarge)?, tokens: it.tokens });
+        }
+        let mut handles: Vec<CoreResult<Handle>> = vec![Err(CoreError::InvalidArgument); items.len()];
+        node.reserve_batch(ns, &reserve, &mut handles)?;
+        let mut written = Vec::with_capacity(items.len());
+        let mut slot = Vec::with_capacity(items.len());
+        for (i, (it, h)) in items.iter().zip(&handles).enumerate() {
+            out[i] = match h {
+                Ok(h) => match write_parts(self, h, it.parts) {
+                    Ok(()) => {
+                        written.push(*h);
+                        slot.push(i);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        let _ = node.abort(h);
+                        Err(e)
+                    }
+                },
+                Err(e) => Err(*e),
+            };
+        }
+        let mut res = vec![Ok(()); written.len()];
+        node.publish_flushed(&written, &mut res)?;
+        for (k, r) in slot.into_iter().zip(res) {
+            out[k] = r;
+        }
+        Ok(())
+    }
+
+    /// Fetches every item: `lens[i]` is the payload length of block `i` when
+    /// it is stored, and `out[i]` is `Ok` (the payload fills the first
+    /// `lens[i]` bytes of its parts), `NotFound`, or `TooLarge` when the parts
+    /// are too short (nothing copied).
+    pub fn get(
+        &self,
+        ns: u32,
+        items: &mut [GetItem<'_, '_>],
+        lens: &mut [u64],
+        out: &mut [CoreResult<()>],
+    ) -> Result<()> {
+        let n = items.len();
+        if out.len() < n || lens.len() < n {
+            return Err(CoreError::InvalidArgument.into());
+        }
+        let node = self.node();
+        let keys: Vec<Key> = items.iter().map(|it| it.key).collect();
+        let mut handles: Vec<CoreResult<Handle>> = vec![Err(CoreError::InvalidArgument); n];
+        node.acquire(ns, &keys, &mut handles)?;
+        let mut pinned = Vec::with_capacity(n);
+        for (i, it) in items.iter_mut().enumerate() {
+            lens[i] = 0;
+            out[i] = match &handles[i] {
+                Ok(h) => {
+                    pinned.push(*h);
+                    lens[i] = h.len;
+                    read_parts(self, h, it.parts)
+                }
+                Err(e) => Err(*e),
+            };
+        }
+        node.release(&pinned)?;
+        Ok(())
+    }
+}
+
+fn write_parts(cache: &Cache, h: &Handle, parts: &[&[u8]]) -> CoreResult<()> {
+    let node = cache.node();
+    let mut at = 0u64;
+    for p in parts {
+        node.write(h, at, p)?;
+        at += p.len() as u64;
+    }
+    Ok(())
+}
+
+fn read_parts(cache: &Cache, h: &Handle, parts: &mut [&mut [u8]]) -> CoreResult<()> {
+    let room = parts.iter().map(|p| p.len() as u64).sum::<u64>();
+    if room < h.len {
+        return Err(CoreError::TooLarge);
+    }
+    let node = cache.node();
+    let mut at = 0u64;
+    for p in parts.iter_mut() {
+        let n = (h.len - at).min(p.len() as u64) as usize;
+        if n == 0 {
+            break;
+        }
+        node.read(h, at, &mut p[..n])?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::Options;
+    use crate::map::Mapping;
+    use cxlkv_core::layout::Capacities;
+
+    fn cache() -> Cache {
+        let caps =
+            Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 64, chunk_shift: 16, ..Capacities::default() };
+        let opts = Options { mode: crate::FlushMode::Coherent, ..Options::default() };
+        Cache::format_mapping(Mapping::memfd(8 << 20, false).unwrap(), caps, opts).unwrap()
+    }
+
+    #[test]
+    fn put_and_get_go_through_parts_with_a_result_per_block() {
+        let sut = cache();
+        let (k, v) = (vec![1u8; 300], vec![2u8; 200]);
+        let parts: [&[u8]; 2] = [&k, &v];
+        let items = [
+            PutItem { key: Key::from_u128(1), tokens: 16, parts: &parts },
+            PutItem { key: Key::from_u128(2), tokens: 16, parts: &parts[..1] },
+        ];
+        let mut out = [Ok(()), Ok(())];
+        sut.put(7, &items, &mut out).unwrap();
+        assert_eq!(out, [Ok(()), Ok(())]);
+        sut.put(7, &items[..1], &mut out).unwrap();
+        assert_eq!(out[0], Err(CoreError::Exists), "a stored key is reported, not overwritten");
+
+        let (mut a, mut b, mut small) = (vec![0u8; 250], vec![0u8; 300], vec![0u8; 10]);
+        let mut p1: [&mut [u8]; 2] = [&mut a, &mut b];
+        let mut p2: [&mut [u8]; 1] = [&mut small];
+        let mut p3: [&mut [u8]; 0] = [];
+        let mut gets = [
+            GetItem { key: Key::from_u128(1), parts: &mut p1 },
+            GetItem { key: Key::from_u128(2), parts: &mut p2 },
+            GetItem { key: Key::from_u128(3), parts: &mut p3 },
+        ];
+        let mut lens = [0u64; 3];
+        let mut out = [Ok(()), Ok(()), Ok(())];
+        sut.get(7, &mut gets, &mut lens, &mut out).unwrap();
+        assert_eq!(out, [Ok(()), Err(CoreError::TooLarge), Err(CoreError::NotFound)]);
+        assert_eq!(lens, [500, 300, 0]);
+        assert!(a.iter().take(250).all(|&x| x == 1));
+        assert!(
+            b[..50].iter().all(|&x| x == 1) && b[50..250].iter().all(|&x| x == 2) && b[250..].iter().all(|&x| x == 0)
+        );
+        assert_eq!(sut.node().stats().unwrap().hits, 2);
+        assert!(sut.check().unwrap().is_empty());
+    }
+}
