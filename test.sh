@@ -51,6 +51,17 @@ case "$grc" in
   *) echo "cxlkv-gpu-check: 1 failed (exit $grc)" >> "$log"; rc=1 ;;
 esac
 
+step "C API: header regenerated without change, C/C++ tests against static and shared lib, valgrind"
+ffi-c/tests/run.sh 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+if git diff --quiet -- ffi-c/include/cxlkv.h; then
+  echo "test result: ok. 1 passed; 0 failed (cxlkv.h matches the generated header)" >> "$log"
+else
+  git diff --stat -- ffi-c/include/cxlkv.h
+  echo "cxlkv.h drift: 1 failed (regenerate with cargo build -p cxlkv-ffi-c and commit)" >> "$log"
+  rc=1
+fi
+
 step "hostile peer under AddressSanitizer"
 # The worker processes are rebuilt with ASan (nightly flag on the stable
 # toolchain) and the hostile-peer test drives them.

@@ -56,6 +56,52 @@ pub fn checksum32(words: &[u64]) -> u32 {
     (h ^ (h >> 32)) as u32
 }
 
+/// What tells KV caches apart: blocks of one namespace are interchangeable,
+/// blocks of two never are. Engines fill the fields they have; the rest stay
+/// zero. [`Namespace::id`] is the 32-bit id every cache operation takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Namespace<'a> {
+    /// Model name or path (any bytes).
+    pub model: &'a [u8],
+    /// Engine-defined KV layout (e.g. layer-first or block-first, paged).
+    pub kv_layout: u32,
+    /// Element type code of the KV tensors.
+    pub dtype: u32,
+    /// Tensor-parallel rank and size.
+    pub tp_rank: u32,
+    /// Tensor-parallel size.
+    pub tp_size: u32,
+    /// Pipeline-parallel rank.
+    pub pp_rank: u32,
+    /// Tokens per block.
+    pub block_tokens: u32,
+    /// Anything else that must separate caches (an adapter id, a salt).
+    pub extra: u64,
+}
+
+impl Namespace<'_> {
+    /// The namespace id: a hash of every field. Two namespaces share an id
+    /// with probability 2^-32; their blocks then still differ unless their
+    /// 128-bit keys are equal too.
+    pub fn id(&self) -> u32 {
+        let mut h = mix64(0x6e61_6d65_7370_6163 ^ self.model.len() as u64);
+        for c in self.model.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            h = mix64(h ^ u64::from_le_bytes(w));
+        }
+        for v in [
+            self.kv_layout as u64 | (self.dtype as u64) << 32,
+            self.tp_rank as u64 | (self.tp_size as u64) << 32,
+            self.pp_rank as u64 | (self.block_tokens as u64) << 32,
+            self.extra,
+        ] {
+            h = mix64(h ^ v);
+        }
+        (h ^ (h >> 32)) as u32
+    }
+}
+
 /// Chained block keys of a token sequence, the way serving engines hash
 /// prefixes: key `i` covers tokens `0..(i+1)*block` and is made from key
 /// `i-1` (or `parent` for the first) and block `i`'s tokens, so equal
@@ -85,6 +131,31 @@ pub fn chain_keys(parent: Key, tokens: &[u32], block: usize, out: &mut [Key]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn namespace_id_depends_on_every_field() {
+        let base = Namespace { model: b"llama-3-8b", tp_size: 2, block_tokens: 16, ..Namespace::default() };
+        let ids = [
+            base,
+            Namespace { model: b"llama-3-8c", ..base },
+            Namespace { model: b"llama-3-8b\0", ..base },
+            Namespace { kv_layout: 1, ..base },
+            Namespace { dtype: 1, ..base },
+            Namespace { tp_rank: 1, ..base },
+            Namespace { tp_size: 4, ..base },
+            Namespace { pp_rank: 1, ..base },
+            Namespace { block_tokens: 32, ..base },
+            Namespace { extra: 1, ..base },
+        ]
+        .map(|n| n.id());
+        for i in 0..ids.len() {
+            assert!(ids[i + 1..].iter().all(|&x| x != ids[i]), "field {i}");
+        }
+        assert_eq!(
+            base.id(),
+            Namespace { model: b"llama-3-8b", tp_size: 2, block_tokens: 16, ..Default::default() }.id()
+        );
+    }
 
     #[test]
     fn chains_share_exactly_their_common_full_blocks() {

@@ -77,7 +77,7 @@ impl<C: Coherence> Node<'_, C> {
     /// because the lock awaits repair (and this is not recovery).
     fn try_request(&self, lock: u32, flags: u32, i: &mut u32) -> Result<Option<Held>> {
         let l = &self.store.layout;
-        self.env.local_lock(lock);
+        self.env.local_lock(lock)?;
         let slot_off = l.lock_slot(lock, self.id);
         let req = LockSlot { state: SLOT_WAITING, flags, ..LockSlot::default() };
         // SYNC: no flush: the first poll below invalidates this slot, which

@@ -29,7 +29,9 @@ pub struct Store<C: Coherence> {
 /// tier and a way to pass time.
 pub trait NodeEnv: Sync {
     /// Takes the host-local lock `lock` (serialises this host's nodes on it).
-    fn local_lock(&self, lock: u32);
+    /// Fails, taking nothing, when the wait runs past the node's deadline or
+    /// can never end (the calling thread holds the lock already).
+    fn local_lock(&self, lock: u32) -> Result<()>;
     /// Releases the host-local lock `lock`.
     fn local_unlock(&self, lock: u32);
     /// Called on every iteration of a poll loop. Returns an error to abandon

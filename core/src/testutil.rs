@@ -78,7 +78,9 @@ impl<'a> InlineEnv<'a> {
 }
 
 impl NodeEnv for InlineEnv<'_> {
-    fn local_lock(&self, _lock: u32) {}
+    fn local_lock(&self, _lock: u32) -> Result<()> {
+        Ok(())
+    }
     fn local_unlock(&self, _lock: u32) {}
     fn wait(&self, iteration: u32) -> Result<()> {
         if iteration > 10_000 {

@@ -14,7 +14,7 @@ use cxlkv_core::channel::Message;
 use cxlkv_core::check::{check, scratch_words, Finding};
 use cxlkv_core::coherence::Site;
 use cxlkv_core::hash::Key;
-use cxlkv_core::layout::{Capacities, NodeInfo, NODE_ALIVE};
+use cxlkv_core::layout::{Capacities, NodeInfo, NodeStats, StripeHeader, NODE_ALIVE, NODE_DEAD};
 use cxlkv_core::lock::{LeaseConfig, Manager, StepReport};
 use cxlkv_core::node::{attach_node, bury, Identity, Node, NodeLocal};
 use cxlkv_core::recover::RecoverReport;
@@ -88,8 +88,8 @@ thread_local! {
 }
 
 impl NodeEnv for Inner {
-    fn local_lock(&self, lock: u32) {
-        self.tier.lock(lock);
+    fn local_lock(&self, lock: u32) -> cxlkv_core::Result<()> {
+        self.tier.lock_within(lock, self.opts.lock_timeout)
     }
     fn local_unlock(&self, lock: u32) {
         self.tier.unlock(lock);
@@ -178,6 +178,26 @@ pub struct Cache {
     /// turns at it.
     inbox: Mutex<InboxLocal>,
     next_call: Mutex<u64>,
+}
+
+/// A snapshot of a node's and its region's counters ([`Cache::stats`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stats {
+    /// This node's counters.
+    pub node: NodeStats,
+    /// The counters of every attached or dead node, summed (detached
+    /// nodes' counts leave with them).
+    pub total: NodeStats,
+    /// Attached nodes (bit per node id).
+    pub alive: u64,
+    /// Nodes declared dead whose recovery is pending.
+    pub dead: u64,
+    /// Published blocks.
+    pub live_entries: u64,
+    /// Their payload bytes.
+    pub live_bytes: u64,
+    /// Payload capacity of the region.
+    pub payload_bytes: u64,
 }
 
 /// Messages taken from the inbox while a `call` waited for its response, and
@@ -317,6 +337,37 @@ impl Cache {
     /// The node handle: every cache operation.
     pub fn node(&self) -> Node<'_, Flush> {
         self.inner.node()
+    }
+
+    /// This node's counters, every node's summed, liveness and occupancy.
+    /// Reads other nodes' lines fresh, without taking a lock: a snapshot.
+    pub fn stats(&self) -> Result<Stats> {
+        let st = self.store();
+        let l = &st.layout;
+        let mut s = Stats { node: self.node().stats()?, payload_bytes: l.payload.len(), ..Stats::default() };
+        for n in 0..l.caps.max_nodes {
+            let info: NodeInfo = st.fresh_state_first(l.node_info(n), Site("platform.stats.info"))?;
+            match info.state {
+                NODE_ALIVE => s.alive |= 1 << n,
+                NODE_DEAD => s.dead |= 1 << n,
+                _ => continue,
+            }
+            let c: NodeStats = st.fresh(l.node_stats(n), Site("platform.stats.node"))?;
+            let t = &mut s.total;
+            t.hits += c.hits;
+            t.misses += c.misses;
+            t.inserts += c.inserts;
+            t.exists += c.exists;
+            t.evictions += c.evictions;
+            t.bytes_written += c.bytes_written;
+            t.bytes_read += c.bytes_read;
+        }
+        for stripe in 0..l.caps.n_stripes {
+            let h: StripeHeader = st.fresh(l.stripe(stripe), Site("platform.stats.stripe"))?;
+            s.live_entries += h.live as u64;
+            s.live_bytes += h.bytes;
+        }
+        Ok(s)
     }
 
     /// Faults the whole region in now (see [`Mapping::prefault`]).

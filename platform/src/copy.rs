@@ -93,7 +93,7 @@ impl Cache {
         let node = self.node();
         let keys: Vec<Key> = items.iter().map(|it| it.key).collect();
         let mut handles: Vec<CoreResult<Handle>> = vec![Err(CoreError::InvalidArgument); n];
-        node.acquire(ns, &keys, &mut handles)?;
+        self.acquire_all_or_none(ns, &keys, &mut handles)?;
         let mut pinned = Vec::with_capacity(n);
         for (i, it) in items.iter_mut().enumerate() {
             lens[i] = 0;
@@ -108,6 +108,23 @@ impl Cache {
         }
         node.release(&pinned)?;
         Ok(())
+    }
+}
+
+impl Cache {
+    /// [`Node::acquire`](cxlkv_core::node::Node), except that when the call
+    /// as a whole fails (a lock timed out half way) the pins it took are
+    /// dropped again, so an error leaves nothing pinned.
+    pub fn acquire_all_or_none(&self, ns: u32, keys: &[Key], out: &mut [CoreResult<Handle>]) -> Result<usize> {
+        let node = self.node();
+        match node.acquire(ns, keys, out) {
+            Ok(n) => Ok(n),
+            Err(e) => {
+                let took: Vec<Handle> = out.iter().take(keys.len()).filter_map(|r| r.as_ref().ok().copied()).collect();
+                let _ = node.release(&took);
+                Err(e.into())
+            }
+        }
     }
 }
 
@@ -186,7 +203,9 @@ mod tests {
         assert!(
             b[..50].iter().all(|&x| x == 1) && b[50..250].iter().all(|&x| x == 2) && b[250..].iter().all(|&x| x == 0)
         );
-        assert_eq!(sut.node().stats().unwrap().hits, 2);
+        let st = sut.stats().unwrap();
+        assert_eq!((st.node.hits, st.total.hits, st.node.misses), (2, 2, 1));
+        assert_eq!((st.alive, st.dead, st.live_entries, st.live_bytes), (1, 0, 2, 800));
         assert!(sut.check().unwrap().is_empty());
     }
 }

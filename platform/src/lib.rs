@@ -19,7 +19,7 @@ pub mod local;
 pub mod map;
 pub mod size;
 
-pub use cache::{Cache, Options, KIND_RESPONSE};
+pub use cache::{Cache, Options, Stats, KIND_RESPONSE};
 pub use copy::{GetItem, PutItem};
 pub use cxlkv_core as core_api;
 pub use error::{Error, Result};

@@ -66,20 +66,32 @@ impl LocalTier {
 
     /// Takes lock `id` (ids ≥ n share the last word, used for attach).
     pub fn lock(&self, id: u32) {
+        while self.lock_within(id, std::time::Duration::MAX).is_err() {}
+    }
+
+    /// Takes lock `id`, giving up after `timeout` (`Timeout`). `Busy` at once
+    /// when the calling thread holds it already: that wait could never end.
+    pub fn lock_within(&self, id: u32, timeout: std::time::Duration) -> cxlkv_core::Result<()> {
         let w = self.word(id);
         let me = tid();
+        let start = std::time::Instant::now();
         let mut spins = 0u32;
         loop {
             let cur = w.load(Ordering::Relaxed);
             if cur == 0 {
                 if w.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                    return;
+                    return Ok(());
                 }
+            } else if cur == me {
+                return Err(cxlkv_core::Error::Busy);
             } else if spins % 64 == 63 && !pid_alive(cur) {
                 // The owner died holding the lock: take it over.
                 if w.compare_exchange(cur, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                    return;
+                    return Ok(());
                 }
+            }
+            if spins % 1024 == 1023 && start.elapsed() > timeout {
+                return Err(cxlkv_core::Error::Timeout);
             }
             spins = spins.wrapping_add(1);
             if spins < 100 {

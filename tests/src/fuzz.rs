@@ -139,7 +139,9 @@ impl<'a, C: Coherence> Many<'a, C> {
 }
 
 impl<C: Coherence> NodeEnv for Many<'_, C> {
-    fn local_lock(&self, _: u32) {}
+    fn local_lock(&self, _: u32) -> cxlkv_core::Result<()> {
+        Ok(())
+    }
     fn local_unlock(&self, _: u32) {}
     fn wait(&self, i: u32) -> cxlkv_core::Result<()> {
         if i > self.limit {

@@ -1,6 +1,7 @@
 //! Shared helpers of the multi-process tests: the payload every key must
 //! carry, and region/worker plumbing.
 
+pub mod capi;
 pub mod crashloop;
 pub mod fuzz;
 pub mod sim;

@@ -564,7 +564,7 @@ struct Env<'w> {
 
 impl NodeEnv for Env<'_> {
     /// The host-local tier: actors of one host take turns on each lock.
-    fn local_lock(&self, lock: u32) {
+    fn local_lock(&self, lock: u32) -> cxlkv_core::Result<()> {
         let me = ACTOR.with(|a| a.get());
         let h = me / 3;
         loop {
@@ -573,7 +573,7 @@ impl NodeEnv for Env<'_> {
                 let slot = s.local.entry((h, lock)).or_insert(usize::MAX);
                 if *slot == usize::MAX || *slot == me {
                     *slot = me;
-                    return;
+                    return Ok(());
                 }
             }
             self.w.yield_now(me, "local-lock");

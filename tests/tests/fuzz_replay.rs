@@ -2,6 +2,7 @@
 //! (`fuzz/corpus/<target>/`) and a fixed number of seeded random inputs.
 
 use cxlkv_core::hash::mix64;
+use cxlkv_tests::capi::capi_target;
 use cxlkv_tests::fuzz::{attach_target, ops_target};
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
@@ -46,4 +47,21 @@ fn ops_target_replays_corpus_and_seeded_inputs() {
         published += ops_target(&random_input(seed ^ 0x0b5, 60 + (seed as usize * 13) % 300));
     }
     assert!(published > 50, "the scripts should publish blocks: {published}");
+}
+
+#[test]
+fn capi_target_replays_corpus_and_seeded_inputs() {
+    let (mut calls, mut published) = (0, 0);
+    for input in corpus("capi") {
+        let run = capi_target(&input);
+        calls += run.calls;
+        published += run.published;
+    }
+    for seed in 0..20u64 {
+        let run = capi_target(&random_input(seed ^ 0xc0de, 40 + (seed as usize * 29) % 400));
+        calls += run.calls;
+        published += run.published;
+    }
+    assert!(calls > 1000, "the scripts should make calls: {calls}");
+    assert!(published > 20, "the scripts should publish blocks: {published}");
 }

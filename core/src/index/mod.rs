@@ -453,7 +453,18 @@ impl<C: Coherence> Node<'_, C> {
         )
     }
 
+    /// Refuses a handle that cannot name an entry of stripe `s` (made up, or
+    /// grouped under another stripe): such a handle is stale, and must not
+    /// reach the journal, whose records are numbered by stripe and entry.
+    fn handle_in(&self, s: u32, h: &Handle) -> Result<()> {
+        if h.stripe != s || h.entry >= self.store.layout.caps.entries_per_stripe {
+            return Err(Error::StaleHandle);
+        }
+        Ok(())
+    }
+
     fn writing_entry(&self, s: u32, h: &Handle) -> Result<Entry> {
+        self.handle_in(s, h)?;
         let e = self.store.ent(s, h.entry)?;
         if e.state != state::WRITING
             || e.gen != h.gen
@@ -602,6 +613,7 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     fn release_locked(&self, s: u32, h: &Handle) -> Result<()> {
+        self.handle_in(s, h)?;
         let st = self.store;
         let g = self.global(s, h.entry);
         let left = {

@@ -84,7 +84,9 @@ struct Solo<'a, C: Coherence> {
 }
 
 impl<C: Coherence + Sync> NodeEnv for Solo<'_, C> {
-    fn local_lock(&self, _: u32) {}
+    fn local_lock(&self, _: u32) -> cxlkv_core::Result<()> {
+        Ok(())
+    }
     fn local_unlock(&self, _: u32) {}
     fn wait(&self, i: u32) -> cxlkv_core::Result<()> {
         if i > 100_000 {

@@ -1,0 +1,627 @@
+//! Regions and nodes: map a region (file, /dev/shm, hugetlb memfd, device
+//! DAX), format it, attach nodes (each with its heartbeat and lock-manager
+//! thread), and the node-wide operations: stats, evict, recover, check.
+
+use core::ffi::c_char;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cxlkv_core::index::Lru;
+use cxlkv_core::layout::{Capacities, NodeStats};
+use cxlkv_platform::{Cache, FlushMode, Mapping, Options};
+
+use crate::{cxlkv_result, guard, handle, slice_mut, text, Live, Out, Res, Shell};
+
+/// A mapped region (opaque). Made by `cxlkv_region_create`, `_open` or
+/// `_memfd`; closed by `cxlkv_region_close`. Nodes attached to it keep the
+/// mapping alive after the handle is closed.
+pub struct cxlkv_region(Shell<Arc<Mapping>>);
+
+/// An attached node (opaque): the handle of every cache operation. Made by
+/// `cxlkv_node_attach`, closed by `cxlkv_node_detach`.
+pub struct cxlkv_node(Shell<Cache>);
+
+const REGION_MAGIC: u64 = u64::from_le_bytes(*b"cxlkvREG");
+const NODE_MAGIC: u64 = u64::from_le_bytes(*b"cxlkvNOD");
+
+/// Any free node slot (for `cxlkv_node_options.node_id`).
+pub const CXLKV_ANY_NODE: u32 = u32::MAX;
+
+/// Cache maintenance: the architecture's default (clflush on x86-64,
+/// dc civac on aarch64), safe on non-coherent CXL memory.
+pub const CXLKV_FLUSH_DEFAULT: u32 = 0;
+/// No cache maintenance: only for memory that is coherent for every user
+/// (one host, /dev/shm).
+pub const CXLKV_FLUSH_COHERENT: u32 = 1;
+/// x86 clflush.
+pub const CXLKV_FLUSH_CLFLUSH: u32 = 2;
+/// x86 clflushopt + sfence.
+pub const CXLKV_FLUSH_CLFLUSHOPT: u32 = 3;
+/// x86 clwb + sfence (invalidation by clflushopt).
+pub const CXLKV_FLUSH_CLWB: u32 = 4;
+/// aarch64 dc cvac / dc civac + dsb sy.
+pub const CXLKV_FLUSH_DC_CIVAC: u32 = 5;
+
+fn mode(m: u32) -> Res<FlushMode> {
+    Ok(match m {
+        CXLKV_FLUSH_DEFAULT => FlushMode::default_for_arch(),
+        CXLKV_FLUSH_COHERENT => FlushMode::Coherent,
+        CXLKV_FLUSH_CLFLUSH => FlushMode::Clflush,
+        CXLKV_FLUSH_CLFLUSHOPT => FlushMode::Clflushopt,
+        CXLKV_FLUSH_CLWB => FlushMode::Clwb,
+        CXLKV_FLUSH_DC_CIVAC => FlushMode::DcCivac,
+        _ => return Err(cxlkv_result::InvalidArgument.into()),
+    })
+}
+
+/// Capacities of a region, chosen when it is formatted. Start from
+/// `cxlkv_capacities_default`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct cxlkv_capacities {
+    /// Node slots (1 to 64).
+    pub max_nodes: u32,
+    /// Index stripes, each with its own lock (a power of two, at most 128).
+    pub n_stripes: u32,
+    /// Index entries per stripe: the most blocks a stripe holds.
+    pub entries_per_stripe: u32,
+    /// Named roots.
+    pub n_roots: u32,
+    /// Pins each node may hold at once (a multiple of 4).
+    pub pin_slots: u32,
+    /// log2 of the allocator's chunk size (12 to 32; 21 = 2 MiB).
+    pub chunk_shift: u32,
+    /// Slots of each node's inbox (a power of two).
+    pub inbox_slots: u32,
+    /// Application locks (`cxlkv_lock_alloc`), at most 128.
+    pub app_locks: u32,
+}
+
+impl From<Capacities> for cxlkv_capacities {
+    fn from(c: Capacities) -> Self {
+        cxlkv_capacities {
+            max_nodes: c.max_nodes,
+            n_stripes: c.n_stripes,
+            entries_per_stripe: c.entries_per_stripe,
+            n_roots: c.n_roots,
+            pin_slots: c.pin_slots,
+            chunk_shift: c.chunk_shift,
+            inbox_slots: c.inbox_slots,
+            app_locks: c.app_locks,
+        }
+    }
+}
+
+impl From<cxlkv_capacities> for Capacities {
+    fn from(c: cxlkv_capacities) -> Self {
+        Capacities {
+            max_nodes: c.max_nodes,
+            n_stripes: c.n_stripes,
+            entries_per_stripe: c.entries_per_stripe,
+            n_roots: c.n_roots,
+            pin_slots: c.pin_slots,
+            chunk_shift: c.chunk_shift,
+            inbox_slots: c.inbox_slots,
+            app_locks: c.app_locks,
+        }
+    }
+}
+
+/// How a node attaches. Start from `cxlkv_node_options_default`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct cxlkv_node_options {
+    /// Node slot to claim, or `CXLKV_ANY_NODE` for the first free one. Nodes
+    /// on different hosts should be given disjoint ids.
+    pub node_id: u32,
+    /// One of `CXLKV_FLUSH_*`.
+    pub flush_mode: u32,
+    /// A heartbeat silent this long (ms) means the node is dead.
+    pub lease_ms: u32,
+    /// Give up waiting for a lock after this long (ms).
+    pub lock_timeout_ms: u32,
+    /// Recover automatically when a node is declared dead.
+    pub auto_recover: bool,
+    /// Directory of the host-local lock file; NULL for /dev/shm.
+    pub local_dir: *const c_char,
+}
+
+/// Writes the default capacities (16 nodes, 16 stripes of 4096 entries, 64
+/// roots, 512 pins, 2 MiB chunks, 64 inbox slots, 64 application locks).
+///
+/// # Safety
+/// `out` is valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_capacities_default(out: *mut cxlkv_capacities) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is valid for one write by the contract.
+        let out = unsafe { Out::new(out) }?;
+        out.write(Capacities::default().into());
+        Ok(())
+    })
+}
+
+/// Writes the default node options (any slot, default flush mode, 2 s lease,
+/// 60 s lock timeout, automatic recovery, /dev/shm).
+///
+/// # Safety
+/// `out` is valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_node_options_default(out: *mut cxlkv_node_options) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is valid for one write by the contract.
+        let out = unsafe { Out::new(out) }?;
+        let d = Options::default();
+        let o = cxlkv_node_options {
+            node_id: CXLKV_ANY_NODE,
+            flush_mode: CXLKV_FLUSH_DEFAULT,
+            lease_ms: d.lease.as_millis() as u32,
+            lock_timeout_ms: d.lock_timeout.as_millis() as u32,
+            auto_recover: d.auto_recover,
+            local_dir: core::ptr::null(),
+        };
+        out.write(o);
+        Ok(())
+    })
+}
+
+fn new_region(out: Out<*mut cxlkv_region>, m: Mapping) {
+    out.write(Box::into_raw(Box::new(cxlkv_region(Shell::new(REGION_MAGIC, Arc::new(m))))));
+}
+
+/// Creates a region file of `size` bytes at `path` (a file, or one in
+/// /dev/shm or on hugetlbfs), readable and writable by its owner only. It is
+/// not formatted: call `cxlkv_region_format`. `overwrite` false refuses an
+/// existing file (CXLKV_RESULT_IO).
+///
+/// # Safety
+/// `path` is a NUL-terminated string; `out` is valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_region_create(
+    path: *const c_char,
+    size: u64,
+    overwrite: bool,
+    out: *mut *mut cxlkv_region,
+) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is valid for one write by the contract.
+        let out = unsafe { Out::new(out) }?;
+        // SAFETY:
+        // - `path` is NUL-terminated by the contract.
+        let p = unsafe { text(path) }?;
+        new_region(out, Mapping::create_file(Path::new(p), size, 0o600, overwrite)?);
+        Ok(())
+    })
+}
+
+/// Maps the existing region at `path`: a file, /dev/shm, hugetlbfs or a
+/// device-DAX character device (/dev/daxX.Y).
+///
+/// # Safety
+/// `path` is a NUL-terminated string; `out` is valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_region_open(path: *const c_char, out: *mut *mut cxlkv_region) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is valid for one write by the contract.
+        let out = unsafe { Out::new(out) }?;
+        // SAFETY:
+        // - `path` is NUL-terminated by the contract.
+        let p = unsafe { text(path) }?;
+        new_region(out, Mapping::open(Path::new(p))?);
+        Ok(())
+    })
+}
+
+/// Creates an anonymous shared region of `size` bytes (memfd; on 2 MiB huge
+/// pages when `hugetlb`), shared with processes forked afterwards. Not
+/// formatted.
+///
+/// # Safety
+/// `out` is valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_region_memfd(size: u64, hugetlb: bool, out: *mut *mut cxlkv_region) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is valid for one write by the contract.
+        let out = unsafe { Out::new(out) }?;
+        new_region(out, Mapping::memfd(size, hugetlb)?);
+        Ok(())
+    })
+}
+
+/// Formats the region with `caps` (NULL: defaults), erasing what it held.
+/// Formatting writes the header last, so a crash leaves an unformatted
+/// region, never a half-formatted one. CXLKV_RESULT_BUSY when a node of this
+/// process is attached to it; nodes of other processes must be detached.
+///
+/// # Safety
+/// `region` is a handle from this library or NULL; `caps` is NULL or valid
+/// for one read.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_region_format(
+    region: *const cxlkv_region,
+    caps: *const cxlkv_capacities,
+    flush_mode: u32,
+) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `region` is NULL or a shell from this library.
+        let map = unsafe { handle(region) }?.0.live(REGION_MAGIC)?;
+        let caps = if caps.is_null() {
+            Capacities::default()
+        } else {
+            // SAFETY:
+            // - `caps` non-NULL and valid for a read by the contract.
+            Capacities::from(unsafe { caps.read() })
+        };
+        if Arc::strong_count(&map) > 1 {
+            return Err(cxlkv_result::Busy.into());
+        }
+        let co = cxlkv_platform::Flush::new(mode(flush_mode)?, false)?;
+        cxlkv_core::region::format(map.region(), co, caps, cxlkv_platform::host::random_u64())?;
+        Ok(())
+    })
+}
+
+/// The region's mapped size in bytes.
+///
+/// # Safety
+/// `region` is a handle from this library or NULL; `out` is valid for one
+/// write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_region_size(region: *const cxlkv_region, out: *mut u64) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is valid for one write by the contract.
+        let out = unsafe { Out::new(out) }?;
+        // SAFETY:
+        // - `region` is NULL or a shell from this library.
+        let map = unsafe { handle(region) }?.0.live(REGION_MAGIC)?;
+        out.write(map.len() as u64);
+        Ok(())
+    })
+}
+
+/// Closes the region handle. Accepts NULL and closed handles (does nothing).
+/// Nodes attached through it stay usable until detached.
+///
+/// # Safety
+/// `region` is NULL or a handle from this library, not in use by another
+/// thread.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_region_close(region: *mut cxlkv_region) {
+    let _ = guard(|| {
+        // SAFETY:
+        // - `region` is NULL or a handle from this library.
+        if let Ok(r) = unsafe { handle(region) } {
+            drop(r.0.close(REGION_MAGIC));
+        }
+        Ok(())
+    });
+}
+
+/// Attaches a node to the formatted region (`opts` NULL: defaults). Starts
+/// the node's background thread (heartbeat, lock manager). Each process
+/// may attach several nodes; each is one participant of the region.
+///
+/// # Safety
+/// `region` is a handle from this library or NULL; `opts` is NULL or valid
+/// for one read (its `local_dir` NULL or NUL-terminated); `out` is valid for
+/// one write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_node_attach(
+    region: *const cxlkv_region,
+    opts: *const cxlkv_node_options,
+    out: *mut *mut cxlkv_node,
+) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is valid for one write by the contract.
+        let out = unsafe { Out::new(out) }?;
+        // SAFETY:
+        // - `region` is NULL or a shell from this library.
+        let map = Arc::clone(&*unsafe { handle(region) }?.0.live(REGION_MAGIC)?);
+        let mut o = Options::default();
+        if !opts.is_null() {
+            // SAFETY:
+            // - `opts` non-NULL and valid for a read by the contract.
+            let c = unsafe { opts.read() };
+            o.node = (c.node_id != CXLKV_ANY_NODE).then_some(c.node_id);
+            o.mode = mode(c.flush_mode)?;
+            if c.lease_ms == 0 || c.lock_timeout_ms == 0 {
+                return Err(cxlkv_result::InvalidArgument.into());
+            }
+            o.lease = Duration::from_millis(c.lease_ms as u64);
+            o.lock_timeout = Duration::from_millis(c.lock_timeout_ms as u64);
+            o.auto_recover = c.auto_recover;
+            if !c.local_dir.is_null() {
+                // SAFETY:
+                // - non-NULL `local_dir` is NUL-terminated by the contract.
+                o.local_dir = unsafe { text(c.local_dir) }?.into();
+            }
+        }
+        let cache = Cache::attach(map, o)?;
+        out.write(Box::into_raw(Box::new(cxlkv_node(Shell::new(NODE_MAGIC, cache)))));
+        Ok(())
+    })
+}
+
+/// Detaches the node: drops every pin and reservation it holds, stops its
+/// thread and frees its slot. The handle is closed even when this fails
+/// (CXLKV_RESULT_REVOKED: the node had been declared dead; recovery frees
+/// what it held). Accepts NULL and closed handles (returns OK).
+///
+/// # Safety
+/// `node` is NULL or a handle from this library, not in use by another
+/// thread.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_node_detach(node: *mut cxlkv_node) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `node` is NULL or a handle from this library.
+        let Ok(n) = (unsafe { handle(node) }) else { return Ok(()) };
+        match n.0.close(NODE_MAGIC) {
+            Some(c) => Ok(c.close()?),
+            None => Ok(()),
+        }
+    })
+}
+
+/// The live node behind `node`, for one call.
+///
+/// # Safety
+/// `node` is NULL or a handle from this library.
+pub(crate) unsafe fn live<'a>(node: *const cxlkv_node) -> Res<Live<'a, Cache>> {
+    // SAFETY:
+    // - `node` is NULL or a handle from this library (caller's contract).
+    unsafe { handle(node) }?.0.live(NODE_MAGIC)
+}
+
+/// This node's id (its slot in the node table).
+///
+/// # Safety
+/// `node` is a handle from this library or NULL; `out` is valid for one
+/// write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_node_id(node: *const cxlkv_node, out: *mut u32) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is valid for one write by the contract.
+        let out = unsafe { Out::new(out) }?;
+        // SAFETY:
+        // - `node` is NULL or a handle from this library.
+        let c = unsafe { live(node) }?;
+        out.write(c.id());
+        Ok(())
+    })
+}
+
+/// A node's counters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct cxlkv_counters {
+    /// Blocks found (lookup, acquire, get).
+    pub hits: u64,
+    /// Blocks not found.
+    pub misses: u64,
+    /// Blocks reserved.
+    pub inserts: u64,
+    /// Puts refused because the key was stored.
+    pub exists: u64,
+    /// Blocks evicted.
+    pub evictions: u64,
+    /// Payload bytes written.
+    pub bytes_written: u64,
+    /// Payload bytes read.
+    pub bytes_read: u64,
+}
+
+impl From<NodeStats> for cxlkv_counters {
+    fn from(s: NodeStats) -> Self {
+        cxlkv_counters {
+            hits: s.hits,
+            misses: s.misses,
+            inserts: s.inserts,
+            exists: s.exists,
+            evictions: s.evictions,
+            bytes_written: s.bytes_written,
+            bytes_read: s.bytes_read,
+        }
+    }
+}
+
+/// A snapshot of a node's and its region's state (`cxlkv_node_stats`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct cxlkv_stats {
+    /// This node's counters.
+    pub node: cxlkv_counters,
+    /// The counters of every attached (or dead, not yet recovered) node.
+    pub total: cxlkv_counters,
+    /// Attached nodes, one bit per node id.
+    pub alive_mask: u64,
+    /// Nodes declared dead whose recovery is pending.
+    pub dead_mask: u64,
+    /// Published blocks.
+    pub live_blocks: u64,
+    /// Their payload bytes.
+    pub live_bytes: u64,
+    /// The region's payload capacity in bytes.
+    pub capacity_bytes: u64,
+}
+
+/// Counters, liveness (which nodes are alive or dead) and occupancy. Reads
+/// without locks: a snapshot.
+///
+/// # Safety
+/// `node` is a handle from this library or NULL; `out` is valid for one
+/// write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_node_stats(node: *const cxlkv_node, out: *mut cxlkv_stats) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is valid for one write by the contract.
+        let out = unsafe { Out::new(out) }?;
+        // SAFETY:
+        // - `node` is NULL or a handle from this library.
+        let c = unsafe { live(node) }?;
+        let s = c.stats()?;
+        out.write(cxlkv_stats {
+            node: s.node.into(),
+            total: s.total.into(),
+            alive_mask: s.alive,
+            dead_mask: s.dead,
+            live_blocks: s.live_entries,
+            live_bytes: s.live_bytes,
+            capacity_bytes: s.payload_bytes,
+        });
+        Ok(())
+    })
+}
+
+/// What `cxlkv_evict` freed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct cxlkv_evict_report {
+    /// Blocks evicted.
+    pub blocks: u64,
+    /// Payload bytes freed.
+    pub bytes: u64,
+}
+
+/// Evicts least-recently-used unpinned blocks until at least `bytes` of
+/// payload are freed or none is left to evict. `out` may be NULL.
+///
+/// # Safety
+/// `node` is a handle from this library or NULL; `out` is NULL or valid for
+/// one write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_evict(
+    node: *const cxlkv_node,
+    bytes: u64,
+    out: *mut cxlkv_evict_report,
+) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is NULL or valid for one write by the contract.
+        let out = unsafe { Out::maybe(out) };
+        // SAFETY:
+        // - `node` is NULL or a handle from this library.
+        let c = unsafe { live(node) }?;
+        let r = c.node().evict(bytes, &mut Lru)?;
+        if let Some(o) = out {
+            o.write(cxlkv_evict_report { blocks: r.entries, bytes: r.bytes });
+        }
+        Ok(())
+    })
+}
+
+/// What `cxlkv_recover` did.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct cxlkv_recover_report {
+    /// Dead nodes whose slots were freed (bit per node id).
+    pub nodes_freed: u64,
+    /// Pins of dead nodes dropped.
+    pub pins_dropped: u64,
+    /// Reservations of dead nodes aborted.
+    pub writes_aborted: u64,
+    /// Corrupt or duplicated entries dropped.
+    pub entries_dropped: u64,
+    /// Unreferenced payload blocks returned to the allocator.
+    pub blocks_reclaimed: u64,
+    /// Chunks returned to the global bitmap.
+    pub chunks_reclaimed: u64,
+    /// Locks that awaited repair.
+    pub locks_repaired: u32,
+    /// Always 0.
+    pub reserved: u32,
+}
+
+/// Recovers the region: nodes declared dead lose their pins, reservations
+/// and slots, and every structure is rebuilt from its state of record.
+/// Other nodes keep working meanwhile. Nodes recover automatically unless
+/// attached with `auto_recover` false. `out` may be NULL.
+///
+/// # Safety
+/// `node` is a handle from this library or NULL; `out` is NULL or valid for
+/// one write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_recover(node: *const cxlkv_node, out: *mut cxlkv_recover_report) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is NULL or valid for one write by the contract.
+        let out = unsafe { Out::maybe(out) };
+        // SAFETY:
+        // - `node` is NULL or a handle from this library.
+        let c = unsafe { live(node) }?;
+        let r = c.recover()?;
+        if let Some(o) = out {
+            o.write(cxlkv_recover_report {
+                nodes_freed: r.nodes_freed,
+                pins_dropped: r.pins_dropped,
+                writes_aborted: r.writes_aborted,
+                entries_dropped: r.entries_dropped,
+                blocks_reclaimed: r.blocks_reclaimed,
+                chunks_reclaimed: r.chunks_reclaimed,
+                locks_repaired: r.locks_repaired,
+                reserved: 0,
+            });
+        }
+        Ok(())
+    })
+}
+
+/// One violated invariant found by `cxlkv_check`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct cxlkv_finding {
+    /// What is wrong, NUL-terminated.
+    pub what: [c_char; 48],
+    /// First location (node, lock, stripe, chunk... by kind).
+    pub a: u64,
+    /// Second location.
+    pub b: u64,
+}
+
+/// Checks every invariant of the region (read-only; meaningful when no
+/// writer is active). Writes up to `cap` findings to `findings` (NULL when
+/// `cap` is 0) and their total number to `*n_findings`; 0 means clean.
+///
+/// # Safety
+/// `node` is a handle from this library or NULL; `findings` is valid for
+/// `cap` writes; `n_findings` is valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_check(
+    node: *const cxlkv_node,
+    findings: *mut cxlkv_finding,
+    cap: usize,
+    n_findings: *mut usize,
+) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `n_findings` is valid for one write by the contract.
+        let n_out = unsafe { Out::new(n_findings) }?;
+        // SAFETY:
+        // - `findings` is valid for `cap` writes by the contract.
+        let out = unsafe { slice_mut(findings, cap) }?;
+        // SAFETY:
+        // - `node` is NULL or a handle from this library.
+        let c = unsafe { live(node) }?;
+        let all = c.check()?;
+        for (o, f) in out.iter_mut().zip(&all) {
+            let mut what = [0 as c_char; 48];
+            for (w, b) in what.iter_mut().zip(f.kind.as_str().bytes().take(47)) {
+                *w = b as c_char;
+            }
+            *o = cxlkv_finding { what, a: f.a, b: f.b };
+        }
+        n_out.write(all.len());
+        Ok(())
+    })
+}

@@ -1,0 +1,350 @@
+/* Every call of the C API, its results and its refusals (NULL arguments,
+ * closed handles, bad sizes), against one anonymous region. */
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#define NS_BLOCKS 8
+#define BLOCK 4096
+
+static cxlkv_key key_of(uint64_t i) {
+  cxlkv_key k = {i * 0x9e3779b97f4a7c15ull + 1, i};
+  return k;
+}
+
+static unsigned char byte_of(cxlkv_key k, size_t at) {
+  return (unsigned char)((k.lo >> (at % 7)) + at * 31);
+}
+
+static void test_version_and_results(void) {
+  CHECK(strcmp(cxlkv_version(), CXLKV_VERSION_STRING) == 0);
+  CHECK(CXLKV_RESULT_OK != 0);
+  CHECK(strcmp(cxlkv_result_str(CXLKV_RESULT_EXISTS), "key exists") == 0);
+  CHECK(strcmp(cxlkv_result_str(999999), "unknown result") == 0);
+  char buf[8];
+  size_t n = 0;
+  EXPECT(cxlkv_last_error(buf, sizeof buf, NULL), CXLKV_RESULT_NULL_PARAMETER);
+  OK(cxlkv_last_error(buf, sizeof buf, &n));
+  CHECK(strlen(buf) < sizeof buf && n >= strlen(buf)); /* truncated, NUL-terminated */
+}
+
+static void test_refusals_without_handles(void) {
+  cxlkv_region *r = NULL;
+  cxlkv_node *node = NULL;
+  EXPECT(cxlkv_region_open(NULL, &r), CXLKV_RESULT_NULL_PARAMETER);
+  EXPECT(cxlkv_region_open("/nonexistent/cxlkv", NULL), CXLKV_RESULT_NULL_PARAMETER);
+  EXPECT(cxlkv_region_open("/nonexistent/cxlkv", &r), CXLKV_RESULT_IO);
+  CHECK(r == NULL); /* outputs written only on success */
+  EXPECT(cxlkv_region_open("\xff\xfe", &r), CXLKV_RESULT_INVALID_STRING);
+  EXPECT(cxlkv_node_attach(NULL, NULL, &node), CXLKV_RESULT_NULL_PARAMETER);
+  EXPECT(cxlkv_node_stats(NULL, NULL), CXLKV_RESULT_NULL_PARAMETER);
+  EXPECT(cxlkv_region_memfd(4096, false, &r), CXLKV_RESULT_OK);
+  EXPECT(cxlkv_node_attach(r, NULL, &node), CXLKV_RESULT_NOT_INITIALIZED);
+  EXPECT(cxlkv_region_format(r, NULL, CXLKV_FLUSH_COHERENT), CXLKV_RESULT_TOO_SMALL);
+  cxlkv_capacities caps;
+  OK(cxlkv_capacities_default(&caps));
+  caps.n_stripes = 3; /* not a power of two */
+  cxlkv_region_close(r);
+  OK(cxlkv_region_memfd(16u << 20, false, &r));
+  EXPECT(cxlkv_region_format(r, &caps, CXLKV_FLUSH_COHERENT), CXLKV_RESULT_INVALID_ARGUMENT);
+  OK(cxlkv_capacities_default(&caps));
+  EXPECT(cxlkv_region_format(r, &caps, 77), CXLKV_RESULT_INVALID_ARGUMENT);
+  cxlkv_region_close(r);
+  cxlkv_region_close(NULL);
+  EXPECT(cxlkv_node_detach(NULL), CXLKV_RESULT_OK);
+}
+
+static cxlkv_node *attach(cxlkv_region *r, uint32_t mode) {
+  cxlkv_node_options o;
+  OK(cxlkv_node_options_default(&o));
+  o.flush_mode = mode;
+  cxlkv_node *node = NULL;
+  OK(cxlkv_node_attach(r, &o, &node));
+  CHECK(node != NULL);
+  return node;
+}
+
+static void test_kv(cxlkv_node *node, uint32_t ns) {
+  cxlkv_key keys[NS_BLOCKS];
+  for (int i = 0; i < NS_BLOCKS; i++) keys[i] = key_of(100 + (uint64_t)i);
+
+  /* Nothing stored yet. */
+  size_t prefix = 99;
+  uint8_t present[1] = {0xff};
+  OK(cxlkv_lookup(node, ns, keys, NS_BLOCKS, present, &prefix));
+  CHECK(prefix == 0 && present[0] == 0);
+
+  /* Zero-copy write of blocks 0..3 and 5: reserve, store, publish. */
+  cxlkv_reserve_item items[5];
+  const int idx[5] = {0, 1, 2, 3, 5};
+  for (int i = 0; i < 5; i++) {
+    items[i].key = keys[idx[i]];
+    items[i].len = BLOCK;
+    items[i].tokens = 16;
+    items[i].reserved = 0;
+  }
+  cxlkv_block blocks[5];
+  cxlkv_result st[5];
+  size_t n = 0;
+  OK(cxlkv_reserve(node, ns, items, 5, blocks, st, &n));
+  CHECK(n == 5);
+  for (int i = 0; i < 5; i++) {
+    CHECK(st[i] == CXLKV_RESULT_OK && blocks[i].data != NULL && blocks[i].len == BLOCK);
+    for (size_t b = 0; b < BLOCK; b++) ((unsigned char *)blocks[i].data)[b] = byte_of(items[i].key, b);
+  }
+  /* A second reserve of a key being written reports it, per key. */
+  cxlkv_block again[1];
+  cxlkv_result st1[1];
+  OK(cxlkv_reserve(node, ns, items, 1, again, st1, NULL));
+  CHECK(st1[0] == CXLKV_RESULT_EXISTS && again[0].data == NULL);
+  OK(cxlkv_publish(node, blocks, 5, st));
+  for (int i = 0; i < 5; i++) CHECK(st[i] == CXLKV_RESULT_OK);
+  /* Publishing twice is a stale handle, reported per block. */
+  OK(cxlkv_publish(node, blocks, 1, st));
+  CHECK(st[0] == CXLKV_RESULT_STALE_HANDLE);
+
+  OK(cxlkv_lookup(node, ns, keys, NS_BLOCKS, present, &prefix));
+  CHECK(prefix == 4);
+  CHECK(present[0] == 0x2f); /* bits 0-3 and 5 */
+  OK(cxlkv_lookup(node, ns, keys, NS_BLOCKS, NULL, &prefix));
+  CHECK(prefix == 4);
+  bool there = false;
+  OK(cxlkv_exists(node, ns, &keys[5], &there));
+  CHECK(there);
+  OK(cxlkv_exists(node, ns, &keys[4], &there));
+  CHECK(!there);
+  OK(cxlkv_exists(node, ns + 1, &keys[5], &there));
+  CHECK(!there); /* namespaces are separate */
+
+  /* Zero-copy read: acquire, compare in place, release. */
+  cxlkv_block got[NS_BLOCKS];
+  cxlkv_result gst[NS_BLOCKS];
+  OK(cxlkv_acquire(node, ns, keys, NS_BLOCKS, got, gst, &n));
+  CHECK(n == 5);
+  for (int i = 0; i < NS_BLOCKS; i++) {
+    if (i < 4 || i == 5) {
+      CHECK(gst[i] == CXLKV_RESULT_OK && got[i].len == BLOCK && got[i].tokens == 16);
+      const unsigned char *p = (const unsigned char *)got[i].data;
+      size_t bad = 0;
+      for (size_t b = 0; b < BLOCK; b++) bad += p[b] != byte_of(keys[i], b);
+      CHECK(bad == 0);
+    } else {
+      CHECK(gst[i] == CXLKV_RESULT_NOT_FOUND && got[i].data == NULL);
+    }
+  }
+  /* A pinned block is not evicted. */
+  cxlkv_evict_report ev;
+  OK(cxlkv_evict(node, UINT64_MAX, &ev));
+  CHECK(ev.blocks == 0);
+  OK(cxlkv_release(node, got, NS_BLOCKS)); /* empty slots skipped */
+  EXPECT(cxlkv_release(node, got, 1), CXLKV_RESULT_STALE_HANDLE);
+
+  /* Abort frees the key for another writer. */
+  cxlkv_reserve_item one = {keys[4], 100, 1, 0};
+  cxlkv_block b4;
+  OK(cxlkv_reserve(node, ns, &one, 1, &b4, st, NULL));
+  CHECK(st[0] == CXLKV_RESULT_OK);
+  OK(cxlkv_abort(node, &b4, 1, st));
+  CHECK(st[0] == CXLKV_RESULT_OK);
+  OK(cxlkv_exists(node, ns, &keys[4], &there));
+  CHECK(!there);
+
+  /* Copying put from K and V parts, then get into other parts. */
+  unsigned char k[300], v[200];
+  memset(k, 'k', sizeof k);
+  memset(v, 'v', sizeof v);
+  cxlkv_iovec parts[2] = {{k, sizeof k}, {v, sizeof v}};
+  cxlkv_put_item puts[2] = {{keys[4], 16, 0, parts, 2}, {keys[0], 16, 0, parts, 1}};
+  OK(cxlkv_put(node, ns, puts, 2, st));
+  CHECK(st[0] == CXLKV_RESULT_OK);
+  CHECK(st[1] == CXLKV_RESULT_EXISTS); /* never overwritten */
+  unsigned char a[250], b[250], small[10];
+  cxlkv_iovec out2[2] = {{a, sizeof a}, {b, sizeof b}};
+  cxlkv_iovec out1[1] = {{small, sizeof small}};
+  cxlkv_get_item gets[3] = {{keys[4], out2, 2}, {keys[0], out1, 1}, {keys[6], out1, 1}};
+  uint64_t lens[3];
+  OK(cxlkv_get(node, ns, gets, 3, lens, gst));
+  CHECK(gst[0] == CXLKV_RESULT_OK && lens[0] == 500);
+  CHECK(gst[1] == CXLKV_RESULT_TOO_LARGE && lens[1] == BLOCK);
+  CHECK(gst[2] == CXLKV_RESULT_NOT_FOUND);
+  CHECK(a[0] == 'k' && a[249] == 'k' && b[0] == 'k' && b[49] == 'k' && b[50] == 'v' && b[249] == 'v');
+
+  /* Bad sizes and NULL arrays. */
+  EXPECT(cxlkv_acquire(node, ns, NULL, 3, got, gst, NULL), CXLKV_RESULT_NULL_PARAMETER);
+  EXPECT(cxlkv_acquire(node, ns, keys, 3, got, NULL, NULL), CXLKV_RESULT_NULL_PARAMETER);
+  OK(cxlkv_acquire(node, ns, NULL, 0, NULL, NULL, &n));
+  CHECK(n == 0);
+  cxlkv_reserve_item huge = {keys[7], UINT64_MAX, 1, 0};
+  OK(cxlkv_reserve(node, ns, &huge, 1, blocks, st, NULL));
+  CHECK(st[0] == CXLKV_RESULT_TOO_LARGE);
+  cxlkv_iovec bad = {NULL, 10};
+  cxlkv_put_item badput = {keys[7], 1, 0, &bad, 1};
+  EXPECT(cxlkv_put(node, ns, &badput, 1, st), CXLKV_RESULT_NULL_PARAMETER);
+  /* A forged block is refused, not trusted. */
+  cxlkv_block forged = got[0];
+  forged.entry = 123456;
+  OK(cxlkv_publish(node, &forged, 1, st));
+  CHECK(st[0] == CXLKV_RESULT_STALE_HANDLE);
+
+  cxlkv_stats s;
+  OK(cxlkv_node_stats(node, &s));
+  CHECK(s.live_blocks == 6 && s.live_bytes == 5 * BLOCK + 500);
+  CHECK(s.node.hits >= 5 && s.total.hits == s.node.hits && s.alive_mask != 0 && s.dead_mask == 0);
+  CHECK(s.capacity_bytes > 0);
+
+  OK(cxlkv_evict(node, 1, &ev));
+  CHECK(ev.blocks >= 1 && ev.bytes >= 1);
+  OK(cxlkv_evict(node, UINT64_MAX, NULL));
+  OK(cxlkv_node_stats(node, &s));
+  CHECK(s.live_blocks == 0);
+}
+
+static void test_keys_and_namespaces(void) {
+  cxlkv_namespace a = {"llama-3-8b", 0, 1, 0, 2, 0, 16, 0};
+  cxlkv_namespace b = a;
+  b.tp_rank = 1;
+  uint32_t ia = 0, ib = 0, ia2 = 0;
+  OK(cxlkv_namespace_id(&a, &ia));
+  OK(cxlkv_namespace_id(&b, &ib));
+  OK(cxlkv_namespace_id(&a, &ia2));
+  CHECK(ia == ia2 && ia != ib);
+  EXPECT(cxlkv_namespace_id(NULL, &ia), CXLKV_RESULT_NULL_PARAMETER);
+
+  uint32_t toks[40];
+  for (int i = 0; i < 40; i++) toks[i] = (uint32_t)i;
+  cxlkv_key k1[4], k2[4];
+  size_t n1 = 0, n2 = 0;
+  OK(cxlkv_chain_keys(NULL, toks, 40, 16, k1, 4, &n1));
+  CHECK(n1 == 2); /* a partial last block gets no key */
+  toks[20] = 7;
+  OK(cxlkv_chain_keys(NULL, toks, 40, 16, k2, 4, &n2));
+  CHECK(n2 == 2 && memcmp(&k1[0], &k2[0], sizeof k1[0]) == 0 && memcmp(&k1[1], &k2[1], sizeof k1[1]) != 0);
+  EXPECT(cxlkv_chain_keys(NULL, toks, 40, 0, k1, 4, &n1), CXLKV_RESULT_INVALID_ARGUMENT);
+  OK(cxlkv_chain_keys(&k1[0], toks, 16, 16, k2, 1, &n2));
+  CHECK(n2 == 1 && memcmp(&k2[0], &k1[0], sizeof k1[0]) != 0); /* the parent matters */
+}
+
+static void test_shared_memory_library(cxlkv_node *a, cxlkv_node *b) {
+  /* Locks: allocated once, exclusive across nodes. */
+  uint32_t l1 = 99, l2 = 99;
+  OK(cxlkv_lock_alloc(a, &l1));
+  OK(cxlkv_lock_alloc(b, &l2));
+  CHECK(l1 != l2);
+  cxlkv_lock_ticket t;
+  OK(cxlkv_lock_acquire(a, l1, &t));
+  CHECK(t.lock == l1);
+  cxlkv_lock_ticket t2;
+  /* Held by this thread: a second acquire could never be granted. */
+  EXPECT(cxlkv_lock_acquire(b, l1, &t2), CXLKV_RESULT_BUSY);
+  EXPECT(cxlkv_lock_acquire(a, l1, &t2), CXLKV_RESULT_BUSY);
+  OK(cxlkv_lock_acquire(b, l2, &t2));
+  OK(cxlkv_lock_release(b, &t2));
+
+  /* A raw allocation reachable through a named root. */
+  uint64_t off = 0;
+  OK(cxlkv_alloc(a, 1000, &off));
+  void *p = NULL;
+  OK(cxlkv_offset_to_ptr(a, off, 1000, &p));
+  memset(p, 0x5a, 1000);
+  OK(cxlkv_flush(a, p, 1000));
+  cxlkv_root root = {off, 1000, 42, 0};
+  OK(cxlkv_root_put(a, "counters", &root));
+  EXPECT(cxlkv_root_put(b, "counters", &root), CXLKV_RESULT_EXISTS);
+  OK(cxlkv_lock_release(a, &t));
+  EXPECT(cxlkv_lock_release(a, &t), CXLKV_RESULT_REVOKED); /* this grant is over */
+
+  cxlkv_root seen;
+  OK(cxlkv_root_get(b, "counters", &seen));
+  CHECK(seen.offset == off && seen.size == 1000 && seen.tag == 42);
+  void *q = NULL;
+  OK(cxlkv_offset_to_ptr(b, seen.offset, seen.size, &q));
+  OK(cxlkv_invalidate(b, q, 1000));
+  CHECK(((unsigned char *)q)[999] == 0x5a);
+  uint64_t back = 0;
+  OK(cxlkv_ptr_to_offset(b, (unsigned char *)q + 10, &back));
+  CHECK(back == off + 10);
+
+  /* Refusals: outside the payload area, bad names, unknown locks. */
+  EXPECT(cxlkv_offset_to_ptr(a, 0, 64, &p), CXLKV_RESULT_OUT_OF_BOUNDS);
+  EXPECT(cxlkv_ptr_to_offset(a, &back, &back), CXLKV_RESULT_OUT_OF_BOUNDS);
+  EXPECT(cxlkv_flush(a, &back, 8), CXLKV_RESULT_OUT_OF_BOUNDS);
+  EXPECT(cxlkv_root_get(a, "", &seen), CXLKV_RESULT_INVALID_ARGUMENT);
+  EXPECT(cxlkv_root_get(a, "a-name-longer-than-thirty-two-bytes", &seen), CXLKV_RESULT_INVALID_ARGUMENT);
+  EXPECT(cxlkv_root_get(a, "missing", &seen), CXLKV_RESULT_NOT_FOUND);
+  EXPECT(cxlkv_lock_acquire(a, 100000, &t), CXLKV_RESULT_INVALID_ARGUMENT);
+  EXPECT(cxlkv_lock_free(a, 100000), CXLKV_RESULT_INVALID_ARGUMENT);
+  EXPECT(cxlkv_alloc(a, UINT64_MAX, &off), CXLKV_RESULT_TOO_LARGE);
+  EXPECT(cxlkv_free(a, 12345), CXLKV_RESULT_CORRUPT);
+
+  OK(cxlkv_root_destroy(b, "counters", &seen));
+  CHECK(seen.offset == off);
+  EXPECT(cxlkv_root_destroy(b, "counters", NULL), CXLKV_RESULT_NOT_FOUND);
+  OK(cxlkv_free(b, off));
+  OK(cxlkv_lock_free(b, l1));
+  OK(cxlkv_lock_free(a, l2));
+  EXPECT(cxlkv_lock_free(a, l2), CXLKV_RESULT_NOT_FOUND);
+}
+
+int main(void) {
+  test_version_and_results();
+  test_refusals_without_handles();
+  test_keys_and_namespaces();
+
+  cxlkv_region *r = NULL;
+  OK(cxlkv_region_memfd(64u << 20, false, &r));
+  cxlkv_capacities caps;
+  OK(cxlkv_capacities_default(&caps));
+  caps.chunk_shift = 16;
+  OK(cxlkv_region_format(r, &caps, CXLKV_FLUSH_DEFAULT));
+  uint64_t size = 0;
+  OK(cxlkv_region_size(r, &size));
+  CHECK(size == 64u << 20);
+
+  cxlkv_node *a = attach(r, CXLKV_FLUSH_DEFAULT);
+  cxlkv_node *b = attach(r, CXLKV_FLUSH_DEFAULT);
+  EXPECT(cxlkv_region_format(r, NULL, CXLKV_FLUSH_DEFAULT), CXLKV_RESULT_BUSY);
+  uint32_t ida = 9, idb = 9;
+  OK(cxlkv_node_id(a, &ida));
+  OK(cxlkv_node_id(b, &idb));
+  CHECK(ida != idb);
+  cxlkv_node_options o;
+  OK(cxlkv_node_options_default(&o));
+  o.node_id = ida;
+  cxlkv_node *dup = NULL;
+  EXPECT(cxlkv_node_attach(r, &o, &dup), CXLKV_RESULT_NODE_BUSY);
+  o.node_id = CXLKV_ANY_NODE;
+  o.lease_ms = 0;
+  EXPECT(cxlkv_node_attach(r, &o, &dup), CXLKV_RESULT_INVALID_ARGUMENT);
+
+  cxlkv_namespace nsf = {"test-model", 0, 0, 0, 1, 0, 16, 0};
+  uint32_t ns = 0;
+  OK(cxlkv_namespace_id(&nsf, &ns));
+  test_kv(a, ns);
+  test_shared_memory_library(a, b);
+
+  cxlkv_recover_report rep;
+  OK(cxlkv_recover(b, &rep));
+  CHECK(rep.nodes_freed == 0);
+  cxlkv_finding f[4];
+  size_t nf = 99;
+  OK(cxlkv_check(a, f, 4, &nf));
+  CHECK(nf == 0);
+
+  /* Closed handles are refused, not used. */
+  cxlkv_region_close(r);
+  EXPECT(cxlkv_region_size(r, &size), CXLKV_RESULT_INVALID_HANDLE);
+  cxlkv_region_close(r);
+  cxlkv_stats s;
+  OK(cxlkv_node_stats(a, &s)); /* the node keeps the mapping */
+  OK(cxlkv_node_detach(b));
+  EXPECT(cxlkv_node_id(b, &idb), CXLKV_RESULT_INVALID_HANDLE);
+  EXPECT(cxlkv_lookup(b, 0, NULL, 0, NULL, &nf), CXLKV_RESULT_INVALID_HANDLE);
+  OK(cxlkv_node_detach(b));
+  /* A pointer that is not a node of this library. */
+  EXPECT(cxlkv_node_id((cxlkv_node *)(void *)r, &idb), CXLKV_RESULT_INVALID_HANDLE);
+  OK(cxlkv_node_detach(a));
+
+  printf("C API test_api: %d checks passed\n", checks_run);
+  return 0;
+}

@@ -1,0 +1,521 @@
+//! The `capi` fuzz target: arbitrary sequences of C API calls, as a C
+//! program could make them (NULL handles, closed handles, handles of the
+//! wrong kind, stale and forged blocks, bad sizes, names and offsets), must
+//! never crash and must leave a region that checks clean.
+//!
+//! Every pointer this target passes is NULL or valid for the length it
+//! passes with it, as the API's contract requires; payload pointers are
+//! dereferenced only while their node is attached and their pin or
+//! reservation is held.
+
+use core::ffi::{c_char, c_void};
+
+use cxlkv::cxlkv_result as R;
+use cxlkv::kv::*;
+use cxlkv::region::*;
+use cxlkv::shm::*;
+
+/// One C call; the module doc states the contract every call here keeps.
+macro_rules! c {
+    ($e:expr) => {{
+        // SAFETY: every pointer argument is NULL, a handle from the library
+        // (never freed), or valid for the length passed with it.
+        unsafe { $e }
+    }};
+}
+
+/// What a run did, for the replay test's sanity checks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CapiRun {
+    /// Calls made.
+    pub calls: usize,
+    /// Blocks published (by publish or put).
+    pub published: usize,
+}
+
+struct Input<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl Input<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let b = self.data.get(self.at).copied();
+        self.at += 1;
+        b
+    }
+    fn small(&mut self, n: u8) -> usize {
+        (self.byte().unwrap_or(0) % n) as usize
+    }
+}
+
+struct State {
+    local_dir: std::ffi::CString,
+    regions: Vec<*mut cxlkv_region>,
+    nodes: Vec<*mut cxlkv_node>,
+    reserved: Vec<(usize, cxlkv_block)>,
+    pinned: Vec<(usize, cxlkv_block)>,
+    stale: Vec<cxlkv_block>,
+    tickets: Vec<(usize, cxlkv_lock_ticket)>,
+    offsets: Vec<u64>,
+    run: CapiRun,
+}
+
+const NS: u32 = 5;
+
+fn key(i: usize) -> cxlkv_key {
+    cxlkv_key { lo: (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15), hi: i as u64 % 5 }
+}
+
+fn pattern(k: &cxlkv_key, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (k.lo as usize + j * 7) as u8).collect()
+}
+
+impl State {
+    fn region(&self, inp: &mut Input<'_>) -> *mut cxlkv_region {
+        match inp.small(8) {
+            0 => core::ptr::null_mut(),
+            // A node handle where a region is expected.
+            1 if !self.nodes.is_empty() => self.nodes[0].cast(),
+            i => self.regions.get(i % self.regions.len().max(1)).copied().unwrap_or(core::ptr::null_mut()),
+        }
+    }
+
+    /// A node slot (index) and its handle: live, closed, NULL or foreign.
+    fn node(&self, inp: &mut Input<'_>) -> (usize, *const cxlkv_node) {
+        match inp.small(16) {
+            0 => (usize::MAX, core::ptr::null()),
+            1 if !self.regions.is_empty() => (usize::MAX, self.regions[0].cast()),
+            i if !self.nodes.is_empty() => (i % self.nodes.len(), self.nodes[i % self.nodes.len()]),
+            _ => (usize::MAX, core::ptr::null()),
+        }
+    }
+
+    fn live(&self, n: *const cxlkv_node) -> bool {
+        let mut id = 0u32;
+        c!(cxlkv_node_id(n, &mut id)) == R::Ok
+    }
+
+    fn step(&mut self, inp: &mut Input<'_>) -> Option<()> {
+        let op = inp.byte()?;
+        self.run.calls += 1;
+        match op % 24 {
+            0 if self.regions.len() < 3 => {
+                let size = [4096u64, 1 << 20, 8 << 20][inp.small(3)];
+                let mut r = core::ptr::null_mut();
+                if c!(cxlkv_region_memfd(size, false, &mut r)) == R::Ok {
+                    self.regions.push(r);
+                }
+            }
+            1 => {
+                let r = self.region(inp);
+                let mut caps = cxlkv_capacities {
+                    max_nodes: 4,
+                    n_stripes: 2,
+                    entries_per_stripe: 32,
+                    n_roots: 8,
+                    pin_slots: 16,
+                    chunk_shift: 16,
+                    inbox_slots: 4,
+                    app_locks: 2,
+                };
+                match inp.small(4) {
+                    0 => caps.n_stripes = 3,
+                    1 => caps.app_locks = 100_000,
+                    _ => {}
+                }
+                let _ = c!(cxlkv_region_format(r, &caps, CXLKV_FLUSH_CLFLUSH));
+            }
+            2 if self.nodes.len() < 4 => {
+                let r = self.region(inp);
+                let mut o = cxlkv_node_options {
+                    node_id: CXLKV_ANY_NODE,
+                    flush_mode: CXLKV_FLUSH_CLFLUSH,
+                    lease_ms: 2000,
+                    lock_timeout_ms: 50,
+                    auto_recover: true,
+                    local_dir: self.local_dir.as_ptr(),
+                };
+                if inp.small(4) == 0 {
+                    o.node_id = inp.small(6) as u32;
+                }
+                let mut n = core::ptr::null_mut();
+                if c!(cxlkv_node_attach(r, &o, &mut n)) == R::Ok {
+                    self.nodes.push(n);
+                }
+            }
+            3 => {
+                let (i, n) = self.node(inp);
+                if i != usize::MAX {
+                    self.forget(i);
+                }
+                let _ = c!(cxlkv_node_detach(n.cast_mut()));
+            }
+            4 => {
+                let r = self.region(inp);
+                c!(cxlkv_region_close(r));
+            }
+            5 => {
+                let (i, n) = self.node(inp);
+                let count = inp.small(4);
+                let items: Vec<cxlkv_reserve_item> = (0..count)
+                    .map(|_| {
+                        let len = [0u64, 1, 100, 5000, 70_000, u64::MAX][inp.small(6)];
+                        cxlkv_reserve_item { key: key(inp.small(12)), len, tokens: 16, reserved: 0 }
+                    })
+                    .collect();
+                let mut blocks = vec![EMPTY; count];
+                let mut st = vec![R::Ok; count];
+                let r = c!(cxlkv_reserve(
+                    n,
+                    NS,
+                    items.as_ptr(),
+                    count,
+                    blocks.as_mut_ptr(),
+                    st.as_mut_ptr(),
+                    core::ptr::null_mut()
+                ));
+                if r == R::Ok {
+                    for (b, s) in blocks.iter().zip(&st) {
+                        if *s == R::Ok && !b.data.is_null() {
+                            let pat = pattern(&b.key, b.len as usize);
+                            // SAFETY: just reserved by the live node `i`: `len`
+                            // writable bytes at `data`, mapped while it is attached.
+                            unsafe { core::ptr::copy_nonoverlapping(pat.as_ptr(), b.data.cast::<u8>(), pat.len()) };
+                            self.reserved.push((i, *b));
+                        }
+                    }
+                }
+            }
+            6 | 7 => {
+                // Publish (6) or abort (7) some reserved blocks, maybe through
+                // another node or with a forged field.
+                let take = inp.small(3) + 1;
+                let mut bs: Vec<(usize, cxlkv_block)> =
+                    (0..take.min(self.reserved.len())).map(|_| self.reserved.remove(0)).collect();
+                let node = bs.first().map(|b| b.0).filter(|&i| i < self.nodes.len());
+                let mut n = node.map_or(core::ptr::null(), |i| self.nodes[i].cast_const());
+                match inp.small(6) {
+                    0 => n = self.node(inp).1,
+                    1 if !bs.is_empty() => bs[0].1.gen ^= 1,
+                    2 if !bs.is_empty() => bs[0].1.stripe = u32::MAX,
+                    _ => {}
+                }
+                let blocks: Vec<cxlkv_block> = bs.iter().map(|b| b.1).collect();
+                let mut st = vec![R::Ok; blocks.len()];
+                let f = if op % 24 == 6 { cxlkv_publish } else { cxlkv_abort };
+                if c!(f(n, blocks.as_ptr(), blocks.len(), st.as_mut_ptr())) == R::Ok && op % 24 == 6 {
+                    self.run.published += st.iter().filter(|s| **s == R::Ok).count();
+                }
+                self.stale.extend(blocks);
+            }
+            8 => {
+                let (i, n) = self.node(inp);
+                let count = inp.small(6);
+                let keys: Vec<cxlkv_key> = (0..count).map(|_| key(inp.small(12))).collect();
+                let mut blocks = vec![EMPTY; count];
+                let mut st = vec![R::Ok; count];
+                let mut got = 0usize;
+                if c!(cxlkv_acquire(n, NS, keys.as_ptr(), count, blocks.as_mut_ptr(), st.as_mut_ptr(), &mut got))
+                    == R::Ok
+                {
+                    for b in blocks.iter().filter(|b| !b.data.is_null()) {
+                        let mut copy = vec![0u8; b.len as usize];
+                        // SAFETY: just pinned by the live node `i`: `len` readable
+                        // bytes at `data`, unchanged until released.
+                        unsafe { core::ptr::copy_nonoverlapping(b.data.cast::<u8>(), copy.as_mut_ptr(), copy.len()) };
+                        assert_eq!(copy, pattern(&b.key, copy.len()), "a published block reads back as written");
+                        self.pinned.push((i, *b));
+                    }
+                }
+            }
+            9 => {
+                let take = inp.small(4);
+                let mut blocks: Vec<cxlkv_block> =
+                    (0..take.min(self.pinned.len())).map(|_| self.pinned.remove(0).1).collect();
+                if inp.small(3) == 0 && !self.stale.is_empty() {
+                    blocks.push(self.stale[0]);
+                }
+                let (_, n) = self.node(inp);
+                let _ = c!(cxlkv_release(n, blocks.as_ptr(), blocks.len()));
+                self.stale.extend(blocks);
+            }
+            10 => {
+                let (_, n) = self.node(inp);
+                let count = inp.small(4);
+                let ks: Vec<cxlkv_key> = (0..count).map(|_| key(inp.small(12))).collect();
+                let bodies: Vec<Vec<u8>> = ks.iter().map(|k| pattern(k, [0, 10, 3000][inp.small(3)])).collect();
+                let parts: Vec<Vec<cxlkv_iovec>> = bodies
+                    .iter()
+                    .map(|b| {
+                        let (x, y) = b.split_at(b.len() / 3);
+                        vec![
+                            cxlkv_iovec { base: x.as_ptr().cast_mut().cast(), len: x.len() },
+                            cxlkv_iovec { base: y.as_ptr().cast_mut().cast(), len: y.len() },
+                        ]
+                    })
+                    .collect();
+                let items: Vec<cxlkv_put_item> = ks
+                    .iter()
+                    .zip(&parts)
+                    .map(|(k, p)| cxlkv_put_item {
+                        key: *k,
+                        tokens: 16,
+                        reserved: 0,
+                        parts: p.as_ptr(),
+                        n_parts: p.len(),
+                    })
+                    .collect();
+                let mut st = vec![R::Ok; count];
+                if c!(cxlkv_put(n, NS, items.as_ptr(), count, st.as_mut_ptr())) == R::Ok {
+                    self.run.published += st.iter().filter(|s| **s == R::Ok).count();
+                }
+            }
+            11 => {
+                let (_, n) = self.node(inp);
+                let count = inp.small(4);
+                let mut bufs: Vec<Vec<u8>> =
+                    (0..count).map(|_| vec![0u8; [0, 64, 3000, 80_000][inp.small(4)]]).collect();
+                let ks: Vec<cxlkv_key> = (0..count).map(|_| key(inp.small(12))).collect();
+                let parts: Vec<cxlkv_iovec> =
+                    bufs.iter_mut().map(|b| cxlkv_iovec { base: b.as_mut_ptr().cast(), len: b.len() }).collect();
+                let items: Vec<cxlkv_get_item> =
+                    ks.iter().zip(&parts).map(|(k, p)| cxlkv_get_item { key: *k, parts: p, n_parts: 1 }).collect();
+                let mut lens = vec![0u64; count];
+                let mut st = vec![R::Ok; count];
+                if c!(cxlkv_get(n, NS, items.as_ptr(), count, lens.as_mut_ptr(), st.as_mut_ptr())) == R::Ok {
+                    for i in (0..count).filter(|&i| st[i] == R::Ok) {
+                        let len = lens[i] as usize;
+                        assert_eq!(bufs[i][..len], pattern(&ks[i], len)[..], "get returns what was published");
+                    }
+                }
+            }
+            12 => {
+                let (_, n) = self.node(inp);
+                let keys: Vec<cxlkv_key> = (0..12).map(key).collect();
+                let mut bits = [0u8; 2];
+                let mut prefix = 0usize;
+                let present = if inp.small(2) == 0 { bits.as_mut_ptr() } else { core::ptr::null_mut() };
+                let _ = c!(cxlkv_lookup(n, NS, keys.as_ptr(), keys.len(), present, &mut prefix));
+                let mut there = false;
+                let _ = c!(cxlkv_exists(n, NS, &keys[inp.small(12)], &mut there));
+            }
+            13 => {
+                let (_, n) = self.node(inp);
+                let mut rep = cxlkv_evict_report::default();
+                let _ = c!(cxlkv_evict(n, [1, 70_000, u64::MAX][inp.small(3)], &mut rep));
+            }
+            14 => {
+                let (_, n) = self.node(inp);
+                let mut s = cxlkv_stats::default();
+                let _ = c!(cxlkv_node_stats(n, &mut s));
+            }
+            15 => {
+                let (i, n) = self.node(inp);
+                match inp.small(4) {
+                    0 => {
+                        let mut l = 0u32;
+                        let _ = c!(cxlkv_lock_alloc(n, &mut l));
+                    }
+                    1 => {
+                        let mut t = cxlkv_lock_ticket::default();
+                        if c!(cxlkv_lock_acquire(n, inp.small(4) as u32, &mut t)) == R::Ok {
+                            self.tickets.push((i, t));
+                        }
+                    }
+                    2 => {
+                        if let Some((i, t)) = self.tickets.pop() {
+                            let n = self.nodes.get(i).map_or(n, |p| p.cast_const());
+                            let _ = c!(cxlkv_lock_release(n, &t));
+                        }
+                    }
+                    _ => {
+                        let _ = c!(cxlkv_lock_free(n, inp.small(4) as u32));
+                    }
+                }
+            }
+            16 => {
+                let (_, n) = self.node(inp);
+                if inp.small(2) == 0 {
+                    let mut off = 0u64;
+                    if c!(cxlkv_alloc(n, [0u64, 100, 70_000, u64::MAX][inp.small(4)], &mut off)) == R::Ok {
+                        self.offsets.push(off);
+                    }
+                } else {
+                    let off = match self.offsets.pop() {
+                        Some(o) if inp.small(3) != 0 => o,
+                        _ => inp.byte().unwrap_or(0) as u64 * 4099,
+                    };
+                    let _ = c!(cxlkv_free(n, off));
+                }
+            }
+            17 => {
+                let (_, n) = self.node(inp);
+                let names: [&[u8]; 4] = [b"root-a\0", b"\0", b"a-name-that-is-longer-than-32-bytes!\0", b"\xff\xfe\0"];
+                let name: *const c_char = names[inp.small(4)].as_ptr().cast();
+                let off = self.offsets.last().copied().unwrap_or(0);
+                let mut root = cxlkv_root { offset: off, size: 100, tag: 1, reserved: 0 };
+                let _ = match inp.small(3) {
+                    0 => c!(cxlkv_root_put(n, name, &root)),
+                    1 => c!(cxlkv_root_get(n, name, &mut root)),
+                    _ => c!(cxlkv_root_destroy(n, name, core::ptr::null_mut())),
+                };
+            }
+            18 => {
+                let (_, n) = self.node(inp);
+                let off = self.offsets.last().copied().unwrap_or(inp.byte().unwrap_or(0) as u64 * 64);
+                let mut p: *mut c_void = core::ptr::null_mut();
+                if c!(cxlkv_offset_to_ptr(n, off, 100, &mut p)) == R::Ok && self.live(n) {
+                    let mut back = 0u64;
+                    let _ = c!(cxlkv_ptr_to_offset(n, p, &mut back));
+                    assert_eq!(back, off);
+                    let _ = c!(cxlkv_flush(n, p, 100));
+                    let _ = c!(cxlkv_invalidate(n, p, 100));
+                }
+                // Never a payload address: refused, never flushed.
+                let _ = c!(cxlkv_flush(n, (&off as *const u64).cast(), 8));
+            }
+            19 => {
+                let (_, n) = self.node(inp);
+                let mut f = [cxlkv_finding { what: [0; 48], a: 0, b: 0 }; 2];
+                let mut nf = 0usize;
+                let _ = c!(cxlkv_check(n, f.as_mut_ptr(), f.len(), &mut nf));
+                let mut rep = cxlkv_recover_report::default();
+                let _ = c!(cxlkv_recover(n, &mut rep));
+            }
+            20 => {
+                // NULL outputs and arrays are refused everywhere.
+                let (_, n) = self.node(inp);
+                let k = key(0);
+                assert_eq!(c!(cxlkv_node_id(n, core::ptr::null_mut())), R::NullParameter);
+                assert_eq!(c!(cxlkv_exists(n, NS, &k, core::ptr::null_mut())), R::NullParameter);
+                let mut prefix = 0usize;
+                assert_eq!(
+                    c!(cxlkv_lookup(n, NS, core::ptr::null(), 2, core::ptr::null_mut(), &mut prefix)),
+                    R::NullParameter
+                );
+                assert_eq!(
+                    c!(cxlkv_acquire(
+                        n,
+                        NS,
+                        &k,
+                        1,
+                        core::ptr::null_mut(),
+                        core::ptr::null_mut(),
+                        core::ptr::null_mut()
+                    )),
+                    R::NullParameter
+                );
+            }
+            21 => {
+                let toks: Vec<u32> = (0..inp.small(64) as u32).collect();
+                let mut keys = [cxlkv_key::default(); 4];
+                let mut n = 0usize;
+                let _ = c!(cxlkv_chain_keys(
+                    core::ptr::null(),
+                    toks.as_ptr(),
+                    toks.len(),
+                    inp.small(20),
+                    keys.as_mut_ptr(),
+                    keys.len(),
+                    &mut n
+                ));
+                let model = b"m\0";
+                let ns = cxlkv_namespace {
+                    model: model.as_ptr().cast(),
+                    kv_layout: 0,
+                    dtype: 0,
+                    tp_rank: 0,
+                    tp_size: 1,
+                    pp_rank: 0,
+                    block_tokens: 16,
+                    extra: 0,
+                };
+                let mut id = 0u32;
+                assert_eq!(c!(cxlkv_namespace_id(&ns, &mut id)), R::Ok);
+            }
+            22 => {
+                let mut buf = [0 as c_char; 16];
+                let mut n = 0usize;
+                let _ = c!(cxlkv::cxlkv_last_error(buf.as_mut_ptr(), buf.len(), &mut n));
+                let _ = cxlkv::cxlkv_result_str(inp.byte().unwrap_or(0) as u32 + 990);
+            }
+            _ => {
+                // A block pinned or reserved through one node, released,
+                // published or aborted through another.
+                if let Some((_, b)) = self.pinned.last().copied() {
+                    let (_, n) = self.node(inp);
+                    let mut st = [R::Ok];
+                    let _ = c!(cxlkv_abort(n, &b, 1, st.as_mut_ptr()));
+                    let _ = c!(cxlkv_publish(n, &b, 1, st.as_mut_ptr()));
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// Drops what node `i` held from the model (it is being detached).
+    fn forget(&mut self, i: usize) {
+        for list in [&mut self.reserved, &mut self.pinned] {
+            let (gone, keep): (Vec<_>, Vec<_>) = list.drain(..).partition(|x| x.0 == i);
+            *list = keep;
+            self.stale.extend(gone.into_iter().map(|x| x.1));
+        }
+        self.tickets.retain(|t| t.0 != i);
+    }
+}
+
+const EMPTY: cxlkv_block = cxlkv_block {
+    data: core::ptr::null_mut(),
+    len: 0,
+    key: cxlkv_key { lo: 0, hi: 0 },
+    ns: 0,
+    tokens: 0,
+    stripe: 0,
+    entry: 0,
+    gen: 0,
+    reserved: 0,
+    offset: 0,
+};
+
+/// Runs one input: a script of C calls. Ends by checking every region that
+/// still has a live node, then detaches and closes everything.
+pub fn capi_target(data: &[u8]) -> CapiRun {
+    // The host-local lock files of this run's regions go to a scratch
+    // directory, removed at the end.
+    let dir = std::env::temp_dir().join(format!("cxlkv-capi-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let mut st = State {
+        local_dir: std::ffi::CString::new(dir.to_string_lossy().as_bytes()).unwrap_or_default(),
+        regions: Vec::new(),
+        nodes: Vec::new(),
+        reserved: Vec::new(),
+        pinned: Vec::new(),
+        stale: Vec::new(),
+        tickets: Vec::new(),
+        offsets: Vec::new(),
+        run: CapiRun::default(),
+    };
+    let mut inp = Input { data, at: 0 };
+    while st.step(&mut inp).is_some() && st.run.calls < 400 {}
+    // Release what is still held, from the threads that hold it.
+    for (i, t) in core::mem::take(&mut st.tickets) {
+        let _ = c!(cxlkv_lock_release(st.nodes[i], &t));
+    }
+    for &n in &st.nodes {
+        if st.live(n) {
+            let mut nf = 0usize;
+            if c!(cxlkv_check(n, core::ptr::null_mut(), 0, &mut nf)) == R::Ok {
+                assert_eq!(nf, 0, "the region checks clean after any call sequence");
+            }
+        }
+    }
+    for &n in &st.nodes {
+        let _ = c!(cxlkv_node_detach(n));
+    }
+    for &r in &st.regions {
+        c!(cxlkv_region_close(r));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    st.run
+}
