@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every check and test of cxlkv. Installs what it needs (rust targets).
+# Runs every check and test of cxlkv. Installs what it needs (Rust targets,
+# a Python virtual environment in .venv with maturin and the test tools).
 # Usage: ./test.sh
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -61,6 +62,10 @@ else
   echo "cxlkv.h drift: 1 failed (regenerate with cargo build -p cxlkv-ffi-c and commit)" >> "$log"
   rc=1
 fi
+
+step "Python package: pip install ./ffi-python in .venv, stubtest, pytest (strict)"
+ffi-python/tests/run.sh 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 
 step "hostile peer under AddressSanitizer"
 # The worker processes are rebuilt with ASan (nightly flag on the stable

@@ -100,6 +100,23 @@ pub enum cxlkv_result {
 }
 
 impl cxlkv_result {
+    /// The result a platform error maps to.
+    pub fn of(e: &cxlkv_platform::Error) -> cxlkv_result {
+        use cxlkv_platform::Error as P;
+        match e {
+            P::Core(c) => (*c).into(),
+            P::Io { .. } => cxlkv_result::Io,
+            P::Unsupported(_) => cxlkv_result::Unsupported,
+            P::CudaUnavailable(_) => cxlkv_result::CudaUnavailable,
+            P::Cuda { .. } => cxlkv_result::Cuda,
+        }
+    }
+
+    /// The result's text, as `cxlkv_result_str` gives it.
+    pub fn message(self) -> &'static str {
+        self.text().to_str().unwrap_or("")
+    }
+
     fn text(self) -> &'static CStr {
         use cxlkv_result as R;
         match self {
@@ -199,14 +216,7 @@ impl From<cxlkv_core::Error> for Fail {
 
 impl From<cxlkv_platform::Error> for Fail {
     fn from(e: cxlkv_platform::Error) -> Self {
-        use cxlkv_platform::Error as P;
-        let r = match &e {
-            P::Core(c) => (*c).into(),
-            P::Io { .. } => cxlkv_result::Io,
-            P::Unsupported(_) => cxlkv_result::Unsupported,
-            P::CudaUnavailable(_) => cxlkv_result::CudaUnavailable,
-            P::Cuda { .. } => cxlkv_result::Cuda,
-        };
+        let r = cxlkv_result::of(&e);
         set_last_error(e.to_string());
         Fail(r)
     }
@@ -390,6 +400,11 @@ pub extern "C" fn cxlkv_result_str(result: u32) -> *const c_char {
         ALL_RESULTS.iter().find(|r| **r as u32 == result).map_or(c"unknown result".as_ptr(), |r| r.text().as_ptr())
     });
     r.unwrap_or(c"unknown result".as_ptr())
+}
+
+/// Every result, in code order (for bindings that mirror them).
+pub fn all_results() -> &'static [cxlkv_result] {
+    &ALL_RESULTS
 }
 
 const ALL_RESULTS: [cxlkv_result; 36] = {

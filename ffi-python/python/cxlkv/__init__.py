@@ -1,0 +1,107 @@
+"""cxlkv: a KV-cache object store in shared (CXL) memory, for LLM serving.
+
+Many processes on many hosts map one region and hand KV blocks from prefill
+to decode, and reuse prompt prefixes, through it: no server, no copy on the
+read path.
+
+>>> import cxlkv
+>>> with cxlkv.Region.memfd(64 << 20) as region:
+...     region.format(chunk_shift=16)
+...     with region.attach() as node:
+...         ns = cxlkv.Namespace("llama-3-8b", block_tokens=16)
+...         keys = cxlkv.chain_keys(range(32), 16)
+...         node.put(ns, [(keys[0], b"K and V of block 0")])
+...         with node.acquire(ns, keys) as pinned:
+...             bytes(pinned[0])
+[<Result.OK: 1000>]
+b'K and V of block 0'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from ._cxlkv import (
+    BusyError,
+    CapacityError,
+    CudaError,
+    CxlkvError,
+    ExistsError,
+    InvalidArgumentError,
+    Node,
+    NotFoundError,
+    Payload,
+    Pinned,
+    PlatformError,
+    Region,
+    RegionError,
+    Reservation,
+    Result,
+    RevokedError,
+    StaleHandleError,
+    TimedOutError,
+    __version__,
+    chain_keys,
+    namespace_id,
+)
+
+Key = Union[bytes, int]
+"""A block key: 16 bytes (as `chain_keys` returns) or an int below 2**128."""
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """What tells KV caches apart, as fields: blocks of two namespaces never
+    mix. Fill what the engine has; `id` is what every call takes (a Namespace
+    can be passed where an id is expected)."""
+
+    model: str
+    kv_layout: int = 0
+    dtype: int = 0
+    tp_rank: int = 0
+    tp_size: int = 0
+    pp_rank: int = 0
+    block_tokens: int = 0
+    extra: int = 0
+
+    @property
+    def id(self) -> int:
+        """The 32-bit namespace id (a hash of every field)."""
+        return namespace_id(
+            self.model,
+            self.kv_layout,
+            self.dtype,
+            self.tp_rank,
+            self.tp_size,
+            self.pp_rank,
+            self.block_tokens,
+            self.extra,
+        )
+
+
+__all__ = [
+    "BusyError",
+    "CapacityError",
+    "CudaError",
+    "CxlkvError",
+    "ExistsError",
+    "InvalidArgumentError",
+    "Key",
+    "Namespace",
+    "Node",
+    "NotFoundError",
+    "Payload",
+    "Pinned",
+    "PlatformError",
+    "Region",
+    "RegionError",
+    "Reservation",
+    "Result",
+    "RevokedError",
+    "StaleHandleError",
+    "TimedOutError",
+    "__version__",
+    "chain_keys",
+    "namespace_id",
+]

@@ -1,0 +1,209 @@
+"""Type stubs of the native module `cxlkv._cxlkv` (checked by mypy.stubtest)."""
+
+import enum
+import os
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any, Optional, Union, final
+
+from typing_extensions import Buffer, Self
+
+_Key = Union[bytes, int]
+_Ns = Union[int, Any]
+_Path = Union[str, os.PathLike[str]]
+
+__version__: str
+__all__ = [
+    "BusyError",
+    "CapacityError",
+    "CudaError",
+    "CxlkvError",
+    "ExistsError",
+    "InvalidArgumentError",
+    "Node",
+    "NotFoundError",
+    "Payload",
+    "Pinned",
+    "PlatformError",
+    "Region",
+    "RegionError",
+    "Reservation",
+    "Result",
+    "RevokedError",
+    "StaleHandleError",
+    "TimedOutError",
+    "__version__",
+    "chain_keys",
+    "namespace_id",
+]
+
+class Result(enum.IntEnum):
+    """The result codes of cxlkv, as in the C API (OK is 1000)."""
+
+    OK = 1000
+    INVALID_ARGUMENT = 1001
+    NOT_INITIALIZED = 1002
+    BAD_MAGIC = 1003
+    WRONG_VERSION = 1004
+    WRONG_LAYOUT = 1005
+    TOO_SMALL = 1006
+    CORRUPT_HEADER = 1007
+    CORRUPT = 1008
+    OUT_OF_BOUNDS = 1009
+    OUT_OF_SPACE = 1010
+    TABLE_FULL = 1011
+    EXISTS = 1012
+    NOT_FOUND = 1013
+    STALE_HANDLE = 1014
+    JOURNAL_FULL = 1015
+    NO_FREE_NODE = 1016
+    NODE_BUSY = 1017
+    BAD_NODE = 1018
+    TIMEOUT = 1019
+    REVOKED = 1020
+    ROOTS_FULL = 1021
+    BUSY = 1022
+    CHANGED = 1023
+    TOO_LARGE = 1024
+    RECOVERING = 1025
+    INBOX_FULL = 1026
+    IO = 1100
+    UNSUPPORTED = 1101
+    CUDA_UNAVAILABLE = 1102
+    CUDA = 1103
+    NULL_PARAMETER = 1200
+    INVALID_HANDLE = 1201
+    PANIC = 1202
+    INVALID_STRING = 1203
+    INTERNAL = 1204
+
+class CxlkvError(Exception):
+    code: int
+
+class InvalidArgumentError(CxlkvError): ...
+class RegionError(CxlkvError): ...
+class CapacityError(CxlkvError): ...
+class ExistsError(CxlkvError): ...
+class NotFoundError(CxlkvError): ...
+class StaleHandleError(CxlkvError): ...
+class BusyError(CxlkvError): ...
+class TimedOutError(CxlkvError): ...
+class RevokedError(CxlkvError): ...
+class PlatformError(CxlkvError): ...
+class CudaError(CxlkvError): ...
+
+def chain_keys(tokens: Sequence[int], block_tokens: int, parent: Optional[_Key] = None) -> list[bytes]: ...
+def namespace_id(
+    model: Union[str, bytes],
+    kv_layout: int = 0,
+    dtype: int = 0,
+    tp_rank: int = 0,
+    tp_size: int = 0,
+    pp_rank: int = 0,
+    block_tokens: int = 0,
+    extra: int = 0,
+) -> int: ...
+@final
+class Region:
+    @staticmethod
+    def create(path: _Path, size: int, overwrite: bool = False) -> Region: ...
+    @staticmethod
+    def open(path: _Path) -> Region: ...
+    @staticmethod
+    def memfd(size: int, hugetlb: bool = False) -> Region: ...
+    def format(
+        self,
+        *,
+        flush_mode: str = "default",
+        max_nodes: Optional[int] = None,
+        n_stripes: Optional[int] = None,
+        entries_per_stripe: Optional[int] = None,
+        n_roots: Optional[int] = None,
+        pin_slots: Optional[int] = None,
+        chunk_shift: Optional[int] = None,
+        inbox_slots: Optional[int] = None,
+        app_locks: Optional[int] = None,
+    ) -> None: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def attach(
+        self,
+        *,
+        node_id: Optional[int] = None,
+        flush_mode: str = "default",
+        lease_ms: int = 2000,
+        lock_timeout_ms: int = 60000,
+        auto_recover: bool = True,
+        local_dir: Optional[_Path] = None,
+    ) -> Node: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        *_exc: Union[type[BaseException], BaseException, TracebackType, None],
+    ) -> bool: ...
+
+@final
+class Node:
+    @property
+    def id(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def lookup(self, ns: _Ns, keys: Iterable[_Key]) -> int: ...
+    def presence(self, ns: _Ns, keys: Iterable[_Key]) -> tuple[int, list[bool]]: ...
+    def exists(self, ns: _Ns, key: _Key) -> bool: ...
+    def acquire(self, ns: _Ns, keys: Iterable[_Key]) -> Pinned: ...
+    def reserve(self, ns: _Ns, keys: Iterable[_Key], sizes: Union[int, Sequence[int]], tokens: int = 0) -> Reservation: ...
+    def put(
+        self, ns: _Ns, items: Iterable[tuple[_Key, Union[Buffer, Sequence[Buffer]]]], tokens: int = 0
+    ) -> list[Result]: ...
+    def get(self, ns: _Ns, items: Iterable[tuple[_Key, Union[Buffer, Sequence[Buffer]]]]) -> list[tuple[Result, int]]: ...
+    def evict(self, nbytes: int) -> tuple[int, int]: ...
+    def stats(self) -> dict[str, int]: ...
+    def recover(self) -> dict[str, int]: ...
+    def check(self) -> list[str]: ...
+    def detach(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        *_exc: Union[type[BaseException], BaseException, TracebackType, None],
+    ) -> bool: ...
+
+@final
+class Payload:
+    def __len__(self) -> int: ...
+
+@final
+class Pinned:
+    def __len__(self) -> int: ...
+    def __getitem__(self, key: int, /) -> Optional[memoryview]: ...
+    @property
+    def found(self) -> int: ...
+    @property
+    def keys(self) -> list[Optional[bytes]]: ...
+    @property
+    def released(self) -> bool: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        *_exc: Union[type[BaseException], BaseException, TracebackType, None],
+    ) -> bool: ...
+
+@final
+class Reservation:
+    def __len__(self) -> int: ...
+    def __getitem__(self, key: int, /) -> Optional[memoryview]: ...
+    @property
+    def keys(self) -> list[Optional[bytes]]: ...
+    @property
+    def done(self) -> bool: ...
+    def publish(self) -> list[Result]: ...
+    def abort(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        *exc: Union[type[BaseException], BaseException, TracebackType, None],
+    ) -> bool: ...

@@ -1,0 +1,446 @@
+//! Regions (map, format, close) and nodes: the handle of every cache call.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use cxlkv::cxlkv_result as R;
+use cxlkv_core::index::{Handle, Lru, ReserveItem};
+use cxlkv_core::layout::Capacities;
+use cxlkv_platform::{Cache, FlushMode, GetItem, Mapping, Options, PutItem};
+
+use crate::blocks::{self, Buffers, Pinned, Reservation};
+use crate::{key_of, keys_of, ns_of, raise, OrRaise};
+
+fn mode_of(py: Python<'_>, s: &str) -> PyResult<FlushMode> {
+    if s == "default" {
+        return Ok(FlushMode::default_for_arch());
+    }
+    FlushMode::from_str(s).or_raise(py)
+}
+
+/// A mapped region: a file, /dev/shm, hugetlbfs, a device-DAX device, or an
+/// anonymous memfd shared with children. Closing it leaves nodes attached
+/// through it working; it is a context manager.
+#[pyclass(frozen, module = "cxlkv._cxlkv")]
+pub struct Region {
+    map: Mutex<Option<Arc<Mapping>>>,
+}
+
+impl Region {
+    fn new(m: Mapping) -> Region {
+        Region { map: Mutex::new(Some(Arc::new(m))) }
+    }
+
+    fn mapping(&self, py: Python<'_>) -> PyResult<Arc<Mapping>> {
+        let g = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        g.clone().ok_or_else(|| raise(py, R::InvalidHandle, "the region is closed"))
+    }
+}
+
+#[pymethods]
+impl Region {
+    /// Creates a region file of `size` bytes at `path` (owner-only), not yet
+    /// formatted. An existing file is refused unless `overwrite`.
+    #[staticmethod]
+    #[pyo3(signature = (path, size, overwrite=false))]
+    fn create(py: Python<'_>, path: PathBuf, size: u64, overwrite: bool) -> PyResult<Region> {
+        let m = py.detach(|| Mapping::create_file(&path, size, 0o600, overwrite)).or_raise(py)?;
+        Ok(Region::new(m))
+    }
+
+    /// Maps the existing region at `path` (file, /dev/shm, hugetlbfs or
+    /// /dev/daxX.Y).
+    #[staticmethod]
+    fn open(py: Python<'_>, path: PathBuf) -> PyResult<Region> {
+        let m = py.detach(|| Mapping::open(&path)).or_raise(py)?;
+        Ok(Region::new(m))
+    }
+
+    /// An anonymous shared region of `size` bytes (on 2 MiB huge pages when
+    /// `hugetlb`), shared with processes forked afterwards.
+    #[staticmethod]
+    #[pyo3(signature = (size, hugetlb=false))]
+    fn memfd(py: Python<'_>, size: u64, hugetlb: bool) -> PyResult<Region> {
+        let m = py.detach(|| Mapping::memfd(size, hugetlb)).or_raise(py)?;
+        Ok(Region::new(m))
+    }
+
+    /// Formats the region, erasing it. Capacities left out keep their
+    /// defaults. `BusyError` while a node of this process is attached.
+    #[pyo3(signature = (*, flush_mode="default", max_nodes=None, n_stripes=None, entries_per_stripe=None,
+        n_roots=None, pin_slots=None, chunk_shift=None, inbox_slots=None, app_locks=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn format(
+        &self,
+        py: Python<'_>,
+        flush_mode: &str,
+        max_nodes: Option<u32>,
+        n_stripes: Option<u32>,
+        entries_per_stripe: Option<u32>,
+        n_roots: Option<u32>,
+        pin_slots: Option<u32>,
+        chunk_shift: Option<u32>,
+        inbox_slots: Option<u32>,
+        app_locks: Option<u32>,
+    ) -> PyResult<()> {
+        let map = self.mapping(py)?;
+        let d = Capacities::default();
+        let caps = Capacities {
+            max_nodes: max_nodes.unwrap_or(d.max_nodes),
+            n_stripes: n_stripes.unwrap_or(d.n_stripes),
+            entries_per_stripe: entries_per_stripe.unwrap_or(d.entries_per_stripe),
+            n_roots: n_roots.unwrap_or(d.n_roots),
+            pin_slots: pin_slots.unwrap_or(d.pin_slots),
+            chunk_shift: chunk_shift.unwrap_or(d.chunk_shift),
+            inbox_slots: inbox_slots.unwrap_or(d.inbox_slots),
+            app_locks: app_locks.unwrap_or(d.app_locks),
+        };
+        // This handle's reference is one; a node holds another.
+        if Arc::strong_count(&map) > 2 {
+            return Err(raise(py, R::Busy, "a node of this process is attached to the region"));
+        }
+        let co = cxlkv_platform::Flush::new(mode_of(py, flush_mode)?, false).or_raise(py)?;
+        py.detach(|| cxlkv_core::region::format(map.region(), co, caps, cxlkv_platform::host::random_u64()))
+            .or_raise(py)?;
+        Ok(())
+    }
+
+    /// The mapped size in bytes.
+    #[getter]
+    fn size(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self.mapping(py)?.len() as u64)
+    }
+
+    /// True once closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+    }
+
+    /// Attaches a node (starting its heartbeat and lock-manager thread).
+    /// `node_id` None takes the first free slot.
+    #[pyo3(signature = (*, node_id=None, flush_mode="default", lease_ms=2000, lock_timeout_ms=60000,
+        auto_recover=true, local_dir=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn attach(
+        &self,
+        py: Python<'_>,
+        node_id: Option<u32>,
+        flush_mode: &str,
+        lease_ms: u64,
+        lock_timeout_ms: u64,
+        auto_recover: bool,
+        local_dir: Option<PathBuf>,
+    ) -> PyResult<Node> {
+        if lease_ms == 0 || lock_timeout_ms == 0 {
+            return Err(raise(py, R::InvalidArgument, "lease_ms and lock_timeout_ms must be positive"));
+        }
+        let map = self.mapping(py)?;
+        let mut o = Options {
+            node: node_id,
+            mode: mode_of(py, flush_mode)?,
+            lease: Duration::from_millis(lease_ms),
+            lock_timeout: Duration::from_millis(lock_timeout_ms),
+            auto_recover,
+            ..Options::default()
+        };
+        if let Some(d) = local_dir {
+            o.local_dir = d;
+        }
+        let cache = py.detach(|| Cache::attach(map, o)).or_raise(py)?;
+        Ok(Node { cache: RwLock::new(Some(Arc::new(cache))) })
+    }
+
+    /// Closes this handle (nodes attached through it keep the mapping).
+    fn close(&self) {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, PyTuple>) -> bool {
+        self.close();
+        false
+    }
+}
+
+/// An attached node: every cache operation. A context manager that detaches.
+#[pyclass(frozen, module = "cxlkv._cxlkv")]
+pub struct Node {
+    cache: RwLock<Option<Arc<Cache>>>,
+}
+
+impl Node {
+    pub(crate) fn cache(&self, py: Python<'_>) -> PyResult<Arc<Cache>> {
+        let g = self.cache.read().unwrap_or_else(|e| e.into_inner());
+        g.clone().ok_or_else(|| raise(py, R::InvalidHandle, "the node is detached"))
+    }
+}
+
+fn report<'py>(py: Python<'py>, fields: &[(&str, u64)]) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in fields {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
+}
+
+#[pymethods]
+impl Node {
+    /// This node's id (its slot in the node table).
+    #[getter]
+    fn id(&self, py: Python<'_>) -> PyResult<u32> {
+        Ok(self.cache(py)?.id())
+    }
+
+    /// True once detached.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.cache.read().unwrap_or_else(|e| e.into_inner()).is_none()
+    }
+
+    /// Length of the longest prefix of `keys` whose blocks are stored.
+    fn lookup(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let (ns, keys, c) = (ns_of(ns)?, keys_of(keys)?, self.cache(py)?);
+        py.detach(|| c.node().lookup(ns, &keys)).or_raise(py)
+    }
+
+    /// The longest cached prefix and whether each key is stored.
+    fn presence(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>) -> PyResult<(usize, Vec<bool>)> {
+        let (ns, keys, c) = (ns_of(ns)?, keys_of(keys)?, self.cache(py)?);
+        let mut here = vec![false; keys.len()];
+        let p = py.detach(|| c.node().presence(ns, &keys, &mut here)).or_raise(py)?;
+        Ok((p, here))
+    }
+
+    /// Whether `key` is stored.
+    fn exists(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let (ns, key, c) = (ns_of(ns)?, key_of(key)?, self.cache(py)?);
+        Ok(py.detach(|| c.store().find_ready(ns, key)).or_raise(py)?.is_some())
+    }
+
+    /// Pins the stored blocks of `keys` for zero-copy reads: a `Pinned`
+    /// whose item `i` is a read-only memoryview of key `i`'s payload, or
+    /// None when it is not stored. Release it (or leave its `with` block)
+    /// when done; the views then raise on use.
+    fn acquire(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>) -> PyResult<Pinned> {
+        let (ns, keys, c) = (ns_of(ns)?, keys_of(keys)?, self.cache(py)?);
+        let hs = py
+            .detach(|| {
+                let mut hs = vec![Err(cxlkv_core::Error::InvalidArgument); keys.len()];
+                c.acquire_all_or_none(ns, &keys, &mut hs)?;
+                let node = c.node();
+                for r in hs.iter_mut() {
+                    if let Ok(h) = r {
+                        if let Err(e) = node.fresh_payload(h) {
+                            let _ = node.release(&[*h]);
+                            *r = Err(e);
+                        }
+                    }
+                }
+                Ok::<_, cxlkv_platform::Error>(hs)
+            })
+            .or_raise(py)?;
+        Pinned::new(py, c, hs.into_iter().map(Result::ok).collect())
+    }
+
+    /// Reserves writable blocks: `sizes` is one size for every key or one per
+    /// key. Raises `ExistsError` (or the first other failure) naming the key
+    /// when any cannot be reserved, reserving none. A `Reservation`: fill its
+    /// writable memoryviews, then `publish()` (or leave its `with` block
+    /// without an exception); an exception aborts.
+    #[pyo3(signature = (ns, keys, sizes, tokens=0))]
+    fn reserve(
+        &self,
+        py: Python<'_>,
+        ns: &Bound<'_, PyAny>,
+        keys: &Bound<'_, PyAny>,
+        sizes: &Bound<'_, PyAny>,
+        tokens: u32,
+    ) -> PyResult<Reservation> {
+        let (ns, keys, c) = (ns_of(ns)?, keys_of(keys)?, self.cache(py)?);
+        let sizes: Vec<u64> = match sizes.extract::<u64>() {
+            Ok(one) => vec![one; keys.len()],
+            Err(_) => sizes.extract()?,
+        };
+        if sizes.len() != keys.len() {
+            return Err(raise(py, R::InvalidArgument, "one size, or one size per key"));
+        }
+        let items: Vec<ReserveItem> =
+            keys.iter().zip(&sizes).map(|(k, l)| ReserveItem { key: *k, len: *l, tokens }).collect();
+        let hs = py
+            .detach(|| {
+                let mut hs = vec![Err(cxlkv_core::Error::InvalidArgument); items.len()];
+                c.node().reserve_batch(ns, &items, &mut hs).map(|_| hs)
+            })
+            .or_raise(py)?;
+        if let Some((i, e)) = hs.iter().enumerate().find_map(|(i, r)| r.as_ref().err().map(|e| (i, *e))) {
+            let ok: Vec<Handle> = hs.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+            py.detach(|| ok.iter().try_for_each(|h| c.node().abort(h))).or_raise(py)?;
+            let k = u128::from_le_bytes(keys[i].to_bytes());
+            return Err(raise(py, R::from(e), &format!("key {i} ({k:#034x}): {e}")));
+        }
+        Reservation::new(py, c, hs.into_iter().map(Result::ok).collect())
+    }
+
+    /// Stores blocks by copying: `items` are `(key, payload)` where payload is
+    /// a buffer or a sequence of buffers (K and V, per layer) stored one after
+    /// the other. Returns a `Result` per item: `OK`, `EXISTS` (stored
+    /// already; nothing written), or why it failed.
+    #[pyo3(signature = (ns, items, tokens=0))]
+    fn put<'py>(
+        &self,
+        py: Python<'py>,
+        ns: &Bound<'py, PyAny>,
+        items: &Bound<'py, PyAny>,
+        tokens: u32,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let ns = ns_of(ns)?;
+        let mut keys = Vec::new();
+        let mut bufs = Vec::new();
+        for it in items.try_iter()? {
+            let (k, p): (Bound<'_, PyAny>, Bound<'_, PyAny>) = it?.extract()?;
+            keys.push(key_of(&k)?);
+            bufs.push(Buffers::of(&p, false)?);
+        }
+        let c = self.cache(py)?;
+        let parts: Vec<Vec<&[u8]>> = bufs.iter().map(Buffers::slices).collect();
+        let put: Vec<PutItem<'_>> =
+            keys.iter().zip(&parts).map(|(k, p)| PutItem { key: *k, tokens, parts: p }).collect();
+        let mut out = vec![Ok(()); put.len()];
+        py.detach(|| c.put(ns, &put, &mut out)).or_raise(py)?;
+        out.iter().map(|r| blocks::result(py, r)).collect()
+    }
+
+    /// Copies stored blocks into existing writable buffers: `items` are
+    /// `(key, buffer)` or `(key, [buffers])`, filled in order. Returns
+    /// `(Result, length)` per item: `OK` (the first `length` bytes are
+    /// filled), `NOT_FOUND`, or `TOO_LARGE` when the buffers are shorter than
+    /// the payload (`length` says what is needed; nothing copied).
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        ns: &Bound<'py, PyAny>,
+        items: &Bound<'py, PyAny>,
+    ) -> PyResult<Vec<(Bound<'py, PyAny>, u64)>> {
+        let ns = ns_of(ns)?;
+        let mut keys = Vec::new();
+        let mut bufs = Vec::new();
+        for it in items.try_iter()? {
+            let (k, p): (Bound<'_, PyAny>, Bound<'_, PyAny>) = it?.extract()?;
+            keys.push(key_of(&k)?);
+            bufs.push(Buffers::of(&p, true)?);
+        }
+        Buffers::disjoint(py, &bufs)?;
+        let c = self.cache(py)?;
+        let mut parts: Vec<Vec<&mut [u8]>> = bufs.iter_mut().map(Buffers::slices_mut).collect();
+        let mut get: Vec<GetItem<'_, '_>> =
+            keys.iter().zip(parts.iter_mut()).map(|(k, p)| GetItem { key: *k, parts: p }).collect();
+        let mut lens = vec![0u64; get.len()];
+        let mut out = vec![Ok(()); get.len()];
+        py.detach(|| c.get(ns, &mut get, &mut lens, &mut out)).or_raise(py)?;
+        out.iter().zip(lens).map(|(r, l)| Ok((blocks::result(py, r)?, l))).collect()
+    }
+
+    /// Evicts least-recently-used unpinned blocks until `nbytes` of payload
+    /// are freed or none is left; returns `(blocks, bytes)` freed.
+    fn evict(&self, py: Python<'_>, nbytes: u64) -> PyResult<(u64, u64)> {
+        let c = self.cache(py)?;
+        let r = py.detach(|| c.node().evict(nbytes, &mut Lru)).or_raise(py)?;
+        Ok((r.entries, r.bytes))
+    }
+
+    /// Counters of this node (`node_*`) and of every node (`total_*`),
+    /// liveness masks and occupancy, as a dict.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = self.cache(py)?;
+        let s = py.detach(|| c.stats()).or_raise(py)?;
+        let d = report(
+            py,
+            &[
+                ("alive_mask", s.alive),
+                ("dead_mask", s.dead),
+                ("live_blocks", s.live_entries),
+                ("live_bytes", s.live_bytes),
+                ("capacity_bytes", s.payload_bytes),
+            ],
+        )?;
+        for (prefix, n) in [("node", s.node), ("total", s.total)] {
+            for (k, v) in [
+                ("hits", n.hits),
+                ("misses", n.misses),
+                ("inserts", n.inserts),
+                ("exists", n.exists),
+                ("evictions", n.evictions),
+                ("bytes_written", n.bytes_written),
+                ("bytes_read", n.bytes_read),
+            ] {
+                d.set_item(format!("{prefix}_{k}"), v)?;
+            }
+        }
+        Ok(d)
+    }
+
+    /// Recovers the region after nodes died (normally automatic); returns
+    /// what it did as a dict.
+    fn recover<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = self.cache(py)?;
+        let r = py.detach(|| c.recover()).or_raise(py)?;
+        report(
+            py,
+            &[
+                ("nodes_freed", r.nodes_freed),
+                ("pins_dropped", r.pins_dropped),
+                ("writes_aborted", r.writes_aborted),
+                ("entries_dropped", r.entries_dropped),
+                ("blocks_reclaimed", r.blocks_reclaimed),
+                ("chunks_reclaimed", r.chunks_reclaimed),
+                ("locks_repaired", r.locks_repaired as u64),
+            ],
+        )
+    }
+
+    /// Every invariant of the region, checked: a list of findings (empty
+    /// when clean).
+    fn check(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let c = self.cache(py)?;
+        let f = py.detach(|| c.check()).or_raise(py)?;
+        Ok(f.iter().map(|x| x.to_string()).collect())
+    }
+
+    /// Detaches: drops this node's pins and reservations and frees its slot.
+    /// `BusyError` while a `Pinned` or `Reservation` of it is unreleased.
+    /// Detaching twice does nothing.
+    fn detach(&self, py: Python<'_>) -> PyResult<()> {
+        let mut g = self.cache.write().unwrap_or_else(|e| e.into_inner());
+        let Some(arc) = g.take() else { return Ok(()) };
+        match Arc::try_unwrap(arc) {
+            Ok(cache) => {
+                drop(g);
+                py.detach(|| cache.close()).or_raise(py)
+            }
+            Err(arc) => {
+                *g = Some(arc);
+                Err(raise(py, R::Busy, "release the node's pinned and reserved blocks first"))
+            }
+        }
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.detach(py)?;
+        Ok(false)
+    }
+}

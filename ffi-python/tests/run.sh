@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The Python package's checks: a virtual environment (.venv at the
+# repository root) with maturin and the test tools, `pip install` of the
+# package from source (what a user runs), the stub checked against the
+# module (mypy.stubtest, mypy --strict), then pytest (strict: warnings are
+# errors, per-test timeout).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+venv=${CXLKV_VENV:-$PWD/.venv}
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+export PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv"
+"$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
+"$venv/bin/python" -m pip install -q "maturin>=1.9,<2" "pytest>=8" "pytest-timeout>=2" "hypothesis>=6" \
+  "numpy>=1.24" "mypy>=1.10" typing_extensions
+# Built as a user would install it: a wheel through the maturin backend,
+# sharing this workspace's target directory.
+CARGO_TARGET_DIR=$PWD/target "$venv/bin/python" -m pip install -q --no-build-isolation --force-reinstall ./ffi-python
+py_version=$("$venv/bin/python" -c 'import cxlkv; print(cxlkv.__version__)')
+want=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+if [ "$py_version" != "$want" ]; then
+  echo "cxlkv.__version__ is $py_version, Cargo.toml says $want: 1 failed"
+  exit 1
+fi
+echo "test result: ok. 1 passed; 0 failed (pip install ./ffi-python; cxlkv.__version__ $py_version)"
+(cd /tmp && "$venv/bin/python" -m mypy.stubtest cxlkv) &&
+  "$venv/bin/python" -m mypy --strict ffi-python/python/cxlkv &&
+  echo "test result: ok. 1 passed; 0 failed (stub matches the module: mypy.stubtest, mypy --strict)"
+cd ffi-python
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+set +e
+"$venv/bin/python" -m pytest -p no:cacheprovider 2>&1 | tee "$out"
+rc=${PIPESTATUS[0]}
+set -e
+passed=$( (tail -n 1 "$out" | grep -Eo '[0-9]+ passed' || true) | awk '{s+=$1} END {print s+0}')
+failed=$( (tail -n 1 "$out" | grep -Eo '[0-9]+ (failed|errors?)' || true) | awk '{s+=$1} END {print s+0}')
+if [ "$rc" -eq 0 ]; then
+  echo "test result: ok. ${passed} passed; 0 failed (pytest, ffi-python/tests)"
+else
+  echo "pytest: $((failed > 0 ? failed : 1)) failed (exit $rc)"
+fi
+exit "$rc"

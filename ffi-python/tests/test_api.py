@@ -1,0 +1,233 @@
+"""Every call of the Python API, and every error it raises."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import cxlkv
+from cxlkv import Result
+
+
+def test_version_and_results_mirror_the_c_api() -> None:
+    assert cxlkv.__version__.count(".") == 2
+    assert Result.OK == 1000 and Result.EXISTS == 1012 and Result.NULL_PARAMETER == 1200
+    assert issubclass(cxlkv.ExistsError, cxlkv.CxlkvError)
+
+
+def test_keys_are_bytes_or_ints_and_chains_share_prefixes() -> None:
+    a = cxlkv.chain_keys(list(range(40)), 16)
+    b = cxlkv.chain_keys([*range(20), 7, *range(21, 40)], 16)
+    assert len(a) == 2 and all(isinstance(k, bytes) and len(k) == 16 for k in a)
+    assert a[0] == b[0] and a[1] != b[1]
+    assert cxlkv.chain_keys(range(16), 16, parent=a[0]) != cxlkv.chain_keys(range(16), 16)
+    assert cxlkv.chain_keys(range(16), 16, parent=0) == cxlkv.chain_keys(range(16), 16)
+    with pytest.raises(cxlkv.InvalidArgumentError) as e:
+        cxlkv.chain_keys([1, 2], 0)
+    assert e.value.code == Result.INVALID_ARGUMENT
+    with pytest.raises(cxlkv.InvalidArgumentError):
+        cxlkv.chain_keys([1], 1, parent=b"short")
+
+
+def test_namespaces_differ_by_every_field() -> None:
+    base = cxlkv.Namespace("m", tp_size=2, block_tokens=16)
+    ids = {base.id, cxlkv.Namespace("m2", tp_size=2, block_tokens=16).id}
+    for field in ("kv_layout", "dtype", "tp_rank", "pp_rank", "extra"):
+        ids.add(cxlkv.Namespace("m", tp_size=2, block_tokens=16, **{field: 1}).id)
+    assert len(ids) == 7
+    assert base.id == cxlkv.namespace_id("m", tp_size=2, block_tokens=16) == cxlkv.namespace_id(b"m", 0, 0, 0, 2, 0, 16)
+
+
+def test_region_errors_are_typed(shm_path: str, local_dir: str) -> None:
+    with pytest.raises(cxlkv.PlatformError) as e:
+        cxlkv.Region.open("/nonexistent/cxlkv")
+    assert e.value.code == Result.IO
+    with cxlkv.Region.memfd(4096) as tiny:
+        with pytest.raises(cxlkv.RegionError) as r:
+            tiny.attach(local_dir=local_dir)
+        assert r.value.code == Result.NOT_INITIALIZED
+        with pytest.raises(cxlkv.RegionError):
+            tiny.format()
+    with cxlkv.Region.memfd(16 << 20) as r2:
+        with pytest.raises(cxlkv.InvalidArgumentError):
+            r2.format(n_stripes=3)
+        with pytest.raises(cxlkv.InvalidArgumentError):
+            r2.format(flush_mode="no-such-mode")
+    created = cxlkv.Region.create(shm_path, 16 << 20)
+    assert created.size == 16 << 20
+    with pytest.raises(cxlkv.PlatformError):
+        cxlkv.Region.create(shm_path, 16 << 20)
+    created.close()
+    assert created.closed
+    with pytest.raises(cxlkv.StaleHandleError):
+        created.attach()
+    created.close()  # closing twice does nothing
+
+
+def test_nodes_attach_detach_and_refuse_bad_options(region: cxlkv.Region, local_dir: str) -> None:
+    a = region.attach(local_dir=local_dir)
+    b = region.attach(local_dir=local_dir)
+    assert a.id != b.id
+    with pytest.raises(cxlkv.BusyError) as e:
+        region.attach(node_id=a.id, local_dir=local_dir)
+    assert e.value.code == Result.NODE_BUSY
+    with pytest.raises(cxlkv.InvalidArgumentError):
+        region.attach(node_id=99, local_dir=local_dir)
+    with pytest.raises(cxlkv.InvalidArgumentError):
+        region.attach(lease_ms=0, local_dir=local_dir)
+    with pytest.raises(cxlkv.BusyError):
+        region.format()  # nodes of this process are attached
+    b.detach()
+    assert b.closed
+    b.detach()  # twice: nothing
+    with pytest.raises(cxlkv.StaleHandleError):
+        b.lookup(0, [1])
+    stats = a.stats()
+    assert stats["alive_mask"] == 1 << a.id and stats["dead_mask"] == 0
+    a.detach()
+
+
+def test_put_get_lookup_exists_and_per_key_results(node: cxlkv.Node, ns: cxlkv.Namespace) -> None:
+    keys = cxlkv.chain_keys(range(16 * 4), 16)
+    assert node.lookup(ns, keys) == 0
+    res = node.put(ns, [(keys[0], [b"K" * 300, b"V" * 200]), (keys[1], bytearray(b"x" * 100)), (keys[1], b"dup")])
+    assert res == [Result.OK, Result.OK, Result.EXISTS]
+    assert node.put(ns, [(keys[0], b"again")]) == [Result.EXISTS]
+    assert node.lookup(ns, keys) == 2
+    assert node.presence(ns, keys) == (2, [True, True, False, False])
+    assert node.exists(ns, keys[1]) and not node.exists(ns, keys[2])
+    assert not node.exists(ns.id + 1, keys[1])  # namespaces are separate
+    a, b = bytearray(250), bytearray(250)
+    small = bytearray(3)
+    out = node.get(ns, [(keys[0], [a, b]), (keys[1], small), (keys[3], bytearray(10))])
+    assert out == [(Result.OK, 500), (Result.TOO_LARGE, 100), (Result.NOT_FOUND, 0)]
+    assert bytes(a) == b"K" * 250 and bytes(b[:50]) == b"K" * 50 and bytes(b[50:]) == b"V" * 200
+    arr = np.zeros(100, dtype=np.uint8)
+    assert node.get(ns, [(keys[1], arr)]) == [(Result.OK, 100)]
+    assert bytes(arr) == b"x" * 100
+    assert node.get(ns, [(int.from_bytes(keys[1], "little"), arr)])[0][0] == Result.OK  # int keys
+    shared = bytearray(64)
+    with pytest.raises(cxlkv.InvalidArgumentError):
+        node.get(ns, [(keys[0], shared), (keys[1], memoryview(shared)[10:])])
+    with pytest.raises(BufferError):
+        node.get(ns, [(keys[0], b"read-only bytes")])
+    with pytest.raises(cxlkv.InvalidArgumentError):
+        node.put(ns, [(b"not sixteen", b"x")])
+    with pytest.raises(cxlkv.InvalidArgumentError):
+        node.lookup(ns, [2**128])
+    with pytest.raises(TypeError):
+        node.put(ns, [(keys[2], 12345)])
+    assert node.put(ns, [(keys[2], b"")]) == [Result.INVALID_ARGUMENT]  # a block is never empty
+    stats = node.stats()
+    assert stats["live_blocks"] == 2 and stats["node_hits"] >= 3 and stats["total_hits"] == stats["node_hits"]
+
+
+def test_acquire_gives_read_only_views_that_die_with_the_pin(node: cxlkv.Node, ns: cxlkv.Namespace) -> None:
+    keys = cxlkv.chain_keys(range(48), 16)
+    node.put(ns, [(keys[0], b"a" * 4096), (keys[2], bytes(range(256)) * 4)])
+    with node.acquire(ns, keys) as p:
+        assert len(p) == 3 and p.found == 2 and p[1] is None
+        assert p.keys == [keys[0], None, keys[2]]
+        view = p[0]
+        assert view is not None and view.readonly and bytes(view[:3]) == b"aaa"
+        with pytest.raises(TypeError):
+            view[0] = 1  # type: ignore[index]
+        arr = np.frombuffer(p[2], dtype=np.uint8)  # type: ignore[arg-type]
+        assert arr[255] == 255 and not arr.flags.writeable
+        with pytest.raises(BufferError):
+            p.release()  # the array still reads the block
+        assert not p.released
+        assert node.evict(1 << 30) == (0, 0)  # pinned: never evicted
+        del arr
+        gc.collect()
+    assert p.released
+    with pytest.raises(ValueError):
+        bytes(view)  # released with the pin
+    with pytest.raises(cxlkv.StaleHandleError):
+        p[0]
+    with pytest.raises(cxlkv.StaleHandleError):
+        p.release()
+    with pytest.raises(IndexError):
+        node.acquire(ns, keys)[5]
+    assert node.evict(1 << 30)[0] == 2
+
+
+def test_reserve_publish_abort_and_context_manager(node: cxlkv.Node, ns: cxlkv.Namespace) -> None:
+    keys = cxlkv.chain_keys(range(64), 16)
+    with node.reserve(ns, keys[:2], [100, 200], tokens=16) as r:
+        w = r[0]
+        assert w is not None and not w.readonly and len(w) == 100
+        w[:] = b"w" * 100
+        r[1][:] = b"z" * 200  # type: ignore[index]
+        assert node.lookup(ns, keys) == 0  # invisible until published
+    assert r.done and node.lookup(ns, keys) == 2
+    with pytest.raises(ValueError):
+        w[0] = 1
+    with pytest.raises(cxlkv.ExistsError) as e:
+        node.reserve(ns, [keys[2], keys[1]], 10)
+    assert e.value.code == Result.EXISTS and "key 1" in str(e.value)
+    assert not node.exists(ns, keys[2])  # all or none
+    with pytest.raises(RuntimeError), node.reserve(ns, [keys[2]], 10):
+        raise RuntimeError("the producer failed")
+    assert not node.exists(ns, keys[2])  # aborted
+    r2 = node.reserve(ns, [keys[2]], 10)
+    assert r2.publish() == [Result.OK]
+    with pytest.raises(cxlkv.StaleHandleError):
+        r2.abort()
+    r3 = node.reserve(ns, [keys[3]], 10)
+    r3.abort()
+    assert not node.exists(ns, keys[3])
+    with pytest.raises(cxlkv.InvalidArgumentError):
+        node.reserve(ns, keys[:2], [1, 2, 3])
+    with pytest.raises(cxlkv.CapacityError) as big:
+        node.reserve(ns, [keys[3]], 1 << 40)
+    assert big.value.code == Result.TOO_LARGE
+
+
+def test_detach_waits_for_pins_and_reservations(region: cxlkv.Region, local_dir: str, ns: cxlkv.Namespace) -> None:
+    node = region.attach(local_dir=local_dir)
+    node.put(ns, [(1, b"one")])
+    p = node.acquire(ns, [1])
+    with pytest.raises(cxlkv.BusyError):
+        node.detach()
+    p.release()
+    node.detach()
+    assert node.closed
+
+
+def test_evict_recover_check(node: cxlkv.Node, ns: cxlkv.Namespace) -> None:
+    node.put(ns, [(k, b"x" * 1000) for k in range(10)])
+    blocks, nbytes = node.evict(1)
+    assert blocks >= 1 and nbytes >= 1000
+    report = node.recover()
+    assert report["nodes_freed"] == 0 and set(report) >= {"pins_dropped", "locks_repaired"}
+    assert node.check() == []
+
+
+def test_threads_share_a_node_with_the_gil_released(node: cxlkv.Node, ns: cxlkv.Namespace) -> None:
+    import threading
+
+    errors: list[BaseException] = []
+
+    def worker(t: int) -> None:
+        try:
+            for i in range(50):
+                k = t * 1000 + i
+                body = bytes([t, i % 256]) * 512
+                assert node.put(ns, [(k, body)]) == [Result.OK]
+                buf = bytearray(len(body))
+                assert node.get(ns, [(k, buf)]) == [(Result.OK, len(body))] and bytes(buf) == body
+                with node.acquire(ns, [k]) as p:
+                    assert bytes(p[0]) == body  # type: ignore[arg-type]
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors and not any(th.is_alive() for th in threads)
+    assert node.stats()["live_blocks"] == 200
