@@ -147,26 +147,17 @@ typedef struct cxlkv_node cxlkv_node;
 // mapping alive after the handle is closed.
 typedef struct cxlkv_region cxlkv_region;
 
-// What tells KV caches apart, as fields. Fill what the engine has, leave
-// the rest 0; `cxlkv_namespace_id` gives the id every KV call takes.
-typedef struct cxlkv_namespace {
-  // Model name or path, NUL-terminated (NULL: empty).
-  const char *model;
-  // Engine-defined KV layout code.
-  uint32_t kv_layout;
-  // Element type code.
-  uint32_t dtype;
-  // Tensor-parallel rank.
-  uint32_t tp_rank;
-  // Tensor-parallel size.
-  uint32_t tp_size;
-  // Pipeline-parallel rank.
-  uint32_t pp_rank;
-  // Tokens per block.
-  uint32_t block_tokens;
-  // Anything else that must separate caches (adapter id, salt).
-  uint64_t extra;
-} cxlkv_namespace;
+// One piece to move: `len` bytes at region offset `region_offset` (inside
+// a block: `block.offset` plus a position) and at device address
+// `device_ptr` (a `CUdeviceptr` from the engine's allocator).
+typedef struct cxlkv_cuda_segment {
+  // Region offset.
+  uint64_t region_offset;
+  // Device address.
+  uint64_t device_ptr;
+  // Bytes.
+  uint64_t len;
+} cxlkv_cuda_segment;
 
 // A 128-bit block key (a chained hash of the block's tokens and every token
 // before it; see `cxlkv_chain_keys`).
@@ -204,6 +195,27 @@ typedef struct cxlkv_block {
   // Payload offset in the region.
   uint64_t offset;
 } cxlkv_block;
+
+// What tells KV caches apart, as fields. Fill what the engine has, leave
+// the rest 0; `cxlkv_namespace_id` gives the id every KV call takes.
+typedef struct cxlkv_namespace {
+  // Model name or path, NUL-terminated (NULL: empty).
+  const char *model;
+  // Engine-defined KV layout code.
+  uint32_t kv_layout;
+  // Element type code.
+  uint32_t dtype;
+  // Tensor-parallel rank.
+  uint32_t tp_rank;
+  // Tensor-parallel size.
+  uint32_t tp_size;
+  // Pipeline-parallel rank.
+  uint32_t pp_rank;
+  // Tokens per block.
+  uint32_t block_tokens;
+  // Anything else that must separate caches (adapter id, salt).
+  uint64_t extra;
+} cxlkv_namespace;
 
 // One block to reserve.
 typedef struct cxlkv_reserve_item {
@@ -408,6 +420,82 @@ cxlkv_result cxlkv_last_error(char *buf, size_t len, size_t *written);
 // The library's version, "MAJOR.MINOR.PATCH" (static; compare with
 // `CXLKV_VERSION_STRING` to detect a header/library mismatch).
 const char *cxlkv_version(void);
+
+// Registers the whole region with the CUDA driver for `device` (through
+// its primary context, the one the CUDA runtime uses), so copies run at
+// pinned-memory speed. Registering again for the same device does nothing;
+// another device is CXLKV_RESULT_INVALID_ARGUMENT. Unregistered when the
+// node detaches.
+//
+// # Safety
+// `node` is a handle from this library or NULL.
+cxlkv_result cxlkv_cuda_register(const struct cxlkv_node *node, uint32_t device);
+
+// Queues one DMA copy per segment, region to device, on `stream` (a
+// `CUstream`; NULL: the default stream). Region bytes are made fresh
+// first. The blocks read must stay acquired until the stream completed.
+// Every segment is checked before anything is queued: outside the payload
+// area is CXLKV_RESULT_OUT_OF_BOUNDS.
+//
+// # Safety
+// `node` is NULL or a handle from this library; `segs` valid for `n`
+// reads; the device addresses valid for `len` bytes on the stream's device.
+cxlkv_result cxlkv_cuda_to_device(const struct cxlkv_node *node,
+                                  const struct cxlkv_cuda_segment *segs,
+                                  size_t n,
+                                  void *stream);
+
+// Queues one DMA copy per segment, device to region (into reserved
+// blocks); publish them with `cxlkv_cuda_publish_after`.
+//
+// # Safety
+// As `cxlkv_cuda_to_device`.
+cxlkv_result cxlkv_cuda_from_device(const struct cxlkv_node *node,
+                                    const struct cxlkv_cuda_segment *segs,
+                                    size_t n,
+                                    void *stream);
+
+// Gathers many region pieces into device memory with one kernel launch per
+// 128 segments (a paged KV layout). Fastest with 16-byte aligned addresses
+// and lengths.
+//
+// # Safety
+// As `cxlkv_cuda_to_device`.
+cxlkv_result cxlkv_cuda_gather(const struct cxlkv_node *node,
+                               const struct cxlkv_cuda_segment *segs,
+                               size_t n,
+                               void *stream);
+
+// Scatters device pieces into the region (reserved blocks) with one kernel
+// launch per 128 segments. Destinations must not overlap.
+//
+// # Safety
+// As `cxlkv_cuda_to_device`.
+cxlkv_result cxlkv_cuda_scatter(const struct cxlkv_node *node,
+                                const struct cxlkv_cuda_segment *segs,
+                                size_t n,
+                                void *stream);
+
+// Waits until everything queued on `stream` has completed.
+//
+// # Safety
+// `node` is NULL or a handle from this library; `stream` a `CUstream` of
+// the registered device, or NULL.
+cxlkv_result cxlkv_cuda_synchronize(const struct cxlkv_node *node, void *stream);
+
+// Waits for `stream`, then publishes the reserved blocks `blocks[0..n]`
+// that copies on it filled: a block turns visible only after its bytes
+// are in memory. `status[i]` reports block `i` (empty slots:
+// CXLKV_RESULT_INVALID_ARGUMENT).
+//
+// # Safety
+// `node` is NULL or a handle from this library; `blocks` valid for `n`
+// reads; `status` for `n` writes.
+cxlkv_result cxlkv_cuda_publish_after(const struct cxlkv_node *node,
+                                      void *stream,
+                                      const struct cxlkv_block *blocks,
+                                      size_t n,
+                                      cxlkv_result *status);
 
 // The 32-bit id of a namespace: a hash of all its fields. Thread-safe.
 //

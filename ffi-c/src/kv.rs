@@ -267,7 +267,8 @@ pub struct cxlkv_block {
 }
 
 impl cxlkv_block {
-    const EMPTY: cxlkv_block = cxlkv_block {
+    /// An empty slot (no block).
+    pub const EMPTY: cxlkv_block = cxlkv_block {
         data: core::ptr::null_mut(),
         len: 0,
         key: cxlkv_key { lo: 0, hi: 0 },
@@ -296,7 +297,7 @@ impl cxlkv_block {
         })
     }
 
-    fn handle(&self) -> Handle {
+    pub(crate) fn handle(&self) -> Handle {
         Handle {
             ns: self.ns,
             key: self.key.into(),
@@ -513,7 +514,7 @@ pub unsafe extern "C" fn cxlkv_reserve(
 /// # Safety
 /// `blocks` valid for `n` reads, `status` for `n` writes, `node` NULL or a
 /// handle from this library.
-unsafe fn finish(
+pub(crate) unsafe fn finish(
     node: *const cxlkv_node,
     blocks: *const cxlkv_block,
     n: usize,

@@ -6,7 +6,8 @@
 //!   stats, evict, recover, check);
 //! - [`kv`]: namespaces, chained keys and the batch KV cache operations;
 //! - [`shm`]: the shared-memory library primitives (application locks, raw
-//!   allocations, named roots, offsets and pointers, flush and invalidate).
+//!   allocations, named roots, offsets and pointers, flush and invalidate);
+//! - [`gpu`]: the region registered with CUDA, and DMA copies of blocks.
 #![allow(non_camel_case_types)]
 
 use core::ffi::{c_char, CStr};
@@ -14,6 +15,7 @@ use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, RwLock, RwLockReadGuard};
 
+pub mod gpu;
 pub mod kv;
 pub mod region;
 pub mod shm;

@@ -39,6 +39,19 @@ for t in test_api test_fork; do
     --errors-for-leak-kinds=definite,indirect,possible "$bin/$t-shared" || status=1
 done
 
+# The GPU path: checked on a GPU (exit 0), or reported unavailable (exit 2).
+# shellcheck disable=SC2086
+gcc $cflags -Iffi-c/tests ffi-c/tests/test_cuda.c -o "$bin/test_cuda" $static_libs
+set +e
+timeout 300 "$bin/test_cuda"
+crc=$?
+set -e
+case $crc in
+  0) echo "test result: ok. 1 passed; 0 failed (test_cuda: GPU path on a GPU)" ;;
+  2) echo "test result: ok. 1 passed; 0 failed (test_cuda: CUDA unavailable, reported as such)" ;;
+  *) echo "test_cuda: 1 failed (exit $crc)"; status=1 ;;
+esac
+
 # shellcheck disable=SC2086
 g++ -std=c++17 -Wall -Wextra -Werror -pedantic $(pkg-config --cflags cxlkv) ffi-c/tests/header.cpp \
   -o "$bin/header" $shared_libs

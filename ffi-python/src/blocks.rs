@@ -44,6 +44,17 @@ enum Kind {
     Reserved,
 }
 
+/// How a batch ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Finish {
+    /// Release pins, abort reservations.
+    End,
+    /// Publish reservations (flushing their payloads).
+    Publish,
+    /// Publish reservations once the CUDA stream completed.
+    PublishAfter(usize),
+}
+
 /// What a `Pinned` or `Reservation` holds, shared with its payloads: the
 /// blocks are released (or aborted) when the last of them goes, if nobody
 /// did it before.
@@ -54,17 +65,25 @@ struct Shared {
 }
 
 impl Shared {
-    /// Ends the pins or reservations (once); `publish` publishes reserved
-    /// blocks instead of aborting them.
-    fn finish(&self, publish: bool, out: &mut [cxlkv_core::Result<()>]) -> cxlkv_platform::Result<()> {
+    /// Ends the pins or reservations (once): releases pinned blocks; aborts,
+    /// publishes, or publishes after a CUDA stream completed, reserved ones.
+    fn finish(&self, how: Finish, out: &mut [cxlkv_core::Result<()>]) -> cxlkv_platform::Result<()> {
         let Some(c) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return Err(cxlkv_core::Error::StaleHandle.into());
         };
         let node = c.node();
-        match self.kind {
-            Kind::Pinned => node.release(&self.handles)?,
-            Kind::Reserved if publish => node.publish_batch(&self.handles, out)?,
-            Kind::Reserved => {
+        match (self.kind, how) {
+            (Kind::Pinned, _) => node.release(&self.handles)?,
+            (Kind::Reserved, Finish::Publish) => node.publish_batch(&self.handles, out)?,
+            (Kind::Reserved, Finish::PublishAfter(stream)) => match c.cuda() {
+                Ok(path) => path.publish_after(stream, &self.handles, out)?,
+                Err(e) => {
+                    // Keep the reservations: the copies may still be running.
+                    *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
+                    return Err(e);
+                }
+            },
+            (Kind::Reserved, Finish::End) => {
                 for (h, o) in self.handles.iter().zip(out.iter_mut()) {
                     *o = node.abort(h);
                 }
@@ -77,7 +96,7 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         let mut out = vec![Ok(()); self.handles.len()];
-        let _ = self.finish(false, &mut out);
+        let _ = self.finish(Finish::End, &mut out);
     }
 }
 
@@ -209,15 +228,46 @@ impl Batch {
         self.shared.cache.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 
-    fn finish(&self, py: Python<'_>, publish: bool) -> PyResult<Vec<cxlkv_core::Result<()>>> {
+    fn finish(&self, py: Python<'_>, how: Finish) -> PyResult<Vec<cxlkv_core::Result<()>>> {
         if !self.open() {
             return Err(raise(py, R::StaleHandle, "the blocks were released already"));
         }
         self.close_views(py)?;
         let mut out = vec![Ok(()); self.shared.handles.len()];
         let shared = &self.shared;
-        py.detach(|| shared.finish(publish, &mut out)).or_raise(py)?;
+        py.detach(|| shared.finish(how, &mut out)).or_raise(py)?;
         Ok(out)
+    }
+
+    /// The handle of block `i` (an error for a key not found).
+    fn handle(&self, py: Python<'_>, i: isize) -> PyResult<Handle> {
+        if self.get(py, i)?.is_none() {
+            return Err(raise(py, R::NotFound, "no block at this index"));
+        }
+        let j = if i < 0 { i + self.items.len() as isize } else { i } as usize;
+        let k = self.items[..j].iter().flatten().count();
+        Ok(self.shared.handles[k])
+    }
+
+    /// Queues a DMA of block `i` to or from device address `device_ptr`.
+    fn dma(&self, py: Python<'_>, i: isize, device_ptr: u64, stream: usize, to_device: bool) -> PyResult<()> {
+        let h = self.handle(py, i)?;
+        let c = self.shared.cache.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let c = c.ok_or_else(|| raise(py, R::StaleHandle, "the blocks were released"))?;
+        py.detach(|| {
+            let path = c.cuda()?;
+            if to_device {
+                path.block_to_device(&h, device_ptr, stream)
+            } else {
+                path.block_from_device(&h, device_ptr, stream)
+            }
+        })
+        .or_raise(py)
+    }
+
+    fn offsets(&self) -> Vec<Option<u64>> {
+        let mut hs = self.shared.handles.iter();
+        self.items.iter().map(|it| it.as_ref().and_then(|_| hs.next().map(|h| h.off))).collect()
     }
 
     fn get(&self, py: Python<'_>, i: isize) -> PyResult<Option<Py<PyMemoryView>>> {
@@ -281,7 +331,23 @@ impl Pinned {
     /// Drops the pins. `BufferError` (nothing released) while a slice, array
     /// or other view of a block lives.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        self.0.finish(py, false).map(|_| ())
+        self.0.finish(py, Finish::End).map(|_| ())
+    }
+
+    /// The region offset of each block's payload (None where not found),
+    /// for `Node.cuda_gather` segments.
+    #[getter]
+    fn offsets(&self) -> Vec<Option<u64>> {
+        self.0.offsets()
+    }
+
+    /// Queues a DMA of block `i` to device address `device_ptr` (e.g.
+    /// `tensor.data_ptr()`) on CUDA stream `stream` (e.g.
+    /// `torch.cuda.current_stream().cuda_stream`; 0: the default stream).
+    /// Keep the pins until the stream completed. Needs `Node.cuda_register`.
+    #[pyo3(signature = (i, device_ptr, stream=0))]
+    fn to_device(&self, py: Python<'_>, i: isize, device_ptr: u64, stream: usize) -> PyResult<()> {
+        self.0.dma(py, i, device_ptr, stream, true)
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -335,14 +401,36 @@ impl Reservation {
     /// Flushes every payload and publishes the blocks; returns a `Result`
     /// per block. `BufferError` (nothing published) while a view lives.
     fn publish<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        let out = self.0.finish(py, true)?;
+        let out = self.0.finish(py, Finish::Publish)?;
         out.iter().map(|r| result(py, r)).collect()
     }
 
     /// Abandons the blocks: their space is freed, the keys can be reserved
     /// again.
     fn abort(&self, py: Python<'_>) -> PyResult<()> {
-        self.0.finish(py, false).map(|_| ())
+        self.0.finish(py, Finish::End).map(|_| ())
+    }
+
+    /// The region offset of each block's payload, for `Node.cuda_scatter`.
+    #[getter]
+    fn offsets(&self) -> Vec<Option<u64>> {
+        self.0.offsets()
+    }
+
+    /// Queues a DMA filling block `i` from device address `device_ptr` on
+    /// CUDA stream `stream`; then `publish_after(stream)`.
+    #[pyo3(signature = (i, device_ptr, stream=0))]
+    #[allow(clippy::wrong_self_convention)] // the Python name of a copy, as in C
+    fn from_device(&self, py: Python<'_>, i: isize, device_ptr: u64, stream: usize) -> PyResult<()> {
+        self.0.dma(py, i, device_ptr, stream, false)
+    }
+
+    /// Waits for CUDA stream `stream`, then publishes the blocks (their
+    /// bytes came by DMA); returns a `Result` per block.
+    #[pyo3(signature = (stream=0))]
+    fn publish_after<'py>(&self, py: Python<'py>, stream: usize) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let out = self.0.finish(py, Finish::PublishAfter(stream))?;
+        out.iter().map(|r| result(py, r)).collect()
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -356,7 +444,7 @@ impl Reservation {
             if failed {
                 self.abort(py)?;
             } else {
-                let res = self.0.finish(py, true)?;
+                let res = self.0.finish(py, Finish::Publish)?;
                 if let Some(e) = res.iter().find_map(|r| r.err()) {
                     return Err(crate::core_err(py, e));
                 }

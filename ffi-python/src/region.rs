@@ -9,8 +9,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use cxlkv::cxlkv_result as R;
+use cxlkv_core::hash::Key;
 use cxlkv_core::index::{Handle, Lru, ReserveItem};
 use cxlkv_core::layout::Capacities;
+use cxlkv_platform::gpu::{CudaPath, Segment};
 use cxlkv_platform::{Cache, FlushMode, GetItem, Mapping, Options, PutItem};
 
 use crate::blocks::{self, Buffers, Pinned, Reservation};
@@ -179,10 +181,35 @@ pub struct Node {
 }
 
 impl Node {
+    fn segments(
+        &self,
+        py: Python<'_>,
+        segments: Vec<(u64, u64, u64)>,
+        stream: usize,
+        op: impl FnOnce(&CudaPath<'_>, &[Segment], usize) -> cxlkv_platform::Result<()> + Send,
+    ) -> PyResult<()> {
+        let c = self.cache(py)?;
+        let segs: Vec<Segment> =
+            segments.into_iter().map(|(r, d, l)| Segment { region_off: r, device_ptr: d, len: l }).collect();
+        py.detach(|| op(&c.cuda()?, &segs, stream)).or_raise(py)
+    }
+
     pub(crate) fn cache(&self, py: Python<'_>) -> PyResult<Arc<Cache>> {
         let g = self.cache.read().unwrap_or_else(|e| e.into_inner());
         g.clone().ok_or_else(|| raise(py, R::InvalidHandle, "the node is detached"))
     }
+}
+
+/// The keys and held buffers of `(key, buffer or [buffers])` items.
+fn items_of(items: &Bound<'_, PyAny>, writable: bool) -> PyResult<(Vec<Key>, Vec<Buffers>)> {
+    let mut keys = Vec::new();
+    let mut bufs = Vec::new();
+    for it in items.try_iter()? {
+        let (k, p): (Bound<'_, PyAny>, Bound<'_, PyAny>) = it?.extract()?;
+        keys.push(key_of(&k)?);
+        bufs.push(Buffers::of(&p, writable)?);
+    }
+    Ok((keys, bufs))
 }
 
 fn report<'py>(py: Python<'py>, fields: &[(&str, u64)]) -> PyResult<Bound<'py, PyDict>> {
@@ -304,13 +331,7 @@ impl Node {
         tokens: u32,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let ns = ns_of(ns)?;
-        let mut keys = Vec::new();
-        let mut bufs = Vec::new();
-        for it in items.try_iter()? {
-            let (k, p): (Bound<'_, PyAny>, Bound<'_, PyAny>) = it?.extract()?;
-            keys.push(key_of(&k)?);
-            bufs.push(Buffers::of(&p, false)?);
-        }
+        let (keys, bufs) = items_of(items, false)?;
         let c = self.cache(py)?;
         let parts: Vec<Vec<&[u8]>> = bufs.iter().map(Buffers::slices).collect();
         let put: Vec<PutItem<'_>> =
@@ -332,13 +353,7 @@ impl Node {
         items: &Bound<'py, PyAny>,
     ) -> PyResult<Vec<(Bound<'py, PyAny>, u64)>> {
         let ns = ns_of(ns)?;
-        let mut keys = Vec::new();
-        let mut bufs = Vec::new();
-        for it in items.try_iter()? {
-            let (k, p): (Bound<'_, PyAny>, Bound<'_, PyAny>) = it?.extract()?;
-            keys.push(key_of(&k)?);
-            bufs.push(Buffers::of(&p, true)?);
-        }
+        let (keys, mut bufs) = items_of(items, true)?;
         Buffers::disjoint(py, &bufs)?;
         let c = self.cache(py)?;
         let mut parts: Vec<Vec<&mut [u8]>> = bufs.iter_mut().map(Buffers::slices_mut).collect();
@@ -414,6 +429,56 @@ impl Node {
         let c = self.cache(py)?;
         let f = py.detach(|| c.check()).or_raise(py)?;
         Ok(f.iter().map(|x| x.to_string()).collect())
+    }
+
+    /// Registers the region with the CUDA driver for `device` (its primary
+    /// context, the one the CUDA runtime and torch use). `CudaError` without
+    /// a driver or device. Registering again for the same device does
+    /// nothing.
+    #[pyo3(signature = (device=0))]
+    fn cuda_register(&self, py: Python<'_>, device: u32) -> PyResult<()> {
+        let c = self.cache(py)?;
+        py.detach(|| c.register_cuda(device).map(|_| ())).or_raise(py)
+    }
+
+    /// What the GPU path registered and moved, as a dict.
+    fn cuda_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = self.cache(py)?;
+        let s = c.cuda().or_raise(py)?.stats();
+        let d = report(
+            py,
+            &[
+                ("device", s.device as u64),
+                ("registered_bytes", s.registered_bytes),
+                ("bytes_to_device", s.bytes_to_device),
+                ("bytes_to_region", s.bytes_to_region),
+                ("copies", s.copies),
+                ("launches", s.launches),
+            ],
+        )?;
+        d.set_item("name", s.name)?;
+        Ok(d)
+    }
+
+    /// Gathers region pieces into device memory, one kernel launch per 128
+    /// `(region_offset, device_ptr, length)` segments, on `stream`.
+    #[pyo3(signature = (segments, stream=0))]
+    fn cuda_gather(&self, py: Python<'_>, segments: Vec<(u64, u64, u64)>, stream: usize) -> PyResult<()> {
+        self.segments(py, segments, stream, |p, s, st| p.gather(s, st))
+    }
+
+    /// Scatters device pieces into reserved blocks, one kernel launch per 128
+    /// `(region_offset, device_ptr, length)` segments, on `stream`.
+    #[pyo3(signature = (segments, stream=0))]
+    fn cuda_scatter(&self, py: Python<'_>, segments: Vec<(u64, u64, u64)>, stream: usize) -> PyResult<()> {
+        self.segments(py, segments, stream, |p, s, st| p.scatter(s, st))
+    }
+
+    /// Waits until everything queued on CUDA stream `stream` completed.
+    #[pyo3(signature = (stream=0))]
+    fn cuda_synchronize(&self, py: Python<'_>, stream: usize) -> PyResult<()> {
+        let c = self.cache(py)?;
+        py.detach(|| c.cuda()?.synchronize(stream)).or_raise(py)
     }
 
     /// Detaches: drops this node's pins and reservations and frees its slot.

@@ -164,7 +164,7 @@ impl State {
                         cxlkv_reserve_item { key: key(inp.small(12)), len, tokens: 16, reserved: 0 }
                     })
                     .collect();
-                let mut blocks = vec![EMPTY; count];
+                let mut blocks = vec![cxlkv_block::EMPTY; count];
                 let mut st = vec![R::Ok; count];
                 let r = c!(cxlkv_reserve(
                     n,
@@ -213,7 +213,7 @@ impl State {
                 let (i, n) = self.node(inp);
                 let count = inp.small(6);
                 let keys: Vec<cxlkv_key> = (0..count).map(|_| key(inp.small(12))).collect();
-                let mut blocks = vec![EMPTY; count];
+                let mut blocks = vec![cxlkv_block::EMPTY; count];
                 let mut st = vec![R::Ok; count];
                 let mut got = 0usize;
                 if c!(cxlkv_acquire(n, NS, keys.as_ptr(), count, blocks.as_mut_ptr(), st.as_mut_ptr(), &mut got))
@@ -464,19 +464,6 @@ impl State {
         self.tickets.retain(|t| t.0 != i);
     }
 }
-
-const EMPTY: cxlkv_block = cxlkv_block {
-    data: core::ptr::null_mut(),
-    len: 0,
-    key: cxlkv_key { lo: 0, hi: 0 },
-    ns: 0,
-    tokens: 0,
-    stripe: 0,
-    entry: 0,
-    gen: 0,
-    reserved: 0,
-    offset: 0,
-};
 
 /// Runs one input: a script of C calls. Ends by checking every region that
 /// still has a live node, then detaches and closes everything.
