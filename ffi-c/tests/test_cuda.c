@@ -141,8 +141,12 @@ int main(void) {
   EXPECT(cxlkv_cuda_to_device(node, &meta, 1, NULL), CXLKV_RESULT_OUT_OF_BOUNDS);
   EXPECT(cxlkv_cuda_from_device(node, &meta, 1, NULL), CXLKV_RESULT_OUT_OF_BOUNDS);
   EXPECT(cxlkv_cuda_gather(node, &meta, 1, NULL), CXLKV_RESULT_OUT_OF_BOUNDS);
-  cxlkv_cuda_segment beyond = {UINT64_MAX - 8, db, 64};
+  cxlkv_cuda_segment beyond = {64u << 20, db, 64};
   EXPECT(cxlkv_cuda_scatter(node, &beyond, 1, NULL), CXLKV_RESULT_OUT_OF_BOUNDS);
+  cxlkv_cuda_segment wraps = {UINT64_MAX - 8, db, 64};
+  EXPECT(cxlkv_cuda_scatter(node, &wraps, 1, NULL), CXLKV_RESULT_INVALID_ARGUMENT);
+  cxlkv_cuda_segment null_dev = {b.offset, 0, 64};
+  EXPECT(cxlkv_cuda_to_device(node, &null_dev, 1, NULL), CXLKV_RESULT_INVALID_ARGUMENT);
 
   CHECK(cu.free(da) == 0 && cu.free(db) == 0);
   size_t nf = 1;
