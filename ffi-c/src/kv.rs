@@ -389,18 +389,10 @@ pub unsafe extern "C" fn cxlkv_acquire(
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        let node = c.node();
         let mut hs = vec![Err(cxlkv_core::Error::InvalidArgument); n];
-        c.acquire_all_or_none(ns, &ks, &mut hs)?;
+        c.acquire_views(ns, &ks, &mut hs)?;
         let mut got = 0;
         for (i, r) in hs.into_iter().enumerate() {
-            let r = r.and_then(|h| match node.fresh_payload(&h) {
-                Ok(()) => Ok(h),
-                Err(e) => {
-                    let _ = node.release(&[h]);
-                    Err(e)
-                }
-            });
             got += out.set(&c, i, r);
         }
         if let Some(o) = count {

@@ -263,17 +263,7 @@ impl Node {
         let hs = py
             .detach(|| {
                 let mut hs = vec![Err(cxlkv_core::Error::InvalidArgument); keys.len()];
-                c.acquire_all_or_none(ns, &keys, &mut hs)?;
-                let node = c.node();
-                for r in hs.iter_mut() {
-                    if let Ok(h) = r {
-                        if let Err(e) = node.fresh_payload(h) {
-                            let _ = node.release(&[*h]);
-                            *r = Err(e);
-                        }
-                    }
-                }
-                Ok::<_, cxlkv_platform::Error>(hs)
+                c.acquire_views(ns, &keys, &mut hs).map(|_| hs)
             })
             .or_raise(py)?;
         Pinned::new(py, c, hs.into_iter().map(Result::ok).collect())

@@ -128,6 +128,30 @@ impl Cache {
     }
 }
 
+impl Cache {
+    /// Pins `keys` for zero-copy reads through pointers: as
+    /// [`Cache::acquire_all_or_none`], and each pinned payload is made fresh
+    /// in this host's cache (a block whose payload cannot be is released
+    /// again and reported in `out`). Returns how many are pinned.
+    pub fn acquire_views(&self, ns: u32, keys: &[Key], out: &mut [CoreResult<Handle>]) -> Result<usize> {
+        self.acquire_all_or_none(ns, keys, out)?;
+        let node = self.node();
+        let mut n = 0;
+        for r in out.iter_mut().take(keys.len()) {
+            if let Ok(h) = r {
+                match node.fresh_payload(h) {
+                    Ok(()) => n += 1,
+                    Err(e) => {
+                        let _ = node.release(&[*h]);
+                        *r = Err(e);
+                    }
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
 fn write_parts(cache: &Cache, h: &Handle, parts: &[&[u8]]) -> CoreResult<()> {
     let node = cache.node();
     let mut at = 0u64;
