@@ -69,7 +69,7 @@ impl<C: Coherence> Node<'_, C> {
             // A first pass finds the numbers in use; the put below scans again
             // (under the same lock, so nothing changes between).
             for r in 0..l.caps.n_roots {
-                let rec: RootRecord = self.store.fresh(l.root(r), Site("roots.put.scan"))?;
+                let rec: RootRecord = self.store.fresh(l.root(r), Site("applock.alloc.scan"))?;
                 if record_valid(&rec) {
                     if let Some(i) = lock_of(&rec).filter(|&i| i < n) {
                         used[(i / 64) as usize] |= 1 << (i % 64);

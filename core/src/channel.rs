@@ -386,7 +386,7 @@ mod tests {
             b.detach().unwrap();
         }
         assert_eq!(a.send(1, &msg(2), &[]), Err(Error::BadNode));
-        let who = Identity { pid: 5, host_id: 1, nonce: 5, now: 0 };
+        let who = Identity { pid: 5, host_id: 1, nonce: 5, now: 0, pid_ns: 0 };
         crate::node::attach_node(&f.store, Some(1), who).unwrap();
         let l1b = NodeLocal::default();
         let b = node(&f, &env, &l1b, 1);

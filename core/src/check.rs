@@ -3,7 +3,7 @@
 //! panics, whatever the bytes. Run it on a quiescent region for exact
 //! results; on a live one, in-flight changes can show up as findings.
 
-use crate::alloc::{block_of, chunk_of, kind_valid};
+use crate::alloc::{block_of, chunk_of, kind_valid, read_map};
 use crate::coherence::{Coherence, Site};
 use crate::hash::{place, Key};
 use crate::index::{entry_checksum, probe, NIL};
@@ -124,9 +124,10 @@ impl core::fmt::Display for Finding {
     }
 }
 
-/// Words of scratch `check` needs to track payload blocks (4 per chunk).
+/// Words of scratch `check` needs to track payload blocks (a bit per
+/// granule of every chunk).
 pub fn scratch_words<C: Coherence>(store: &Store<C>) -> usize {
-    store.layout.n_chunks as usize * 4
+    store.layout.n_chunks as usize * store.layout.map_words()
 }
 
 /// Checks `store`. `scratch` (zeroed, [`scratch_words`] long) lets it find
@@ -140,7 +141,8 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
     };
     let st = store;
     let l = &st.layout;
-    let track = scratch.len() >= l.n_chunks as usize * 4;
+    let mw = l.map_words();
+    let track = scratch.len() >= l.n_chunks as usize * mw;
     let bitmap_len = l.chunk_bitmap.len();
     st.co.invalidate(&st.region, l.chunk_bitmap.start, bitmap_len, Site("check.bitmap"))?;
     if track {
@@ -192,37 +194,45 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
         }
     }
 
-    // Chunks: records and bitmap.
+    // Chunks: records, maps and bitmap.
+    let g = l.granules();
     for c in 0..l.n_chunks {
         let rec: ChunkRecord = st.fresh(l.chunk(c), Site("check.chunk"))?;
+        let m = read_map(st, c, Some(Site("check.chunk.map")))?;
+        let sum = m.summary();
         let word = st.region.load_u64(l.chunk_bitmap.start + (c / 64) as u64 * 8)?;
         let bit = word & (1 << (c % 64)) != 0;
         if bit != (rec.kind != CHUNK_FREE) {
             rep(FindingKind::ChunkBitmap, c as u64, 0);
         }
-        let pop: u32 = rec.bitmap.iter().map(|w| w.count_ones()).sum();
-        let chunk = l.chunk_size();
+        let empty = sum.used == 0 && sum.blocks == 0 && sum.well_formed;
         let bad = !kind_valid(rec.kind)
             || rec.owner > l.caps.max_nodes
             || match rec.kind {
-                CHUNK_FREE => rec != ChunkRecord::default(),
+                CHUNK_FREE => rec != ChunkRecord::default() || !empty,
                 CHUNK_KV | CHUNK_RAW => {
-                    rec.block_size == 0
-                        || rec.block_size > chunk
-                        || rec.nblocks as u64 != chunk / rec.block_size
-                        || rec.used != pop
-                        || rec.nblocks > 256
-                        || (rec.nblocks < 256 && rec.bitmap_beyond(rec.nblocks))
-                        || rec.owner == 0
+                    rec.owner == 0
+                        || rec.run != 1
+                        || rec.large_kind != 0
+                        || rec.granules != g
+                        || rec.block_size != 0
+                        || !sum.well_formed
+                        || rec.used != sum.used
+                        || rec.blocks != sum.blocks
+                        || rec.blocks == 0
+                        || rec.free_max != sum.free_max
                 }
                 CHUNK_LARGE => {
-                    rec.run == 0
+                    rec.owner == 0
+                        || rec.run < 2
                         || c as u64 + rec.run as u64 > l.n_chunks as u64
-                        || rec.block_size != rec.run as u64 * chunk
-                        || rec.used != 1
-                        || rec.bitmap != [1, 0, 0, 0]
+                        || !matches!(rec.large_kind, CHUNK_KV | CHUNK_RAW)
+                        || rec.block_size != rec.run as u64 * l.chunk_size()
+                        || rec.used != g
+                        || rec.blocks != 1
+                        || !empty
                 }
-                _ => rec.run >= c,
+                _ => rec.owner == 0 || rec.run >= c || !empty,
             };
         if bad {
             rep(FindingKind::ChunkRecord, c as u64, rec.kind as u64);
@@ -272,18 +282,19 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
                 Ok(Some(f)) if f.entry == e => {}
                 _ => rep(FindingKind::Unreachable, s as u64, e as u64),
             }
-            // Payload block.
+            // Payload block: exactly the block its length needs.
             let placed = chunk_of(l, ent.payload_off).ok().and_then(|c| {
                 let rec: ChunkRecord = st.region.read(l.chunk(c)).ok()?;
+                let m = read_map(st, c, None).ok()?;
                 let ok_kind = rec.kind == CHUNK_KV || (rec.kind == CHUNK_LARGE && rec.large_kind == CHUNK_KV);
-                let (i, bs) = block_of(l, c, &rec, ent.payload_off)?;
-                let set = rec.bitmap[(i / 64) as usize] & (1 << (i % 64)) != 0;
-                (ok_kind && set && ent.payload_len as u64 <= bs && ent.payload_len > 0).then_some((c, i))
+                let (i, bytes) = block_of(l, c, &rec, &m, ent.payload_off)?;
+                let need = crate::alloc::block_size(l, ent.payload_len as u64).ok()?;
+                (ok_kind && bytes == need).then_some((c, i))
             });
             match placed {
                 None => rep(FindingKind::EntryPayload, s as u64, e as u64),
                 Some((c, i)) if track => {
-                    let w = &mut scratch[c as usize * 4 + (i / 64) as usize];
+                    let w = &mut scratch[c as usize * mw + (i / 64) as usize];
                     if *w & (1 << (i % 64)) != 0 {
                         rep(FindingKind::SharedBlock, s as u64, e as u64);
                     }
@@ -406,8 +417,9 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
         if track && record_valid(&r) {
             if let Ok(c) = chunk_of(l, r.offset) {
                 let rec: ChunkRecord = st.region.read(l.chunk(c))?;
-                if let Some((bi, _)) = block_of(l, c, &rec, r.offset) {
-                    scratch[c as usize * 4 + (bi / 64) as usize] |= 1 << (bi % 64);
+                let m = read_map(st, c, None)?;
+                if let Some((bi, _)) = block_of(l, c, &rec, &m, r.offset) {
+                    scratch[c as usize * mw + (bi / 64) as usize] |= 1 << (bi % 64);
                 }
             }
         }
@@ -425,23 +437,20 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
             if !(kv || raw && !owner_alive) {
                 continue;
             }
-            for bi in 0..rec.nblocks.min(256) {
-                let allocated = rec.bitmap[(bi / 64) as usize] & (1 << (bi % 64)) != 0;
-                let referenced = scratch[c as usize * 4 + (bi / 64) as usize] & (1 << (bi % 64)) != 0;
-                if allocated && !referenced {
-                    let kind = if kv { FindingKind::LeakedBlock } else { FindingKind::LeakedRaw };
-                    rep(kind, c as u64, bi as u64);
+            let kind = if kv { FindingKind::LeakedBlock } else { FindingKind::LeakedRaw };
+            let referenced = |i: u32| scratch[c as usize * mw + (i / 64) as usize] & (1 << (i % 64)) != 0;
+            if rec.kind == CHUNK_LARGE {
+                if rec.blocks == 1 && !referenced(0) {
+                    rep(kind, c as u64, 0);
                 }
+                continue;
+            }
+            let m = read_map(st, c, None)?;
+            for i in (0..g).filter(|&i| m.is_start(i) && !referenced(i)) {
+                rep(kind, c as u64, i as u64);
             }
         }
     }
     let _ = CHUNK_CONT;
     Ok(n)
-}
-
-impl ChunkRecord {
-    /// True if any bit at or above `nblocks` is set.
-    fn bitmap_beyond(&self, nblocks: u32) -> bool {
-        (nblocks..256).any(|i| self.bitmap[(i / 64) as usize] & (1 << (i % 64)) != 0)
-    }
 }

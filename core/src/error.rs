@@ -64,6 +64,8 @@ pub enum Error {
     Recovering = 25,
     /// The receiver's inbox has no room now; retry once it has read.
     InboxFull = 26,
+    /// The handle is a reservation, not a pin: publish or abort it.
+    NotPinned = 27,
 }
 
 impl Error {
@@ -91,11 +93,12 @@ impl Error {
             Error::Timeout => "timed out",
             Error::Revoked => "lock revoked",
             Error::RootsFull => "root table full",
-            Error::Busy => "entry busy (pinned)",
+            Error::Busy => "busy (a pinned block, a held lock, or the region in use)",
             Error::Changed => "entry changed during read",
             Error::TooLarge => "size too large",
             Error::Recovering => "recovery in progress, retry",
             Error::InboxFull => "inbox full, retry",
+            Error::NotPinned => "block is reserved, not pinned: publish or abort it",
         }
     }
 

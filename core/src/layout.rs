@@ -16,11 +16,15 @@ use crate::{Error, Result};
 /// "CXLKV\0\0\1" little-endian: the region magic.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
 /// Format version; bumped with every incompatible change.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// Largest number of nodes (pinner bitmask is one u64).
 pub const MAX_NODES: u32 = 64;
-/// Blocks per chunk are tracked in a 256-bit map.
-pub const MAX_BLOCKS_PER_CHUNK: u64 = 256;
+/// Most granules a chunk is cut into (two maps of 4096 bits follow its
+/// record): 512-byte granules in 2 MiB chunks, so any block of 4 KiB or more
+/// wastes at most 1/9 of its space to rounding.
+pub const MAX_GRANULES: u32 = 4096;
+/// Granules are never smaller than a line.
+pub const MIN_GRANULE: u64 = LINE;
 
 macro_rules! shared_struct {
     ($(#[$m:meta])* pub struct $name:ident { $($(#[$fm:meta])* pub $f:ident : $t:ty),* $(,)? } size $size:expr) => {
@@ -98,12 +102,17 @@ shared_struct! {
     /// manager when it declares the node dead, by recovery when it frees it).
     pub struct NodeInfo {
         pub state: u32,
+        /// Process id, in the process's own PID namespace.
         pub pid: u32,
+        /// Host (cache-coherence domain) identity: the kernel's boot id.
         pub host_id: u64,
         pub nonce: u64,
         pub attached_at: u64,
         pub incarnation: u64,
-        pub reserved: [u64; 3],
+        /// PID namespace identity (0: unknown): a pid means something only
+        /// to processes of the same host and PID namespace.
+        pub pid_ns: u64,
+        pub reserved: [u64; 2],
     } size 64
 }
 
@@ -209,22 +218,37 @@ shared_struct! {
 }
 
 shared_struct! {
-    /// A payload chunk's record. Ownership fields change under the alloc lock,
-    /// block fields under the owner's heap lock.
+    /// A payload chunk's record line; the chunk's granule maps follow it
+    /// ([`Layout::chunk_map`]). Ownership changes under the alloc lock;
+    /// blocks under the heap lock of the owner (whose lock guards the chunk:
+    /// any node may place KV blocks in any KV chunk, taking that lock).
+    ///
+    /// A `CHUNK_KV` or `CHUNK_RAW` chunk is cut into granules
+    /// ([`Layout::granules`] of [`Layout::granule`] bytes); a block is a run
+    /// of used granules whose first carries a start bit. A `CHUNK_LARGE`
+    /// chunk heads a run of whole chunks holding one block (`CHUNK_CONT` for
+    /// the rest of the run); its maps stay empty.
     pub struct ChunkRecord {
         /// Owner node id + 1; 0 = free.
         pub owner: u32,
         /// `CHUNK_*` kind.
         pub kind: u32,
-        /// Bytes per block (a run's total length for `CHUNK_LARGE`).
-        pub block_size: u64,
-        pub nblocks: u32,
-        pub used: u32,
-        /// Chunks in the run (`CHUNK_LARGE`), else 1.
+        /// Chunks in the run (`CHUNK_LARGE`); the head chunk (`CHUNK_CONT`);
+        /// else 1 (0 when free).
         pub run: u32,
         /// `CHUNK_KV` or `CHUNK_RAW` for a `CHUNK_LARGE` run, else 0.
         pub large_kind: u32,
-        pub bitmap: [u64; 4],
+        /// Granules in use (all of them for `CHUNK_LARGE`).
+        pub used: u32,
+        /// Blocks allocated.
+        pub blocks: u32,
+        /// Longest run of free granules (0 unless `CHUNK_KV`/`CHUNK_RAW`).
+        pub free_max: u32,
+        /// Granules per chunk of this layout (0 when free or `CHUNK_CONT`).
+        pub granules: u32,
+        /// Bytes of the run's block (`CHUNK_LARGE`), else 0.
+        pub block_size: u64,
+        pub reserved: [u64; 3],
     } size 64
 }
 
@@ -594,11 +618,12 @@ impl Layout {
         // left: solve with the per-chunk cost (record + bitmap bit).
         let meta_end = at;
         let avail = region_size.checked_sub(meta_end).ok_or(Error::TooSmall)?;
+        let stride = chunk_stride(caps.chunk_shift);
         // Upper bound on chunks ignoring alignment, then shrink until it fits.
-        let mut n_chunks = avail / (chunk + LINE);
+        let mut n_chunks = avail / (chunk + stride);
         loop {
             let bitmap_len = align_up(n_chunks.div_ceil(64) * 8, LINE);
-            let chunks_len = n_chunks * LINE;
+            let chunks_len = n_chunks * stride;
             let payload_start = align_up(align_up(meta_end + bitmap_len, LINE) + chunks_len, PAYLOAD_ALIGN.max(LINE));
             let end = payload_start.checked_add(n_chunks * chunk).ok_or(Error::TooSmall)?;
             if end <= region_size || n_chunks == 0 {
@@ -610,7 +635,7 @@ impl Layout {
             return Err(Error::TooSmall);
         }
         let chunk_bitmap = area(&mut at, n_chunks.div_ceil(64) * 8);
-        let chunks = area(&mut at, n_chunks * LINE);
+        let chunks = area(&mut at, n_chunks * stride);
         let payload_start = align_up(at, PAYLOAD_ALIGN);
         let payload = Area { start: payload_start, end: payload_start + n_chunks * chunk };
         if payload.end > region_size {
@@ -761,7 +786,24 @@ impl Layout {
     }
     /// Offset of chunk record `c`.
     pub fn chunk(&self, c: u32) -> u64 {
-        self.chunks.start + c as u64 * LINE
+        self.chunks.start + c as u64 * chunk_stride(self.caps.chunk_shift)
+    }
+    /// Offset of chunk `c`'s granule maps: the used map ([`Layout::map_words`]
+    /// words), then the start map (as many).
+    pub fn chunk_map(&self, c: u32) -> u64 {
+        self.chunk(c) + LINE
+    }
+    /// Granules per chunk: a power of two, at most [`MAX_GRANULES`].
+    pub fn granules(&self) -> u32 {
+        granules_of(self.caps.chunk_shift)
+    }
+    /// Bytes per granule.
+    pub fn granule(&self) -> u64 {
+        self.chunk_size() / self.granules() as u64
+    }
+    /// 64-bit words of each of a chunk's two granule maps.
+    pub fn map_words(&self) -> usize {
+        (self.granules() / 64) as usize
     }
     /// Offset of the first payload byte of chunk `c`.
     pub fn chunk_payload(&self, c: u32) -> u64 {
@@ -792,6 +834,23 @@ impl Layout {
     pub fn pin_record(&self, n: u32, i: u32) -> u64 {
         self.journals.start + (n as u64 * self.caps.pin_slots as u64 + i as u64) * size_of::<PinRecord>() as u64
     }
+}
+
+/// Granules per chunk for chunks of `1 << chunk_shift` bytes.
+pub const fn granules_of(chunk_shift: u32) -> u32 {
+    let lines = (1u64 << chunk_shift) / MIN_GRANULE;
+    if lines > MAX_GRANULES as u64 {
+        MAX_GRANULES
+    } else {
+        lines as u32
+    }
+}
+
+/// Bytes from one chunk record to the next: the record line and its two
+/// granule maps, rounded up to lines.
+pub const fn chunk_stride(chunk_shift: u32) -> u64 {
+    let map_bytes = granules_of(chunk_shift) as u64 / 8;
+    LINE + (2 * map_bytes).div_ceil(LINE) * LINE
 }
 
 /// Checksum of a header with its `checksum` and `magic` fields taken as 0

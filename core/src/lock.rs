@@ -193,20 +193,37 @@ impl<C: Coherence> Node<'_, C> {
 
     /// Releases a held lock. Everything written under it must already be
     /// flushed; the fence here orders those flushes before the release.
+    ///
+    /// A ticket that is not the slot's current grant changes nothing in the
+    /// region and fails with `Revoked`: the grant was revoked (this node was
+    /// declared dead; the host-local tier is given back), or the ticket is an
+    /// old one of a lock held again since (the current grant stays held).
     pub fn unlock(&self, held: Held) -> Result<()> {
         let l = &self.store.layout;
+        if held.lock >= l.n_locks {
+            return Err(Error::InvalidArgument);
+        }
         let slot_off = l.lock_slot(held.lock, self.id);
         // SYNC: every flush made under the lock completes before IDLE is seen.
         self.store.co.store_fence(Site("lock.release.fence"));
         let mine: LockSlot = self.store.fresh_state_first(slot_off, Site("lock.release.check"))?;
+        if mine.state == SLOT_LOCKED && (mine.epoch != held.epoch || mine.seq != held.seq) {
+            // A stale ticket: the slot carries a later grant, which whoever
+            // holds it releases with its own ticket.
+            return Err(Error::Revoked);
+        }
+        if mine.state != SLOT_LOCKED {
+            // Revoked (the manager reset the slot), or released already. The
+            // slot is not ours to write: a request of another thread of this
+            // node, or of the slot's next owner, may be in it. Only this
+            // thread's host-local hold, if any, goes.
+            self.env.local_unlock(held.lock);
+            return Err(Error::Revoked);
+        }
         let r = self.store.publish_state_last(slot_off, &LockSlot::default(), Site("lock.release"));
         self.store.co.store_fence(Site("lock.release.done"));
         self.env.local_unlock(held.lock);
-        r?;
-        if mine.state != SLOT_LOCKED || mine.epoch != held.epoch || mine.seq != held.seq {
-            return Err(Error::Revoked);
-        }
-        Ok(())
+        r
     }
 
     /// Runs `f` holding lock `lock`, releasing it afterwards whatever `f`
@@ -241,8 +258,10 @@ impl<C: Coherence> Node<'_, C> {
     }
 }
 
-/// Liveness verdict from the platform for a node it can check directly (e.g.
-/// a process on this host): `Some(false)` = certainly dead.
+/// Liveness verdict from the platform for a node it can check directly (a
+/// process of this host and PID namespace): `Some(false)` = certainly dead,
+/// declared so at once. Anything else leaves the verdict to the heartbeat:
+/// a node silent past the lease is dead even if its process exists.
 pub type LivenessProbe<'a> = &'a dyn Fn(u32, &NodeInfo) -> Option<bool>;
 
 /// Timing of the manager, in the caller's ticks (e.g. milliseconds).
@@ -531,7 +550,11 @@ impl Manager {
                 crate::node::bury(store, n)?;
                 dead |= 1 << n;
                 rep.newly_dead |= 1 << n;
-            } else if n != self.me && silent && verdict != Some(true) {
+            } else if n != self.me && silent {
+                // Silence past the lease wins over a probe that finds the
+                // process: a stopped or frozen process holds what it holds
+                // forever otherwise. Should it wake, its heartbeat finds it
+                // DEAD and its operations fail with `Revoked`.
                 let mut d = info;
                 d.state = NODE_DEAD;
                 // SYNC: DEAD fences the node out (reader: its own heartbeat).

@@ -3,7 +3,8 @@
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{
-    ChunkRecord, Heartbeat, NodeInfo, NodeStats, PinRecord, RequestLine, NODE_ALIVE, NODE_DEAD, NODE_FREE,
+    state, ChunkRecord, Entry, Heartbeat, LockSlot, NodeInfo, NodeStats, PinRecord, RequestLine, CHUNK_KV, NODE_ALIVE,
+    NODE_DEAD, NODE_FREE, SLOT_LOCKED,
 };
 use crate::region::{NodeEnv, Store};
 use crate::{Error, Result};
@@ -17,6 +18,7 @@ pub struct NodeLocal {
     pub(crate) journal: spin::Mutex<()>,
     pub(crate) hints: spin::Mutex<[u32; HINTS]>,
     pub(crate) evict_cursor: spin::Mutex<u32>,
+    pub(crate) alloc_cursor: spin::Mutex<u32>,
     pub(crate) stats: spin::Mutex<()>,
 }
 
@@ -26,6 +28,7 @@ impl Default for NodeLocal {
             journal: spin::Mutex::new(()),
             hints: spin::Mutex::new([u32::MAX; HINTS]),
             evict_cursor: spin::Mutex::new(0),
+            alloc_cursor: spin::Mutex::new(0),
             stats: spin::Mutex::new(()),
         }
     }
@@ -57,6 +60,8 @@ pub struct Identity {
     pub pid: u32,
     /// Host identity (e.g. a hash of the boot id).
     pub host_id: u64,
+    /// PID namespace identity (0 when unknown).
+    pub pid_ns: u64,
     /// Random per-attach value; a node that finds another nonce in its line
     /// has lost its slot.
     pub nonce: u64,
@@ -115,7 +120,8 @@ pub fn attach_node<C: Coherence>(store: &Store<C>, want: Option<u32>, who: Ident
         nonce: who.nonce,
         attached_at: who.now,
         incarnation: old.incarnation.wrapping_add(1),
-        reserved: [0; 3],
+        pid_ns: who.pid_ns,
+        reserved: [0; 2],
     };
     // SYNC: ALIVE written last publishes the cleared journal and heartbeat
     // (reader: the manager's liveness scan).
@@ -130,9 +136,11 @@ pub fn attach_node<C: Coherence>(store: &Store<C>, want: Option<u32>, who: Ident
 /// Only a process on the dead one's host can do this; call it when a
 /// sibling's process is found gone, before anyone recovers the node.
 ///
-/// What is written back: the whole metadata area, and the payload of every
-/// chunk the node owns (the only payload it writes: blocks it reserved or
-/// allocated). Nothing else of the region was the dead process's to store.
+/// What is written back: the whole metadata area; the payload of every
+/// block the process was writing (its journal records each reservation; an
+/// abort flushes before its entry stops being one); and every chunk it owns
+/// that is not a shared KV chunk (raw allocations and runs, written through
+/// pointers). Nothing else of the region was the dead process's to store.
 /// Returns false, doing nothing, when `n` is not ALIVE.
 pub fn bury<C: Coherence>(store: &Store<C>, n: u32) -> Result<bool> {
     let l = &store.layout;
@@ -147,20 +155,37 @@ pub fn bury<C: Coherence>(store: &Store<C>, n: u32) -> Result<bool> {
     // declared dead; left in this host's cache they could land whenever it
     // liked, over what recovery rebuilt (reader: every other host).
     store.co.flush(&store.region, 0, l.payload.start, Site("bury.flush_meta"))?;
+    // This host's view of the journal and entries is the dead process's own.
+    let eps = l.caps.entries_per_stripe;
+    for i in 0..l.caps.pin_slots {
+        let r: PinRecord = store.region.read(l.pin_record(n, i))?;
+        let (s, e) = ((r.entry.wrapping_sub(1)) / eps, (r.entry.wrapping_sub(1)) % eps);
+        if r.entry == 0 || s >= l.caps.n_stripes {
+            continue;
+        }
+        let ent: Entry = store.region.read(l.entry(s, e))?;
+        let writing = ent.state == state::WRITING && ent.gen as u64 == r.gen && ent.pinners & (1 << n) != 0;
+        if writing && l.payload.contains(ent.payload_off, ent.payload_len as u64) {
+            // SYNC: payload the process stored into a block it was writing
+            // and had not flushed: recovery aborts the block, which may soon
+            // be another's.
+            store.co.flush(&store.region, ent.payload_off, ent.payload_len as u64, Site("bury.flush_writing"))?;
+        }
+    }
     for c in 0..l.n_chunks {
         // This host's view of the record is the dead process's own (it may
         // have taken the chunk without the change landing yet).
         let rec: ChunkRecord = store.region.read(l.chunk(c))?;
-        if rec.owner == n + 1 {
-            // SYNC: payload the process stored into its own blocks and had
-            // not flushed: the block may soon be another's.
+        if rec.owner == n + 1 && rec.kind != CHUNK_KV {
+            // SYNC: payload the process stored into its own raw blocks and
+            // had not flushed: the block may soon be another's.
             store.co.flush(&store.region, l.chunk_payload(c), l.chunk_size(), Site("bury.flush_payload"))?;
         }
     }
     store.co.store_fence(Site("bury.fence"));
     // The write-backs took a while: the manager may have declared the node
     // dead by its silence meanwhile, and recovery freed it. Read it again.
-    let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("bury.info"))?;
+    let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("bury.info.again"))?;
     if info.state != NODE_ALIVE {
         return Ok(false);
     }
@@ -208,7 +233,13 @@ impl<'a, C: Coherence> Node<'a, C> {
     }
 
     /// Detaches: drops every pin this node holds, then frees its slot.
+    /// Refuses with `Busy`, changing nothing, while the node holds an
+    /// application lock: freeing the slot would strand the lock with a node
+    /// that no longer exists (release it first).
     pub fn detach(&self) -> Result<()> {
+        if self.held_app_lock()?.is_some() {
+            return Err(Error::Busy);
+        }
         self.release_all()?;
         let l = &self.store.layout;
         // Our own line: the cached copy carries our incarnation, which the
@@ -220,6 +251,22 @@ impl<'a, C: Coherence> Node<'a, C> {
         self.store.publish_state_last(l.node_info(self.id), &info, Site("node.detach.info"))?;
         self.store.co.store_fence(Site("node.detach.info.fence"));
         Ok(())
+    }
+
+    /// The first application lock this node holds, if any.
+    pub fn held_app_lock(&self) -> Result<Option<u32>> {
+        let l = &self.store.layout;
+        for i in 0..l.caps.app_locks {
+            // This node's own slot: its cache saw every grant it holds (its
+            // poll read the slot fresh) and wrote every release. Only a
+            // revocation changes it unseen, and a revoked node is fenced
+            // (its detach fails before it gets here).
+            let s: LockSlot = self.store.region.read(l.lock_slot(l.locks().app(i), self.id))?;
+            if s.state == SLOT_LOCKED {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
     }
 
     /// Adds to this node's counters (node-private line).

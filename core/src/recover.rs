@@ -7,13 +7,13 @@
 //! named roots are the truth for which payload blocks are in use. It is
 //! idempotent and may itself crash and be re-run.
 
-use crate::alloc::{block_of, chunk_of, kind_valid, set_bitmap};
+use crate::alloc::{chunk_of, kind_valid, read_map, set_bitmap, write_map, ChunkMap};
 use crate::coherence::{Coherence, Site};
 use crate::hash::{place, Key};
 use crate::index::{entry_checksum, probe, NIL};
 use crate::layout::{
-    state, Bucket, ChunkRecord, Entry, LockLine, NodeInfo, PinRecord, RootRecord, StripeHeader, CHUNK_CONT, CHUNK_FREE,
-    CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD,
+    state, Bucket, ChunkRecord, Entry, LockLine, NodeInfo, PinRecord, RootRecord, StripeHeader, CHUNK_CONT, CHUNK_KV,
+    CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD,
 };
 use crate::lock::Held;
 use crate::node::Node;
@@ -102,16 +102,16 @@ impl<C: Coherence> Node<'_, C> {
         let l = &st.layout;
         let mut n = 0;
         for lock in l.locks().n_core()..l.n_locks {
-            let ll: LockLine = st.fresh(l.lock_line(lock), Site("recover.lock.read"))?;
+            let ll: LockLine = st.fresh(l.lock_line(lock), Site("recover.app_lock.peek"))?;
             if ll.repair == 0 {
                 continue;
             }
             let held = self.lock_recovery(lock)?;
-            let mut ll: LockLine = st.fresh(l.lock_line(lock), Site("recover.lock.read"))?;
+            let mut ll: LockLine = st.fresh(l.lock_line(lock), Site("recover.app_lock.read"))?;
             let r = if ll.repair != 0 {
                 ll.repair = 0;
                 n += 1;
-                st.publish(l.lock_line(lock), &ll, Site("recover.lock.repaired"))
+                st.publish(l.lock_line(lock), &ll, Site("recover.app_lock.repaired"))
             } else {
                 Ok(())
             };
@@ -141,6 +141,7 @@ impl<C: Coherence> Node<'_, C> {
         let mut claimed = 0u64;
 
         // 1. Forget every block claim that recovery can re-derive.
+        let words = l.map_words();
         for c in 0..l.n_chunks {
             let mut rec: ChunkRecord = st.fresh(l.chunk(c), Site("recover.chunk.read"))?;
             let owner_dead = rec.owner == 0 || rec.owner > l.caps.max_nodes || alive & (1 << (rec.owner - 1)) == 0;
@@ -153,19 +154,23 @@ impl<C: Coherence> Node<'_, C> {
             if !kind_valid(rec.kind) || rec.owner > l.caps.max_nodes {
                 rec = ChunkRecord::default();
             } else if derivable {
-                reset_blocks += rec.used as u64;
-                rec.bitmap = [0; 4];
+                reset_blocks += rec.blocks as u64;
                 rec.used = 0;
+                rec.blocks = 0;
             } else {
                 continue;
             }
-            // Chunk records are written back together before the locks go.
+            // Records and maps are written back together before the locks go.
             st.region.write(l.chunk(c), &rec)?;
+            write_map(st, c, &ChunkMap::empty(l.granules()), 0, words, None)?;
         }
         // 2. Named roots keep raw blocks alive.
         for i in 0..l.caps.n_roots {
             let r: RootRecord = st.fresh(l.root(i), Site("recover.root"))?;
-            if record_valid(&r) && r.offset != 0 && self.claim_block(r.offset, r.size.max(1), true)? == Claim::New {
+            if record_valid(&r)
+                && r.offset != 0
+                && self.claim_block(r.offset, r.size.max(1), true, alive)? == Claim::New
+            {
                 claimed += 1;
             }
         }
@@ -174,30 +179,43 @@ impl<C: Coherence> Node<'_, C> {
             claimed += self.rebuild_stripe(s, dead, alive, &mut rep)?;
         }
         rep.blocks_reclaimed = reset_blocks.saturating_sub(claimed);
-        // 4. Chunks nothing claims go back to the bitmap.
+        // 4. Chunks nothing claims go back to the bitmap; the others get
+        // their record's counts from their maps.
         for c in 0..l.n_chunks {
             // Fresh since step 1: only recovery, holding every lock, writes it.
-            let rec: ChunkRecord = st.region.read(l.chunk(c))?;
+            let mut rec: ChunkRecord = st.region.read(l.chunk(c))?;
             let keep = match rec.kind {
-                CHUNK_KV | CHUNK_RAW | CHUNK_LARGE => rec.used > 0,
+                CHUNK_KV | CHUNK_RAW | CHUNK_LARGE => rec.blocks > 0,
                 CHUNK_CONT => {
                     let h = rec.run;
                     h < c && {
                         let head: ChunkRecord = st.region.read(l.chunk(h))?;
-                        head.kind == CHUNK_LARGE && head.used > 0 && c < h + head.run
+                        head.kind == CHUNK_LARGE && head.blocks > 0 && c < h + head.run
                     }
                 }
                 _ => false,
             };
             if !keep {
-                if rec.kind != CHUNK_FREE {
+                if rec != ChunkRecord::default() {
                     rep.chunks_reclaimed += 1;
                     st.region.write(l.chunk(c), &ChunkRecord::default())?;
                 }
+                // A free chunk's maps are empty (the next owner relies on it).
+                write_map(st, c, &ChunkMap::empty(l.granules()), 0, words, None)?;
                 set_bitmap(st, c, false)?;
-            } else {
-                set_bitmap(st, c, true)?;
+                continue;
             }
+            let owner_alive = rec.owner != 0 && rec.owner <= l.caps.max_nodes && alive & (1 << (rec.owner - 1)) != 0;
+            if rec.kind == CHUNK_KV || rec.kind == CHUNK_RAW && !owner_alive {
+                // Rebuilt in steps 1 to 3 (claims counted its blocks): the
+                // maps in this host's view are recovery's own.
+                let free_max = read_map(st, c, None)?.longest_free();
+                if free_max != rec.free_max {
+                    rec.free_max = free_max;
+                    st.region.write(l.chunk(c), &rec)?;
+                }
+            }
+            set_bitmap(st, c, true)?;
         }
         // 5. Live nodes' journals are theirs alone: each node writes its own
         // from its cache, never re-reading it, so a record recovery changed
@@ -235,30 +253,60 @@ impl<C: Coherence> Node<'_, C> {
         Ok(rep)
     }
 
-    /// Marks the block at `off` in use; false if no chunk record allows it or
-    /// it is already claimed. Caller holds every lock.
-    fn claim_block(&self, off: u64, len: u64, raw: bool) -> Result<Claim> {
+    /// Marks the block of `len` bytes at `off` in use. Caller holds every
+    /// lock. `Already` when exactly that block is claimed already, `No` when
+    /// no chunk record allows it or it overlaps another block. A chunk step 1
+    /// left alone (a live node's raw chunk) is its owner's record, read by
+    /// nobody here: `Already` without a look.
+    fn claim_block(&self, off: u64, len: u64, raw: bool, alive: u64) -> Result<Claim> {
         let st = self.store;
         let l = &st.layout;
         let Ok(c) = chunk_of(l, off) else { return Ok(Claim::No) };
         // Fresh since step 1 (read and written only by recovery, which holds
         // every lock); written back with the chunk table at the end.
         let mut rec: ChunkRecord = st.region.read(l.chunk(c))?;
+        let base = l.chunk_payload(c);
         let kind_ok = match rec.kind {
             CHUNK_KV => !raw,
             CHUNK_RAW => raw,
             CHUNK_LARGE => (rec.large_kind == CHUNK_RAW) == raw,
             _ => false,
         };
-        let Some((i, bs)) = block_of(l, c, &rec, off).filter(|_| kind_ok) else { return Ok(Claim::No) };
-        if len > bs {
+        if !kind_ok || len == 0 {
             return Ok(Claim::No);
         }
-        if rec.bitmap[(i / 64) as usize] & (1 << (i % 64)) != 0 {
+        let owner_alive = rec.owner != 0 && rec.owner <= l.caps.max_nodes && alive & (1 << (rec.owner - 1)) != 0;
+        if raw && owner_alive {
             return Ok(Claim::Already);
         }
-        rec.bitmap[(i / 64) as usize] |= 1 << (i % 64);
-        rec.used += 1;
+        if rec.kind == CHUNK_LARGE {
+            if off != base || len > rec.block_size {
+                return Ok(Claim::No);
+            }
+            if rec.blocks != 0 {
+                return Ok(Claim::Already);
+            }
+            rec.blocks = 1;
+            rec.used = l.granules();
+            st.region.write(l.chunk(c), &rec)?;
+            return Ok(Claim::New);
+        }
+        let g = l.granule();
+        if (off - base) % g != 0 || len > l.chunk_size() {
+            return Ok(Claim::No);
+        }
+        let (i, k) = (((off - base) / g) as u32, len.div_ceil(g) as u32);
+        let mut m = read_map(st, c, None)?;
+        if m.extent(i) == Some(k) {
+            return Ok(Claim::Already);
+        }
+        if !m.is_free(i, k) {
+            return Ok(Claim::No);
+        }
+        m.set(i, k);
+        write_map(st, c, &m, (i / 64) as usize, (i + k).div_ceil(64) as usize, None)?;
+        rec.blocks += 1;
+        rec.used += k;
         st.region.write(l.chunk(c), &rec)?;
         Ok(Claim::New)
     }
@@ -305,7 +353,7 @@ impl<C: Coherence> Node<'_, C> {
                     rep.entries_dropped += 1;
                 } else if writer_gone {
                     rep.writes_aborted += 1;
-                } else if self.claim_block(ent.payload_off, ent.payload_len as u64, false)? != Claim::New {
+                } else if self.claim_block(ent.payload_off, ent.payload_len as u64, false, alive)? != Claim::New {
                     rep.entries_dropped += 1;
                 } else {
                     claimed += 1;
@@ -316,7 +364,7 @@ impl<C: Coherence> Node<'_, C> {
                         // and give back the block it just claimed.
                         rep.entries_dropped += 1;
                         claimed -= 1;
-                        self.unclaim_block(ent.payload_off)?;
+                        self.unclaim_block(ent.payload_off, ent.payload_len as u64)?;
                     } else {
                         probe::insert(st, s, tag, e)?;
                         keep = true;
@@ -430,15 +478,26 @@ impl<C: Coherence> Node<'_, C> {
         Ok(false)
     }
 
-    fn unclaim_block(&self, off: u64) -> Result<()> {
+    fn unclaim_block(&self, off: u64, len: u64) -> Result<()> {
         let st = self.store;
         let l = &st.layout;
         let c = chunk_of(l, off)?;
         // As in `claim_block`.
         let mut rec: ChunkRecord = st.region.read(l.chunk(c))?;
-        if let Some((i, _)) = block_of(l, c, &rec, off) {
-            rec.bitmap[(i / 64) as usize] &= !(1 << (i % 64));
-            rec.used = rec.used.saturating_sub(1);
+        if rec.kind == CHUNK_LARGE {
+            rec.blocks = 0;
+            rec.used = 0;
+            return st.region.write(l.chunk(c), &rec);
+        }
+        let g = l.granule();
+        let i = ((off - l.chunk_payload(c)) / g) as u32;
+        let mut m = read_map(st, c, None)?;
+        if m.extent(i) == Some(len.div_ceil(g) as u32) {
+            let k = len.div_ceil(g) as u32;
+            m.clear(i, k);
+            write_map(st, c, &m, (i / 64) as usize, (i + k).div_ceil(64) as usize, None)?;
+            rec.blocks = rec.blocks.saturating_sub(1);
+            rec.used = rec.used.saturating_sub(k);
             st.region.write(l.chunk(c), &rec)?;
         }
         Ok(())

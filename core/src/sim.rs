@@ -21,7 +21,6 @@ use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::vec;
 use alloc::vec::Vec;
-use core::cell::UnsafeCell;
 
 use crate::coherence::{Coherence, Site};
 use crate::mem::{Region, LINE};
@@ -32,6 +31,70 @@ const L: usize = LINE as usize;
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 struct Line([u8; L]);
+
+/// Lines of simulated memory: a raw heap allocation that region views reach
+/// through raw pointers, as a mapping is reached (never through a Rust
+/// reference: a view's stores and the simulator's line copies are the two
+/// ways in, as stores and cache traffic are for hardware).
+struct Lines {
+    ptr: core::ptr::NonNull<Line>,
+    n: usize,
+}
+
+// SAFETY: `Lines` owns its allocation; access goes through raw pointers only,
+// the way threads share a mapping (races on payload bytes are validated by
+// the protocol under test, as on real shared memory).
+unsafe impl Send for Lines {}
+// SAFETY: as above.
+unsafe impl Sync for Lines {}
+
+impl Lines {
+    fn zeroed(n: usize) -> Lines {
+        let layout = match core::alloc::Layout::array::<Line>(n.max(1)) {
+            Ok(l) => l,
+            Err(_) => unreachable!("a simulated memory fits the address space"),
+        };
+        // SAFETY: `layout` has a non-zero size (at least one line).
+        let p = unsafe { alloc::alloc::alloc_zeroed(layout) };
+        match core::ptr::NonNull::new(p.cast::<Line>()) {
+            Some(ptr) => Lines { ptr, n },
+            None => alloc::alloc::handle_alloc_error(layout),
+        }
+    }
+
+    fn at(&self, i: usize) -> *mut Line {
+        assert!(i < self.n);
+        // In bounds (asserted), so the offset stays inside the allocation.
+        self.ptr.as_ptr().wrapping_add(i)
+    }
+
+    fn get(&self, i: usize) -> Line {
+        let p = self.at(i);
+        // SAFETY: `p` is in bounds and aligned (`at`); the allocation lives as
+        // long as `self`; a line is plain bytes, valid for any content.
+        unsafe { p.read() }
+    }
+
+    fn set(&self, i: usize, line: Line) {
+        let p = self.at(i);
+        // SAFETY: `p` is in bounds and aligned (`at`); the allocation lives as
+        // long as `self`; nothing holds a reference into it.
+        unsafe { p.write(line) }
+    }
+
+    fn base(&self) -> *mut u8 {
+        self.ptr.as_ptr().cast::<u8>()
+    }
+}
+
+impl Drop for Lines {
+    fn drop(&mut self) {
+        if let Ok(layout) = core::alloc::Layout::array::<Line>(self.n.max(1)) {
+            // SAFETY: allocated in `zeroed` with this layout, freed once.
+            unsafe { alloc::alloc::dealloc(self.ptr.as_ptr().cast::<u8>(), layout) };
+        }
+    }
+}
 
 /// Tuning of the random cache behaviour.
 #[derive(Clone, Copy, Debug)]
@@ -74,7 +137,7 @@ struct Queued {
 }
 
 struct HostCache {
-    private: Box<[Line]>,
+    private: Lines,
     /// Lines stored to since they were last written back or refilled.
     dirty: Box<[bool]>,
     /// Queued write-backs: (line, tag of the thread that flushed it). A fence
@@ -100,7 +163,7 @@ struct HostCache {
 }
 
 struct State {
-    shared: Box<[Line]>,
+    shared: Lines,
     hosts: Vec<HostCache>,
     rng: u64,
     cfg: SimConfig,
@@ -125,23 +188,16 @@ pub type YieldHook = Box<dyn Fn(usize, &'static str) + Send + Sync>;
 /// [`SimMemory::region`] report their stores back to it: keep it alive (and
 /// in place) while they are used.
 pub struct SimMemory {
-    state: UnsafeCell<State>,
-    hook: UnsafeCell<Option<YieldHook>>,
+    state: spin::Mutex<State>,
+    hook: spin::Once<YieldHook>,
     lines: usize,
 }
-
-// SAFETY: the simulator is driven by one thread at a time (the scheduler
-// hands a baton between simulated hosts' threads); every access to `state`
-// and `hook` happens on the thread holding the baton.
-unsafe impl Sync for SimMemory {}
-// SAFETY: as above; the buffers are plain bytes.
-unsafe impl Send for SimMemory {}
 
 impl SimMemory {
     /// A memory of `len` bytes (rounded up to lines) seen by `hosts` hosts.
     pub fn new(len: usize, hosts: usize, seed: u64, cfg: SimConfig) -> SimMemory {
         let lines = len.div_ceil(L);
-        let blank = || vec![Line([0; L]); lines].into_boxed_slice();
+        let blank = || Lines::zeroed(lines);
         let hosts = (0..hosts)
             .map(|_| HostCache {
                 private: blank(),
@@ -158,7 +214,7 @@ impl SimMemory {
             })
             .collect();
         SimMemory {
-            state: UnsafeCell::new(State {
+            state: spin::Mutex::new(State {
                 shared: blank(),
                 hosts,
                 rng: seed | 1,
@@ -170,23 +226,26 @@ impl SimMemory {
                 writes: 0,
                 tag: u32::MAX,
             }),
-            hook: UnsafeCell::new(None),
+            hook: spin::Once::new(),
             lines,
         }
     }
 
-    #[allow(clippy::mut_from_ref)]
-    fn st(&self) -> &mut State {
-        // SAFETY: only the baton-holding thread calls into the simulator, and
-        // no reference from a previous call is alive across calls.
-        unsafe { &mut *self.state.get() }
+    fn st(&self) -> spin::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// Installs the scheduler's yield hook, called with the host id at every
-    /// coherence call. Call before any host runs.
+    /// coherence call (never with the simulator's state locked). The first
+    /// hook set stays.
     pub fn set_yield_hook(&self, f: YieldHook) {
-        // SAFETY: called before the simulated hosts start (single thread).
-        unsafe { *self.hook.get() = Some(f) };
+        self.hook.call_once(|| f);
+    }
+
+    fn yield_hook(&self, h: usize, site: &'static str) {
+        if let Some(f) = self.hook.get() {
+            f(h, site);
+        }
     }
 
     /// Disables every call at `site` (a coherence mutant).
@@ -201,11 +260,10 @@ impl SimMemory {
 
     /// Host `h`'s view of the region (its private copy).
     pub fn region(&self, h: usize) -> Region {
-        let st = self.st();
-        let p = st.hosts[h].private.as_mut_ptr().cast::<u8>();
+        let p = self.st().hosts[h].private.base();
         // SAFETY: the private buffer is 64-aligned, `lines * 64` bytes, lives as
-        // long as `self` (never reallocated), and is accessed only through Region
-        // views and this simulator, on the baton-holding thread.
+        // long as `self` (never reallocated), and is reached only through raw
+        // pointers (Region views and this simulator).
         let r = match unsafe { Region::new(p, self.lines * L) } {
             Ok(r) => r,
             Err(_) => unreachable!("line-aligned buffer"),
@@ -220,10 +278,11 @@ impl SimMemory {
         if len == 0 {
             return;
         }
-        let st = self.st();
+        let mut st = self.st();
         let a = (off / LINE) as usize;
         let b = ((off + len).div_ceil(LINE) as usize).min(self.lines);
-        let (tag, c) = (st.tag, &mut st.hosts[h]);
+        let tag = st.tag;
+        let c = &mut st.hosts[h];
         for i in a..b {
             c.dirty[i] = true;
             c.gen[i] += 1;
@@ -233,8 +292,8 @@ impl SimMemory {
         // Stored lines are recent activity: candidates for spontaneous
         // write-back, as a cache under pressure may evict any of them.
         if b > a {
-            self.touch(h, a);
-            self.touch(h, b - 1);
+            touch(&mut st, h, a);
+            touch(&mut st, h, b - 1);
         }
     }
 
@@ -249,14 +308,15 @@ impl SimMemory {
     /// the last coherence site the host passed before the store: what an
     /// operation of that actor left unpublished.
     pub fn dirty_tagged(&self, h: usize, tag: u32) -> Vec<(usize, &'static str)> {
-        let c = &self.st().hosts[h];
+        let st = self.st();
+        let c = &st.hosts[h];
         (0..self.lines).filter(|&i| c.owed[i] && c.dirtied_by[i].0 == tag).map(|i| (i, c.dirtied_by[i].1)).collect()
     }
 
     /// A view of memory itself (what a host would read after invalidating
     /// everything): for checking the ground truth.
     pub fn shared_region(&self) -> Region {
-        let p = self.st().shared.as_mut_ptr().cast::<u8>();
+        let p = self.st().shared.base();
         // SAFETY: as in `region`, for the shared buffer.
         match unsafe { Region::new(p, self.lines * L) } {
             Ok(r) => r,
@@ -272,7 +332,8 @@ impl SimMemory {
     /// Crashes host `h`: each of its dirty lines is lost, written back now, or
     /// kept to land at a random later moment.
     pub fn crash(&self, h: usize) {
-        let st = self.st();
+        let mut st = self.st();
+        let st = &mut *st;
         let n = self.lines;
         for i in 0..n {
             if !st.hosts[h].dirty[i] {
@@ -282,11 +343,11 @@ impl SimMemory {
             match next(&mut st.rng) % 3 {
                 0 => {}
                 1 => {
-                    st.shared[i] = st.hosts[h].private[i];
+                    st.shared.set(i, st.hosts[h].private.get(i));
                     st.provenance[i] = (h as u16, 4);
                 }
                 _ => {
-                    let line = st.hosts[h].private[i];
+                    let line = st.hosts[h].private.get(i);
                     st.zombies.push((i as u32, line));
                 }
             }
@@ -303,7 +364,8 @@ impl SimMemory {
     /// process is declared dead). Unlike [`SimMemory::crash`] nothing is
     /// lost and the cache keeps its clean, possibly stale, copies.
     pub fn orphan(&self, h: usize) {
-        let st = self.st();
+        let mut st = self.st();
+        let st = &mut *st;
         for q in core::mem::take(&mut st.hosts[h].pending) {
             land(st, h, q, 0);
         }
@@ -313,9 +375,9 @@ impl SimMemory {
             }
             st.hosts[h].dirty[i] = false;
             st.hosts[h].landed[i] = st.hosts[h].gen[i];
-            let line = st.hosts[h].private[i];
+            let line = st.hosts[h].private.get(i);
             if next(&mut st.rng) % 2 == 0 {
-                st.shared[i] = line;
+                st.shared.set(i, line);
                 st.provenance[i] = (h as u16, 4);
             } else {
                 st.zombies.push((i as u32, line));
@@ -327,19 +389,19 @@ impl SimMemory {
     /// Lands every zombie line now (the end of a run: nothing stays in
     /// flight forever).
     pub fn drain_zombies(&self) {
-        let st = self.st();
+        let mut st = self.st();
         for (i, line) in core::mem::take(&mut st.zombies) {
-            st.shared[i as usize] = line;
+            st.shared.set(i as usize, line);
             st.provenance[i as usize] = (u16::MAX - 1, 5);
         }
     }
 
     /// Completes every queued write-back of host `h` (its caches drained).
     pub fn drain(&self, h: usize) {
-        let st = self.st();
+        let mut st = self.st();
         let pend = core::mem::take(&mut st.hosts[h].pending);
         for q in pend {
-            land(st, h, q, 0);
+            land(&mut st, h, q, 0);
         }
     }
 
@@ -360,23 +422,22 @@ impl SimMemory {
     }
 
     fn call(&self, h: usize, site: Site) -> bool {
-        let st = self.st();
-        *st.executed.entry(site.0).or_insert(0) += 1;
-        let enabled = st.disabled != Some(site.0);
-        st.hosts[h].last_site = site.0;
-        // Caches act first, then other hosts may run: what landed early is
-        // visible to them while this host is descheduled.
-        self.chaos(h);
-        // SAFETY: the hook is set before hosts run and never changed after.
-        if let Some(f) = unsafe { (*self.hook.get()).as_ref() } {
-            f(h, site.0);
-        }
+        let enabled = {
+            let mut st = self.st();
+            *st.executed.entry(site.0).or_insert(0) += 1;
+            let enabled = st.disabled != Some(site.0);
+            st.hosts[h].last_site = site.0;
+            // Caches act first, then other hosts may run: what landed early
+            // is visible to them while this host is descheduled.
+            self.chaos(&mut st, h);
+            enabled
+        };
+        self.yield_hook(h, site.0);
         enabled
     }
 
     /// Random cache behaviour at a call of host `h`.
-    fn chaos(&self, h: usize) {
-        let st = self.st();
+    fn chaos(&self, st: &mut State, h: usize) {
         if st.hosts[h].crashed {
             return;
         }
@@ -399,12 +460,12 @@ impl SimMemory {
             if dirty && p < cfg.spontaneous_writeback as u64 {
                 writeback(st, h, i, 2);
             } else if !dirty && p < cfg.spontaneous_refill as u64 {
-                st.hosts[h].private[i] = st.shared[i];
+                st.hosts[h].private.set(i, st.shared.get(i));
             }
         }
         if !st.zombies.is_empty() && next(&mut st.rng) % 50 == 0 {
             let (i, line) = st.zombies.swap_remove(0);
-            st.shared[i as usize] = line;
+            st.shared.set(i as usize, line);
             st.provenance[i as usize] = (u16::MAX - 1, 5);
         }
     }
@@ -421,12 +482,13 @@ impl SimMemory {
         }
         Ok((a, b))
     }
+}
 
-    fn touch(&self, h: usize, i: usize) {
-        let c = &mut self.st().hosts[h];
-        c.recent[c.recent_at % 32] = i as u32;
-        c.recent_at += 1;
-    }
+/// Notes line `i` as recent activity of host `h`.
+fn touch(st: &mut State, h: usize, i: usize) {
+    let c = &mut st.hosts[h];
+    c.recent[c.recent_at % 32] = i as u32;
+    c.recent_at += 1;
 }
 
 fn next(x: &mut u64) -> u64 {
@@ -445,7 +507,7 @@ fn land(st: &mut State, h: usize, q: Queued, how: u8) {
         writeback(st, h, i, how);
         st.hosts[h].owed[i] = false;
     } else if q.gen > st.hosts[h].landed[i] {
-        st.shared[i] = q.snap;
+        st.shared.set(i, q.snap);
         st.hosts[h].landed[i] = q.gen;
         st.provenance[i] = (h as u16, how);
     }
@@ -454,7 +516,7 @@ fn land(st: &mut State, h: usize, q: Queued, how: u8) {
 fn writeback(st: &mut State, h: usize, i: usize, how: u8) {
     let c = &mut st.hosts[h];
     if c.dirty[i] {
-        st.shared[i] = c.private[i];
+        st.shared.set(i, c.private.get(i));
         c.dirty[i] = false;
         c.landed[i] = c.gen[i];
         st.provenance[i] = (h as u16, how);
@@ -479,27 +541,31 @@ impl SimCoherence<'_> {
 impl Coherence for SimCoherence<'_> {
     fn flush(&self, region: &Region, off: u64, len: u64, site: Site) -> Result<()> {
         let (a, b) = self.mem.lines_of(region, off, len)?;
-        if self.mem.call(self.host, site) {
-            let st = self.mem.st();
+        let enabled = self.mem.call(self.host, site);
+        let mut st = self.mem.st();
+        if enabled {
+            let tag = st.tag;
             let c = &mut st.hosts[self.host];
             for i in a..b {
-                let (line, tag, gen) = (i as u32, st.tag, c.gen[i]);
+                let (line, gen) = (i as u32, c.gen[i]);
                 if !c.pending.iter().any(|q| q.line == line && q.tag == tag && q.gen == gen) {
-                    c.pending.push(Queued { line, tag, gen, snap: c.private[i] });
+                    c.pending.push(Queued { line, tag, gen, snap: c.private.get(i) });
                 }
             }
         }
         if b > a {
-            self.mem.touch(self.host, a);
-            self.mem.touch(self.host, b - 1);
+            touch(&mut st, self.host, a);
+            touch(&mut st, self.host, b - 1);
         }
         Ok(())
     }
 
     fn invalidate(&self, region: &Region, off: u64, len: u64, site: Site) -> Result<()> {
         let (a, b) = self.mem.lines_of(region, off, len)?;
-        if self.mem.call(self.host, site) {
-            let st = self.mem.st();
+        let enabled = self.mem.call(self.host, site);
+        let mut st = self.mem.st();
+        let st = &mut *st;
+        if enabled {
             let tag = st.tag;
             for i in a..b {
                 // Queued write-backs of the line complete with it.
@@ -514,11 +580,11 @@ impl Coherence for SimCoherence<'_> {
                 if paid {
                     st.hosts[self.host].owed[i] = false;
                 }
-                st.hosts[self.host].private[i] = st.shared[i];
+                st.hosts[self.host].private.set(i, st.shared.get(i));
             }
         }
         if b > a {
-            self.mem.touch(self.host, a);
+            touch(st, self.host, a);
         }
         Ok(())
     }
@@ -545,25 +611,26 @@ impl SimCoherence<'_> {
     /// order, and other hosts may run between two of them: a fence bounds
     /// when write-backs complete, never the order in which others see them.
     fn fence_all(&self, site: Site) {
-        let st = self.mem.st();
-        let tag = st.tag;
         let mut pend: Vec<Queued> = Vec::new();
-        st.hosts[self.host].pending.retain(|&q| {
-            if q.tag == tag {
-                pend.push(q);
-            }
-            q.tag != tag
-        });
-        while !pend.is_empty() {
-            let st = self.mem.st();
-            let k = (next(&mut st.rng) as usize) % pend.len();
-            let q = pend.swap_remove(k);
-            land(st, self.host, q, 0);
-            if !pend.is_empty() {
-                // SAFETY: the hook is set before hosts run and never changed after.
-                if let Some(f) = unsafe { (*self.mem.hook.get()).as_ref() } {
-                    f(self.host, site.0);
+        {
+            let mut st = self.mem.st();
+            let tag = st.tag;
+            st.hosts[self.host].pending.retain(|&q| {
+                if q.tag == tag {
+                    pend.push(q);
                 }
+                q.tag != tag
+            });
+        }
+        while !pend.is_empty() {
+            {
+                let mut st = self.mem.st();
+                let k = (next(&mut st.rng) as usize) % pend.len();
+                let q = pend.swap_remove(k);
+                land(&mut st, self.host, q, 0);
+            }
+            if !pend.is_empty() {
+                self.mem.yield_hook(self.host, site.0);
             }
         }
     }

@@ -266,3 +266,194 @@ fn app_lock_is_exclusive_and_repaired_after_its_holder_dies() {
     assert!(findings(&f).is_empty(), "{:?}", findings(&f));
     assert_eq!(a.lookup(1, &[key(1)]).unwrap(), 1);
 }
+
+#[test]
+fn stale_ticket_release_changes_nothing() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    f.attach(1);
+    let env = InlineEnv::new(&f.store);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let a = node(&f, &env, &l0, 0);
+    let b = node(&f, &env, &l1, 1);
+    let old = a.lock(2).unwrap();
+    let stale = crate::lock::Held { lock: old.lock, epoch: old.epoch, seq: old.seq };
+    a.unlock(old).unwrap();
+    let current = a.lock(2).unwrap();
+    assert_eq!(a.unlock(stale), Err(Error::Revoked), "an old ticket is refused");
+    assert_eq!(b.lock(2), Err(Error::Timeout), "the current grant is still held");
+    let again = crate::lock::Held { lock: current.lock, epoch: current.epoch, seq: current.seq };
+    a.unlock(current).unwrap();
+    assert_eq!(a.unlock(again), Err(Error::Revoked), "a second release is refused");
+    let gb = b.lock(2).unwrap();
+    b.unlock(gb).unwrap();
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
+
+#[test]
+fn detach_is_refused_while_an_app_lock_is_held() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    f.attach(1);
+    let env = InlineEnv::new(&f.store);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let a = node(&f, &env, &l0, 0);
+    let b = node(&f, &env, &l1, 1);
+    let i = a.lock_alloc().unwrap();
+    let held = a.lock_app(i).unwrap();
+    assert_eq!(a.detach(), Err(Error::Busy));
+    assert!(findings(&f).is_empty(), "the node is still attached: {:?}", findings(&f));
+    a.unlock_app(held).unwrap();
+    a.detach().unwrap();
+    let g = b.lock_app(i).unwrap();
+    b.unlock_app(g).unwrap();
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
+
+#[test]
+fn release_of_a_reservation_is_refused_and_changes_nothing() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let l0 = NodeLocal::default();
+    let a = node(&f, &env, &l0, 0);
+    let h = a.reserve(1, key(1), 5000, 1).unwrap();
+    assert_eq!(a.release(&[h]), Err(Error::NotPinned));
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+    a.write(&h, 0, &[7u8; 5000]).unwrap();
+    a.publish_flushed(&[h], &mut [Ok(())]).unwrap();
+    let mut buf = [0u8; 5000];
+    assert_eq!(a.get(1, key(1), &mut buf), Ok(5000));
+    assert_eq!(buf, [7u8; 5000]);
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
+
+#[test]
+fn free_takes_raw_allocations_only() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let l0 = NodeLocal::default();
+    let a = node(&f, &env, &l0, 0);
+    let h = a.reserve(1, key(1), 5000, 1).unwrap();
+    a.write(&h, 0, &[9u8; 5000]).unwrap();
+    a.publish_flushed(&[h], &mut [Ok(())]).unwrap();
+    let l = f.store.layout;
+    for bad in [h.off, h.off + 64, 0, 64, l.payload.start - 64, l.payload.end, u64::MAX] {
+        assert_eq!(a.free(bad), Err(Error::InvalidArgument), "offset {bad}");
+    }
+    let raws: Vec<u64> = (0..8).map(|_| a.alloc(5000).unwrap()).collect();
+    for &r in &raws {
+        assert!(r + 5000 <= h.off || r >= h.off + 5000, "a raw block overlaps the KV block");
+        a.free(r).unwrap();
+    }
+    let mut buf = [0u8; 5000];
+    assert_eq!(a.get(1, key(1), &mut buf), Ok(5000));
+    assert_eq!(buf, [9u8; 5000], "the KV block kept its bytes");
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
+
+/// Capacities with the default 2 MiB chunks, for space tests.
+fn space_caps() -> crate::layout::Capacities {
+    crate::layout::Capacities {
+        max_nodes: 8,
+        n_stripes: 8,
+        entries_per_stripe: 1024,
+        chunk_shift: 21,
+        pin_slots: 4096,
+        ..small_caps()
+    }
+}
+
+/// Puts blocks of `len(i)` bytes from `nodes` nodes in turn, each by its
+/// own node, until the first eviction; returns the share of the payload
+/// capacity that was live just before it.
+fn live_share_at_first_eviction(nodes: u32, len: impl Fn(u64) -> u64) -> f64 {
+    let f = Fixture::new(72 << 20, space_caps());
+    let env = InlineEnv::new(&f.store);
+    let locals: Vec<NodeLocal> = (0..nodes).map(|_| NodeLocal::default()).collect();
+    let ns: Vec<_> = (0..nodes)
+        .map(|i| {
+            f.attach(i);
+            node(&f, &env, &locals[i as usize], i)
+        })
+        .collect();
+    let cap = f.store.layout.payload.len() as f64;
+    let mut live = 0u64;
+    for i in 0..100_000u64 {
+        let n = &ns[(i % nodes as u64) as usize];
+        let bytes = len(i);
+        let h = n.reserve(1, key(i), bytes, 16).unwrap();
+        n.publish(&h).unwrap();
+        if ns.iter().any(|n| n.stats().unwrap().evictions > 0) {
+            assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+            return live as f64 / cap;
+        }
+        live += bytes;
+    }
+    panic!("no eviction");
+}
+
+#[test]
+fn mixed_sizes_fill_most_of_the_region_before_eviction() {
+    let rnd = |i: u64| crate::hash::mix64(i ^ 0x5eed);
+    // Random lengths from 4 KiB to 1 MiB, from six nodes.
+    let share = live_share_at_first_eviction(6, |i| 4096 + rnd(i) % (1 << 20));
+    assert!(share >= 0.85, "eviction began at {share:.3} of capacity live");
+    // Twelve fixed sizes, a few just above a granule multiple.
+    let sizes = [4097u64, 8192, 12_000, 16_384, 50_000, 65_536, 100_001, 131_072, 300_000, 524_288, 700_000, 1 << 20];
+    let share = live_share_at_first_eviction(6, |i| sizes[(rnd(i) % 12) as usize]);
+    assert!(share >= 0.85, "eviction began at {share:.3} of capacity live");
+    // Up to a whole chunk.
+    let share = live_share_at_first_eviction(3, |i| 4096 + rnd(i) % (2 << 20));
+    assert!(share >= 0.85, "eviction began at {share:.3} of capacity live");
+}
+
+#[test]
+fn out_of_space_only_when_everything_evictable_is_pinned() {
+    let f = Fixture::new(72 << 20, space_caps());
+    let env = InlineEnv::new(&f.store);
+    let locals: Vec<NodeLocal> = (0..6).map(|_| NodeLocal::default()).collect();
+    let ns: Vec<_> = (0..6u32)
+        .map(|i| {
+            f.attach(i);
+            node(&f, &env, &locals[i as usize], i)
+        })
+        .collect();
+    let sizes =
+        [4096u64, 9000, 16_384, 40_000, 65_536, 128 << 10, 200_000, 256 << 10, 500_000, 1 << 20, 1_500_000, 2 << 20];
+    // Many times the region, every size from every node: never refused.
+    for i in 0..1500u64 {
+        let n = &ns[(i % 6) as usize];
+        let len = sizes[(crate::hash::mix64(i) % 12) as usize];
+        let h = n.reserve(1, key(i), len, 16).unwrap_or_else(|e| panic!("put {i} of {len} bytes: {e:?}"));
+        n.publish(&h).unwrap();
+    }
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+    // Pin everything stored, then keep putting (and pinning) 1 MiB blocks:
+    // each fits until no room is left, and then nothing is evictable.
+    let keys: Vec<Key> = (0..1500).map(key).collect();
+    let mut out = std::vec![Err(Error::InvalidArgument); keys.len()];
+    assert!(ns[0].acquire(1, &keys, &mut out).unwrap() > 0);
+    let mut held: Vec<_> = out.iter().filter_map(|r| r.ok()).collect();
+    let mut i = 10_000;
+    let full = loop {
+        match ns[1].reserve(1, key(i), 1 << 20, 16) {
+            Ok(h) => {
+                ns[1].publish(&h).unwrap();
+                let mut o = [Err(Error::InvalidArgument)];
+                ns[0].acquire(1, &[key(i)], &mut o).unwrap();
+                held.push(o[0].unwrap());
+            }
+            Err(e) => break e,
+        }
+        i += 1;
+        assert!(i < 20_000, "the region never filled");
+    };
+    assert_eq!(full, Error::OutOfSpace);
+    assert_eq!(ns[1].evict(u64::MAX, &mut crate::index::Lru).unwrap().entries, 0, "something was evictable");
+    ns[0].release(&held).unwrap();
+    let h = ns[1].reserve(1, key(99_999), 1 << 20, 16).unwrap();
+    ns[1].publish(&h).unwrap();
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}

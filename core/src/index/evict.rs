@@ -41,8 +41,20 @@ impl Policy for Lru {
 pub struct EvictReport {
     /// Entries removed.
     pub entries: u64,
-    /// Payload bytes freed.
+    /// Payload bytes of the entries removed.
     pub bytes: u64,
+    /// Of those, bytes whose blocks stay allocated until a pending recovery
+    /// (their chunk owner's heap awaits repair) reclaims them.
+    pub deferred: u64,
+}
+
+/// One entry eviction removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Evicted {
+    /// Its payload length.
+    pub len: u64,
+    /// Its block is freed only by the pending recovery.
+    pub deferred: bool,
 }
 
 impl<C: Coherence> Node<'_, C> {
@@ -71,10 +83,11 @@ impl<C: Coherence> Node<'_, C> {
                     let mut got = 0u64;
                     while got < share {
                         match self.evict_one_locked(s, &mut h, policy)? {
-                            Some(b) => {
-                                got += b;
+                            Some(ev) => {
+                                got += ev.len;
                                 rep.entries += 1;
-                                rep.bytes += b;
+                                rep.bytes += ev.len;
+                                rep.deferred += if ev.deferred { ev.len } else { 0 };
                             }
                             None => break,
                         }
@@ -92,14 +105,14 @@ impl<C: Coherence> Node<'_, C> {
         Ok(rep)
     }
 
-    /// Evicts one entry of stripe `s` chosen by `policy`; returns its payload
-    /// length, or `None` when no candidate was taken. Caller holds the lock.
+    /// Evicts one entry of stripe `s` chosen by `policy`, or returns `None`
+    /// when no candidate was taken. Caller holds the lock.
     pub(crate) fn evict_one_locked(
         &self,
         s: u32,
         h: &mut StripeHeader,
         policy: &mut dyn Policy,
-    ) -> Result<Option<u64>> {
+    ) -> Result<Option<Evicted>> {
         let st = self.store;
         let mut e = h.lru_head;
         for _ in 0..st.layout.caps.entries_per_stripe {
@@ -121,14 +134,15 @@ impl<C: Coherence> Node<'_, C> {
                         h.evictions = h.evictions.wrapping_add(1);
                         // SYNC: the header is flushed by the caller before unlock;
                         // the payload is freed only after the entry is EMPTY:
-                        // `free_at` takes the heap lock, which fences first.
-                        match self.free_at(off, true) {
+                        // `free_kv` takes the heap lock, which fences first.
+                        let deferred = match self.free_kv(off) {
+                            Ok(()) => false,
                             // The block stays allocated until the pending
                             // recovery reclaims it (no entry references it).
-                            Ok(()) | Err(Error::Recovering) => {}
+                            Err(Error::Recovering) => true,
                             Err(e) => return Err(e),
-                        }
-                        return Ok(Some(len));
+                        };
+                        return Ok(Some(Evicted { len, deferred }));
                     }
                     Verdict::Skip => {}
                     Verdict::Stop => return Ok(None),

@@ -25,6 +25,10 @@ use probe::{stripe_of, Found};
 /// "No entry" in LRU and free-list links.
 pub const NIL: u32 = u32::MAX;
 
+/// Evict-and-retry rounds of a reserve at most (each evicts twice as much as
+/// the one before, so the whole cache is reached long before).
+const MAX_ROUNDS: u32 = 48;
+
 /// A reserved (writable) or acquired (pinned, readable) block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Handle {
@@ -124,6 +128,17 @@ pub(crate) fn by_stripe(
         base += m;
     }
     Ok(())
+}
+
+/// A batch step whose stripe lock came back revoked: what it did there is
+/// void (recovery may have undone it), so items `idx` report `Revoked`, not
+/// a handle or a success that would be a lie.
+fn void_if_revoked<T>(r: &Result<()>, idx: &[usize], out: &mut [Result<T>]) {
+    if *r == Err(Error::Revoked) {
+        for &i in idx {
+            out[i] = Err(Error::Revoked);
+        }
+    }
 }
 
 impl<C: Coherence> Store<C> {
@@ -283,44 +298,57 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// Reserves many blocks, one stripe lock per stripe; a status per item.
+    ///
+    /// An item that finds no room is tried again after evicting (LRU), until
+    /// it fits or nothing evictable is left: `OutOfSpace` means every block
+    /// that could make room is pinned or being written. `Recovering` when
+    /// the only room eviction made awaits a recovery (a dead node's heap).
     pub fn reserve_batch(&self, ns: u32, items: &[ReserveItem], out: &mut [Result<Handle>]) -> Result<()> {
         if out.len() < items.len() {
             return Err(Error::InvalidArgument);
         }
-        for attempt in 0..4u32 {
+        let st = self.store;
+        let retry = |r: &Result<Handle>| matches!(r, Err(Error::OutOfSpace));
+        for attempt in 0..MAX_ROUNDS {
             let mut short: u64 = 0;
-            let st = self.store;
             by_stripe(
                 items.len(),
                 |i| st.stripe_of(ns, items[i].key),
                 |s, idx| {
-                    let pending = idx
-                        .iter()
-                        .any(|&i| attempt == 0 || matches!(out[i], Err(Error::OutOfSpace | Error::TableFull)));
-                    if !pending {
+                    if attempt > 0 && !idx.iter().any(|&i| retry(&out[i])) {
                         return Ok(());
                     }
-                    self.with_lock(st.layout.locks().stripe(s), || {
+                    let r = self.with_lock(st.layout.locks().stripe(s), || {
                         let mut h = st.hdr(s)?;
                         for &i in idx {
-                            if attempt > 0 && !matches!(out[i], Err(Error::OutOfSpace | Error::TableFull)) {
+                            if attempt > 0 && !retry(&out[i]) {
                                 continue;
                             }
                             out[i] = self.reserve_locked(ns, s, &mut h, items[i]);
-                            if let Err(Error::OutOfSpace | Error::TableFull) = out[i] {
+                            if retry(&out[i]) {
                                 short = short.saturating_add(items[i].len);
                             }
                         }
                         st.put_hdr(s, &h)
-                    })
+                    });
+                    void_if_revoked(&r, idx, out);
+                    r
                 },
             )?;
             if short == 0 {
                 break;
             }
-            let want = short.max(self.store.layout.chunk_size()) << attempt;
+            // Free at least a chunk's worth, more each round: holes must meet
+            // to fit large blocks, and one round's room serves many reserves.
+            let want = short.max(st.layout.chunk_size()).saturating_mul(1 << attempt.min(20));
             let rep = self.evict(want, &mut Lru)?;
-            if rep.entries == 0 && !out.iter().take(items.len()).any(|r| matches!(r, Err(Error::TableFull))) {
+            if rep.entries == 0 {
+                break;
+            }
+            if rep.bytes == rep.deferred {
+                for r in out.iter_mut().take(items.len()).filter(|r| retry(r)) {
+                    *r = Err(Error::Recovering);
+                }
                 break;
             }
         }
@@ -356,7 +384,7 @@ impl<C: Coherence> Node<'_, C> {
             let _j = self.local.journal.lock();
             if let Err(err) = self.journal_add(self.global(s, e), gen) {
                 drop(_j);
-                self.free_at(off, true)?;
+                self.free_kv(off)?;
                 return Err(err);
             }
         }
@@ -415,7 +443,7 @@ impl<C: Coherence> Node<'_, C> {
         }
         for h in hs {
             if self.check_payload(h).is_ok() {
-                self.store.co.flush(&self.store.region, h.off, h.len, Site("index.publish.payload"))?;
+                self.store.co.flush(&self.store.region, h.off, h.len, Site("index.publish_batch.payload"))?;
             }
         }
         self.publish_flushed(hs, out)
@@ -426,7 +454,7 @@ impl<C: Coherence> Node<'_, C> {
     pub fn fresh_payload(&self, h: &Handle) -> Result<()> {
         self.check_payload(h)?;
         // SYNC: fresh payload lines (writer: publisher's payload flush).
-        self.store.co.invalidate(&self.store.region, h.off, h.len, Site("index.payload.read"))
+        self.store.co.invalidate(&self.store.region, h.off, h.len, Site("index.fresh.payload"))
     }
 
     /// Publishes reserved blocks whose payloads are already flushed (written
@@ -442,13 +470,15 @@ impl<C: Coherence> Node<'_, C> {
             hs.len(),
             |i| hs[i].stripe.min(st.layout.caps.n_stripes - 1),
             |s, idx| {
-                self.with_lock(st.layout.locks().stripe(s), || {
+                let r = self.with_lock(st.layout.locks().stripe(s), || {
                     let mut hdr = st.hdr(s)?;
                     for &i in idx {
                         out[i] = self.publish_locked(s, &mut hdr, &hs[i]);
                     }
                     st.put_hdr(s, &hdr)
-                })
+                });
+                void_if_revoked(&r, idx, out);
+                r
             },
         )
     }
@@ -502,23 +532,26 @@ impl<C: Coherence> Node<'_, C> {
         }
         self.with_lock(st.layout.locks().stripe(s), || {
             let mut e = self.writing_entry(s, h)?;
+            // SYNC: payload bytes the caller stored through a pointer land
+            // before the block can be handed out again (a dirty line written
+            // back later would overwrite the next owner's payload). Flushed
+            // while the entry is still WRITING and journaled, so a sibling
+            // burying this process, should it die here, finds the block and
+            // flushes it too; the heap lock taken to free it fences first
+            // (see `Node::lock`).
+            st.co.flush(&st.region, e.payload_off, e.payload_len as u64, Site("index.abort.payload"))?;
             let tag = place(h.ns, h.key);
             let f = probe::find(st, s, tag, h.ns, h.key)?.ok_or(Error::Corrupt)?;
             let mut hdr = st.hdr(s)?;
-            let (off, len) = st.remove_locked(s, &mut hdr, h.entry, f.bucket, &mut e)?;
+            let (off, _) = st.remove_locked(s, &mut hdr, h.entry, f.bucket, &mut e)?;
             st.put_hdr(s, &hdr)?;
             {
                 let _j = self.local.journal.lock();
                 self.journal_sub(self.global(s, h.entry), h.gen)?;
             }
-            // SYNC: payload bytes the caller stored through a pointer land
-            // before the block can be handed out again (a dirty line written
-            // back later would overwrite the next owner's payload): the heap
-            // lock taken to free it fences first (see `Node::lock`).
-            st.co.flush(&st.region, off, len, Site("index.abort.payload"))?;
             // Freed under the stripe lock, as evict does: a recovery cannot
             // come between (it would reclaim the block, no entry naming it).
-            match self.free_at(off, true) {
+            match self.free_kv(off) {
                 // The allocator awaits repair after a crash: the block stays
                 // allocated until that recovery reclaims it.
                 Ok(()) | Err(Error::Recovering) => Ok(()),
@@ -539,14 +572,19 @@ impl<C: Coherence> Node<'_, C> {
             keys.len(),
             |i| st.stripe_of(ns, keys[i]),
             |s, idx| {
-                self.with_lock(st.layout.locks().stripe(s), || {
+                let r = self.with_lock(st.layout.locks().stripe(s), || {
                     let mut hdr = st.hdr(s)?;
                     for &i in idx {
                         out[i] = self.acquire_locked(ns, s, &mut hdr, keys[i]);
                         pinned += out[i].is_ok() as usize;
                     }
                     st.put_hdr(s, &hdr)
-                })
+                });
+                if r == Err(Error::Revoked) {
+                    pinned -= idx.iter().filter(|&&i| out[i].is_ok()).count();
+                }
+                void_if_revoked(&r, idx, out);
+                r
             },
         )?;
         let missed = (keys.len() - pinned) as u64;
@@ -616,17 +654,20 @@ impl<C: Coherence> Node<'_, C> {
         self.handle_in(s, h)?;
         let st = self.store;
         let g = self.global(s, h.entry);
+        let mut e = st.ent(s, h.entry)?;
+        if e.state == state::WRITING && e.gen == h.gen && e.pinners & self.me() != 0 {
+            // The journal records a reservation like a pin; dropping it here
+            // would leave a WRITING entry without its writer.
+            return Err(Error::NotPinned);
+        }
         let left = {
             let _j = self.local.journal.lock();
             self.journal_sub(g, h.gen).map_err(|_| Error::StaleHandle)?
         };
-        if left == 0 {
-            let mut e = st.ent(s, h.entry)?;
-            if e.gen == h.gen && e.pinners & self.me() != 0 {
-                e.pinners &= !self.me();
-                // SYNC: unpinned entry visible to eviction.
-                st.put_ent(s, h.entry, &mut e)?;
-            }
+        if left == 0 && e.gen == h.gen && e.pinners & self.me() != 0 {
+            e.pinners &= !self.me();
+            // SYNC: unpinned entry visible to eviction.
+            st.put_ent(s, h.entry, &mut e)?;
         }
         Ok(())
     }

@@ -1,0 +1,213 @@
+//! A chunk's granule maps, as a value: the used map (a bit per granule in
+//! use) and the start map (a bit on the first granule of each block). Pure
+//! bit arithmetic, no region access: the allocator, recovery and `check`
+//! read a map from the region, work on it here, and write back the words
+//! that changed.
+
+use crate::layout::MAX_GRANULES;
+
+/// Words of each map at the most granules a chunk can have.
+pub const MAX_WORDS: usize = (MAX_GRANULES / 64) as usize;
+
+/// The two granule maps of one chunk (`granules` of them in use).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkMap {
+    /// Used granules.
+    pub used: [u64; MAX_WORDS],
+    /// First granule of each block.
+    pub start: [u64; MAX_WORDS],
+    /// Granules of the chunk (a multiple of 64, at most [`MAX_GRANULES`]).
+    pub granules: u32,
+}
+
+/// What a map says about itself, for `check`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapSummary {
+    /// Used granules.
+    pub used: u32,
+    /// Blocks (start bits).
+    pub blocks: u32,
+    /// Longest free run.
+    pub free_max: u32,
+    /// Every start bit is on a used granule, and no bit lies past the
+    /// chunk's granules.
+    pub well_formed: bool,
+}
+
+#[inline]
+fn get(m: &[u64; MAX_WORDS], i: u32) -> bool {
+    m[(i / 64) as usize] & (1 << (i % 64)) != 0
+}
+
+impl ChunkMap {
+    /// Empty maps of `granules` granules.
+    pub fn empty(granules: u32) -> ChunkMap {
+        debug_assert!(granules % 64 == 0 && granules <= MAX_GRANULES);
+        ChunkMap { used: [0; MAX_WORDS], start: [0; MAX_WORDS], granules }
+    }
+
+    /// Words of each map in use.
+    pub fn words(&self) -> usize {
+        (self.granules / 64) as usize
+    }
+
+    /// True when granule `i` is in use.
+    pub fn is_used(&self, i: u32) -> bool {
+        i < self.granules && get(&self.used, i)
+    }
+
+    /// True when a block starts at granule `i`.
+    pub fn is_start(&self, i: u32) -> bool {
+        i < self.granules && get(&self.start, i)
+    }
+
+    /// The lowest granule beginning `k` free granules (first fit).
+    pub fn find_free(&self, k: u32) -> Option<u32> {
+        if k == 0 || k > self.granules {
+            return None;
+        }
+        let (mut i, mut run) = (0u32, 0u32);
+        while i < self.granules {
+            let w = self.used[(i / 64) as usize];
+            if i % 64 == 0 && w == u64::MAX {
+                run = 0;
+                i += 64;
+                continue;
+            }
+            if i % 64 == 0 && w == 0 && run + 64 < k {
+                run += 64;
+                i += 64;
+                continue;
+            }
+            if w & (1 << (i % 64)) == 0 {
+                run += 1;
+                if run == k {
+                    return Some(i + 1 - k);
+                }
+            } else {
+                run = 0;
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// Granules of the block starting at `i`: the used run from `i` up to the
+    /// next start, free granule or the end. `None` when no block starts there.
+    pub fn extent(&self, i: u32) -> Option<u32> {
+        if !self.is_start(i) || !self.is_used(i) {
+            return None;
+        }
+        let mut j = i + 1;
+        while j < self.granules && self.is_used(j) && !self.is_start(j) {
+            j += 1;
+        }
+        Some(j - i)
+    }
+
+    /// True when granules `i..i+k` are all free (and inside the chunk).
+    pub fn is_free(&self, i: u32, k: u32) -> bool {
+        i.checked_add(k).is_some_and(|e| e <= self.granules) && (i..i + k).all(|g| !get(&self.used, g))
+    }
+
+    /// Marks `i..i+k` as one block. The caller checked they are free.
+    pub fn set(&mut self, i: u32, k: u32) {
+        debug_assert!(self.is_free(i, k) && k > 0);
+        for g in i..i + k {
+            self.used[(g / 64) as usize] |= 1 << (g % 64);
+        }
+        self.start[(i / 64) as usize] |= 1 << (i % 64);
+    }
+
+    /// Frees the block of `k` granules at `i` (its extent).
+    pub fn clear(&mut self, i: u32, k: u32) {
+        for g in i..(i + k).min(self.granules) {
+            self.used[(g / 64) as usize] &= !(1 << (g % 64));
+        }
+        self.start[(i / 64) as usize] &= !(1 << (i % 64));
+    }
+
+    /// Longest run of free granules.
+    pub fn longest_free(&self) -> u32 {
+        let (mut best, mut run) = (0u32, 0u32);
+        for i in 0..self.granules {
+            if get(&self.used, i) {
+                run = 0;
+            } else {
+                run += 1;
+                best = best.max(run);
+            }
+        }
+        best
+    }
+
+    /// Counts and shape, for `check`.
+    pub fn summary(&self) -> MapSummary {
+        let w = self.words();
+        let used = self.used[..w].iter().map(|x| x.count_ones()).sum();
+        let blocks = self.start[..w].iter().map(|x| x.count_ones()).sum();
+        let beyond = self.used[w..].iter().chain(&self.start[w..]).any(|&x| x != 0);
+        let subset = (0..w).all(|i| self.start[i] & !self.used[i] == 0);
+        // A used granule must belong to a block: the first used granule of
+        // each used run carries a start bit.
+        let mut orphan = false;
+        let mut prev_used = false;
+        for i in 0..self.granules {
+            let u = get(&self.used, i);
+            if u && !prev_used && !get(&self.start, i) {
+                orphan = true;
+            }
+            prev_used = u;
+        }
+        MapSummary { used, blocks, free_max: self.longest_free(), well_formed: !beyond && subset && !orphan }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_fit_skips_full_words_and_finds_runs_across_words() {
+        let mut sut = ChunkMap::empty(256);
+        sut.set(0, 64);
+        sut.set(64, 60);
+        assert_eq!(sut.find_free(4), Some(124));
+        assert_eq!(sut.find_free(70), Some(124));
+        assert_eq!(sut.find_free(133), None);
+        assert_eq!(sut.find_free(132), Some(124));
+        assert_eq!(sut.longest_free(), 132);
+    }
+
+    #[test]
+    fn adjacent_blocks_keep_their_extents() {
+        let mut sut = ChunkMap::empty(64);
+        sut.set(0, 3);
+        sut.set(3, 5);
+        sut.set(10, 1);
+        assert_eq!(sut.extent(0), Some(3));
+        assert_eq!(sut.extent(3), Some(5));
+        assert_eq!(sut.extent(10), Some(1));
+        assert_eq!(sut.extent(1), None, "not a block start");
+        assert_eq!(sut.extent(9), None, "free");
+        sut.clear(3, 5);
+        assert_eq!(sut.extent(0), Some(3));
+        assert!(sut.is_free(3, 7));
+        let s = sut.summary();
+        assert_eq!((s.used, s.blocks, s.free_max, s.well_formed), (4, 2, 53, true));
+    }
+
+    #[test]
+    fn summary_flags_bits_outside_blocks() {
+        let mut sut = ChunkMap::empty(64);
+        sut.used[0] = 0b110;
+        assert!(!sut.summary().well_formed, "used run without a start");
+        let mut sut = ChunkMap::empty(64);
+        sut.start[0] = 1;
+        assert!(!sut.summary().well_formed, "start on a free granule");
+        let mut sut = ChunkMap::empty(64);
+        sut.used[1] = 1;
+        sut.start[1] = 1;
+        assert!(!sut.summary().well_formed, "past the chunk");
+    }
+}

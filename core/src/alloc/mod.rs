@@ -1,0 +1,562 @@
+//! The shared allocator (TraCT §3.5): a global chunk bitmap hands chunks to
+//! nodes; a chunk is cut into granules and holds blocks of any size, each a
+//! run of granules. The state of record is in the region — chunk owner and
+//! kind, and per chunk a used map and a start map — so a block freed by
+//! another node, or left behind by a dead one, is never lost.
+//!
+//! Any size goes in any chunk of its kind, so freed space serves the next
+//! request whatever its size (a chunk per size would strand most of the
+//! region once sizes mix). KV chunks are shared by every node: a node fills
+//! its own chunks first, then takes a fresh one, then places the block in
+//! another node's chunk that has room. Raw chunks hold one node's
+//! allocations only (recovery reclaims a dead node's unrooted raw blocks by
+//! chunk). A block above a chunk takes a run of whole chunks.
+//!
+//! Locks: a chunk's maps change under its owner's heap lock (whoever
+//! allocates or frees there takes it); the bitmap and chunk ownership under
+//! the alloc lock. Order: heap before alloc, one heap at a time.
+
+pub mod map;
+
+use crate::coherence::{Coherence, Site};
+use crate::layout::{ChunkRecord, Layout, CHUNK_CONT, CHUNK_FREE, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW};
+use crate::node::{Node, HINTS};
+use crate::region::Store;
+use crate::{Error, Result};
+
+pub use map::ChunkMap;
+
+/// Chunk heads a KV allocation looks at, past its hints, before it reports
+/// the region full (the caller then evicts): bounds the search in regions of
+/// hundreds of thousands of chunks. A cursor per node rotates the window.
+const SCAN_LIMIT: u32 = 1024;
+
+/// What an allocation is for: payload of index entries, or raw bytes the
+/// application manages (named roots point at these).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// KV payload blocks (recovery reclaims those no entry references).
+    Kv,
+    /// Raw allocations (recovery reclaims a dead node's unless a root names them).
+    Raw,
+}
+
+impl Kind {
+    fn code(self) -> u32 {
+        match self {
+            Kind::Kv => CHUNK_KV,
+            Kind::Raw => CHUNK_RAW,
+        }
+    }
+}
+
+/// How a request is placed: a run of granules in one chunk, or whole chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// This many granules of one chunk.
+    Granules(u32),
+    /// This many whole chunks (a `CHUNK_LARGE` run).
+    Chunks(u32),
+}
+
+/// Where a request of `len` bytes goes. `InvalidArgument` for 0 bytes,
+/// `TooLarge` beyond the payload area.
+pub fn placement(layout: &Layout, len: u64) -> Result<Placement> {
+    if len == 0 {
+        return Err(Error::InvalidArgument);
+    }
+    let chunk = layout.chunk_size();
+    if len > chunk {
+        let chunks = len.div_ceil(chunk);
+        if chunks > layout.n_chunks as u64 {
+            return Err(Error::TooLarge);
+        }
+        return Ok(Placement::Chunks(chunks as u32));
+    }
+    Ok(Placement::Granules(len.div_ceil(layout.granule()) as u32))
+}
+
+/// Bytes a request of `len` bytes occupies (granules or chunks, rounded up).
+pub fn block_size(layout: &Layout, len: u64) -> Result<u64> {
+    Ok(match placement(layout, len)? {
+        Placement::Granules(k) => k as u64 * layout.granule(),
+        Placement::Chunks(k) => k as u64 * layout.chunk_size(),
+    })
+}
+
+/// Chunk index holding payload offset `off`, checked (`Corrupt` outside the
+/// payload area).
+pub fn chunk_of(layout: &Layout, off: u64) -> Result<u32> {
+    if !layout.payload.contains(off, 1) {
+        return Err(Error::Corrupt);
+    }
+    Ok(((off - layout.payload.start) >> layout.caps.chunk_shift) as u32)
+}
+
+/// Loads chunk `c`'s maps from this host's view, invalidating them first
+/// when `site` is given.
+pub fn read_map<C: Coherence>(st: &Store<C>, c: u32, site: Option<Site>) -> Result<ChunkMap> {
+    let l = &st.layout;
+    let w = l.map_words();
+    let off = l.chunk_map(c);
+    if let Some(site) = site {
+        st.co.invalidate(&st.region, off, 2 * w as u64 * 8, site)?;
+    }
+    let mut m = ChunkMap::empty(l.granules());
+    for i in 0..w {
+        m.used[i] = st.region.load_u64(off + 8 * i as u64)?;
+        m.start[i] = st.region.load_u64(off + 8 * (w + i) as u64)?;
+    }
+    Ok(m)
+}
+
+/// Stores words `lo..hi` of both of chunk `c`'s maps; flushes them when
+/// `site` is given (recovery writes without, and flushes the whole area).
+pub fn write_map<C: Coherence>(
+    st: &Store<C>,
+    c: u32,
+    m: &ChunkMap,
+    lo: usize,
+    hi: usize,
+    site: Option<Site>,
+) -> Result<()> {
+    let l = &st.layout;
+    let w = l.map_words();
+    let hi = hi.min(w);
+    if lo >= hi {
+        return Ok(());
+    }
+    let off = l.chunk_map(c);
+    for i in lo..hi {
+        st.region.store_u64(off + 8 * i as u64, m.used[i])?;
+        st.region.store_u64(off + 8 * (w + i) as u64, m.start[i])?;
+    }
+    if let Some(site) = site {
+        let n = (hi - lo) as u64 * 8;
+        st.co.flush(&st.region, off + 8 * lo as u64, n, site)?;
+        st.co.flush(&st.region, off + 8 * (w + lo) as u64, n, site)?;
+    }
+    Ok(())
+}
+
+/// Map words covering granules `i..i+k`.
+fn words_of(i: u32, k: u32) -> (usize, usize) {
+    ((i / 64) as usize, ((i + k).div_ceil(64)) as usize)
+}
+
+/// The block at `off` of chunk `c` (record `rec`, maps `m`): its first
+/// granule (0 for a run) and its bytes. `None` when no block starts there.
+pub fn block_of(layout: &Layout, c: u32, rec: &ChunkRecord, m: &ChunkMap, off: u64) -> Option<(u32, u64)> {
+    let base = layout.chunk_payload(c);
+    match rec.kind {
+        CHUNK_LARGE if off == base && rec.blocks == 1 => Some((0, rec.block_size)),
+        CHUNK_KV | CHUNK_RAW if off >= base && (off - base) % layout.granule() == 0 => {
+            let i = u32::try_from((off - base) / layout.granule()).ok()?;
+            m.extent(i).map(|k| (i, k as u64 * layout.granule()))
+        }
+        _ => None,
+    }
+}
+
+/// True if the chunk kind is one the allocator writes.
+pub fn kind_valid(kind: u32) -> bool {
+    matches!(kind, CHUNK_FREE | CHUNK_KV | CHUNK_RAW | CHUNK_LARGE | CHUNK_CONT)
+}
+
+impl<C: Coherence> Node<'_, C> {
+    /// Allocates `len` raw bytes of region payload for the application;
+    /// returns its offset. Publish it through a named root to keep it alive
+    /// across this node's death.
+    pub fn alloc(&self, len: u64) -> Result<u64> {
+        self.alloc_kind(len, Kind::Raw, false)
+    }
+
+    /// Frees a raw allocation (from [`Node::alloc`], by any node).
+    /// `InvalidArgument`, changing nothing, for any offset that is not the
+    /// start of a live raw allocation — a KV block's payload included.
+    pub fn free(&self, off: u64) -> Result<()> {
+        if chunk_of(&self.store.layout, off).is_err() {
+            return Err(Error::InvalidArgument);
+        }
+        self.free_block(off, Kind::Raw, false)
+    }
+
+    /// Frees the KV block at `off` (its entry is gone); caller holds the
+    /// stripe lock. A block that is not a KV block means the entry that
+    /// named it was damaged: `Corrupt`.
+    pub(crate) fn free_kv(&self, off: u64) -> Result<()> {
+        match self.free_block(off, Kind::Kv, true) {
+            Err(Error::InvalidArgument) => Err(Error::Corrupt),
+            r => r,
+        }
+    }
+
+    /// Allocates `len` bytes of the given kind. KV blocks are reclaimed by
+    /// recovery unless an index entry references them.
+    /// `nested`: the caller holds another lock (see `Node::with_lock_nested`).
+    ///
+    /// A block goes where it fits tightest, so large holes stay whole for
+    /// large blocks: among this node's recent chunks first; for KV, then
+    /// among every node's chunks (a window of them); only then in a fresh
+    /// chunk. Raw blocks stay in this node's own chunks.
+    pub(crate) fn alloc_kind(&self, len: u64, kind: Kind, nested: bool) -> Result<u64> {
+        let l = &self.store.layout;
+        let heap = l.locks().heap(self.id);
+        let k = match placement(l, len)? {
+            Placement::Chunks(k) => return self.with_lock_mode(heap, nested, || self.alloc_run(k, kind)),
+            Placement::Granules(k) => k,
+        };
+        let hints = *self.local.hints.lock();
+        let own = self.with_lock_mode(heap, nested, || {
+            let hinted = hints.iter().copied().filter(|&c| c < l.n_chunks);
+            if let Some(got) = self.take_tightest(hinted, k, kind)? {
+                return Ok(Some(got));
+            }
+            if kind == Kind::Raw {
+                // Raw blocks go in this node's chunks only: look at them all,
+                // then take a fresh one.
+                if let Some(got) = self.take_tightest(0..l.n_chunks, k, kind)? {
+                    return Ok(Some(got));
+                }
+                return self.take_fresh(k, kind);
+            }
+            Ok(None)
+        })?;
+        let got = match own {
+            Some(got) => Some(got),
+            None if kind == Kind::Kv && nested => match self.alloc_shared(k)? {
+                Some(got) => Some(got),
+                None => self.with_lock_nested(heap, || self.take_fresh(k, kind))?,
+            },
+            None if kind == Kind::Kv => self.with_lock_mode(heap, nested, || self.take_fresh(k, kind))?,
+            None => None,
+        };
+        match got {
+            Some((c, off)) => {
+                self.hint(c);
+                Ok(off)
+            }
+            None => Err(Error::OutOfSpace),
+        }
+    }
+
+    /// Among chunks `cs`, takes `k` granules of `kind` in the one of this
+    /// node's whose longest free run fits them tightest. Caller holds this
+    /// node's heap lock.
+    fn take_tightest(&self, cs: impl Iterator<Item = u32>, k: u32, kind: Kind) -> Result<Option<(u32, u64)>> {
+        let l = &self.store.layout;
+        let mut best: Option<(u32, u32, ChunkRecord)> = None;
+        for c in cs {
+            // SYNC: fresh record (writers: this heap lock's holders).
+            let rec: ChunkRecord = self.store.fresh(l.chunk(c), Site("alloc.own.rec"))?;
+            if self.fits(&rec, self.id, k, kind) && best.is_none_or(|(f, _, _)| rec.free_max < f) {
+                best = Some((rec.free_max, c, rec));
+            }
+        }
+        match best {
+            Some((_, c, rec)) => Ok(self.take_in(c, rec, k)?.map(|off| (c, off))),
+            None => Ok(None),
+        }
+    }
+
+    /// Takes a fresh chunk of `kind` and `k` granules at its start. Caller
+    /// holds this node's heap lock.
+    fn take_fresh(&self, k: u32, kind: Kind) -> Result<Option<(u32, u64)>> {
+        let l = &self.store.layout;
+        let Some(c) = self.with_lock_nested(l.locks().alloc(), || self.grab_chunks(1, kind))? else {
+            return Ok(None);
+        };
+        // Written just now by this thread, under the locks it still holds.
+        let rec: ChunkRecord = self.store.region.read(l.chunk(c))?;
+        Ok(self.take_in(c, rec, k)?.map(|off| (c, off)))
+    }
+
+    /// True when chunk record `rec` is `owner`'s, of `kind`, with `k` free
+    /// granules in a row.
+    fn fits(&self, rec: &ChunkRecord, owner: u32, k: u32, kind: Kind) -> bool {
+        rec.owner == owner + 1
+            && rec.kind == kind.code()
+            && rec.granules == self.store.layout.granules()
+            && rec.free_max >= k
+    }
+
+    /// Places `k` granules of KV payload in the KV chunk of any node whose
+    /// longest free run fits them tightest, among this node's hints and a
+    /// window of every chunk (the records are peeked at without a lock).
+    /// Each try takes that chunk owner's heap lock and reads the record
+    /// again; a lock that awaits repair is passed over. The caller holds a
+    /// lock.
+    fn alloc_shared(&self, k: u32) -> Result<Option<(u32, u64)>> {
+        let l = &self.store.layout;
+        let hints = *self.local.hints.lock();
+        let n = l.n_chunks;
+        let start = {
+            let mut cur = self.local.alloc_cursor.lock();
+            let v = *cur % n;
+            *cur = v.wrapping_add(SCAN_LIMIT.min(n)) % n;
+            v
+        };
+        let window = (0..SCAN_LIMIT.min(n)).map(|i| (start + i) % n);
+        // The tightest few, tried in order: a lost race moves on to the next.
+        const TRIES: usize = 4;
+        let mut cand = [(u32::MAX, u32::MAX, 0u32); TRIES];
+        for c in hints.iter().copied().filter(|&c| c < n).chain(window) {
+            // SYNC: a hint only (writer: the owner's heap-lock holders): the
+            // record is read again under the lock before anything is taken,
+            // so a stale copy costs a missed or a wasted try, never a
+            // wrong block.
+            let rec: ChunkRecord = self.store.fresh(l.chunk(c), Site("alloc.shared.hint"))?;
+            if rec.kind != CHUNK_KV || rec.free_max < k || rec.owner == 0 || rec.owner > l.caps.max_nodes {
+                continue;
+            }
+            if cand.iter().any(|&(_, x, _)| x == c) {
+                continue;
+            }
+            if let Some(worst) = (0..TRIES).max_by_key(|&i| cand[i].0) {
+                if rec.free_max < cand[worst].0 {
+                    cand[worst] = (rec.free_max, c, rec.owner - 1);
+                }
+            }
+        }
+        cand.sort_unstable();
+        for &(_, c, owner) in cand.iter().filter(|&&(f, _, _)| f != u32::MAX) {
+            let got = self.with_lock_nested(l.locks().heap(owner), || {
+                let rec: ChunkRecord = self.store.fresh(l.chunk(c), Site("alloc.shared.rec"))?;
+                if !self.fits(&rec, owner, k, Kind::Kv) {
+                    return Ok(None);
+                }
+                self.take_in(c, rec, k)
+            });
+            match got {
+                Ok(Some(off)) => return Ok(Some((c, off))),
+                Ok(None) | Err(Error::Recovering | Error::InvalidArgument) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Remembers chunk `c` as one to try first (it had or got room).
+    fn hint(&self, c: u32) {
+        let mut h = self.local.hints.lock();
+        if let Some(at) = h.iter().position(|&x| x == c) {
+            h[..=at].rotate_right(1);
+        } else {
+            h.rotate_right(1);
+            h[0] = c;
+        }
+    }
+
+    /// Frees the block at `off` (of `kind`), taking its chunk owner's heap
+    /// lock; `nested` when the caller holds another lock.
+    fn free_block(&self, off: u64, kind: Kind, nested: bool) -> Result<()> {
+        let l = &self.store.layout;
+        let c = chunk_of(l, off)?;
+        for _ in 0..4 {
+            // A hint from this host's copy, however stale: the owner's heap
+            // lock to take. The record read fresh under that lock decides
+            // (and refreshes the hint when it was wrong).
+            let mut rec: ChunkRecord = self.store.region.read(l.chunk(c))?;
+            let bad = |r: &ChunkRecord| r.owner == 0 || r.owner > l.caps.max_nodes || r.kind == CHUNK_CONT;
+            if bad(&rec) {
+                // SYNC: before refusing, a fresh look (writer: the owner's
+                // allocator, under its heap lock).
+                rec = self.store.fresh(l.chunk(c), Site("alloc.free.peek"))?;
+                if bad(&rec) {
+                    return Err(Error::InvalidArgument);
+                }
+            }
+            let owner = rec.owner - 1;
+            let done = self.with_lock_mode(l.locks().heap(owner), nested, || {
+                let rec: ChunkRecord = self.store.fresh(l.chunk(c), Site("alloc.free.rec"))?;
+                if rec.owner != owner + 1 {
+                    return Ok(false);
+                }
+                self.free_locked(c, rec, off, kind)?;
+                Ok(true)
+            })?;
+            if done {
+                if kind == Kind::Kv {
+                    self.hint(c);
+                }
+                return Ok(());
+            }
+        }
+        Err(Error::Busy)
+    }
+
+    /// Frees the block of `kind` at `off` in chunk `c` (record `rec`, read
+    /// fresh); caller holds the owner's heap lock. `InvalidArgument` when no
+    /// such block starts there.
+    pub(crate) fn free_locked(&self, c: u32, mut rec: ChunkRecord, off: u64, kind: Kind) -> Result<()> {
+        let l = &self.store.layout;
+        let base = l.chunk_payload(c);
+        match rec.kind {
+            CHUNK_LARGE => {
+                if off != base || rec.large_kind != kind.code() || rec.blocks != 1 {
+                    return Err(Error::InvalidArgument);
+                }
+                self.with_lock_nested(l.locks().alloc(), || self.release_chunks(c, rec.run.max(1)))
+            }
+            CHUNK_KV | CHUNK_RAW if rec.kind == kind.code() => {
+                let g = l.granule();
+                if off < base || (off - base) % g != 0 {
+                    return Err(Error::InvalidArgument);
+                }
+                let i = ((off - base) / g) as u32;
+                let mut m = read_map(self.store, c, Some(Site("alloc.free.map.read")))?;
+                let k = m.extent(i).ok_or(Error::InvalidArgument)?;
+                m.clear(i, k);
+                let (lo, hi) = words_of(i, k);
+                // SYNC: map words published under the heap lock (reader: the
+                // next allocator of the chunk, recovery, check).
+                write_map(self.store, c, &m, lo, hi, Some(Site("alloc.free.map")))?;
+                rec.used = rec.used.saturating_sub(k);
+                rec.blocks = rec.blocks.saturating_sub(1);
+                if rec.blocks == 0 {
+                    return self.with_lock_nested(l.locks().alloc(), || self.release_chunks(c, 1));
+                }
+                rec.free_max = m.longest_free();
+                // SYNC: record published under the heap lock.
+                self.store.publish(l.chunk(c), &rec, Site("alloc.free.publish"))
+            }
+            _ => Err(Error::InvalidArgument),
+        }
+    }
+
+    fn alloc_run(&self, k: u32, kind: Kind) -> Result<u64> {
+        let l = &self.store.layout;
+        match self.with_lock_nested(l.locks().alloc(), || self.grab_chunks(k, kind))? {
+            Some(c) => Ok(l.chunk_payload(c)),
+            None => Err(Error::OutOfSpace),
+        }
+    }
+
+    /// Takes `k` free granules of chunk `c`, whose record `rec` was just read
+    /// fresh and fits them. Caller holds the owner's heap lock.
+    fn take_in(&self, c: u32, mut rec: ChunkRecord, k: u32) -> Result<Option<u64>> {
+        let l = &self.store.layout;
+        let mut m = read_map(self.store, c, Some(Site("alloc.take.map.read")))?;
+        let Some(i) = m.find_free(k) else {
+            // The record promised room the maps do not have.
+            return Err(Error::Corrupt);
+        };
+        m.set(i, k);
+        let (lo, hi) = words_of(i, k);
+        // SYNC: map words published under the heap lock (reader: free,
+        // recovery, check).
+        write_map(self.store, c, &m, lo, hi, Some(Site("alloc.take.map")))?;
+        rec.used += k;
+        rec.blocks += 1;
+        rec.free_max = m.longest_free();
+        // SYNC: record published under the heap lock (reader: free, recovery).
+        self.store.publish(l.chunk(c), &rec, Site("alloc.take.publish"))?;
+        Ok(Some(l.chunk_payload(c) + i as u64 * l.granule()))
+    }
+
+    /// Finds `k` contiguous free chunks and marks them this node's: one chunk
+    /// of `kind` cut into granules (`k` = 1), or a run holding one block.
+    /// Caller holds alloc.
+    fn grab_chunks(&self, k: u32, kind: Kind) -> Result<Option<u32>> {
+        let l = &self.store.layout;
+        let words = l.n_chunks.div_ceil(64);
+        self.store.co.invalidate(
+            &self.store.region,
+            l.chunk_bitmap.start,
+            words as u64 * 8,
+            Site("alloc.bitmap.read"),
+        )?;
+        let mut run = 0u32;
+        let mut c = 0u32;
+        while c < l.n_chunks {
+            let w = self.store.region.load_u64(l.chunk_bitmap.start + (c / 64) as u64 * 8)?;
+            if c % 64 == 0 && w == u64::MAX {
+                run = 0;
+                c += 64;
+                continue;
+            }
+            if w & (1 << (c % 64)) == 0 {
+                run += 1;
+                if run == k {
+                    let first = c + 1 - k;
+                    self.mark_chunks(first, k, kind)?;
+                    return Ok(Some(first));
+                }
+            } else {
+                run = 0;
+            }
+            c += 1;
+        }
+        Ok(None)
+    }
+
+    /// Writes the records of newly taken chunks `first..first+k`: one chunk
+    /// cut into granules (`k` = 1; a run always spans two chunks or more), or
+    /// a run. Their maps are empty already: a free chunk's maps always are.
+    fn mark_chunks(&self, first: u32, k: u32, kind: Kind) -> Result<()> {
+        let l = &self.store.layout;
+        for j in 0..k {
+            let c = first + j;
+            let owner = self.id + 1;
+            let rec = if k == 1 {
+                ChunkRecord {
+                    owner,
+                    kind: kind.code(),
+                    run: 1,
+                    free_max: l.granules(),
+                    granules: l.granules(),
+                    ..ChunkRecord::default()
+                }
+            } else if j == 0 {
+                ChunkRecord {
+                    owner,
+                    kind: CHUNK_LARGE,
+                    run: k,
+                    large_kind: kind.code(),
+                    used: l.granules(),
+                    blocks: 1,
+                    block_size: k as u64 * l.chunk_size(),
+                    ..ChunkRecord::default()
+                }
+            } else {
+                ChunkRecord { owner, kind: CHUNK_CONT, run: first, ..ChunkRecord::default() }
+            };
+            self.store.publish(l.chunk(c), &rec, Site("alloc.chunk.claim"))?;
+            set_bitmap(self.store, c, true)?;
+        }
+        Ok(())
+    }
+
+    /// Returns chunks `c..c+k` to the global bitmap (their maps are empty).
+    /// Caller holds alloc.
+    pub(crate) fn release_chunks(&self, c: u32, k: u32) -> Result<()> {
+        let l = &self.store.layout;
+        for j in 0..k {
+            if c + j >= l.n_chunks {
+                return Err(Error::Corrupt);
+            }
+            self.store.publish(l.chunk(c + j), &ChunkRecord::default(), Site("alloc.chunk.release"))?;
+            set_bitmap(self.store, c + j, false)?;
+        }
+        Ok(())
+    }
+}
+
+/// Sets or clears chunk `c`'s bit in the global bitmap and flushes its line.
+/// Caller holds the alloc lock.
+pub(crate) fn set_bitmap<C: Coherence>(store: &Store<C>, c: u32, used: bool) -> Result<()> {
+    let off = store.layout.chunk_bitmap.start + (c / 64) as u64 * 8;
+    store.co.invalidate(&store.region, off, 8, Site("alloc.bitmap.rmw"))?;
+    let mut w = store.region.load_u64(off)?;
+    if used {
+        w |= 1 << (c % 64);
+    } else {
+        w &= !(1 << (c % 64));
+    }
+    store.region.store_u64(off, w)?;
+    // SYNC: bitmap word published under the alloc lock.
+    store.co.flush(&store.region, off, 8, Site("alloc.bitmap.publish"))
+}
+
+/// Allocation hint count (re-exported for tests).
+pub const HINT_COUNT: usize = HINTS;
