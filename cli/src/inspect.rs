@@ -6,14 +6,14 @@ use cxlkv_core::layout::{
     SLOT_LOCKED, SLOT_WAITING,
 };
 use cxlkv_core::region::Store;
-use cxlkv_platform::host::{host_id, pid_alive};
+use cxlkv_platform::host::{pid_alive, Locality};
 use cxlkv_platform::size::human;
 use serde_json::{json, Value};
 
 /// Builds the inspection report of `store`.
 pub fn report<C: Coherence>(store: &Store<C>) -> cxlkv_core::Result<Value> {
     let l = &store.layout;
-    let me = host_id();
+    let me = Locality::here();
     let mut nodes = Vec::new();
     for n in 0..l.caps.max_nodes {
         let info: NodeInfo = store.fresh_state_first(l.node_info(n), cxlkv_core::coherence::Site("cli.inspect"))?;
@@ -24,8 +24,9 @@ pub fn report<C: Coherence>(store: &Store<C>) -> cxlkv_core::Result<Value> {
         let st: NodeStats = store.region.read(l.node_stats(n))?;
         let liveness = match info.state {
             NODE_DEAD => "dead (recovery pending)",
-            NODE_ALIVE if info.host_id == me && !pid_alive(info.pid) => "gone (process exited)",
-            NODE_ALIVE if info.host_id == me => "alive",
+            NODE_ALIVE if me.can_probe(&info) && !pid_alive(info.pid) => "gone (process exited)",
+            NODE_ALIVE if me.can_probe(&info) => "alive",
+            NODE_ALIVE if info.host_id == me.host => "alive (this host, another PID namespace)",
             NODE_ALIVE => "alive (remote host)",
             _ => "unknown",
         };

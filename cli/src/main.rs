@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use args::{Args, Usage};
 use cxlkv_core::layout::Capacities;
-use cxlkv_platform::cache::check_store;
+use cxlkv_platform::cache::{check_store, stranded};
 use cxlkv_platform::{Cache, Flush, FlushMode, Mapping, Options};
 use serde_json::json;
 
@@ -48,6 +48,10 @@ fn run(argv: &[String]) -> ExitCode {
         eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
+    if rest.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let r = match cmd.as_str() {
         "format" => cmd_format(rest),
         "inspect" => cmd_inspect(rest),
@@ -220,20 +224,31 @@ fn cmd_check(raw: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match check_store(&store) {
-        Ok(f) => {
+    match check_store(&store).and_then(|f| Ok((f, stranded(&store)?))) {
+        Ok((f, gone)) => {
+            let clean = f.is_empty() && gone.is_empty();
             if a.flag("json") {
                 let list: Vec<_> = f.iter().map(|x| json!({"kind": x.kind.as_str(), "a": x.a, "b": x.b})).collect();
-                println!("{}", json!({"ok": f.is_empty(), "findings": list}));
-            } else if f.is_empty() {
+                let gone: Vec<_> = gone
+                    .iter()
+                    .map(|g| {
+                        json!({"node": g.node, "pid": g.pid, "declared_dead": g.declared_dead, "locks": g.locks,
+                            "pins": g.pins, "reservations": g.reservations})
+                    })
+                    .collect();
+                println!("{}", json!({"ok": clean, "findings": list, "stranded": gone}));
+            } else if clean {
                 println!("clean");
             } else {
                 for x in &f {
                     println!("{x}");
                 }
-                println!("{} findings", f.len());
+                for g in &gone {
+                    println!("{g}");
+                }
+                println!("{} findings, {} node(s) awaiting recovery", f.len(), gone.len());
             }
-            if f.is_empty() {
+            if clean {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)

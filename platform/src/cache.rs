@@ -22,8 +22,8 @@ use cxlkv_core::region::{attach, format, NodeEnv, Store};
 
 use crate::flush::{Flush, FlushMode};
 use crate::gpu::{CudaPath, GpuState};
-use crate::host::{host_id, pid_alive, random_u64};
-use crate::local::LocalTier;
+use crate::host::{pid_alive, random_u64, Locality};
+use crate::local::{LocalTier, Owner};
 use crate::map::Mapping;
 use crate::{Error, Result};
 
@@ -69,7 +69,7 @@ struct Inner {
     tier: LocalTier,
     id: u32,
     nonce: u64,
-    host: u64,
+    here: Locality,
     opts: Options,
     start: Instant,
     stop: AtomicBool,
@@ -89,10 +89,10 @@ thread_local! {
 
 impl NodeEnv for Inner {
     fn local_lock(&self, lock: u32) -> cxlkv_core::Result<()> {
-        self.tier.lock_within(lock, self.opts.lock_timeout)
+        self.tier.lock_within(lock, self.owner(), self.opts.lock_timeout, &|node, nonce| self.node_gone(node, nonce))
     }
     fn local_unlock(&self, lock: u32) {
-        self.tier.unlock(lock);
+        self.tier.unlock(lock, self.owner());
     }
     fn wait(&self, iteration: u32) -> cxlkv_core::Result<()> {
         if self.fenced.load(Ordering::Relaxed) {
@@ -129,14 +129,35 @@ impl NodeEnv for Inner {
 }
 
 impl Inner {
+    /// This node as an owner of host-local locks.
+    fn owner(&self) -> Owner {
+        Owner { node: Some(self.id), nonce: self.nonce }
+    }
+
+    /// True when node `node` is no longer the attachment whose nonce ends in
+    /// `nonce` (declared dead, freed, or attached anew): a host-local lock it
+    /// holds is stranded.
+    fn node_gone(&self, node: u32, nonce: u16) -> bool {
+        let st = &self.store;
+        if node >= st.layout.caps.max_nodes {
+            return false;
+        }
+        st.fresh_state_first::<NodeInfo>(st.layout.node_info(node), Site("platform.local.owner"))
+            .is_ok_and(|i| i.state != NODE_ALIVE || i.nonce as u16 != nonce)
+    }
+
     fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
     }
 
     fn step(&self, m: &mut Manager) -> cxlkv_core::Result<StepReport> {
-        let host = self.host;
+        let here = self.here;
+        // A pid is probed only where it means something (same host, same PID
+        // namespace); elsewhere the heartbeat alone decides. A process that
+        // exists but whose heartbeat stopped (stopped by a signal, frozen)
+        // is declared dead by its silence all the same.
         let probe = move |_n: u32, info: &NodeInfo| {
-            (info.host_id == host && info.state == NODE_ALIVE).then(|| pid_alive(info.pid))
+            (here.can_probe(info) && info.state == NODE_ALIVE).then(|| pid_alive(info.pid))
         };
         let cfg =
             LeaseConfig { lease: self.opts.lease.as_millis() as u64, settle: self.opts.settle.as_millis() as u64 };
@@ -156,7 +177,7 @@ impl Inner {
         let mut n_buried = 0;
         for n in (0..st.layout.caps.max_nodes).filter(|&n| n != self.id) {
             let info: NodeInfo = st.fresh_state_first(st.layout.node_info(n), Site("platform.sibling.info"))?;
-            if info.state == NODE_ALIVE && info.host_id == self.host && !pid_alive(info.pid) && bury(st, n)? {
+            if info.state == NODE_ALIVE && self.here.can_probe(&info) && !pid_alive(info.pid) && bury(st, n)? {
                 n_buried += 1;
             }
         }
@@ -165,6 +186,16 @@ impl Inner {
 
     fn node(&self) -> Node<'_, Flush> {
         Node::attached(&self.store, self.id, self, &self.local)
+    }
+
+    /// True when another node of this host and PID namespace is attached
+    /// with its process alive (it may use the host-local tier file).
+    fn local_peers(&self) -> bool {
+        let st = &self.store;
+        (0..st.layout.caps.max_nodes).filter(|&n| n != self.id).any(|n| {
+            st.fresh_state_first::<NodeInfo>(st.layout.node_info(n), Site("platform.peers.info"))
+                .is_ok_and(|i| i.state == NODE_ALIVE && self.here.can_probe(&i) && pid_alive(i.pid))
+        })
     }
 }
 
@@ -290,17 +321,18 @@ impl Cache {
         let store = attach(map.region(), co)?;
         let tier = LocalTier::open(&opts.local_dir, store.creation_id, store.layout.n_locks)?;
         let nonce = random_u64();
-        let host = host_id();
+        let here = Locality::here();
         let who = Identity {
             pid: std::process::id(),
-            host_id: host,
+            host_id: here.host,
+            pid_ns: here.pid_ns,
             nonce,
             now: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         };
         // Attaches of one host are serialised on the tier's extra lock.
-        tier.lock(tier.attach_lock());
+        tier.lock(tier.attach_lock(), Owner::NONE);
         let id = attach_node(&store, opts.node, who);
-        tier.unlock(tier.attach_lock());
+        tier.unlock(tier.attach_lock(), Owner::NONE);
         let id = id?;
         let inner = Arc::new(Inner {
             store,
@@ -308,7 +340,7 @@ impl Cache {
             tier,
             id,
             nonce,
-            host,
+            here,
             mgr: Mutex::new(Manager::new(id)),
             opts,
             start: Instant::now(),
@@ -541,8 +573,19 @@ impl Cache {
     }
 
     /// Stops the thread and detaches (drops every pin this node holds).
+    ///
+    /// A node that holds an application lock cannot detach (the lock would
+    /// be stranded): check [`Cache::held_app_lock`] first. Closed anyway,
+    /// it fails with `Busy` and stays attached without a heartbeat, until
+    /// its lease passes and it is declared dead and recovered (its locks
+    /// revoked and repaired), as a crashed one is.
     pub fn close(mut self) -> Result<()> {
         self.shutdown()
+    }
+
+    /// The first application lock this node holds, if any.
+    pub fn held_app_lock(&self) -> Result<Option<u32>> {
+        Ok(self.node().held_app_lock()?)
     }
 
     fn shutdown(&mut self) -> Result<()> {
@@ -561,6 +604,9 @@ impl Cache {
         let r = self.node().detach();
         if let Ok(mut m) = self.inner.mgr.lock() {
             let _ = m.resign(&self.inner.store);
+        }
+        if r.is_ok() && !self.inner.local_peers() {
+            self.inner.tier.remove();
         }
         Ok(r?)
     }
@@ -582,6 +628,78 @@ fn backoff(i: u32) {
     } else {
         std::thread::sleep(Duration::from_micros(50));
     }
+}
+
+/// A node whose process is gone (or that was declared dead) and what it
+/// still holds: a recovery reclaims all of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stranded {
+    /// Node id.
+    pub node: u32,
+    /// Its process id (in its own PID namespace).
+    pub pid: u32,
+    /// Declared dead already (else: attached, its process gone from this host).
+    pub declared_dead: bool,
+    /// Locks it holds.
+    pub locks: u32,
+    /// Published blocks it pins.
+    pub pins: u32,
+    /// Blocks it reserved and never published.
+    pub reservations: u32,
+}
+
+impl core::fmt::Display for Stranded {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let what = if self.declared_dead { "was declared dead" } else { "is attached but its process is gone" };
+        write!(
+            f,
+            "node {} (pid {}) {what}: it holds {} lock(s), {} pin(s), {} reservation(s); `cxlkv recover` reclaims them",
+            self.node, self.pid, self.locks, self.pins, self.reservations
+        )
+    }
+}
+
+/// The nodes whose process is gone from this host (same PID namespace) or
+/// that were declared dead, with what they hold: what `check` alone calls
+/// clean until the manager notices, and a recovery reclaims.
+pub fn stranded<C: cxlkv_core::coherence::Coherence>(store: &Store<C>) -> Result<Vec<Stranded>> {
+    use cxlkv_core::layout::{state, Entry, LockSlot, SLOT_LOCKED};
+    let l = &store.layout;
+    let here = Locality::here();
+    let mut out = Vec::new();
+    for n in 0..l.caps.max_nodes {
+        let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("platform.stranded.info"))?;
+        let gone = info.state == NODE_ALIVE && here.can_probe(&info) && !pid_alive(info.pid);
+        if !gone && info.state != NODE_DEAD {
+            continue;
+        }
+        let mut s = Stranded {
+            node: n,
+            pid: info.pid,
+            declared_dead: info.state == NODE_DEAD,
+            locks: 0,
+            pins: 0,
+            reservations: 0,
+        };
+        for lock in 0..l.n_locks {
+            let slot: LockSlot = store.fresh(l.lock_slot(lock, n), Site("platform.stranded.slot"))?;
+            s.locks += (slot.state == SLOT_LOCKED) as u32;
+        }
+        for st in 0..l.caps.n_stripes {
+            for e in 0..l.caps.entries_per_stripe {
+                let ent: Entry = store.fresh(l.entry(st, e), Site("platform.stranded.entry"))?;
+                if ent.pinners & (1 << n) != 0 {
+                    match ent.state {
+                        state::READY => s.pins += 1,
+                        state::WRITING => s.reservations += 1,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        out.push(s);
+    }
+    Ok(out)
 }
 
 /// Runs `check` over a store and collects the findings.

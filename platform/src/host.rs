@@ -11,6 +11,41 @@ pub fn host_id() -> u64 {
     h | 1
 }
 
+/// This process's PID namespace: a hash of the device and inode of
+/// `/proc/self/ns/pid` (0 when it cannot be read). Two processes of one host
+/// in different containers see different pid spaces: a pid recorded by one
+/// means nothing to the other.
+pub fn pid_ns() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata("/proc/self/ns/pid") {
+        Ok(m) => cxlkv_core::hash::mix64(m.dev() ^ m.ino().rotate_left(32)) | 1,
+        Err(_) => 0,
+    }
+}
+
+/// Who this process is, as other nodes' info lines name theirs: can it probe
+/// their pids?
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Locality {
+    /// [`host_id`].
+    pub host: u64,
+    /// [`pid_ns`].
+    pub pid_ns: u64,
+}
+
+impl Locality {
+    /// This process's.
+    pub fn here() -> Locality {
+        Locality { host: host_id(), pid_ns: pid_ns() }
+    }
+
+    /// True when node `info`'s pid can be probed from here: same host and
+    /// same (known) PID namespace. Otherwise only its heartbeat tells.
+    pub fn can_probe(&self, info: &cxlkv_core::layout::NodeInfo) -> bool {
+        info.host_id == self.host && self.pid_ns != 0 && info.pid_ns == self.pid_ns
+    }
+}
+
 /// True if a process (or thread) with id `pid` runs on this host. A zombie
 /// (killed, not yet reaped by its parent) is dead: it will never release
 /// anything it held.

@@ -1,19 +1,46 @@
 //! The host-local lock tier (TraCT §3.3): one lock word per global lock, in a
-//! small shared file in /dev/shm named after the region's creation id, so all
-//! processes of a host serialise there and at most one node per host contends
-//! for each global lock.
+//! small shared file in /dev/shm named after the region's creation id (and
+//! the PID namespace), so the processes of a host serialise there and at most
+//! one node per host contends for each global lock.
 //!
-//! A lock word holds the owner's thread id. A waiter that finds the owner
-//! gone (killed) takes the lock over, so a SIGKILLed process never wedges its
-//! host.
+//! A lock word names its owner: thread id, node and a few bits of the
+//! node's nonce. A waiter takes the lock over when the owner is gone: its
+//! thread no longer exists (a SIGKILLed process), or its node is no longer
+//! the one attached (declared dead by its silence — a stopped process — and
+//! recovered). So neither a killed nor a stopped process wedges its host.
 #![allow(clippy::disallowed_types)] // host memory, not region memory: plain atomics are right here
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 use std::path::PathBuf;
 
 use crate::host::{pid_alive, tid};
 use crate::map::Mapping;
 use crate::Result;
+
+/// Who holds (or asks for) a host-local lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// Node id, or `None` before the node exists (attach).
+    pub node: Option<u32>,
+    /// The node's nonce (its low 16 bits are kept in the word).
+    pub nonce: u64,
+}
+
+impl Owner {
+    /// An owner that is no node yet (serialising attaches).
+    pub const NONE: Owner = Owner { node: None, nonce: 0 };
+
+    fn word(&self, tid: u32) -> u64 {
+        let node = self.node.map_or(0, |n| n as u64 + 1) & 0xffff;
+        tid as u64 | node << 32 | (self.nonce & 0xffff) << 48
+    }
+}
+
+/// Splits a lock word: (thread id, node, nonce bits).
+fn unpack(w: u64) -> (u32, Option<u32>, u16) {
+    let node = ((w >> 32) & 0xffff) as u32;
+    (w as u32, node.checked_sub(1), (w >> 48) as u16)
+}
 
 /// The host-local lock words of one region.
 pub struct LocalTier {
@@ -26,9 +53,13 @@ const STRIDE: usize = 64;
 
 impl LocalTier {
     /// Opens (creating if needed) the tier for region `creation_id` with `n`
-    /// locks, under `dir` (normally /dev/shm).
+    /// locks, under `dir` (normally /dev/shm). One file per PID namespace:
+    /// a lock word names its owner by thread id, which only its namespace
+    /// can probe (processes of other containers contend on the global tier,
+    /// which stays exact: each node has its own slot).
     pub fn open(dir: &std::path::Path, creation_id: u64, n: u32) -> Result<LocalTier> {
-        let path = dir.join(format!("cxlkv-local-{creation_id:016x}"));
+        let ns = crate::host::pid_ns() as u32;
+        let path = dir.join(format!("cxlkv-local-{creation_id:016x}-{ns:08x}"));
         let want = (n as u64 + 1) * STRIDE as u64;
         let map = match Mapping::open_file(&path) {
             Ok(m) if m.len() as u64 >= want => m,
@@ -55,37 +86,49 @@ impl LocalTier {
         Ok(LocalTier { map, n, path })
     }
 
-    fn word(&self, id: u32) -> &AtomicU32 {
+    fn word(&self, id: u32) -> &AtomicU64 {
         let i = id.min(self.n) as usize;
         let p = self.map.region().base().wrapping_add(i * STRIDE);
         // SAFETY: `p` is inside the mapping (i ≤ n; the file holds n+1 lines) and
-        // 4-aligned (page-aligned base, 64-byte stride); the mapping lives as long
+        // 8-aligned (page-aligned base, 64-byte stride); the mapping lives as long
         // as `self`; every process accesses these words only atomically.
-        unsafe { AtomicU32::from_ptr(p.cast::<u32>()) }
+        unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }
     }
 
-    /// Takes lock `id` (ids ≥ n share the last word, used for attach).
-    pub fn lock(&self, id: u32) {
-        while self.lock_within(id, std::time::Duration::MAX).is_err() {}
+    /// Takes lock `id` for `who` (ids ≥ n share the last word, used for
+    /// attach), however long it takes.
+    pub fn lock(&self, id: u32, who: Owner) {
+        while self.lock_within(id, who, std::time::Duration::MAX, &|_, _| false).is_err() {}
     }
 
-    /// Takes lock `id`, giving up after `timeout` (`Timeout`). `Busy` at once
-    /// when the calling thread holds it already: that wait could never end.
-    pub fn lock_within(&self, id: u32, timeout: std::time::Duration) -> cxlkv_core::Result<()> {
+    /// Takes lock `id` for `who`, giving up after `timeout` (`Timeout`).
+    /// `Busy` at once when the calling thread holds it already: that wait
+    /// could never end. `gone(node, nonce bits)` tells whether the owner's
+    /// node is no longer attached (declared dead, recovered): its lock is
+    /// taken over, as a dead thread's is.
+    pub fn lock_within(
+        &self,
+        id: u32,
+        who: Owner,
+        timeout: std::time::Duration,
+        gone: &dyn Fn(u32, u16) -> bool,
+    ) -> cxlkv_core::Result<()> {
         let w = self.word(id);
-        let me = tid();
+        let me = who.word(tid());
         let start = std::time::Instant::now();
         let mut spins = 0u32;
         loop {
             let cur = w.load(Ordering::Relaxed);
+            let (owner_tid, owner_node, owner_nonce) = unpack(cur);
             if cur == 0 {
                 if w.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                     return Ok(());
                 }
-            } else if cur == me {
+            } else if owner_tid == me as u32 {
                 return Err(cxlkv_core::Error::Busy);
-            } else if spins % 64 == 63 && !pid_alive(cur) {
-                // The owner died holding the lock: take it over.
+            } else if spins % 64 == 63 && (!pid_alive(owner_tid) || owner_node.is_some_and(|n| gone(n, owner_nonce))) {
+                // The owner died, or its node did (it stopped and was declared
+                // dead): take the lock over.
                 if w.compare_exchange(cur, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                     return Ok(());
                 }
@@ -104,10 +147,10 @@ impl LocalTier {
         }
     }
 
-    /// Releases lock `id`.
-    pub fn unlock(&self, id: u32) {
+    /// Releases lock `id` if `who`, on this thread, holds it.
+    pub fn unlock(&self, id: u32, who: Owner) {
         let w = self.word(id);
-        let me = tid();
+        let me = who.word(tid());
         let _ = w.compare_exchange(me, 0, Ordering::Release, Ordering::Relaxed);
     }
 
@@ -119,6 +162,14 @@ impl LocalTier {
     /// Path of the backing file.
     pub fn path(&self) -> &std::path::Path {
         &self.path
+    }
+
+    /// Removes the backing file (the mapping stays valid for whoever holds
+    /// it). For the last node of this host and namespace to leave: a node
+    /// attaching meanwhile makes a new file, which costs only the host-local
+    /// batching between it and a process that still maps the old one.
+    pub fn remove(&self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -138,14 +189,14 @@ mod tests {
             let (sut, counter) = (sut.clone(), counter.clone());
             hs.push(std::thread::spawn(move || {
                 for _ in 0..200 {
-                    sut.lock(1);
+                    sut.lock(1, Owner::NONE);
                     {
                         let mut c = counter.lock().unwrap();
                         c.0 += 1;
                         c.1 = c.1.max(c.0);
                     }
                     counter.lock().unwrap().0 -= 1;
-                    sut.unlock(1);
+                    sut.unlock(1, Owner::NONE);
                 }
             }));
         }
@@ -162,9 +213,36 @@ mod tests {
         let id = crate::host::random_u64();
         let sut = Arc::new(LocalTier::open(&dir, id, 2).unwrap());
         let s2 = sut.clone();
-        std::thread::spawn(move || s2.lock(0)).join().unwrap();
-        sut.lock(0); // the holder thread has exited
-        sut.unlock(0);
+        std::thread::spawn(move || s2.lock(0, Owner::NONE)).join().unwrap();
+        sut.lock(0, Owner::NONE); // the holder thread has exited
+        sut.unlock(0, Owner::NONE);
+        let _ = std::fs::remove_file(sut.path());
+    }
+
+    #[test]
+    fn lock_of_a_node_that_is_gone_is_taken_over_though_its_thread_lives() {
+        let dir = std::env::temp_dir();
+        let id = crate::host::random_u64();
+        let sut = Arc::new(LocalTier::open(&dir, id, 2).unwrap());
+        let s2 = sut.clone();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (held_tx, held) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            s2.lock(1, Owner { node: Some(3), nonce: 0xabcd_1234 });
+            let _ = held_tx.send(());
+            let _ = rx.recv();
+        });
+        held.recv().unwrap();
+        let me = Owner { node: Some(4), nonce: 9 };
+        let short = std::time::Duration::from_millis(200);
+        let alive = |_: u32, _: u16| false;
+        assert_eq!(sut.lock_within(1, me, short, &alive), Err(cxlkv_core::Error::Timeout));
+        let gone = |n: u32, nonce: u16| n == 3 && nonce == 0x1234;
+        assert_eq!(sut.lock_within(1, me, short, &gone), Ok(()));
+        assert_eq!(sut.lock_within(1, me, short, &gone), Err(cxlkv_core::Error::Busy), "held by this thread");
+        sut.unlock(1, me);
+        tx.send(()).unwrap();
+        holder.join().unwrap();
         let _ = std::fs::remove_file(sut.path());
     }
 }

@@ -7,6 +7,12 @@
 //! `cxlkv-test-worker hold PATH`: publishes, pins, reserves and takes a lock,
 //! prints `ready`, and sleeps until killed.
 //!
+//! `cxlkv-test-worker hold-for PATH MILLIS`: attaches (lease from
+//! `CXLKV_TEST_LEASE_MS`), publishes and pins blocks, reserves one, takes an
+//! application lock, prints `ready <pid> <lock>`, sleeps MILLIS (it may be
+//! stopped meanwhile), then releases, aborts, unlocks and detaches, and
+//! prints one JSON line with each result ("ok" or the error).
+//!
 //! `cxlkv-test-worker hostile PATH SEED MILLIS`: a hostile peer: maps the
 //! region and writes random bytes over its metadata (past the header) for
 //! MILLIS milliseconds; prints how many words it wrote.
@@ -37,6 +43,7 @@ fn main() {
             mixed(Path::new(&a[2]), a[3].parse().unwrap_or(1), a[4].parse().unwrap_or(100))
         }
         Some("hold") if a.len() == 3 => hold(Path::new(&a[2])),
+        Some("hold-for") if a.len() == 4 => hold_for(Path::new(&a[2]), a[3].parse().unwrap_or(1000)),
         Some(m @ ("hostile" | "tolerant")) if a.len() == 5 => {
             let (seed, ms) = (a[3].parse().unwrap_or(1), a[4].parse().unwrap_or(1000));
             let until = std::time::Instant::now() + Duration::from_millis(ms);
@@ -48,13 +55,37 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: cxlkv-test-worker mixed PATH SEED OPS | hold PATH | hostile PATH SEED MILLIS | tolerant PATH SEED MILLIS"
+                "usage: cxlkv-test-worker mixed PATH SEED OPS | hold PATH | hold-for PATH MILLIS | hostile PATH SEED MILLIS | tolerant PATH SEED MILLIS"
             );
             2
         }
     };
     std::process::exit(code);
 }
+
+/// What `mixed` does for each draw of `(x >> 32) % 20`.
+const OP_NAMES: [&str; 20] = [
+    "publish",
+    "publish",
+    "publish",
+    "publish",
+    "publish",
+    "publish",
+    "publish",
+    "publish",
+    "acquire+read+release",
+    "acquire+read+release",
+    "acquire+read+release",
+    "acquire+read+release",
+    "acquire+read+release",
+    "acquire+read+release",
+    "get",
+    "get",
+    "get",
+    "get",
+    "lookup",
+    "evict",
+];
 
 fn publish(c: &Cache, i: u64, buf: &mut Vec<u8>) -> Result<bool, Error> {
     let k = key(i);
@@ -73,6 +104,7 @@ fn publish(c: &Cache, i: u64, buf: &mut Vec<u8>) -> Result<bool, Error> {
 }
 
 fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
+    let _ = writeln!(std::io::stderr(), "at attach");
     let c = match Cache::open(path, opts()) {
         Ok(c) => c,
         Err(e) => {
@@ -85,10 +117,14 @@ fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
     let mut buf = Vec::new();
     let mut rd = vec![0u8; 80 << 10];
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    for _ in 0..ops {
+    for n in 0..ops {
         x = mix64(x);
         let i = x % keyspace;
-        match (x >> 32) % 20 {
+        let op = (x >> 32) % 20;
+        // Where this worker is, for the crash loop's hang reports (stderr is
+        // a pipe it drains; a closed one is ignored).
+        let _ = writeln!(std::io::stderr(), "at op {n}: {} key {i}", OP_NAMES[op as usize]);
+        match op {
             0..=7 => match publish(&c, i, &mut buf) {
                 Ok(true) => published += 1,
                 Ok(false) => exists += 1,
@@ -151,7 +187,9 @@ fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
         std::io::stdout(),
         "{{\"published\":{published},\"exists\":{exists},\"pinned\":{pinned},\"got\":{got},\"misses\":{misses},\"evictions\":{ev},\"verify_failures\":{bad},\"errors\":{errors}}}"
     );
+    let _ = writeln!(std::io::stderr(), "at close (detach)");
     let closed = c.close();
+    let _ = writeln!(std::io::stderr(), "closed: {closed:?}");
     if bad > 0 || errors > 0 || closed.is_err() {
         1
     } else {
@@ -186,6 +224,47 @@ fn hold(path: &Path) -> i32 {
     loop {
         std::thread::sleep(Duration::from_secs(1));
     }
+}
+
+fn hold_for(path: &Path, millis: u64) -> i32 {
+    let lease = std::env::var("CXLKV_TEST_LEASE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let o =
+        Options { lease: Duration::from_millis(lease), lock_timeout: Duration::from_secs(20), ..Options::default() };
+    let c = match Cache::open(path, o) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("attach: {e}");
+            return 3;
+        }
+    };
+    let mut buf = Vec::new();
+    let keys: Vec<_> = (4000..4004).map(key).collect();
+    for i in 4000..4004 {
+        if publish(&c, i, &mut buf).is_err() {
+            return 4;
+        }
+    }
+    let mut out = vec![Err(Error::InvalidArgument); keys.len()];
+    if c.node().acquire(NS, &keys, &mut out) != Ok(keys.len()) {
+        return 5;
+    }
+    let pins: Vec<_> = out.iter().filter_map(|r| r.ok()).collect();
+    let Ok(w) = c.node().reserve(NS, key(4100), 4096, 16) else { return 6 };
+    let Ok(lock) = c.node().lock_alloc() else { return 7 };
+    let Ok(held) = c.node().lock_app(lock) else { return 8 };
+    let _ = writeln!(std::io::stdout(), "ready {} {lock}", std::process::id());
+    let _ = std::io::stdout().flush();
+    std::thread::sleep(Duration::from_millis(millis));
+    let text = |r: Result<(), String>| r.err().unwrap_or_else(|| "ok".to_string());
+    let release = text(c.node().release(&pins).map_err(|e| e.to_string()));
+    let abort = text(c.node().abort(&w).map_err(|e| e.to_string()));
+    let unlock = text(c.node().unlock_app(held).map_err(|e| e.to_string()));
+    let close = text(c.close().map_err(|e| e.to_string()));
+    let _ = writeln!(
+        std::io::stdout(),
+        "{{\"release\":\"{release}\",\"abort\":\"{abort}\",\"unlock\":\"{unlock}\",\"close\":\"{close}\"}}"
+    );
+    0
 }
 
 fn hostile(path: &Path, seed: u64, until: std::time::Instant) -> i32 {
