@@ -19,6 +19,11 @@ fn main() {
         }
         Err(e) => panic!("cbindgen: {e}"),
     }
+    // The shared library names its ABI (SONAME): a 0.x minor release may
+    // break it, so 0.x libraries carry the minor too.
+    let (major, minor) = (v("CARGO_PKG_VERSION_MAJOR"), v("CARGO_PKG_VERSION_MINOR"));
+    let soname = if major == "0" { format!("libcxlkv.so.0.{minor}") } else { format!("libcxlkv.so.{major}") };
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
     println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=cbindgen.toml");
 }

@@ -110,6 +110,8 @@ enum cxlkv_result
   CXLKV_RESULT_RECOVERING = 1025,
   // The receiver's inbox is full: retry later.
   CXLKV_RESULT_INBOX_FULL = 1026,
+  // The block is a reservation, not a pin: publish or abort it.
+  CXLKV_RESULT_NOT_PINNED = 1027,
   // An OS call failed (see `cxlkv_last_error`).
   CXLKV_RESULT_IO = 1100,
   // Not supported on this machine or build.
@@ -738,9 +740,11 @@ cxlkv_result cxlkv_node_attach(const struct cxlkv_region *region,
                                struct cxlkv_node **out);
 
 // Detaches the node: drops every pin and reservation it holds, stops its
-// thread and frees its slot. The handle is closed even when this fails
-// (CXLKV_RESULT_REVOKED: the node had been declared dead; recovery frees
-// what it held). Accepts NULL and closed handles (returns OK).
+// thread and frees its slot. Refuses with CXLKV_RESULT_BUSY, changing
+// nothing (the handle stays open), while the node holds an application
+// lock: release it first. Otherwise the handle is closed even when this
+// fails (CXLKV_RESULT_REVOKED: the node had been declared dead; recovery
+// frees what it held). Accepts NULL and closed handles (returns OK).
 //
 // # Safety
 // `node` is NULL or a handle from this library, not in use by another

@@ -620,20 +620,49 @@ pub struct cxlkv_get_item {
     pub n_parts: usize,
 }
 
-/// Byte slices of a list of parts.
+/// The list of parts `parts[..n]`.
 ///
 /// # Safety
-/// `parts` valid for `n` reads; each part's `base` valid for `len` bytes
-/// (reads; writes too when `T` is mutable) and no two overlapping.
-unsafe fn parts_of<'a>(parts: *const cxlkv_iovec, n: usize) -> Res<Vec<&'a mut [u8]>> {
+/// `parts` valid for `n` reads.
+unsafe fn iovecs<'a>(parts: *const cxlkv_iovec, n: usize) -> Res<&'a [cxlkv_iovec]> {
     // SAFETY:
     // - `parts` is valid for `n` reads (caller's contract).
-    let ps = unsafe { slice(parts, n) }?;
+    unsafe { slice(parts, n) }
+}
+
+/// Byte slices to read of a list of parts (a put's sources).
+///
+/// # Safety
+/// `parts` valid for `n` reads; each part's `base` valid for `len` bytes of
+/// reads while the slices live.
+unsafe fn parts_to_read<'a>(parts: *const cxlkv_iovec, n: usize) -> Res<Vec<&'a [u8]>> {
+    // SAFETY:
+    // - `parts` is valid for `n` reads (caller's contract).
+    let ps = unsafe { iovecs(parts, n) }?;
     ps.iter()
         .map(|p| {
             // SAFETY:
-            // - each part is valid for `len` bytes and overlaps no other
-            //   (caller's contract).
+            // - each part is valid for `len` bytes of reads (caller's
+            //   contract); the slice is shared, so it may alias another.
+            unsafe { slice(p.base.cast_const().cast::<u8>(), p.len) }
+        })
+        .collect()
+}
+
+/// Byte slices to fill of a list of parts (a get's destinations).
+///
+/// # Safety
+/// `parts` valid for `n` reads; each part's `base` valid for `len` bytes of
+/// reads and writes while the slices live, no two overlapping.
+unsafe fn parts_to_fill<'a>(parts: *const cxlkv_iovec, n: usize) -> Res<Vec<&'a mut [u8]>> {
+    // SAFETY:
+    // - `parts` is valid for `n` reads (caller's contract).
+    let ps = unsafe { iovecs(parts, n) }?;
+    ps.iter()
+        .map(|p| {
+            // SAFETY:
+            // - each part is valid for `len` bytes of writes and overlaps no
+            //   other (caller's contract).
             unsafe { slice_mut(p.base.cast::<u8>(), p.len) }
         })
         .collect()
@@ -665,10 +694,9 @@ pub unsafe extern "C" fn cxlkv_put(
         let mut parts = Vec::with_capacity(n);
         for it in its {
             // SAFETY:
-            // - each part is valid for `len` bytes of reads (contract); the
-            //   slices are only read.
-            let ps: Vec<&[u8]> = unsafe { parts_of(it.parts, it.n_parts) }?.into_iter().map(|p| &*p).collect();
-            parts.push(ps);
+            // - `it.parts` is valid for `n_parts` reads, and each part for
+            //   `len` bytes of reads (contract).
+            parts.push(unsafe { parts_to_read(it.parts, it.n_parts) }?);
         }
         let put: Vec<PutItem<'_>> = its
             .iter()
@@ -722,7 +750,7 @@ pub unsafe extern "C" fn cxlkv_get(
             // SAFETY:
             // - each part is valid for `len` bytes of writes, none
             //   overlapping (contract).
-            parts.push(unsafe { parts_of(it.parts, it.n_parts) }?);
+            parts.push(unsafe { parts_to_fill(it.parts, it.n_parts) }?);
         }
         let mut get: Vec<GetItem<'_, '_>> =
             its.iter().zip(parts.iter_mut()).map(|(it, ps)| GetItem { key: it.key.into(), parts: ps }).collect();

@@ -80,6 +80,8 @@ pub enum cxlkv_result {
     Recovering = 1025,
     /// The receiver's inbox is full: retry later.
     InboxFull = 1026,
+    /// The block is a reservation, not a pin: publish or abort it.
+    NotPinned = 1027,
     /// An OS call failed (see `cxlkv_last_error`).
     Io = 1100,
     /// Not supported on this machine or build.
@@ -149,6 +151,7 @@ impl cxlkv_result {
             R::TooLarge => c"size too large",
             R::Recovering => c"recovery in progress, retry",
             R::InboxFull => c"inbox full, retry",
+            R::NotPinned => c"block is reserved, not pinned: publish or abort it",
             R::Io => c"operating system error",
             R::Unsupported => c"not supported here",
             R::CudaUnavailable => c"CUDA unavailable",
@@ -193,6 +196,7 @@ impl From<cxlkv_core::Error> for cxlkv_result {
             E::TooLarge => R::TooLarge,
             E::Recovering => R::Recovering,
             E::InboxFull => R::InboxFull,
+            E::NotPinned => R::NotPinned,
             _ => R::Internal,
         }
     }
@@ -409,7 +413,7 @@ pub fn all_results() -> &'static [cxlkv_result] {
     &ALL_RESULTS
 }
 
-const ALL_RESULTS: [cxlkv_result; 36] = {
+const ALL_RESULTS: [cxlkv_result; 37] = {
     use cxlkv_result as R;
     [
         R::Ok,
@@ -439,6 +443,7 @@ const ALL_RESULTS: [cxlkv_result; 36] = {
         R::TooLarge,
         R::Recovering,
         R::InboxFull,
+        R::NotPinned,
         R::Io,
         R::Unsupported,
         R::CudaUnavailable,

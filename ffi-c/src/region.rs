@@ -352,9 +352,11 @@ pub unsafe extern "C" fn cxlkv_node_attach(
 }
 
 /// Detaches the node: drops every pin and reservation it holds, stops its
-/// thread and frees its slot. The handle is closed even when this fails
-/// (CXLKV_RESULT_REVOKED: the node had been declared dead; recovery frees
-/// what it held). Accepts NULL and closed handles (returns OK).
+/// thread and frees its slot. Refuses with CXLKV_RESULT_BUSY, changing
+/// nothing (the handle stays open), while the node holds an application
+/// lock: release it first. Otherwise the handle is closed even when this
+/// fails (CXLKV_RESULT_REVOKED: the node had been declared dead; recovery
+/// frees what it held). Accepts NULL and closed handles (returns OK).
 ///
 /// # Safety
 /// `node` is NULL or a handle from this library, not in use by another
@@ -365,6 +367,11 @@ pub unsafe extern "C" fn cxlkv_node_detach(node: *mut cxlkv_node) -> cxlkv_resul
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let Ok(n) = (unsafe { handle(node) }) else { return Ok(()) };
+        if let Ok(c) = n.0.live(NODE_MAGIC) {
+            if c.held_app_lock()?.is_some() {
+                return Err(cxlkv_result::Busy.into());
+            }
+        }
         match n.0.close(NODE_MAGIC) {
             Some(c) => Ok(c.close()?),
             None => Ok(()),

@@ -39,6 +39,16 @@ for t in test_api test_fork; do
     --errors-for-leak-kinds=definite,indirect,possible "$bin/$t-shared" || status=1
 done
 
+# The shared library names its ABI, and programs record that name.
+soname=$(readelf -d "$prefix/lib/libcxlkv.so" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
+needed=$(readelf -d "$bin/test_api-shared" | sed -n 's/.*Shared library: \[\(libcxlkv[^]]*\)\].*/\1/p')
+if [ -n "$soname" ] && [ "$needed" = "$soname" ] && [ -e "$prefix/lib/$soname" ]; then
+  echo "test result: ok. 1 passed; 0 failed (libcxlkv.so has SONAME $soname, programs need it by that name)"
+else
+  echo "SONAME: 1 failed (soname '$soname', programs need '$needed')"
+  status=1
+fi
+
 # The GPU path: checked on a GPU (exit 0), or reported unavailable (exit 2).
 # shellcheck disable=SC2086
 gcc $cflags -Iffi-c/tests ffi-c/tests/test_cuda.c -o "$bin/test_cuda" $static_libs

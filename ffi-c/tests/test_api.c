@@ -275,7 +275,7 @@ static void test_shared_memory_library(cxlkv_node *a, cxlkv_node *b) {
   EXPECT(cxlkv_lock_acquire(a, 100000, &t), CXLKV_RESULT_INVALID_ARGUMENT);
   EXPECT(cxlkv_lock_free(a, 100000), CXLKV_RESULT_INVALID_ARGUMENT);
   EXPECT(cxlkv_alloc(a, UINT64_MAX, &off), CXLKV_RESULT_TOO_LARGE);
-  EXPECT(cxlkv_free(a, 12345), CXLKV_RESULT_CORRUPT);
+  EXPECT(cxlkv_free(a, 12345), CXLKV_RESULT_INVALID_ARGUMENT); /* the caller's mistake, not damage */
 
   OK(cxlkv_root_destroy(b, "counters", &seen));
   CHECK(seen.offset == off);
@@ -284,6 +284,65 @@ static void test_shared_memory_library(cxlkv_node *a, cxlkv_node *b) {
   OK(cxlkv_lock_free(b, l1));
   OK(cxlkv_lock_free(a, l2));
   EXPECT(cxlkv_lock_free(a, l2), CXLKV_RESULT_NOT_FOUND);
+}
+
+/* Misuse is refused and changes nothing. */
+static void test_misuse_is_refused(cxlkv_region *r, cxlkv_node *a, uint32_t ns) {
+  /* A stale ticket does not release the current grant. */
+  uint32_t l = 99;
+  OK(cxlkv_lock_alloc(a, &l));
+  cxlkv_lock_ticket old, cur;
+  OK(cxlkv_lock_acquire(a, l, &old));
+  OK(cxlkv_lock_release(a, &old));
+  OK(cxlkv_lock_acquire(a, l, &cur));
+  EXPECT(cxlkv_lock_release(a, &old), CXLKV_RESULT_REVOKED);
+  OK(cxlkv_lock_release(a, &cur)); /* still held until now */
+
+  /* A node holding an application lock cannot detach; it stays usable. */
+  cxlkv_node *c = attach(r, CXLKV_FLUSH_DEFAULT);
+  OK(cxlkv_lock_acquire(c, l, &cur));
+  EXPECT(cxlkv_node_detach(c), CXLKV_RESULT_BUSY);
+  uint32_t idc = 99;
+  OK(cxlkv_node_id(c, &idc));
+  OK(cxlkv_lock_release(c, &cur));
+  OK(cxlkv_node_detach(c));
+  OK(cxlkv_lock_acquire(a, l, &cur)); /* not stranded */
+  OK(cxlkv_lock_release(a, &cur));
+  OK(cxlkv_lock_free(a, l));
+
+  /* Releasing a reservation is refused; it can still be published. */
+  cxlkv_reserve_item it = {key_of(900), BLOCK, 16, 0};
+  cxlkv_block w;
+  cxlkv_result st[1];
+  OK(cxlkv_reserve(a, ns, &it, 1, &w, st, NULL));
+  CHECK(st[0] == CXLKV_RESULT_OK);
+  for (size_t i = 0; i < BLOCK; i++) ((unsigned char *)w.data)[i] = byte_of(it.key, i);
+  EXPECT(cxlkv_release(a, &w, 1), CXLKV_RESULT_NOT_PINNED);
+  OK(cxlkv_publish(a, &w, 1, st));
+  CHECK(st[0] == CXLKV_RESULT_OK);
+
+  /* A KV block's payload is not a raw allocation: free refuses it and the
+   * next allocation does not get its bytes. */
+  cxlkv_block got;
+  size_t n = 0;
+  OK(cxlkv_acquire(a, ns, &it.key, 1, &got, st, &n));
+  CHECK(n == 1);
+  EXPECT(cxlkv_free(a, got.offset), CXLKV_RESULT_INVALID_ARGUMENT);
+  uint64_t raw = 0;
+  OK(cxlkv_alloc(a, BLOCK, &raw));
+  CHECK(raw + BLOCK <= got.offset || raw >= got.offset + BLOCK);
+  void *p = NULL;
+  OK(cxlkv_offset_to_ptr(a, raw, BLOCK, &p));
+  memset(p, 0xee, BLOCK);
+  size_t bad = 0;
+  for (size_t i = 0; i < BLOCK; i++) bad += ((const unsigned char *)got.data)[i] != byte_of(it.key, i);
+  CHECK(bad == 0);
+  OK(cxlkv_release(a, &got, 1));
+  OK(cxlkv_free(a, raw));
+  cxlkv_finding f[4];
+  size_t nf = 99;
+  OK(cxlkv_check(a, f, 4, &nf));
+  CHECK(nf == 0);
 }
 
 int main(void) {
@@ -322,6 +381,7 @@ int main(void) {
   OK(cxlkv_namespace_id(&nsf, &ns));
   test_kv(a, ns);
   test_shared_memory_library(a, b);
+  test_misuse_is_refused(r, a, ns);
 
   cxlkv_recover_report rep;
   OK(cxlkv_recover(b, &rep));

@@ -37,7 +37,9 @@ create_exception!(_cxlkv, CudaError, CxlkvError, "CUDA is unavailable, or a driv
 pub(crate) fn raise(py: Python<'_>, code: R, detail: &str) -> PyErr {
     let msg = if detail.is_empty() { code.message().to_string() } else { detail.to_string() };
     let err = match code {
-        R::InvalidArgument | R::BadNode | R::NullParameter | R::InvalidString => InvalidArgumentError::new_err(msg),
+        R::InvalidArgument | R::BadNode | R::NullParameter | R::InvalidString | R::NotPinned => {
+            InvalidArgumentError::new_err(msg)
+        }
         R::NotInitialized
         | R::BadMagic
         | R::WrongVersion
@@ -63,8 +65,18 @@ pub(crate) fn raise(py: Python<'_>, code: R, detail: &str) -> PyErr {
     err
 }
 
-/// Converts a platform error to its exception.
+/// Converts a platform error to its exception. An operating-system error
+/// with an errno is Python's own `OSError` for it (`FileNotFoundError`,
+/// `PermissionError`, ... as `open()` raises), `.code` set to `IO`.
 pub(crate) fn err(py: Python<'_>, e: cxlkv_platform::Error) -> PyErr {
+    if let cxlkv_platform::Error::Io { what, err } = &e {
+        if let Some(errno) = err.raw_os_error() {
+            let text = std::io::Error::from_raw_os_error(errno).kind().to_string();
+            let pe = pyo3::exceptions::PyOSError::new_err((errno, format!("{what}: {text}")));
+            let _ = pe.value(py).setattr("code", R::Io as u32);
+            return pe;
+        }
+    }
     raise(py, R::of(&e), &e.to_string())
 }
 

@@ -4,20 +4,23 @@
 //! verifies every block still stored. Counts what must stay zero: wrong
 //! payloads served, bytes leaked, check findings.
 
-use std::io::Read;
+use std::io::{BufRead, Read};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cxlkv_core::alloc::{block_of, read_map};
 use cxlkv_core::check::FindingKind;
+use cxlkv_core::coherence::Coherence;
 use cxlkv_core::hash::mix64;
 use cxlkv_core::layout::{Capacities, ChunkRecord};
+use cxlkv_core::region::Store;
 use cxlkv_platform::{Cache, Options};
 
 use crate::{key, shm_path, verify, NS};
 
 /// Totals of a crash-test run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
     /// Iterations run.
     pub iterations: u64,
@@ -29,15 +32,65 @@ pub struct Totals {
     pub findings: u64,
     /// Workers killed.
     pub killed: u64,
+    /// Surviving workers that did not finish in time, each described.
+    pub hangs: Vec<Hang>,
+    /// Surviving workers that failed otherwise (exit status, no counts).
+    pub failed: u64,
+}
+
+/// A surviving worker that did not finish within the loop's limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hang {
+    /// The loop's seed.
+    pub seed: u64,
+    /// The iteration.
+    pub iteration: u64,
+    /// The worker's index and pid.
+    pub worker: usize,
+    /// Its pid.
+    pub pid: u32,
+    /// The last operation it reported starting.
+    pub last_op: String,
+    /// Its threads' stacks (from gdb, when installed).
+    pub stacks: String,
+}
+
+impl std::fmt::Display for Hang {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "hang: seed {} iteration {} worker {} (pid {}): last operation: {}",
+            self.seed, self.iteration, self.worker, self.pid, self.last_op
+        )
+    }
 }
 
 fn caps() -> Capacities {
     Capacities { max_nodes: 8, n_stripes: 8, entries_per_stripe: 128, chunk_shift: 18, ..Capacities::default() }
 }
 
+/// The threads' stacks of process `pid`, from gdb if it is installed.
+fn stacks_of(pid: u32) -> String {
+    let out = Command::new("gdb")
+        .args(["-batch", "-nx", "-p", &pid.to_string(), "-ex", "thread apply all bt 30"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output();
+    match out {
+        Ok(o) => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with('#') || l.starts_with("Thread"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(_) => String::from("(gdb not available)"),
+    }
+}
+
 /// Runs `iterations` kill-recover-check rounds with `workers` processes of
-/// the worker binary at `worker`, seeded by `seed`.
-pub fn run(worker: &Path, iterations: u64, workers: usize, seed: u64) -> Totals {
+/// the worker binary at `worker`, seeded by `seed`. A surviving worker that
+/// has not finished after `hang_after` is a hang: reported with its last
+/// operation (and stacks), then killed.
+pub fn run(worker: &Path, iterations: u64, workers: usize, seed: u64, hang_after: Duration) -> Totals {
     let path = shm_path("crashloop");
     let mut t = Totals::default();
     let opts = Options { lock_timeout: Duration::from_secs(60), ..Options::default() };
@@ -46,27 +99,51 @@ pub fn run(worker: &Path, iterations: u64, workers: usize, seed: u64) -> Totals 
     for it in 0..iterations {
         let mut kids: Vec<_> = (0..workers)
             .map(|w| {
-                Command::new(worker)
+                let mut k = Command::new(worker)
                     .args(["mixed", path.to_str().unwrap_or(""), &(seed ^ (it * 31 + w as u64)).to_string(), "600"])
                     .stdout(Stdio::piped())
-                    .stderr(Stdio::null())
+                    .stderr(Stdio::piped())
                     .spawn()
-                    .expect("spawn worker")
+                    .expect("spawn worker");
+                // The worker reports each operation it starts on stderr: keep
+                // the last line (draining the pipe so it never blocks).
+                let last = std::sync::Arc::new(std::sync::Mutex::new(String::from("(nothing yet)")));
+                let err = k.stderr.take();
+                let l2 = last.clone();
+                std::thread::spawn(move || {
+                    let Some(e) = err else { return };
+                    for line in std::io::BufReader::new(e).lines().map_while(|l| l.ok()) {
+                        if let Ok(mut g) = l2.lock() {
+                            *g = line;
+                        }
+                    }
+                });
+                (k, last)
             })
             .collect();
         x = mix64(x);
         let victim = (x % workers as u64) as usize;
         std::thread::sleep(Duration::from_millis(20 + (x >> 20) % 300));
         // SAFETY: sending SIGKILL to our own child.
-        unsafe { libc::kill(kids[victim].id() as i32, libc::SIGKILL) };
+        unsafe { libc::kill(kids[victim].0.id() as i32, libc::SIGKILL) };
         t.killed += 1;
-        for (w, k) in kids.iter_mut().enumerate() {
-            let start = Instant::now();
+        let start = Instant::now();
+        for (w, (k, last)) in kids.iter_mut().enumerate() {
             let status = loop {
                 if let Some(s) = k.try_wait().expect("wait worker") {
                     break Some(s);
                 }
-                if start.elapsed() > Duration::from_secs(300) {
+                if start.elapsed() > hang_after {
+                    let h = Hang {
+                        seed,
+                        iteration: it,
+                        worker: w,
+                        pid: k.id(),
+                        last_op: last.lock().map(|g| g.clone()).unwrap_or_default(),
+                        stacks: stacks_of(k.id()),
+                    };
+                    eprintln!("{h}\n{}", h.stacks);
+                    t.hangs.push(h);
                     let _ = k.kill();
                     let _ = k.wait();
                     break None;
@@ -75,7 +152,7 @@ pub fn run(worker: &Path, iterations: u64, workers: usize, seed: u64) -> Totals 
             };
             let mut out = String::new();
             let _ = k.stdout.as_mut().map(|s| s.read_to_string(&mut out));
-            if w != victim {
+            if w != victim && status.is_some() {
                 let bad = out
                     .split("\"verify_failures\":")
                     .nth(1)
@@ -83,9 +160,11 @@ pub fn run(worker: &Path, iterations: u64, workers: usize, seed: u64) -> Totals 
                     .and_then(|v| v.parse::<u64>().ok());
                 t.wrong_payloads += bad.unwrap_or(0);
                 if status.is_none_or(|s| !s.success()) && bad.is_none() {
-                    // A survivor that died or hung is itself a failure.
-                    eprintln!("iteration {it}: surviving worker {w} failed: {status:?} {out}");
-                    t.findings += 1;
+                    eprintln!(
+                        "seed {seed} iteration {it}: surviving worker {w} failed: {status:?} {out} (last: {})",
+                        last.lock().map(|g| g.clone()).unwrap_or_default()
+                    );
+                    t.failed += 1;
                 }
             }
         }
@@ -95,13 +174,11 @@ pub fn run(worker: &Path, iterations: u64, workers: usize, seed: u64) -> Totals 
         let findings = c.check().unwrap_or_default();
         t.findings += findings.len() as u64;
         for f in &findings {
-            eprintln!("iteration {it}: check finding: {f}");
+            eprintln!("seed {seed} iteration {it}: check finding: {f}");
         }
-        let l = c.store().layout;
         for f in &findings {
             if f.kind == FindingKind::LeakedBlock || f.kind == FindingKind::LeakedRaw {
-                let rec: ChunkRecord = c.store().region.read(l.chunk(f.a as u32)).unwrap_or_default();
-                t.bytes_leaked += rec.block_size;
+                t.bytes_leaked += leaked_bytes(c.store(), f.a as u32, f.b as u32);
             }
         }
         let mut buf = vec![0u8; 80 << 10];
@@ -117,4 +194,12 @@ pub fn run(worker: &Path, iterations: u64, workers: usize, seed: u64) -> Totals 
     }
     let _ = std::fs::remove_file(&path);
     t
+}
+
+/// Bytes of the block at granule `i` of chunk `c` (0 when none starts there).
+fn leaked_bytes<C: Coherence>(st: &Store<C>, c: u32, i: u32) -> u64 {
+    let l = &st.layout;
+    let (Ok(rec), Ok(m)) = (st.region.read::<ChunkRecord>(l.chunk(c)), read_map(st, c, None)) else { return 0 };
+    let off = l.chunk_payload(c) + i as u64 * l.granule();
+    block_of(l, c, &rec, &m, off).map_or(0, |(_, b)| b)
 }

@@ -180,7 +180,7 @@ pub fn ops_target(data: &[u8]) -> usize {
     }
     let stores: Vec<_> = (0..3).map(|h| attach(mem.region(h), mem.host(h)).expect("attach formatted region")).collect();
     for (h, st) in stores.iter().enumerate() {
-        let who = Identity { pid: h as u32 + 1, host_id: h as u64 + 1, nonce: h as u64 + 1, now: 0 };
+        let who = Identity { pid: h as u32 + 1, host_id: h as u64 + 1, nonce: h as u64 + 1, now: 0, pid_ns: 0 };
         attach_node(st, Some(h as u32), who).expect("attach node");
     }
     // Every wait steps the manager of the first live host.

@@ -39,6 +39,9 @@ pub struct RunConfig {
     /// Caches that never write back or refill on their own
     /// ([`SimConfig::lazy`]) instead of busy random ones.
     pub lazy: bool,
+    /// Block lengths from 64 bytes to two chunks (runs of whole chunks
+    /// among them) instead of up to three kilobytes.
+    pub mixed: bool,
 }
 
 /// What a run found.
@@ -68,7 +71,7 @@ pub fn sim_caps(hosts: usize) -> Capacities {
         pin_slots: 16,
         chunk_shift: 13,
         inbox_slots: 4,
-        app_locks: 0,
+        app_locks: 2,
     }
 }
 
@@ -171,6 +174,21 @@ struct Model {
     need_recovery: bool,
     recovered: bool,
     counter_root: u64,
+    /// The application lock that guards the counter.
+    counter_lock: Option<u32>,
+    /// Application locks allocated by the churn operation (beside the
+    /// counter's), by number.
+    churned: HashSet<u32>,
+    /// The killed process's successor parks inside its bury, after the
+    /// write-backs, until the node was declared dead by its silence and
+    /// recovered: its second look must see that, and bury nothing.
+    bury_race: bool,
+    /// The crash waits for a moment when its host holds the counter's
+    /// application lock: its repair by recovery runs.
+    crash_in_app_lock: bool,
+    /// The highest (epoch, grant sequence) memory has shown for each lock:
+    /// neither ever goes back (a ticket is unique by them).
+    grants_seen: BTreeMap<u32, (u64, u64)>,
     log: Vec<(u64, u64, String)>,
     /// Named root `r<g>` for each g.
     roots: Vec<RootModel>,
@@ -257,6 +275,8 @@ struct ChanMsg {
 
 thread_local! {
     static ACTOR: Cell<usize> = const { Cell::new(usize::MAX) };
+    /// This run's [`RunConfig::mixed`] (set in every thread of the run).
+    static MIXED: Cell<bool> = const { Cell::new(false) };
     /// Waits (lock polls) after which `NodeEnv::wait` reports a timeout.
     static WAIT_LIMIT: Cell<u32> = const { Cell::new(200_000) };
 }
@@ -382,9 +402,11 @@ impl World {
             // that holds a global lock another host waits for:
             // revocation, repair and the waiter's stepping aside all run.
             let holding = s.local.keys().any(|&(lh, _)| lh == h);
+            let app = self.model.lock().unwrap().crash_in_app_lock;
             let due = step >= at
                 && (step >= at + 50_000
-                    || holding && (step >= at + 30_000 || actor / 3 == h && self.contended_holder(h)));
+                    || app && actor / 3 == h && self.holds_app_lock(h)
+                    || !app && holding && (step >= at + 30_000 || actor / 3 == h && self.contended_holder(h)));
             if actor / 3 == h && due && s.crashed.is_none() && !s.finished[3 * h] {
                 s.crashed = Some(h);
                 s.crash_at = None;
@@ -448,6 +470,45 @@ impl World {
                     self.now()
                 ));
             }
+        }
+    }
+
+    /// The bury race: parks actor `a` (its host's restarted op actor) until
+    /// recovery freed the node its bury looks at (or a long while passed).
+    fn park_until_recovered(&self, a: usize) {
+        let t = self.now();
+        while !self.model.lock().unwrap().recovered && self.now() < t + 4 * LEASE.lease {
+            self.yield_now(a, "bury-race");
+        }
+    }
+
+    /// Host `h`'s node holds the counter's application lock (in memory).
+    fn holds_app_lock(&self, h: usize) -> bool {
+        use cxlkv_core::layout::{LockSlot, SLOT_LOCKED};
+        let Some(i) = self.model.lock().unwrap().counter_lock else { return false };
+        let Ok(st) = attach(self.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return false };
+        let l = &st.layout;
+        st.region.read::<LockSlot>(l.lock_slot(l.locks().app(i), h as u32)).is_ok_and(|s| s.state == SLOT_LOCKED)
+    }
+
+    /// Checks that no lock's (epoch, grant sequence) went back in memory.
+    fn grants_monotonic(&self, who: usize) {
+        use cxlkv_core::layout::LockLine;
+        let Ok(st) = attach(self.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return };
+        let l = &st.layout;
+        let mut m = self.model.lock().unwrap();
+        for lock in 0..l.n_locks {
+            let Ok(ll) = st.region.read::<LockLine>(l.lock_line(lock)) else { continue };
+            let now = (ll.epoch, ll.grant_seq);
+            let seen = m.grants_seen.entry(lock).or_insert(now);
+            if now < *seen {
+                let msg = format!(
+                    "lock {lock}: (epoch, grant sequence) went back from {seen:?} to {now:?} in memory (seen after actor {who})"
+                );
+                drop(m);
+                return self.violation(msg);
+            }
+            *seen = now;
         }
     }
 
@@ -626,13 +687,18 @@ fn key(i: u64) -> Key {
 }
 
 fn len_of(k: Key) -> u64 {
-    64 + mix64(k.hi) % 3000
+    if MIXED.with(|m| m.get()) {
+        64 + mix64(k.hi) % (2 << sim_caps(2).chunk_shift)
+    } else {
+        64 + mix64(k.hi) % 3000
+    }
 }
 
 const LEASE: LeaseConfig = LeaseConfig { lease: 40_000, settle: 300 };
 
 /// Runs one simulation.
 pub fn run(cfg: &RunConfig) -> RunResult {
+    MIXED.with(|m| m.set(cfg.mixed));
     let hosts = cfg.hosts.max(2);
     let w = Arc::new(World {
         mem: SimMemory::new(SIM_BYTES, hosts, cfg.seed, if cfg.lazy { SimConfig::lazy() } else { chaos() }),
@@ -665,13 +731,21 @@ pub fn run(cfg: &RunConfig) -> RunResult {
             if site.starts_with("bury.") {
                 w2.bury_in_order(a / 3);
             }
+            if site == "bury.info.again" && a % 3 == 0 && w2.model.lock().unwrap().bury_race {
+                w2.park_until_recovered(a);
+            }
             let stall = site == "lock.release.check" && stall_in_release(&w2, a);
             w2.yield_maybe(a, site, stall);
         }
     }));
     // Host 0's op actor formats the region while the others wait to attach.
     w.mem.disable(cfg.disable);
-    w.model.lock().unwrap().single_recovery = (cfg.seed / 4) % 2 == 1;
+    {
+        let mut m = w.model.lock().unwrap();
+        m.single_recovery = (cfg.seed / 4) % 2 == 1;
+        m.bury_race = (cfg.seed / 6) % 4 == 1;
+        m.crash_in_app_lock = (cfg.seed / 2) % 4 == 2;
+    }
     if !cfg.crash && cfg.seed % 3 != 1 && cfg.ops >= 8 {
         let mut m = w.model.lock().unwrap();
         m.stall = Some(mix64(cfg.seed) as usize % hosts);
@@ -700,8 +774,10 @@ pub fn run(cfg: &RunConfig) -> RunResult {
         let w = w.clone();
         let ops = cfg.ops;
         let seed = cfg.seed;
+        let mixed = cfg.mixed;
         threads.push(std::thread::spawn(move || {
             ACTOR.with(|a| a.set(actor));
+            MIXED.with(|m| m.set(mixed));
             w.wait_turn(actor);
             let mut restarted = false;
             let r = loop {
@@ -956,6 +1032,7 @@ fn manager_actor(w: &World, h: usize) {
                 Err(e) => return w.violation(format!("manager {h} step: {e}")),
             }
             w.published_all(3 * h + 1, "heartbeat and manager step", None);
+            w.grants_monotonic(3 * h + 1);
         }
         stall_here(w, h, active);
         w.model.lock().unwrap().mgr_idle[h] = !active;
@@ -1034,6 +1111,12 @@ fn recovery_actor(w: &World, h: usize) {
             match r {
                 Ok(_) => {
                     w.published_all(3 * h + 2, "recover", None);
+                    // One death per run: once its recovery returned, no lock
+                    // awaits repair (an application lock left so would be
+                    // refused to everyone until the next recovery).
+                    if let Some(lock) = locks_awaiting_repair(w) {
+                        w.violation(format!("host {h} recovered, but lock {lock} still awaits repair"));
+                    }
                     let mut m = w.model.lock().unwrap();
                     m.need_recovery = false;
                     m.recovered = true;
@@ -1045,6 +1128,14 @@ fn recovery_actor(w: &World, h: usize) {
         }
         w.yield_now(3 * h + 2, "recovery");
     }
+}
+
+/// The first lock whose line in memory says it awaits repair.
+fn locks_awaiting_repair(w: &World) -> Option<u32> {
+    use cxlkv_core::layout::LockLine;
+    let st = attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent).ok()?;
+    let l = &st.layout;
+    (0..l.n_locks).find(|&k| st.region.read::<LockLine>(l.lock_line(k)).is_ok_and(|ll| ll.repair != 0))
 }
 
 /// Every lock's line and slots as memory holds them (for reports).
@@ -1141,7 +1232,13 @@ fn kill_late(seed: u64) -> bool {
 /// process the host runs).
 fn identity(w: &World, h: usize) -> Identity {
     let g = w.sched.lock().unwrap().gen[h] as u64;
-    Identity { pid: 100 + h as u32 + 16 * g as u32, host_id: h as u64 + 1, nonce: 1000 + h as u64 + 100 * g, now: 0 }
+    Identity {
+        pid: 100 + h as u32 + 16 * g as u32,
+        host_id: h as u64 + 1,
+        nonce: 1000 + h as u64 + 100 * g,
+        now: 0,
+        pid_ns: 0,
+    }
 }
 
 /// The first thing host `h`'s next process does after its predecessor was
@@ -1160,6 +1257,9 @@ fn bury_predecessor<C: Coherence>(w: &World, store: &Store<C>, h: usize, scan: b
         }
     }
     match cxlkv_core::node::bury(store, h as u32) {
+        Ok(true) if w.model.lock().unwrap().recovered => {
+            w.violation(format!("host {h} bury declared its node DEAD after recovery had freed it"));
+        }
         Ok(_) => {}
         Err(e) => {
             w.violation(format!("host {h} bury: {e}"));
@@ -1249,6 +1349,15 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
                 w.model.lock().unwrap().counter_root = off;
             }
             Err(e) => w.violation(format!("alloc counter: {e}")),
+        }
+        let mut l = node.lock_alloc();
+        while l == Err(Error::Recovering) {
+            w.yield_now(me, "lock-alloc-retry");
+            l = node.lock_alloc();
+        }
+        match l {
+            Ok(i) => w.model.lock().unwrap().counter_lock = Some(i),
+            Err(e) => w.violation(format!("lock_alloc: {e}")),
         }
         w.published_all(me, "root_put", None);
     }
@@ -1391,7 +1500,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
             }
             8..=10 => {
                 let k = key(i);
-                let mut buf = vec![0u8; 4096];
+                let mut buf = vec![0u8; (2 << sim_caps(2).chunk_shift) + 64];
                 match node.get(NS, k, &mut buf) {
                     Ok(n) => {
                         if !w.model.lock().unwrap().published.contains(&k) {
@@ -1473,6 +1582,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
                     }
                 }
             }
+            14 if (r >> 50) % 4 == 0 => app_lock_churn(w, &node, h),
             14 => lock_counter(w, &node, h, r),
             16 | 17 => channel_op(w, &node, h, r),
             _ if (r >> 56) % 2 == 0 => roots_op(w, &node, h, r),
@@ -2056,7 +2166,15 @@ fn finish_write<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: Handl
         return;
     }
     w.model.lock().unwrap().published.insert(hd.key);
-    let r = if raw || r % 2 == 0 { node.publish(&hd) } else { node.publish_flushed(&[hd], &mut [Ok(())]) };
+    let r = if raw && r % 4 == 1 {
+        // The batch form, as the C and Python doors publish.
+        let mut out = [Ok(())];
+        node.publish_batch(&[hd], &mut out).and(out[0])
+    } else if raw || r % 2 == 0 {
+        node.publish(&hd)
+    } else {
+        node.publish_flushed(&[hd], &mut [Ok(())])
+    };
     if let Err(e) = r {
         w.violation(format!("host {h} publish: {e:?}"));
     }
@@ -2064,7 +2182,15 @@ fn finish_write<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: Handl
 
 fn verify_pinned<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: &Handle) {
     let mut buf = vec![0u8; hd.len as usize];
-    match node.read(hd, 0, &mut buf) {
+    // Half the pins are read through a pointer, as the C and Python doors'
+    // zero-copy views are: made fresh once, then plain loads.
+    let by_pointer = hd.gen % 2 == 0;
+    let read = if by_pointer {
+        node.fresh_payload(hd).and_then(|_| node.store.region.copy_out(hd.off, &mut buf))
+    } else {
+        node.read(hd, 0, &mut buf)
+    };
+    match read {
         Ok(()) => {
             if hd.len != len_of(hd.key) || buf != payload(hd.key, buf.len()) {
                 let want = payload(hd.key, buf.len());
@@ -2115,19 +2241,27 @@ fn verify_pinned<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: &Han
 /// after a few waits: a request that times out withdraws, and a grant racing
 /// the withdrawal must be given back, never stranded.
 fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
-    let off = w.model.lock().unwrap().counter_root;
-    if off == 0 {
-        return;
-    }
+    let (off, lock) = {
+        let m = w.model.lock().unwrap();
+        (m.counter_root, m.counter_lock)
+    };
+    let (true, Some(lock)) = (off != 0, lock) else { return };
     let st = node.store;
-    let lock = st.layout.locks().roots();
     let patient = (r >> 36) % 2 == 0;
     WAIT_LIMIT.with(|l| l.set(if patient { 200_000 } else { 2 + (r >> 37) as u32 % 40 }));
-    let r = node.with_lock(lock, || {
-        st.co.invalidate(&st.region, off, 8, Site("harness.counter.read"))?;
-        let v = st.region.load_u64(off)?;
-        st.region.store_u64(off, v + 1)?;
-        st.co.flush(&st.region, off, 8, Site("harness.counter.write"))
+    // The application lock's API, with `with_lock`'s rule: a revoked lock
+    // outranks what ran under it.
+    let r = node.lock_app(lock).and_then(|held| {
+        let body = (|| {
+            st.co.invalidate(&st.region, off, 8, Site("harness.counter.read"))?;
+            let v = st.region.load_u64(off)?;
+            st.region.store_u64(off, v + 1)?;
+            st.co.flush(&st.region, off, 8, Site("harness.counter.write"))
+        })();
+        match node.unlock_app(held) {
+            Err(Error::Revoked) => Err(Error::Revoked),
+            u => body.and(u),
+        }
     });
     WAIT_LIMIT.with(|l| l.set(200_000));
     match r {
@@ -2136,6 +2270,32 @@ fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
         // The increment ran; the unlock found the lock revoked.
         Err(e) if revoked_ok(w, h, e) => w.model.lock().unwrap().counter_maybe += 1,
         Err(e) => w.violation(format!("host {h} counter lock: {e:?}")),
+    }
+}
+
+/// Allocates an application lock and frees it again: never one allocated
+/// already (TableFull when every one is), freed exactly once.
+fn app_lock_churn<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
+    match node.lock_alloc() {
+        Ok(i) => {
+            {
+                let mut m = w.model.lock().unwrap();
+                if m.counter_lock == Some(i) || !m.churned.insert(i) {
+                    drop(m);
+                    return w.violation(format!("host {h} lock_alloc handed out lock {i}, allocated already"));
+                }
+            }
+            w.yield_now(3 * h, "churn");
+            w.model.lock().unwrap().churned.remove(&i);
+            match node.lock_free(i) {
+                Ok(()) => {}
+                Err(e) if revoked_ok(w, h, e) || e == Error::Recovering => {}
+                Err(e) => w.violation(format!("host {h} lock_free {i}: {e:?}")),
+            }
+        }
+        Err(Error::TableFull | Error::RootsFull | Error::Recovering) => {}
+        Err(e) if revoked_ok(w, h, e) => {}
+        Err(e) => w.violation(format!("host {h} lock_alloc: {e:?}")),
     }
 }
 

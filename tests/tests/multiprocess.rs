@@ -203,8 +203,12 @@ fn truncated_and_corrupted_regions_give_typed_errors() {
 
 #[test]
 fn crash_loop_short_version_serves_no_wrong_payload_and_leaks_nothing() {
-    let t = cxlkv_tests::crashloop::run(Path::new(WORKER), 5, 3, 5);
-    assert_eq!((t.iterations, t.wrong_payloads, t.bytes_leaked, t.findings), (5, 0, 0, 0), "{t:?}");
+    let t = cxlkv_tests::crashloop::run(Path::new(WORKER), 5, 3, 5, Duration::from_secs(150));
+    assert_eq!(
+        (t.iterations, t.wrong_payloads, t.bytes_leaked, t.findings, t.hangs.len(), t.failed),
+        (5, 0, 0, 0, 0, 0),
+        "{t:?}"
+    );
 }
 
 /// The worker binary for the hostile-peer test: `CXLKV_TEST_WORKER` names

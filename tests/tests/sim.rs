@@ -24,7 +24,15 @@ fn must_pass(cfg: RunConfig) -> u64 {
 fn simulated_hosts_without_crashes_keep_every_invariant() {
     let mut ops = 0;
     for seed in 1..=6 {
-        ops += must_pass(RunConfig { seed, hosts: 3, ops: 80, crash: false, disable: None, lazy: seed % 2 == 0 });
+        ops += must_pass(RunConfig {
+            seed,
+            hosts: 3,
+            ops: 80,
+            crash: false,
+            disable: None,
+            lazy: seed % 2 == 0,
+            mixed: false,
+        });
     }
     assert!(ops > 1000);
 }
@@ -32,7 +40,7 @@ fn simulated_hosts_without_crashes_keep_every_invariant() {
 #[test]
 fn simulated_hosts_with_a_crash_recover_and_keep_every_invariant() {
     for seed in 100..=105 {
-        must_pass(RunConfig { seed, hosts: 4, ops: 80, crash: true, disable: None, lazy: seed % 2 == 0 });
+        must_pass(RunConfig { seed, hosts: 4, ops: 80, crash: true, disable: None, lazy: seed % 2 == 0, mixed: false });
     }
 }
 
@@ -42,13 +50,21 @@ fn a_process_killed_on_a_live_host_is_buried_and_recovered() {
     // at once naming its slot (4, 10), at once scanning (16, 22), or two
     // leases late (28, 34); busy and lazy caches alternate.
     for seed in [4, 10, 16, 22, 28, 34] {
-        must_pass(RunConfig { seed, hosts: 3, ops: 80, crash: false, disable: None, lazy: seed % 4 == 2 });
+        must_pass(RunConfig {
+            seed,
+            hosts: 3,
+            ops: 80,
+            crash: false,
+            disable: None,
+            lazy: seed % 4 == 2,
+            mixed: false,
+        });
     }
 }
 
 #[test]
 fn same_seed_replays_the_same_run() {
-    let cfg = RunConfig { seed: 7, hosts: 3, ops: 30, crash: true, disable: None, lazy: false };
+    let cfg = RunConfig { seed: 7, hosts: 3, ops: 30, crash: true, disable: None, lazy: false, mixed: false };
     let (a, b) = (run(&cfg), run(&cfg));
     assert_eq!((a.steps, a.ops, a.crashed), (b.steps, b.ops, b.crashed));
     assert_eq!(a.trace, b.trace);
@@ -59,9 +75,17 @@ fn a_disabled_publish_flush_is_caught() {
     // The harness has teeth: without the entry flush, readers on other hosts
     // never see published entries correctly, or see them inconsistent.
     let caught = (1..=6).any(|seed| {
-        !run(&RunConfig { seed, hosts: 3, ops: 80, crash: false, disable: Some("index.entry.write"), lazy: false })
-            .violations
-            .is_empty()
+        !run(&RunConfig {
+            seed,
+            hosts: 3,
+            ops: 80,
+            crash: false,
+            disable: Some("index.entry.write"),
+            lazy: false,
+            mixed: false,
+        })
+        .violations
+        .is_empty()
     });
     assert!(caught);
 }

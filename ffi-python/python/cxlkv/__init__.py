@@ -15,6 +15,12 @@ read path.
 ...             bytes(pinned[0])
 [<Result.OK: 1000>]
 b'K and V of block 0'
+
+Errors are typed: one `CxlkvError` family per kind of failure, each with
+`.code` (the C API's result code). Operating-system failures (a missing
+region file, no permission) are Python's own `OSError` subclasses, as
+`open()` raises them (`FileNotFoundError`, `PermissionError`, ...), with
+`.code` set to `Result.IO`.
 """
 
 from __future__ import annotations

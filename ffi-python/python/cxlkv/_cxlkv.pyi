@@ -67,6 +67,7 @@ class Result(enum.IntEnum):
     TOO_LARGE = 1024
     RECOVERING = 1025
     INBOX_FULL = 1026
+    NOT_PINNED = 1027
     IO = 1100
     UNSUPPORTED = 1101
     CUDA_UNAVAILABLE = 1102

@@ -1,53 +1,105 @@
 //! `cxlkv-sim`: runs the proof harness from the command line.
 //!
-//! - `cxlkv-sim run [--seed N] [--seeds K] [--hosts H] [--ops N] [--crash] [--lazy] [--disable SITE]`
-//!   runs K seeds from N; exit 0 when every run passes, 1 on a violation
-//!   (printing the seed, the violations and the last scheduler events);
+//! - `cxlkv-sim run [--seed N] [--seeds K] [--hosts H] [--ops N]
+//!   [--crash | --crash-odd] [--lazy | --lazy-alt] [--mixed] [--disable SITE]
+//!   [--quiet]` runs K seeds from N. `--crash` crashes a host in every run,
+//!   `--crash-odd` in runs of odd seeds; `--lazy` runs lazy caches,
+//!   `--lazy-alt` in runs of seeds 2 and 3 (mod 4); `--mixed` draws block
+//!   lengths from 64 bytes to two chunks instead of a few sizes.
 //! - `cxlkv-sim sites` lists every coherence call site in core and how many
 //!   times a default run executed it.
+//!
+//! Exit status: 0 when every run passed; 1 when a run found a violation
+//! (printing the seed, the violations and the last scheduler events); 2 for
+//! a usage error. Scripts count a mutant as killed on status 1 only.
 
 use cxlkv_tests::sim::{reformat_run, run, RunConfig};
 
+/// Exit status of a run that found a violation.
+const VIOLATION: i32 = 1;
+/// Exit status of a usage error.
+const USAGE: i32 = 2;
+
+const USAGE_TEXT: &str = "usage: cxlkv-sim run [--seed N] [--seeds K] [--hosts H] [--ops N] [--crash | --crash-odd] \
+     [--lazy | --lazy-alt] [--mixed] [--disable SITE] [--quiet] | sites";
+
+/// The value after `name`, parsed; `d` when absent; a usage error when
+/// present but malformed.
 fn arg<T: std::str::FromStr>(a: &[String], name: &str, d: T) -> T {
-    a.iter().position(|x| x == name).and_then(|i| a.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(d)
+    match a.iter().position(|x| x == name) {
+        None => d,
+        Some(i) => match a.get(i + 1).and_then(|v| v.parse().ok()) {
+            Some(v) => v,
+            None => usage(&format!("{name} needs a value")),
+        },
+    }
+}
+
+fn usage(why: &str) -> ! {
+    eprintln!("cxlkv-sim: {why}\n{USAGE_TEXT}");
+    std::process::exit(USAGE);
 }
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
+    let known = [
+        "--seed",
+        "--seeds",
+        "--hosts",
+        "--ops",
+        "--crash",
+        "--crash-odd",
+        "--lazy",
+        "--lazy-alt",
+        "--mixed",
+        "--disable",
+        "--quiet",
+    ];
+    let mut i = 2;
+    while i < a.len() {
+        match a[i].as_str() {
+            "--seed" | "--seeds" | "--hosts" | "--ops" | "--disable" => i += 2,
+            x if known.contains(&x) => i += 1,
+            x => usage(&format!("unknown option {x}")),
+        }
+    }
     let seed: u64 = arg(&a, "--seed", 1);
     let seeds: u64 = arg(&a, "--seeds", 1);
     let hosts: usize = arg(&a, "--hosts", 3);
     let ops: u32 = arg(&a, "--ops", 100);
-    let crash = a.iter().any(|x| x == "--crash");
-    let lazy = a.iter().any(|x| x == "--lazy");
+    let has = |f: &str| a.iter().any(|x| x == f);
     let disable: Option<&'static str> = a
         .iter()
         .position(|x| x == "--disable")
         .and_then(|i| a.get(i + 1))
         .map(|s| &*Box::leak(s.clone().into_boxed_str()));
+    if !(2..=16).contains(&hosts) {
+        usage("--hosts must be 2 to 16");
+    }
     match a.get(1).map(String::as_str) {
         Some("run") => {
             let (mut total_ops, mut steps) = (0u64, 0u64);
             let t = std::time::Instant::now();
             for sd in seed..seed + seeds {
-                // Alternate crash-free and crash runs when --crash is given.
-                let cfg = RunConfig { seed: sd, hosts, ops, crash: crash && sd % 2 == 1, disable, lazy };
+                let crash = has("--crash") || has("--crash-odd") && sd % 2 == 1;
+                let lazy = has("--lazy") || has("--lazy-alt") && sd % 4 >= 2;
+                let cfg = RunConfig { seed: sd, hosts, ops, crash, disable, lazy, mixed: has("--mixed") };
                 let mut r = run(&cfg);
                 r.violations.extend(reformat_run(sd, disable, lazy));
                 total_ops += r.ops;
                 steps += r.steps;
                 if !r.violations.is_empty() {
-                    println!("FAIL seed {sd} hosts {hosts} ops {ops} crash {:?}", r.crashed);
+                    println!("FAIL seed {sd} hosts {hosts} ops {ops} crash {:?} lazy {lazy}", r.crashed);
                     for v in &r.violations {
                         println!("  {v}");
                     }
-                    if !a.iter().any(|x| x == "--quiet") {
+                    if !has("--quiet") {
                         println!("last events:");
                         for e in &r.trace {
                             println!("  {e}");
                         }
                     }
-                    std::process::exit(1);
+                    std::process::exit(VIOLATION);
                 }
             }
             println!(
@@ -56,16 +108,11 @@ fn main() {
             );
         }
         Some("sites") => {
-            let r = run(&RunConfig { seed, hosts, ops, crash: true, disable: None, lazy });
+            let r = run(&RunConfig { seed, hosts, ops, crash: true, disable: None, lazy: has("--lazy"), mixed: true });
             for (s, n) in r.executed {
                 println!("{s} {n}");
             }
         }
-        _ => {
-            eprintln!(
-                "usage: cxlkv-sim run [--seed N] [--seeds K] [--hosts H] [--ops N] [--crash] [--lazy] [--disable SITE] | sites"
-            );
-            std::process::exit(2);
-        }
+        _ => usage("no command"),
     }
 }
