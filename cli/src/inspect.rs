@@ -65,7 +65,7 @@ pub fn report<C: Coherence>(store: &Store<C>) -> cxlkv_core::Result<Value> {
             let s: LockSlot = store.region.read(l.lock_slot(lock, n))?;
             if s.state == SLOT_LOCKED || s.state == SLOT_WAITING {
                 let st = if s.state == SLOT_LOCKED { "held" } else { "waiting" };
-                locks.push(json!({"lock": lock, "node": n, "state": st, "epoch": s.epoch, "seq": s.seq}));
+                locks.push(json!({"lock": lock, "node": n, "state": st, "seq": s.seq}));
             }
         }
     }
@@ -144,11 +144,10 @@ pub fn print_human(r: &Value) {
     println!("locks       {} held or waited for", locks.len());
     for x in &locks {
         println!(
-            "  lock {:>4}  node {:>2}  {}  epoch {} seq {}",
+            "  lock {:>4}  node {:>2}  {}  seq {}",
             n(&x["lock"]),
             n(&x["node"]),
             x["state"].as_str().unwrap_or("?"),
-            n(&x["epoch"]),
             n(&x["seq"])
         );
     }

@@ -29,6 +29,7 @@ use crate::coherence::{Coherence, Site};
 use crate::hash::{mix64, Key};
 use crate::layout::{InboxHead, MsgHeader, MsgKeys, NodeInfo, KEYS_PER_SLOT, NODE_ALIVE, SLOT_LINES};
 use crate::mem::LINE;
+use crate::mutant::mutant;
 use crate::node::Node;
 use crate::{Error, Result};
 
@@ -156,6 +157,11 @@ impl<C: Coherence> Node<'_, C> {
             index: 0,
         };
         first.checksum = fold_keys(checksum_seed(&first), keys);
+        let early = mutant!("inbox.first_header_early");
+        if early {
+            // The first header stored first, and flushed with the body.
+            st.write_state_last(l.inbox_slot(to, pos), &first)?;
+        }
         for i in 0..k {
             let off = l.inbox_slot(to, pos + i);
             let mut words = MsgKeys::default();
@@ -170,7 +176,7 @@ impl<C: Coherence> Node<'_, C> {
             }
             // SYNC: every line but the first header lands before it (reader:
             // the owner, which trusts the others once that header is seen).
-            let from = if i == 0 { off + LINE } else { off };
+            let from = if i == 0 && !early { off + LINE } else { off };
             st.co.flush(&st.region, from, off + SLOT_LINES * LINE - from, Site("inbox.send.body"))?;
         }
         st.co.store_fence(Site("inbox.send.fence"));
@@ -202,7 +208,7 @@ impl<C: Coherence> Node<'_, C> {
                 break;
             }
             let n = claimed_slots(&h, cap);
-            let mine = h.to_incarnation == me.incarnation as u32;
+            let mine = h.to_incarnation == me.incarnation as u32 || mutant!("inbox.ignore_incarnation");
             if n != h.slots as u64 {
                 head += 1;
                 err = Some(Error::Corrupt);

@@ -151,7 +151,7 @@ shared_struct! {
 }
 
 /// Most global locks a region can have (the request bitmap's width).
-pub const MAX_LOCKS: u32 = 512;
+pub const MAX_LOCKS: u32 = 256;
 
 /// Most application locks a region can have.
 pub const MAX_APP_LOCKS: u32 = 128;
@@ -179,7 +179,8 @@ shared_struct! {
     /// Per-lock state, written by the manager when it grants or revokes, and
     /// by the holder (while holding) to clear `repair`.
     pub struct LockLine {
-        pub epoch: u64,
+        /// Grants made so far: a grant carries the count after it, so no
+        /// two grants of the lock carry the same (see `lock.rs`).
         pub grant_seq: u64,
         /// Node id + 1 of the node last granted; 0 none.
         pub holder: u32,
@@ -188,7 +189,7 @@ shared_struct! {
         /// Node id of the last grant, for round robin.
         pub last: u32,
         pub reserved0: u32,
-        pub reserved: [u64; 4],
+        pub reserved: [u64; 5],
     } size 64
 }
 
@@ -199,9 +200,9 @@ shared_struct! {
         pub state: u32,
         /// Request flags (`SLOT_RECOVERY`).
         pub flags: u32,
-        pub epoch: u64,
+        /// The grant's sequence number (LOCKED).
         pub seq: u64,
-        pub reserved: [u64; 5],
+        pub reserved: [u64; 6],
     } size 64
 }
 

@@ -23,6 +23,7 @@ pub mod index;
 pub mod layout;
 pub mod lock;
 pub mod mem;
+pub mod mutant;
 pub mod node;
 pub mod off;
 pub mod pins;

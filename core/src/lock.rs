@@ -2,19 +2,29 @@
 //! one node per host contends, and a global tier of one slot line per node per
 //! lock, granted by a lock manager.
 //!
-//! Slot protocol: the node writes WAITING; the manager writes LOCKED with the
-//! lock's epoch and a grant sequence; the holder writes IDLE. The writers of a
-//! slot line take turns, so no two ever write it at once. The manager runs
-//! under a lease (its line's counter); any node may take over a stale lease
-//! and rebuilds everything it needs from the region. A dead holder's slot is
-//! reset by the manager with the lock's epoch bumped and `repair` set: such a
-//! lock is then granted only to recovery, which repairs what the lock guards.
+//! Slot protocol: the node writes WAITING; the manager writes LOCKED with a
+//! grant sequence number; the holder writes IDLE. The writers of a slot line
+//! take turns, so no two ever write it at once. The manager runs under a
+//! lease (its line's counter); any node may take over a stale lease and
+//! rebuilds everything it needs from the region. A dead holder's slot is
+//! reset by the manager with `repair` set: such a lock is then granted only
+//! to recovery, which repairs what the lock guards.
+//!
+//! A ticket ([`Held`]) is the lock and its grant's sequence number. A
+//! node's tickets of a lock only grow: the count lives in the lock line, and
+//! whoever bumps or writes it back (the manager granting, recovery holding
+//! the lock) starts from at least the largest ticket a slot shows, so even a
+//! line lost with a crashed manager cannot hand a node its old ticket again.
+//! That is all a ticket needs, so there is no epoch beside it: a revoked
+//! holder's ticket fails because its slot is no longer LOCKED, and any later
+//! grant to that slot (a new incarnation) carries a larger number.
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{
     Heartbeat, LockLine, LockSlot, ManagerLine, NodeInfo, RequestLine, MAX_NODES, NODE_ALIVE, NODE_DEAD, SLOT_CANCEL,
     SLOT_IDLE, SLOT_LOCKED, SLOT_RECOVERY, SLOT_WAITING,
 };
+use crate::mutant::mutant;
 use crate::node::Node;
 use crate::region::Store;
 use crate::{Error, Result};
@@ -26,9 +36,7 @@ use crate::{Error, Result};
 pub struct Held {
     /// Lock id.
     pub lock: u32,
-    /// The lock's epoch at grant.
-    pub epoch: u64,
-    /// Grant sequence number.
+    /// Grant sequence number: this grant's alone.
     pub seq: u64,
 }
 
@@ -108,7 +116,7 @@ impl<C: Coherence> Node<'_, C> {
             };
             if s.state == SLOT_LOCKED {
                 let _ = self.bell(lock, false);
-                return Ok(Some(Held { lock, epoch: s.epoch, seq: s.seq }));
+                return Ok(Some(Held { lock, seq: s.seq }));
             }
             if s.state == SLOT_IDLE {
                 // The manager reset our request: we were declared dead.
@@ -153,6 +161,9 @@ impl<C: Coherence> Node<'_, C> {
                 Ok(s) => s,
                 Err(e) => break Err(e),
             };
+            if s.state == SLOT_LOCKED && mutant!("lock.withdraw_keeps_grant") {
+                break Ok(());
+            }
             if s.state == SLOT_LOCKED {
                 // SYNC: the release reaches memory before we give up the
                 // lock (left dirty, it could land over a later grant); the
@@ -163,9 +174,15 @@ impl<C: Coherence> Node<'_, C> {
                 break Ok(());
             }
             // A manager answers within a lease (another takes over a dead
-            // one); only fencing ends the wait early.
+            // one); only fencing ends the wait early, and the environment's
+            // watchdog when no manager answers at all (a grant that raced
+            // the CANCEL then stays with this node's slot until its next
+            // request of the lock, or its death).
             if self.env.wait(j) == Err(Error::Revoked) {
                 break Err(Error::Revoked);
+            }
+            if self.env.withdrawal_expired(j) {
+                break Err(Error::Timeout);
             }
             j = j.wrapping_add(1);
         };
@@ -207,7 +224,7 @@ impl<C: Coherence> Node<'_, C> {
         // SYNC: every flush made under the lock completes before IDLE is seen.
         self.store.co.store_fence(Site("lock.release.fence"));
         let mine: LockSlot = self.store.fresh_state_first(slot_off, Site("lock.release.check"))?;
-        if mine.state == SLOT_LOCKED && (mine.epoch != held.epoch || mine.seq != held.seq) {
+        if mine.state == SLOT_LOCKED && mine.seq != held.seq && !mutant!("unlock.stale_ticket") {
             // A stale ticket: the slot carries a later grant, which whoever
             // holds it releases with its own ticket.
             return Err(Error::Revoked);
@@ -367,7 +384,7 @@ impl Manager {
                     info.state != NODE_ALIVE || probe(m, &info) == Some(false)
                 }
             };
-            let stale = now.saturating_sub(self.lease_moved_at) >= cfg.lease;
+            let stale = now.saturating_sub(self.lease_moved_at) >= cfg.lease || mutant!("lease.claim_live");
             if ml.manager == 0 || holder_dead || stale {
                 ml.manager = self.me + 1;
                 ml.epoch = ml.epoch.wrapping_add(1);
@@ -380,7 +397,7 @@ impl Manager {
             return Ok(rep);
         }
         let claimed = *self.claimed_at.get_or_insert(now.saturating_sub(cfg.settle));
-        if now.saturating_sub(claimed) < cfg.settle {
+        if now.saturating_sub(claimed) < cfg.settle && !mutant!("lease.no_settle") {
             return Ok(rep);
         }
         rep.active = true;
@@ -427,10 +444,15 @@ impl Manager {
             // slot, so a grant racing its withdrawal is seen by it and given
             // back.
             let mut seen = [(SLOT_IDLE, 0u32); MAX_NODES as usize];
+            // The largest ticket a slot shows (granted, or being given back).
+            let mut max_seq = 0u64;
             for n in 0..nn {
                 let soff = l.lock_slot(lock, n);
                 let s: LockSlot = store.fresh_state_first(soff, Site("mgr.slot"))?;
                 seen[n as usize] = (s.state, s.flags);
+                if s.state == SLOT_LOCKED {
+                    max_seq = max_seq.max(s.seq);
+                }
                 // A LOCKED slot of a node dead at this step's liveness scan is
                 // the dead one's: recovery (which could free the node for a
                 // newcomer) needs every lock, and this step has not revoked
@@ -439,18 +461,17 @@ impl Manager {
                 match s.state {
                     SLOT_LOCKED if is_dead => {
                         store.publish_state_last(soff, &LockSlot::default(), Site("mgr.revoke"))?;
-                        ll.epoch = ll.epoch.wrapping_add(1);
-                        ll.repair = 1;
+                        ll.repair = if mutant!("revoke.no_repair") { 0 } else { 1 };
                         ll.holder = 0;
                         changed = true;
                         rep.revoked += 1;
                     }
                     SLOT_LOCKED => holder = Some(n),
-                    SLOT_CANCEL => {
+                    SLOT_CANCEL if !mutant!("lock.manager_ignores_cancel") => {
                         // SYNC: the answer to a withdrawal (reader: its poll).
                         store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_withdrawn"))?;
                     }
-                    SLOT_WAITING if self.alive & (1 << n) == 0 => {
+                    SLOT_WAITING if self.alive & (1 << n) == 0 && !mutant!("lock.grant_to_stranger") => {
                         // Not ALIVE at the last scan: dead, attached since
                         // (maybe as a dead one's successor, after recovery
                         // freed it), or a node recovery already freed (it
@@ -468,7 +489,7 @@ impl Manager {
                 }
             }
             self.held[wi] &= !bit;
-            if holder.is_some() {
+            if holder.is_some() && !mutant!("lock.grant_while_held") {
                 self.held[wi] |= bit;
             } else {
                 let start = if ll.last < nn { ll.last + 1 } else { 0 };
@@ -483,17 +504,19 @@ impl Manager {
                     if state != SLOT_WAITING || !rang || (ll.repair != 0 && flags & SLOT_RECOVERY == 0) {
                         continue;
                     }
-                    ll.grant_seq = ll.grant_seq.wrapping_add(1);
+                    // The count goes on from the largest ticket out there, in
+                    // case a line with it never landed (its manager crashed
+                    // after the grant landed).
+                    ll.grant_seq = ll.grant_seq.max(max_seq).wrapping_add(1);
                     ll.holder = n + 1;
                     ll.last = n;
-                    // SYNC: the fields a grant changes (holder, last, grant_seq)
-                    // are the manager's own bookkeeping, read by no one else;
-                    // the step's closing fence completes this write-back. The
-                    // grant slot itself carries the epoch and seq the holder
-                    // needs.
+                    // SYNC: the fields a grant changes (holder, last,
+                    // grant_seq) are the manager's own bookkeeping: it reads
+                    // the line fresh each step, and a grant's count never
+                    // falls behind a ticket anyone holds (see `max_seq`).
+                    // The step's closing fence completes this write-back.
                     store.publish(loff, &ll, Site("mgr.grant.line"))?;
-                    let g =
-                        LockSlot { state: SLOT_LOCKED, flags, epoch: ll.epoch, seq: ll.grant_seq, reserved: [0; 5] };
+                    let g = LockSlot { state: SLOT_LOCKED, flags, seq: ll.grant_seq, reserved: [0; 6] };
                     // SYNC: LOCKED visible to the polling node (reader: lock_with).
                     store.publish_state_last(soff, &g, Site("mgr.grant"))?;
                     self.held[wi] |= bit;

@@ -12,10 +12,11 @@ use crate::coherence::{Coherence, Site};
 use crate::hash::{place, Key};
 use crate::index::{entry_checksum, probe, NIL};
 use crate::layout::{
-    state, Bucket, ChunkRecord, Entry, LockLine, NodeInfo, PinRecord, RootRecord, StripeHeader, CHUNK_CONT, CHUNK_KV,
-    CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD,
+    state, Bucket, ChunkRecord, Entry, LockLine, LockSlot, NodeInfo, PinRecord, RootRecord, StripeHeader, CHUNK_CONT,
+    CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD,
 };
 use crate::lock::Held;
+use crate::mutant::mutant;
 use crate::node::Node;
 use crate::roots::record_valid;
 use crate::{Error, Result};
@@ -53,15 +54,15 @@ impl<C: Coherence> Node<'_, C> {
         }
         let mut taken = 0;
         let mut res = Ok(());
-        // The (epoch, seq) of each grant, to release exactly what we hold.
-        let mut grants = [(0u64, 0u64); crate::layout::MAX_LOCKS as usize];
+        // The ticket of each grant, to release exactly what we hold.
+        let mut grants = [0u64; crate::layout::MAX_LOCKS as usize];
         // Core's locks only: an application may hold its own locks while it
         // waits for one of core's, so recovery must not wait for those.
         let n_core = l.locks().n_core();
         for lock in 0..n_core {
             match self.lock_recovery(lock) {
-                Ok(Held { epoch, seq, .. }) => {
-                    grants[lock as usize] = (epoch, seq);
+                Ok(Held { seq, .. }) => {
+                    grants[lock as usize] = seq;
                     taken += 1;
                 }
                 Err(e) => {
@@ -81,8 +82,8 @@ impl<C: Coherence> Node<'_, C> {
         }
         let mut rel = Ok(());
         for lock in (0..taken).rev() {
-            let (epoch, seq) = grants[lock as usize];
-            let r = self.unlock(Held { lock, epoch, seq });
+            let seq = grants[lock as usize];
+            let r = self.unlock(Held { lock, seq });
             if rel.is_ok() {
                 rel = r;
             }
@@ -107,9 +108,14 @@ impl<C: Coherence> Node<'_, C> {
                 continue;
             }
             let held = self.lock_recovery(lock)?;
-            let mut ll: LockLine = st.fresh(l.lock_line(lock), Site("recover.app_lock.read"))?;
+            // The peek above read the line fresh; since then only this
+            // recovery's grant changed it (count, holder, last), and the
+            // count is taken as at least this grant's below.
+            let mut ll: LockLine = st.region.read(l.lock_line(lock))?;
             let r = if ll.repair != 0 {
                 ll.repair = 0;
+                // Never behind the ticket this recovery holds (see lock.rs).
+                ll.grant_seq = ll.grant_seq.max(held.seq);
                 n += 1;
                 st.publish(l.lock_line(lock), &ll, Site("recover.app_lock.repaired"))
             } else {
@@ -148,7 +154,7 @@ impl<C: Coherence> Node<'_, C> {
             let derivable = match rec.kind {
                 CHUNK_KV => true,
                 CHUNK_LARGE => rec.large_kind == CHUNK_KV || owner_dead,
-                CHUNK_RAW => owner_dead,
+                CHUNK_RAW => owner_dead || mutant!("recover.reclaim_live_raw"),
                 _ => false,
             };
             if !kind_valid(rec.kind) || rec.owner > l.caps.max_nodes {
@@ -246,6 +252,10 @@ impl<C: Coherence> Node<'_, C> {
             let mut ll: LockLine = st.fresh(l.lock_line(lock), Site("recover.lock.read"))?;
             if ll.repair != 0 {
                 ll.repair = 0;
+                // Never behind the ticket this recovery holds (see lock.rs):
+                // its own slot, as its poll read it.
+                let mine: LockSlot = st.region.read(l.lock_slot(lock, self.id))?;
+                ll.grant_seq = ll.grant_seq.max(mine.seq);
                 rep.locks_repaired += 1;
                 st.publish(l.lock_line(lock), &ll, Site("recover.lock.repaired"))?;
             }
@@ -336,6 +346,12 @@ impl<C: Coherence> Node<'_, C> {
             let mut keep = false;
             if ent.state == state::WRITING || ent.state == state::READY {
                 // A live node's pin counts only if its journal records it.
+                // (No mutant here: the protocol never leaves one without,
+                // since a node journals a pin before it sets the bit, under
+                // the same stripe lock, and recovery clears every dead node's
+                // bits; only damage to the region does, which this repairs
+                // and `check` reports. Keeping such a pin changes no outcome
+                // of any scenario.)
                 let g = s * eps + e;
                 for n in 0..l.caps.max_nodes {
                     if ent.pinners & alive & (1 << n) != 0 && !self.journaled(n, g, ent.gen)? {
@@ -372,14 +388,12 @@ impl<C: Coherence> Node<'_, C> {
                 }
             }
             if !keep {
-                let bump = ent.state != state::EMPTY;
-                ent = Entry {
-                    ver: ent.ver & !1,
-                    gen: ent.gen.wrapping_add(bump as u32),
-                    lru_prev: NIL,
-                    lru_next: NIL,
-                    ..Entry::default()
-                };
+                // A dropped entry keeps its generation: nothing matches an
+                // EMPTY entry, and whoever takes it next advances the
+                // generation (reserve), so no handle or reader of what it
+                // held can match what it holds next. (A bump here was a
+                // mutant that changed no outcome.)
+                ent = Entry { ver: ent.ver & !1, gen: ent.gen, lru_prev: NIL, lru_next: NIL, ..Entry::default() };
             } else if ent.state == state::READY {
                 ready += 1;
                 bytes += ent.payload_len as u64;

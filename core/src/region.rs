@@ -37,6 +37,14 @@ pub trait NodeEnv: Sync {
     /// Called on every iteration of a poll loop. Returns an error to abandon
     /// the wait (the node is shutting down or was fenced).
     fn wait(&self, iteration: u32) -> Result<()>;
+    /// True when a withdrawn lock request has waited `iteration` polls for
+    /// the manager's answer for so long that no manager will give one (none
+    /// is running, or the region is damaged): the withdrawal then gives up.
+    /// A manager answers within a lease when one runs, so the bound is a
+    /// watchdog, far beyond that. Never, by default.
+    fn withdrawal_expired(&self, _iteration: u32) -> bool {
+        false
+    }
 }
 
 impl<C: Coherence> Store<C> {

@@ -61,7 +61,7 @@ fn dead_holders_lock_is_revoked_and_granted_only_to_recovery() {
     let rep = a.recover(0).unwrap();
     assert_eq!(rep.locks_repaired, 1);
     let g = a.lock(2).unwrap();
-    assert!(g.epoch > held.epoch, "grant after revocation carries a new epoch");
+    assert!(g.seq > held.seq, "a grant after the revocation carries a new ticket");
     a.unlock(g).unwrap();
     assert_eq!(b.unlock(held), Err(Error::Revoked));
 }
@@ -261,7 +261,7 @@ fn app_lock_is_exclusive_and_repaired_after_its_holder_dies() {
     let rep = a.recover(0).unwrap();
     assert_eq!(rep.locks_repaired, 1, "the dead holder's application lock");
     let mine = a.lock_app(i).unwrap();
-    assert!(mine.epoch > held.epoch);
+    assert!(mine.seq > held.seq);
     a.unlock_app(mine).unwrap();
     assert!(findings(&f).is_empty(), "{:?}", findings(&f));
     assert_eq!(a.lookup(1, &[key(1)]).unwrap(), 1);
@@ -277,12 +277,12 @@ fn stale_ticket_release_changes_nothing() {
     let a = node(&f, &env, &l0, 0);
     let b = node(&f, &env, &l1, 1);
     let old = a.lock(2).unwrap();
-    let stale = crate::lock::Held { lock: old.lock, epoch: old.epoch, seq: old.seq };
+    let stale = crate::lock::Held { lock: old.lock, seq: old.seq };
     a.unlock(old).unwrap();
     let current = a.lock(2).unwrap();
     assert_eq!(a.unlock(stale), Err(Error::Revoked), "an old ticket is refused");
     assert_eq!(b.lock(2), Err(Error::Timeout), "the current grant is still held");
-    let again = crate::lock::Held { lock: current.lock, epoch: current.epoch, seq: current.seq };
+    let again = crate::lock::Held { lock: current.lock, seq: current.seq };
     a.unlock(current).unwrap();
     assert_eq!(a.unlock(again), Err(Error::Revoked), "a second release is refused");
     let gb = b.lock(2).unwrap();
@@ -387,6 +387,7 @@ fn live_share_at_first_eviction(nodes: u32, len: impl Fn(u64) -> u64) -> f64 {
         n.publish(&h).unwrap();
         if ns.iter().any(|n| n.stats().unwrap().evictions > 0) {
             assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+            std::eprintln!("eviction began with {:.3} of the payload capacity live", live as f64 / cap);
             return live as f64 / cap;
         }
         live += bytes;

@@ -296,6 +296,10 @@ typedef struct cxlkv_node_options {
   uint32_t lease_ms;
   // Give up waiting for a lock after this long (ms).
   uint32_t lock_timeout_ms;
+  // After claiming the lock-manager role, wait this long (ms) before
+  // granting, so that a node that claimed it at the same moment sees it
+  // lost (default 50; a few ms suffice on one host).
+  uint32_t settle_ms;
   // Recover automatically when a node is declared dead.
   bool auto_recover;
   // Directory of the host-local lock file; NULL for /dev/shm.
@@ -382,10 +386,7 @@ typedef struct cxlkv_lock_ticket {
   uint32_t lock;
   // The thread that holds it (the one that must release it).
   uint32_t thread;
-  // The lock's epoch at the grant (it grows when a dead holder's grant
-  // is revoked).
-  uint64_t epoch;
-  // Grant sequence number.
+  // Grant sequence number: no other grant of the lock carries it.
   uint64_t seq;
 } cxlkv_lock_ticket;
 

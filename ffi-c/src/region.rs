@@ -121,6 +121,10 @@ pub struct cxlkv_node_options {
     pub lease_ms: u32,
     /// Give up waiting for a lock after this long (ms).
     pub lock_timeout_ms: u32,
+    /// After claiming the lock-manager role, wait this long (ms) before
+    /// granting, so that a node that claimed it at the same moment sees it
+    /// lost (default 50; a few ms suffice on one host).
+    pub settle_ms: u32,
     /// Recover automatically when a node is declared dead.
     pub auto_recover: bool,
     /// Directory of the host-local lock file; NULL for /dev/shm.
@@ -160,6 +164,7 @@ pub unsafe extern "C" fn cxlkv_node_options_default(out: *mut cxlkv_node_options
             flush_mode: CXLKV_FLUSH_DEFAULT,
             lease_ms: d.lease.as_millis() as u32,
             lock_timeout_ms: d.lock_timeout.as_millis() as u32,
+            settle_ms: d.settle.as_millis() as u32,
             auto_recover: d.auto_recover,
             local_dir: core::ptr::null(),
         };
@@ -338,6 +343,7 @@ pub unsafe extern "C" fn cxlkv_node_attach(
             }
             o.lease = Duration::from_millis(c.lease_ms as u64);
             o.lock_timeout = Duration::from_millis(c.lock_timeout_ms as u64);
+            o.settle = Duration::from_millis(c.settle_ms as u64);
             o.auto_recover = c.auto_recover;
             if !c.local_dir.is_null() {
                 // SAFETY:

@@ -23,10 +23,7 @@ pub struct cxlkv_lock_ticket {
     pub lock: u32,
     /// The thread that holds it (the one that must release it).
     pub thread: u32,
-    /// The lock's epoch at the grant (it grows when a dead holder's grant
-    /// is revoked).
-    pub epoch: u64,
-    /// Grant sequence number.
+    /// Grant sequence number: no other grant of the lock carries it.
     pub seq: u64,
 }
 
@@ -92,7 +89,7 @@ pub unsafe extern "C" fn cxlkv_lock_acquire(
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
         let h = c.node().lock_app(lock)?;
-        out.write(cxlkv_lock_ticket { lock, thread: tid(), epoch: h.epoch, seq: h.seq });
+        out.write(cxlkv_lock_ticket { lock, thread: tid(), seq: h.seq });
         Ok(())
     })
 }
@@ -123,7 +120,7 @@ pub unsafe extern "C" fn cxlkv_lock_release(node: *const cxlkv_node, ticket: *co
         if t.lock >= l.caps.app_locks || t.thread != tid() {
             return Err(cxlkv_result::InvalidArgument.into());
         }
-        Ok(c.node().unlock_app(Held { lock: l.locks().app(t.lock), epoch: t.epoch, seq: t.seq })?)
+        Ok(c.node().unlock_app(Held { lock: l.locks().app(t.lock), seq: t.seq })?)
     })
 }
 

@@ -127,7 +127,7 @@ impl Region {
     /// Attaches a node (starting its heartbeat and lock-manager thread).
     /// `node_id` None takes the first free slot.
     #[pyo3(signature = (*, node_id=None, flush_mode="default", lease_ms=2000, lock_timeout_ms=60000,
-        auto_recover=true, local_dir=None))]
+        settle_ms=50, auto_recover=true, local_dir=None))]
     #[allow(clippy::too_many_arguments)]
     fn attach(
         &self,
@@ -136,6 +136,7 @@ impl Region {
         flush_mode: &str,
         lease_ms: u64,
         lock_timeout_ms: u64,
+        settle_ms: u64,
         auto_recover: bool,
         local_dir: Option<PathBuf>,
     ) -> PyResult<Node> {
@@ -148,6 +149,7 @@ impl Region {
             mode: mode_of(py, flush_mode)?,
             lease: Duration::from_millis(lease_ms),
             lock_timeout: Duration::from_millis(lock_timeout_ms),
+            settle: Duration::from_millis(settle_ms),
             auto_recover,
             ..Options::default()
         };

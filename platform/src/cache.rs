@@ -85,6 +85,21 @@ struct Inner {
 
 thread_local! {
     static WAIT_START: Cell<Option<Instant>> = const { Cell::new(None) };
+    static WITHDRAW_START: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// The background threads of this process's nodes (by node id and region),
+/// so a request wakes the one that manages the locks at once instead of
+/// waiting out its pause. Other processes' managers poll.
+static BACKGROUND: Mutex<Vec<(u64, std::thread::Thread)>> = Mutex::new(Vec::new());
+
+/// Wakes every background thread of this process but `me`'s.
+fn wake_background(me: u64) {
+    if let Ok(list) = BACKGROUND.lock() {
+        for (_, t) in list.iter().filter(|(who, _)| *who != me) {
+            t.unpark();
+        }
+    }
 }
 
 impl NodeEnv for Inner {
@@ -110,12 +125,19 @@ impl NodeEnv for Inner {
             return Err(cxlkv_core::Error::Timeout);
         }
         // In the process that holds the manager lease, step it right here:
-        // a same-process grant then costs no thread hand-off.
-        if self.is_manager.load(Ordering::Relaxed) {
+        // a same-process grant then costs no thread hand-off. A closing node
+        // has no background thread left: it steps its manager itself, or
+        // nobody would (claiming the role if it is vacant).
+        if self.is_manager.load(Ordering::Relaxed) || self.stop.load(Ordering::Relaxed) {
             if let Ok(mut m) = self.mgr.try_lock() {
                 let _ = self.step(&mut m);
                 return Ok(());
             }
+        }
+        if iteration == 0 {
+            // A new wait: whichever node of this process manages the locks
+            // steps now.
+            wake_background(self.key());
         }
         if iteration < 64 {
             core::hint::spin_loop();
@@ -126,9 +148,26 @@ impl NodeEnv for Inner {
         }
         Ok(())
     }
+    fn withdrawal_expired(&self, iteration: u32) -> bool {
+        let now = Instant::now();
+        let start = WITHDRAW_START.with(|s| {
+            if iteration == 0 || s.get().is_none() {
+                s.set(Some(now));
+            }
+            s.get().unwrap_or(now)
+        });
+        // Four lock timeouts: a manager (or its successor, after a lease)
+        // answers long before.
+        now.duration_since(start) > self.opts.lock_timeout.saturating_mul(4).max(4 * self.opts.lease)
+    }
 }
 
 impl Inner {
+    /// This node's key among the process's background threads.
+    fn key(&self) -> u64 {
+        self.store.creation_id ^ (self.id as u64).rotate_left(48)
+    }
+
     /// This node as an owner of host-local locks.
     fn owner(&self) -> Owner {
         Owner { node: Some(self.id), nonce: self.nonce }
@@ -287,7 +326,8 @@ fn background(inner: Arc<Inner>) {
         if pause.is_zero() {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(pause);
+            // Woken early by a request of this process, or to stop.
+            std::thread::park_timeout(pause);
         }
     }
 }
@@ -356,6 +396,9 @@ impl Cache {
             .name(format!("cxlkv-node{id}"))
             .spawn(move || background(i2))
             .map_err(|err| Error::Io { what: "spawn node thread", err })?;
+        if let Ok(mut list) = BACKGROUND.lock() {
+            list.push((inner.key(), thread.thread().clone()));
+        }
         Ok(Cache {
             inner,
             thread: Some(thread),
@@ -595,12 +638,17 @@ impl Cache {
         }
         let Some(t) = self.thread.take() else { return Ok(()) };
         self.inner.stop.store(true, Ordering::Relaxed);
+        if let Ok(mut list) = BACKGROUND.lock() {
+            let id = t.thread().id();
+            list.retain(|(_, x)| x.id() != id);
+        }
+        t.thread().unpark();
         let _ = t.join();
         if self.inner.fenced.load(Ordering::Relaxed) {
             return Err(Error::Core(cxlkv_core::Error::Revoked));
         }
-        // Detaching takes locks, which needs a manager: keep stepping inline.
-        self.inner.is_manager.store(true, Ordering::Relaxed);
+        // Detaching takes locks, which needs a manager: with `stop` set, its
+        // waits step this node's manager inline (see `wait`).
         let r = self.node().detach();
         if let Ok(mut m) = self.inner.mgr.lock() {
             let _ = m.resign(&self.inner.store);

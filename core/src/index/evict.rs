@@ -4,6 +4,7 @@
 
 use crate::coherence::Coherence;
 use crate::layout::{state, Entry, StripeHeader};
+use crate::mutant::mutant;
 use crate::node::Node;
 use crate::{Error, Result};
 
@@ -121,7 +122,7 @@ impl<C: Coherence> Node<'_, C> {
             }
             let mut ent = st.ent(s, e)?;
             let next = ent.lru_next;
-            if ent.state == state::READY && ent.pinners == 0 {
+            if ent.state == state::READY && (ent.pinners == 0 || mutant!("evict.pinned")) {
                 match policy.consider(s, &ent) {
                     Verdict::Evict => {
                         let key = crate::hash::Key { lo: ent.key_lo, hi: ent.key_hi };

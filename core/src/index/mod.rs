@@ -14,6 +14,7 @@ use crate::alloc::Kind;
 use crate::coherence::{Coherence, Site};
 use crate::hash::{checksum32, place, Key};
 use crate::layout::{state, Entry, StripeHeader};
+use crate::mutant::mutant;
 use crate::node::Node;
 use crate::off::Off;
 use crate::region::Store;
@@ -364,7 +365,7 @@ impl<C: Coherence> Node<'_, C> {
         let st = self.store;
         let len32 = u32::try_from(it.len).map_err(|_| Error::TooLarge)?;
         let tag = place(ns, it.key);
-        if probe::find(st, s, tag, ns, it.key)?.is_some() {
+        if probe::find(st, s, tag, ns, it.key)?.is_some() && !mutant!("reserve.no_exists_check") {
             return Err(Error::Exists);
         }
         if h.free_head == NIL {
@@ -497,7 +498,7 @@ impl<C: Coherence> Node<'_, C> {
         self.handle_in(s, h)?;
         let e = self.store.ent(s, h.entry)?;
         if e.state != state::WRITING
-            || e.gen != h.gen
+            || e.gen != h.gen && !mutant!("publish.no_gen_check")
             || e.key_lo != h.key.lo
             || e.key_hi != h.key.hi
             || e.ns != h.ns
@@ -597,8 +598,9 @@ impl<C: Coherence> Node<'_, C> {
 
     fn acquire_locked(&self, ns: u32, s: u32, hdr: &mut StripeHeader, key: Key) -> Result<Handle> {
         let st = self.store;
+        let ready = |e: &Entry| e.state == state::READY || mutant!("acquire.writing") && e.state == state::WRITING;
         let f = match probe::find(st, s, place(ns, key), ns, key)? {
-            Some(f) if f.e.state == state::READY && f.e.checksum == entry_checksum(&f.e) => f,
+            Some(f) if ready(&f.e) && f.e.checksum == entry_checksum(&f.e) => f,
             _ => return Err(Error::NotFound),
         };
         let mut e = f.e;
@@ -749,7 +751,7 @@ impl<C: Coherence> Node<'_, C> {
             self.store.region.copy_out(off, &mut buf[..len])?;
             // SYNC: re-validate after the copy (coherence rule 4); the entry's
             // invalidate orders the copy's loads before the re-read.
-            let after = self.store.ent(s, f.entry)?;
+            let after = if mutant!("get.no_revalidate") { f.e } else { self.store.ent(s, f.entry)? };
             if after.state == state::READY && after.gen == f.e.gen && after.key_lo == key.lo && after.key_hi == key.hi {
                 self.count(|c| {
                     c.hits += 1;

@@ -136,6 +136,7 @@ class Region:
         flush_mode: str = "default",
         lease_ms: int = 2000,
         lock_timeout_ms: int = 60000,
+        settle_ms: int = 50,
         auto_recover: bool = True,
         local_dir: Optional[_Path] = None,
     ) -> Node: ...
