@@ -97,7 +97,10 @@ counted() {
 }
 
 step "coherence mutants (every flush, invalidate and fence site of core must matter)"
-counted "coherence mutants" tests/coherence-mutants.sh 32
+counted "coherence mutants" tests/coherence-mutants.sh 32 32
+
+step "logic mutants (every rule of the protocol's logic must matter)"
+counted "logic mutants" tests/logic-mutants.sh 16 64
 
 step "smoke: cxlkv demo (3 seconds: prefill and decode processes, every byte verified)"
 counted demo cargo run --release --locked -p cxlkv-cli -- demo --duration 3

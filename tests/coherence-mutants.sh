@@ -4,7 +4,7 @@
 # (the mutant is killed, with the seed that killed it) or the seeds run out
 # (it survived). Exits 0 only when every mutant is killed.
 #
-#   tests/coherence-mutants.sh [SEEDS]      (default 8 seeds per site)
+#   tests/coherence-mutants.sh [SHORT [DEEP]]  (default 8 short seeds, 16 deep)
 #   SITES="a b" tests/coherence-mutants.sh  (only these sites)
 #
 # A mutant counts as killed only when the simulator exits with its violation
@@ -19,6 +19,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 seeds=${1:-8}
+deep=${2:-16}
 exe=$(cargo build --release --locked -q -p cxlkv-tests --bin cxlkv-sim --message-format=json |
   python3 -c 'import json, sys
 for line in sys.stdin:
@@ -51,36 +52,47 @@ sites=$(printf '%s\n' "$all" | grep -v '\.hint$' | sort)
 if [ -n "${SITES:-}" ]; then sites=$SITES; fi
 
 one() {
-  local site=$1 s rc
-  for s in $(seq 1 "$2"); do
-    # Odd seeds crash a host; seeds 2 and 3 (mod 4) run lazy caches, the
-    # others busy ones; seeds 4 to 7 (mod 8) run 4 hosts, so a lock's
-    # waiter can be on neither the manager's nor the recovering host; seeds
-    # 3 (mod 6) mix block sizes up to two chunks. A small, busy configuration.
-    crash=; lazy=; mixed=; hosts=3
-    if [ $((s % 2)) -eq 1 ]; then crash=--crash; fi
-    if [ $((s % 4)) -ge 2 ]; then lazy=--lazy; fi
-    if [ $((s % 8)) -ge 4 ]; then hosts=4; fi
-    if [ $((s % 6)) -eq 3 ]; then mixed=--mixed; fi
-    "$3" run --seed "$s" --hosts "$hosts" --ops 80 $crash $lazy $mixed --disable "$site" --quiet >/dev/null 2>&1
-    rc=$?
-    case $rc in
-      0) ;;
-      1)
-        echo "killed   $site (seed $s)"
-        return 0
-        ;;
-      *)
-        echo "ABORT    $site (seed $s): the simulator exited $rc, not with a verdict" >&2
-        return 255
-        ;;
-    esac
+  local site=$1 s rc cfg n hosts ops
+  for cfg in short deep; do
+    if [ "$cfg" = short ]; then n=$2; else n=$3; fi
+    for s in $(seq 1 "$n"); do
+      # Odd seeds crash a host; seeds 2 and 3 (mod 4) run lazy caches, the
+      # others busy ones; seeds 4 to 7 (mod 8) run one host more, so a
+      # lock's waiter can be on neither the manager's nor the recovering
+      # host; seeds 3 (mod 6) mix block sizes up to two chunks. The short
+      # configuration is small and busy; a site that survives it meets the
+      # deep one (more hosts, more operations: rarer interleavings).
+      crash=; lazy=; mixed=
+      if [ $((s % 2)) -eq 1 ]; then crash=--crash; fi
+      if [ $((s % 4)) -ge 2 ]; then lazy=--lazy; fi
+      if [ $((s % 6)) -eq 3 ]; then mixed=--mixed; fi
+      if [ "$cfg" = short ]; then
+        hosts=$((s % 8 >= 4 ? 4 : 3))
+        ops=80
+      else
+        hosts=$((s % 8 >= 4 ? 5 : 4))
+        ops=300
+      fi
+      "$4" run --seed "$s" --hosts "$hosts" --ops "$ops" $crash $lazy $mixed --disable "$site" --quiet >/dev/null 2>&1
+      rc=$?
+      case $rc in
+        0) ;;
+        1)
+          echo "killed   $site ($cfg seed $s)"
+          return 0
+          ;;
+        *)
+          echo "ABORT    $site ($cfg seed $s): the simulator exited $rc, not with a verdict" >&2
+          return 255
+          ;;
+      esac
+    done
   done
   echo "SURVIVED $site"
 }
 export -f one
 
-out=$(printf '%s\n' $sites | xargs -P 2 -I{} bash -c 'one "$@"' _ {} "$seeds" "$sim")
+out=$(printf '%s\n' $sites | xargs -P 2 -I{} bash -c 'one "$@"' _ {} "$seeds" "$deep" "$sim")
 xrc=$?
 if [ "$xrc" -ne 0 ]; then
   echo "coherence mutants: stopped: a run ended without a verdict" >&2

@@ -22,6 +22,7 @@ use cxlkv_core::hash::{chain_keys, mix64, Key};
 use cxlkv_core::index::{Handle, Lru};
 use cxlkv_core::layout::Capacities;
 use cxlkv_core::Error as CoreError;
+use cxlkv_platform::size::human;
 use cxlkv_platform::{Cache, FlushMode, Options, KIND_RESPONSE};
 use serde_json::{json, Value};
 
@@ -37,7 +38,11 @@ pub struct Config {
     pub prefill: usize,
     pub decode: usize,
     pub duration: Duration,
+    /// Largest block (every block when `block_min` equals it).
     pub block_bytes: u64,
+    /// Smallest block: blocks of a mix take a length between the two, fixed
+    /// per key (models, layouts and layer-wise chunks mix sizes).
+    pub block_min: u64,
     pub region: u64,
     pub mode: FlushMode,
     pub seed: u64,
@@ -180,8 +185,19 @@ fn verify(key: Key, buf: &[u8]) -> bool {
     buf.chunks_exact(8).enumerate().all(|(j, w)| w == word(seed, j).to_le_bytes())
 }
 
+/// The payload length of `key`'s block: the configured size, or one fixed
+/// per key in the configured range (a multiple of 64 bytes).
+fn len_of(cfg: &Config, key: Key) -> u64 {
+    if cfg.block_min >= cfg.block_bytes {
+        return cfg.block_bytes;
+    }
+    let span = cfg.block_bytes - cfg.block_min + 1;
+    ((cfg.block_min + mix64(seed_of(key) ^ 0x1e57) % span) & !63).max(cfg.block_min)
+}
+
 fn caps(cfg: &Config) -> Capacities {
-    let blocks = (cfg.region / cfg.block_bytes).max(64) as u32;
+    let mean = (cfg.block_min.min(cfg.block_bytes) + cfg.block_bytes) / 2;
+    let blocks = (cfg.region / mean).max(64) as u32;
     let chunk = cfg.block_bytes.next_power_of_two().max(1 << 21);
     Capacities {
         max_nodes: (cfg.prefill + cfg.decode + 2) as u32,
@@ -225,6 +241,8 @@ struct Counters {
     handoff: Hist,
     get: Hist,
     first_error: Option<String>,
+    /// Share of the payload capacity live when this worker first evicted.
+    live_at_first_eviction: Option<f64>,
 }
 
 impl Counters {
@@ -239,6 +257,7 @@ impl Counters {
             "evictions": self.evictions, "evicted_bytes": self.evicted_bytes,
             "read": self.read, "read_bytes": self.read_bytes, "verify_failures": self.verify_failures,
             "missing": self.missing, "errors": self.errors, "first_error": self.first_error,
+            "live_at_first_eviction": self.live_at_first_eviction,
         });
         if done {
             v["handoff"] = self.handoff.to_json();
@@ -263,6 +282,7 @@ pub fn worker(args: &[String]) -> Result<(), String> {
         decode: num("decode") as usize,
         duration: Duration::from_millis(num("duration_ms")),
         block_bytes: num("block_bytes"),
+        block_min: num("block_min"),
         region: num("region"),
         mode: c.get("mode").and_then(Value::as_str).unwrap_or("coherent").parse().map_err(|_| "bad mode")?,
         seed: num("seed"),
@@ -280,6 +300,19 @@ pub fn worker(args: &[String]) -> Result<(), String> {
     };
     let closed = cache.close().map_err(|e| e.to_string());
     r.and(closed)
+}
+
+/// Records, once, how full the region was when this worker's reserves
+/// first had to evict (the share of payload capacity live just after).
+fn note_first_eviction(cache: &Cache, c: &mut Counters) {
+    if c.live_at_first_eviction.is_some() {
+        return;
+    }
+    if cache.node().stats().is_ok_and(|s| s.evictions > 0) {
+        if let Ok(s) = cache.stats() {
+            c.live_at_first_eviction = Some(s.live_bytes as f64 / s.payload_bytes.max(1) as f64);
+        }
+    }
 }
 
 fn report(c: &Counters, done: bool) {
@@ -410,8 +443,10 @@ fn prefill_one(
                 let _ = node.release(&pins);
                 return Err("no room for a request's blocks for 30 s".into());
             }
-            match node.reserve(NS, *key, cfg.block_bytes, TOKENS_PER_BLOCK as u32) {
+            let len = len_of(cfg, *key);
+            match node.reserve(NS, *key, len, TOKENS_PER_BLOCK as u32) {
                 Ok(h) => {
+                    let buf = &mut buf[..len as usize];
                     fill(*key, buf);
                     let published = node.write(&h, 0, buf).and_then(|_| node.publish_flushed(&[h], &mut [Ok(())]));
                     if let Err(e) = published {
@@ -420,7 +455,8 @@ fn prefill_one(
                         return Err(format!("publish: {e}"));
                     }
                     c.published += 1;
-                    c.published_bytes += cfg.block_bytes;
+                    c.published_bytes += len;
+                    note_first_eviction(cache, c);
                 }
                 Err(CoreError::Exists) => {}
                 Err(CoreError::OutOfSpace | CoreError::TableFull) => {
@@ -488,7 +524,9 @@ fn decode(cache: &Cache, cfg: &Config) -> Result<(), String> {
                         continue;
                     };
                     let len = h.len as usize;
-                    let ok = len == buf.len() && node.read(&h, 0, &mut buf[..len]).is_ok() && verify(*key, &buf[..len]);
+                    let ok = len as u64 == len_of(cfg, *key)
+                        && node.read(&h, 0, &mut buf[..len]).is_ok()
+                        && verify(*key, &buf[..len]);
                     if let Err(e) = node.release(&[h]) {
                         c.error(format!("release: {e}"));
                     }
@@ -560,7 +598,7 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Value, bool), String> {
     }
     let conf = json!({
         "prefill": cfg.prefill, "decode": cfg.decode, "duration_ms": cfg.duration.as_millis() as u64,
-        "block_bytes": cfg.block_bytes, "region": cfg.region, "mode": cfg.mode.name(),
+        "block_bytes": cfg.block_bytes, "block_min": cfg.block_min, "region": cfg.region, "mode": cfg.mode.name(),
         "seed": cfg.seed, "inflight": cfg.inflight,
     })
     .to_string();
@@ -679,7 +717,7 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Value, bool), String> {
     let report = json!({
         "ok": ok,
         "config": {"prefill": cfg.prefill, "decode": cfg.decode, "seconds": cfg.duration.as_secs_f64(),
-                   "block_bytes": cfg.block_bytes, "region_bytes": cfg.region, "mode": cfg.mode.name(), "seed": cfg.seed},
+                   "block_bytes": cfg.block_bytes, "block_min": cfg.block_min, "region_bytes": cfg.region, "mode": cfg.mode.name(), "seed": cfg.seed},
         "wall_seconds": start.elapsed().as_secs_f64(),
         "requests": requests,
         "requests_handed_off": sum(&tot.prefill, "requests"),
@@ -695,6 +733,7 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Value, bool), String> {
         "verify_failures": verify_failures,
         "missing_blocks": missing,
         "evictions": sum(&tot.prefill, "evictions").max(evictions_region),
+        "live_at_first_eviction": tot.prefill.iter().filter_map(|w| w["live_at_first_eviction"].as_f64()).reduce(f64::min),
         "errors": errors,
         "first_error": first_error,
         "failed_workers": failed,
@@ -715,8 +754,10 @@ pub fn print(r: &Value) {
     let gib = |v: &Value| v.as_u64().unwrap_or(0) as f64 / (1u64 << 30) as f64;
     let ms = |v: &Value| v.as_u64().unwrap_or(0) as f64 / 1e6;
     let us = |v: &Value| v.as_u64().unwrap_or(0) as f64 / 1e3;
-    println!("cxlkv demo: {} prefill + {} decode worker processes, {:.0} s, {} MiB blocks, {:.1} GiB region in /dev/shm, mode {}, seed {}",
-        c["prefill"], c["decode"], c["seconds"].as_f64().unwrap_or(0.0), c["block_bytes"].as_u64().unwrap_or(0) >> 20,
+    let (lo, hi) = (c["block_min"].as_u64().unwrap_or(0), c["block_bytes"].as_u64().unwrap_or(0));
+    let blocks = if lo < hi { format!("{}-{} blocks", human(lo), human(hi)) } else { format!("{} blocks", human(hi)) };
+    println!("cxlkv demo: {} prefill + {} decode worker processes, {:.0} s, {blocks}, {:.1} GiB region in /dev/shm, mode {}, seed {}",
+        c["prefill"], c["decode"], c["seconds"].as_f64().unwrap_or(0.0),
         gib(&c["region_bytes"]), c["mode"].as_str().unwrap_or("?"), c["seed"]);
     println!("  requests           {} decoded ({} handed off)", r["requests"], r["requests_handed_off"]);
     println!(
@@ -739,7 +780,14 @@ pub fn print(r: &Value) {
         us(&r["get_ns"]["p50"]),
         us(&r["get_ns"]["p99"])
     );
-    println!("  evictions          {}", r["evictions"]);
+    match r["live_at_first_eviction"].as_f64() {
+        Some(s) => println!(
+            "  evictions          {} (began with {:.1}% of the payload capacity live)",
+            r["evictions"],
+            100.0 * s
+        ),
+        None => println!("  evictions          {}", r["evictions"]),
+    }
     println!("  verify failures    {} (missing blocks {})", r["verify_failures"], r["missing_blocks"]);
     println!(
         "  errors             {}{}",

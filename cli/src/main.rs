@@ -18,7 +18,7 @@ const USAGE: &str = "\
 cxlkv — a shared-memory KV-cache block store
 
 usage:
-  cxlkv demo [--prefill N] [--decode N] [--duration SECONDS] [--block-size SIZE]
+  cxlkv demo [--prefill N] [--decode N] [--duration SECONDS] [--block-size SIZE|MIN-MAX]
              [--region SIZE] [--mode MODE] [--seed N] [--inflight N] [--json]
   cxlkv format PATH --size SIZE [--nodes N] [--stripes N] [--entries N]
                [--chunk SIZE] [--roots N] [--pins N] [--inbox N] [--app-locks N]
@@ -310,11 +310,25 @@ fn cmd_demo(raw: &[String]) -> ExitCode {
         if !(0.1..=86_400.0).contains(&secs) {
             return Err(Usage("--duration must be between 0.1 and 86400 seconds".into()).into());
         }
+        // One size, or a range MIN-MAX (each block's length drawn from it).
+        let sizes = match a.get("block-size") {
+            None => (2 << 20, 2 << 20),
+            Some(v) => {
+                let one = |s: &str| {
+                    cxlkv_platform::size::parse_size(s).map_err(|_| Usage(format!("--block-size: not a size: {s}")))
+                };
+                match v.split_once('-') {
+                    Some((lo, hi)) => (one(lo)?, one(hi)?),
+                    None => (one(v)?, one(v)?),
+                }
+            }
+        };
         let cfg = demo::Config {
             prefill: a.num("prefill", 2usize)?,
             decode: a.num("decode", 2usize)?,
             duration: std::time::Duration::from_secs_f64(secs),
-            block_bytes: a.size("block-size", 2 << 20)?,
+            block_bytes: sizes.1,
+            block_min: sizes.0,
             region: a.size("region", 4 << 30)?,
             mode: match a.get("mode") {
                 Some(_) => mode(&a)?,
@@ -326,8 +340,11 @@ fn cmd_demo(raw: &[String]) -> ExitCode {
         if !(1..=16).contains(&cfg.prefill) || !(1..=16).contains(&cfg.decode) {
             return Err(Usage("--prefill and --decode take 1 to 16 workers".into()).into());
         }
-        if cfg.block_bytes < 4096 || cfg.block_bytes > 256 << 20 || cfg.block_bytes % 64 != 0 {
-            return Err(Usage("--block-size must be 4K to 256M, a multiple of 64".into()).into());
+        let fits = |b: u64| (4096..=256 << 20).contains(&b) && b % 64 == 0;
+        if !fits(cfg.block_bytes) || !fits(cfg.block_min) || cfg.block_min > cfg.block_bytes {
+            return Err(
+                Usage("--block-size must be 4K to 256M, a multiple of 64 (or a range MIN-MAX of such)".into()).into()
+            );
         }
         if !(1..=64).contains(&cfg.inflight) {
             return Err(Usage("--inflight takes 1 to 64".into()).into());

@@ -133,6 +133,7 @@ impl State {
                     flush_mode: CXLKV_FLUSH_CLFLUSH,
                     lease_ms: 2000,
                     lock_timeout_ms: 50,
+                    settle_ms: 1,
                     auto_recover: true,
                     local_dir: self.local_dir.as_ptr(),
                 };

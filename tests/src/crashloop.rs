@@ -53,6 +53,8 @@ pub struct Hang {
     pub last_op: String,
     /// Its threads' stacks (from gdb, when installed).
     pub stacks: String,
+    /// The region's nodes, manager and locks at the time (what waits on what).
+    pub region: String,
 }
 
 impl std::fmt::Display for Hang {
@@ -141,8 +143,9 @@ pub fn run(worker: &Path, iterations: u64, workers: usize, seed: u64, hang_after
                         pid: k.id(),
                         last_op: last.lock().map(|g| g.clone()).unwrap_or_default(),
                         stacks: stacks_of(k.id()),
+                        region: region_state(&path),
                     };
-                    eprintln!("{h}\n{}", h.stacks);
+                    eprintln!("{h}\n{}\n{}", h.region, h.stacks);
                     t.hangs.push(h);
                     let _ = k.kill();
                     let _ = k.wait();
@@ -194,6 +197,47 @@ pub fn run(worker: &Path, iterations: u64, workers: usize, seed: u64, hang_after
     }
     let _ = std::fs::remove_file(&path);
     t
+}
+
+/// The region's nodes, manager line and every lock that is held, waited for
+/// or awaiting repair, read from memory (this machine is coherent).
+fn region_state(path: &Path) -> String {
+    use cxlkv_core::layout::{LockLine, LockSlot, ManagerLine, NodeInfo, RequestLine};
+    let Ok(map) = cxlkv_platform::Mapping::open(path) else { return "(region unreadable)".into() };
+    let Ok(st) = cxlkv_core::region::attach(map.region(), cxlkv_core::coherence::Coherent) else {
+        return "(region does not attach)".into();
+    };
+    let l = &st.layout;
+    let mut out = String::new();
+    if let Ok(ml) = st.region.read::<ManagerLine>(l.manager.start) {
+        out += &format!("manager: node {} lease {} dead {:b}\n", ml.manager as i64 - 1, ml.lease, ml.dead_mask);
+    }
+    for n in 0..l.caps.max_nodes {
+        let Ok(i) = st.region.read::<NodeInfo>(l.node_info(n)) else { continue };
+        let bells = st.region.read::<RequestLine>(l.requests(n)).map(|r| r.want).unwrap_or_default();
+        if i.state != 0 || bells != [0; 4] {
+            out += &format!("node {n}: state {} pid {} bells {:x?}\n", i.state, i.pid, bells);
+        }
+    }
+    for lock in 0..l.n_locks {
+        let Ok(ll) = st.region.read::<LockLine>(l.lock_line(lock)) else { continue };
+        let slots: Vec<String> = (0..l.caps.max_nodes)
+            .filter_map(|n| {
+                let s = st.region.read::<LockSlot>(l.lock_slot(lock, n)).ok()?;
+                (s.state != 0).then(|| format!("node {n}: state {} flags {} seq {}", s.state, s.flags, s.seq))
+            })
+            .collect();
+        if !slots.is_empty() || ll.repair != 0 {
+            out += &format!(
+                "lock {lock}: holder {} repair {} seq {} | {}\n",
+                ll.holder as i64 - 1,
+                ll.repair,
+                ll.grant_seq,
+                slots.join(", ")
+            );
+        }
+    }
+    out
 }
 
 /// Bytes of the block at granule `i` of chunk `c` (0 when none starts there).

@@ -157,6 +157,10 @@ impl<C: Coherence> NodeEnv for Many<'_, C> {
         }
         Ok(())
     }
+    fn withdrawal_expired(&self, iteration: u32) -> bool {
+        // A damaged region may name a manager that never answers.
+        iteration > 4 * self.limit
+    }
 }
 
 fn payload(k: Key, len: usize) -> Vec<u8> {

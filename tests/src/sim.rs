@@ -176,6 +176,9 @@ struct Model {
     counter_root: u64,
     /// The application lock that guards the counter.
     counter_lock: Option<u32>,
+    /// Each host's last counter ticket (grant sequence), released already:
+    /// presented again while holding a newer grant, it must change nothing.
+    old_tickets: BTreeMap<usize, u64>,
     /// Application locks allocated by the churn operation (beside the
     /// counter's), by number.
     churned: HashSet<u32>,
@@ -186,9 +189,17 @@ struct Model {
     /// The crash waits for a moment when its host holds the counter's
     /// application lock: its repair by recovery runs.
     crash_in_app_lock: bool,
-    /// The highest (epoch, grant sequence) memory has shown for each lock:
-    /// neither ever goes back (a ticket is unique by them).
-    grants_seen: BTreeMap<u32, (u64, u64)>,
+    /// Now and then a reader is descheduled between finding a block and
+    /// copying it (others evict it and reuse its space meanwhile).
+    slow_readers: bool,
+    /// Each host's op actor has stored a raw block's bytes it has not yet
+    /// flushed.
+    raw_filling: Vec<bool>,
+    /// The kill waits for a moment when its process fills a raw block.
+    kill_in_fill: bool,
+    /// The highest grant sequence memory has shown for each lock: it never
+    /// goes back (a ticket is unique by it).
+    grants_seen: BTreeMap<u32, u64>,
     log: Vec<(u64, u64, String)>,
     /// Named root `r<g>` for each g.
     roots: Vec<RootModel>,
@@ -345,7 +356,10 @@ impl World {
                 s.watch_dirty[actor / 3] = d;
             }
         }
-        if !force && rnd(&mut s.rng) % 3 != 0 && s.crash_at.is_none_or(|(h, at)| actor / 3 != h || s.steps < at) {
+        let steps = s.steps;
+        let due = |x: Option<(usize, u64)>| x.is_some_and(|(h, at)| actor / 3 == h && steps >= at);
+        let pending = due(s.crash_at) || due(s.kill_at);
+        if !force && rnd(&mut s.rng) % 3 != 0 && !pending {
             return;
         }
         let step = s.steps;
@@ -365,15 +379,24 @@ impl World {
             drop(m);
             // Best while it has payload stored by plain stores and not yet
             // flushed (a block it is writing): its successor must flush it.
-            let dirty_payload = self.model.lock().unwrap().raw_writing[h];
-            let due = holding && (dirty_payload || step >= at + 30_000) || step >= at + 50_000;
+            let (dirty_payload, filling, in_fill) = {
+                let m = self.model.lock().unwrap();
+                (m.raw_writing[h], m.raw_filling[h], m.kill_in_fill)
+            };
+            // Or, on some seeds, while it fills a raw block (stored, not
+            // yet flushed): its successor must write that back.
+            let due = if in_fill {
+                filling || step >= at + 200_000
+            } else {
+                holding && (dirty_payload || step >= at + 30_000) || step >= at + 50_000
+            };
             if actor == 3 * h && step >= at && due && ok && !s.finished[actor] {
                 s.kill_at = None;
                 s.gen[h] += 1;
                 s.local.retain(|&(lh, _), _| lh != h);
                 s.trace.push_back(format!("{step}: host {h}'s process is killed"));
                 if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
-                    eprintln!("step {step}: host {h}'s process is killed");
+                    eprintln!("step {step}: host {h}'s process is killed at {what}");
                 }
                 if self.model.lock().unwrap().kill_late {
                     // No sibling on the host: what the process left in the
@@ -491,7 +514,7 @@ impl World {
         st.region.read::<LockSlot>(l.lock_slot(l.locks().app(i), h as u32)).is_ok_and(|s| s.state == SLOT_LOCKED)
     }
 
-    /// Checks that no lock's (epoch, grant sequence) went back in memory.
+    /// Checks that no lock's grant sequence went back in memory.
     fn grants_monotonic(&self, who: usize) {
         use cxlkv_core::layout::LockLine;
         let Ok(st) = attach(self.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return };
@@ -499,11 +522,11 @@ impl World {
         let mut m = self.model.lock().unwrap();
         for lock in 0..l.n_locks {
             let Ok(ll) = st.region.read::<LockLine>(l.lock_line(lock)) else { continue };
-            let now = (ll.epoch, ll.grant_seq);
+            let now = ll.grant_seq;
             let seen = m.grants_seen.entry(lock).or_insert(now);
             if now < *seen {
                 let msg = format!(
-                    "lock {lock}: (epoch, grant sequence) went back from {seen:?} to {now:?} in memory (seen after actor {who})"
+                    "lock {lock}: grant sequence went back from {seen} to {now} in memory (seen after actor {who})"
                 );
                 drop(m);
                 return self.violation(msg);
@@ -719,6 +742,7 @@ pub fn run(cfg: &RunConfig) -> RunResult {
             mgr_idle: vec![false; hosts],
             op_at: vec![0; hosts],
             raw_writing: vec![false; hosts],
+            raw_filling: vec![false; hosts],
             ops_per_host: cfg.ops,
             ..Model::default()
         }),
@@ -734,6 +758,13 @@ pub fn run(cfg: &RunConfig) -> RunResult {
             if site == "bury.info.again" && a % 3 == 0 && w2.model.lock().unwrap().bury_race {
                 w2.park_until_recovered(a);
             }
+            if site == "index.get.payload" && w2.model.lock().unwrap().slow_readers && w2.mem.random() % 6 == 0 {
+                // A slow reader: descheduled between finding a block and
+                // copying it, while others evict it and reuse its space.
+                for _ in 0..2000 {
+                    w2.yield_now(a, "slow-get");
+                }
+            }
             let stall = site == "lock.release.check" && stall_in_release(&w2, a);
             w2.yield_maybe(a, site, stall);
         }
@@ -743,8 +774,13 @@ pub fn run(cfg: &RunConfig) -> RunResult {
     {
         let mut m = w.model.lock().unwrap();
         m.single_recovery = (cfg.seed / 4) % 2 == 1;
-        m.bury_race = (cfg.seed / 6) % 4 == 1;
+        // Kill seeds are 6k+4 (crash-free, seed % 3 == 1); lazy ones have k
+        // odd. The race takes k = 2 (mod 8), so k = 1 is a plain restart
+        // on lazy caches.
+        m.bury_race = (cfg.seed / 6) % 8 == 2;
         m.crash_in_app_lock = (cfg.seed / 2) % 4 == 2;
+        m.slow_readers = cfg.seed % 5 < 2;
+        m.kill_in_fill = (cfg.seed / 6) % 2 == 0;
     }
     if !cfg.crash && cfg.seed % 3 != 1 && cfg.ops >= 8 {
         let mut m = w.model.lock().unwrap();
@@ -1529,6 +1565,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
                 Ok(_) => {}
                 Err(e) => check_err("evict", e, &[]),
             },
+            13 if (r >> 50) % 4 == 0 && writing.is_none() => stale_handle_misuse(w, &node, h, key(i)),
             13 => {
                 let items: Vec<ReserveItem> =
                     (i..i + 3).map(|j| ReserveItem { key: key(j), len: len_of(key(j)), tokens: 16 }).collect();
@@ -1893,10 +1930,12 @@ fn raw_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
 /// Stores a raw block's pattern, flushed and fenced.
 fn fill_raw<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64, len: u64) {
     let st = node.store;
+    w.model.lock().unwrap().raw_filling[h] = true;
     let r = st
         .region
         .copy_in(off, &raw_pattern(off, len))
         .and_then(|_| st.co.flush(&st.region, off, len, Site("harness.raw")));
+    w.model.lock().unwrap().raw_filling[h] = false;
     st.co.store_fence(Site("harness.raw.fence"));
     if let Err(e) = r {
         w.violation(format!("host {h} raw write: {e:?}"));
@@ -2252,6 +2291,15 @@ fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
     // The application lock's API, with `with_lock`'s rule: a revoked lock
     // outranks what ran under it.
     let r = node.lock_app(lock).and_then(|held| {
+        let stale = w.model.lock().unwrap().old_tickets.insert(h, held.seq);
+        if let Some(seq) = stale.filter(|&s| s != held.seq) {
+            // An old ticket of this lock, presented while holding a newer
+            // grant: refused, and the grant stays held.
+            match node.unlock_app(cxlkv_core::lock::Held { lock: held.lock, seq }) {
+                Err(Error::Revoked) => {}
+                r => w.violation(format!("host {h}: releasing a stale ticket of lock {} gave {r:?}", held.lock)),
+            }
+        }
         let body = (|| {
             st.co.invalidate(&st.region, off, 8, Site("harness.counter.read"))?;
             let v = st.region.load_u64(off)?;
@@ -2270,6 +2318,44 @@ fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
         // The increment ran; the unlock found the lock revoked.
         Err(e) if revoked_ok(w, h, e) => w.model.lock().unwrap().counter_maybe += 1,
         Err(e) => w.violation(format!("host {h} counter lock: {e:?}")),
+    }
+}
+
+/// A caller's mistake: reserves `k`, aborts it, reserves it again, and
+/// publishes the first (stale) handle. Refused; the new reservation is then
+/// written and published as usual.
+fn stale_handle_misuse<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, k: Key) {
+    let ok = [Error::Exists, Error::OutOfSpace, Error::TableFull, Error::Recovering];
+    let old = match node.reserve(NS, k, len_of(k), 16) {
+        Ok(hd) => hd,
+        Err(e) if ok.contains(&e) || revoked_ok(w, h, e) => return,
+        Err(e) => return w.violation(format!("host {h} reserve (misuse): {e:?}")),
+    };
+    counted_insert(w, h);
+    if let Err(e) = node.abort(&old) {
+        if !revoked_ok(w, h, e) {
+            w.violation(format!("host {h} abort (misuse): {e:?}"));
+        }
+        return;
+    }
+    let new = match node.reserve(NS, k, len_of(k), 16) {
+        Ok(hd) => hd,
+        Err(e) if ok.contains(&e) || revoked_ok(w, h, e) => return,
+        Err(e) => return w.violation(format!("host {h} reserve again (misuse): {e:?}")),
+    };
+    counted_insert(w, h);
+    let mut out = [Ok(())];
+    match node.publish_flushed(&[old], &mut out).and(out[0]) {
+        Err(Error::StaleHandle) => {}
+        Err(e) if revoked_ok(w, h, e) => return,
+        r => return w.violation(format!("host {h}: publishing a stale handle of key {} gave {r:?}", k.hi)),
+    }
+    write_payload(w, node, h, &new, 0, &payload(k, new.len as usize), false);
+    w.model.lock().unwrap().published.insert(k);
+    if let Err(e) = node.publish_flushed(&[new], &mut [Ok(())]) {
+        if !revoked_ok(w, h, e) {
+            w.violation(format!("host {h} publish (misuse): {e:?}"));
+        }
     }
 }
 
@@ -2430,6 +2516,10 @@ fn chan_verify(w: &World, me: u32, h: usize, msg: &Message, keys: &[Key]) {
         None => Some(format!("host {h} received message {id}, never sent")),
         Some(c) if c.to != me => Some(format!("host {h} node {me} received message {id} sent to node {}", c.to)),
         Some(c) if c.received => Some(format!("host {h} received message {id} twice")),
+        Some(c) if c.epoch.is_some_and(|e| e != epoch) => Some(format!(
+            "host {h} node {me} (incarnation {epoch}) received message {id}, sent to its incarnation {:?}",
+            c.epoch
+        )),
         Some(c)
             if *msg != Message { from: c.from, n_keys: c.keys as u32, ..msg_of(id, c.keys) }
                 || keys != &msg_keys(id, c.keys)[..] =>

@@ -6,6 +6,8 @@
 //!   `--crash-odd` in runs of odd seeds; `--lazy` runs lazy caches,
 //!   `--lazy-alt` in runs of seeds 2 and 3 (mod 4); `--mixed` draws block
 //!   lengths from 64 bytes to two chunks instead of a few sizes.
+//!   In a build made with `RUSTFLAGS="--cfg cxlkv_mutants"`, `--mutant NAME`
+//!   switches logic mutant NAME of core on (see `tests/logic-mutants.sh`).
 //! - `cxlkv-sim sites` lists every coherence call site in core and how many
 //!   times a default run executed it.
 //!
@@ -21,7 +23,7 @@ const VIOLATION: i32 = 1;
 const USAGE: i32 = 2;
 
 const USAGE_TEXT: &str = "usage: cxlkv-sim run [--seed N] [--seeds K] [--hosts H] [--ops N] [--crash | --crash-odd] \
-     [--lazy | --lazy-alt] [--mixed] [--disable SITE] [--quiet] | sites";
+     [--lazy | --lazy-alt] [--mixed] [--disable SITE] [--mutant NAME] [--quiet] | sites";
 
 /// The value after `name`, parsed; `d` when absent; a usage error when
 /// present but malformed.
@@ -40,6 +42,18 @@ fn usage(why: &str) -> ! {
     std::process::exit(USAGE);
 }
 
+/// Switches logic mutant `name` on (a build for the mutant check only).
+#[cfg(cxlkv_mutants)]
+fn switch_mutant(name: &'static str) {
+    cxlkv_core::mutant::set(Some(name));
+}
+
+/// Refuses: this build carries no mutants.
+#[cfg(not(cxlkv_mutants))]
+fn switch_mutant(name: &'static str) {
+    usage(&format!("--mutant {name}: this build has no mutants (build with RUSTFLAGS=\"--cfg cxlkv_mutants\")"))
+}
+
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     let known = [
@@ -53,12 +67,13 @@ fn main() {
         "--lazy-alt",
         "--mixed",
         "--disable",
+        "--mutant",
         "--quiet",
     ];
     let mut i = 2;
     while i < a.len() {
         match a[i].as_str() {
-            "--seed" | "--seeds" | "--hosts" | "--ops" | "--disable" => i += 2,
+            "--seed" | "--seeds" | "--hosts" | "--ops" | "--disable" | "--mutant" => i += 2,
             x if known.contains(&x) => i += 1,
             x => usage(&format!("unknown option {x}")),
         }
@@ -75,6 +90,10 @@ fn main() {
         .map(|s| &*Box::leak(s.clone().into_boxed_str()));
     if !(2..=16).contains(&hosts) {
         usage("--hosts must be 2 to 16");
+    }
+    if let Some(i) = a.iter().position(|x| x == "--mutant") {
+        let Some(name) = a.get(i + 1) else { usage("--mutant needs a value") };
+        switch_mutant(Box::leak(name.clone().into_boxed_str()));
     }
     match a.get(1).map(String::as_str) {
         Some("run") => {
