@@ -34,6 +34,22 @@ pub struct MapSummary {
     pub well_formed: bool,
 }
 
+/// The longest run of zero bits in `w`.
+fn longest_zero_run(w: u64) -> u32 {
+    let mut x = !w;
+    let mut best = 0;
+    while x != 0 {
+        x >>= x.trailing_zeros();
+        let n = x.trailing_ones();
+        best = best.max(n);
+        if n == 64 {
+            break;
+        }
+        x >>= n;
+    }
+    best
+}
+
 #[inline]
 fn get(m: &[u64; MAX_WORDS], i: u32) -> bool {
     m[(i / 64) as usize] & (1 << (i % 64)) != 0
@@ -130,15 +146,18 @@ impl ChunkMap {
     /// Longest run of free granules.
     pub fn longest_free(&self) -> u32 {
         let (mut best, mut run) = (0u32, 0u32);
-        for i in 0..self.granules {
-            if get(&self.used, i) {
-                run = 0;
-            } else {
-                run += 1;
-                best = best.max(run);
+        for &w in &self.used[..self.words()] {
+            if w == 0 {
+                run += 64;
+                continue;
             }
+            // Granule i is bit i: the free bits at the bottom of the word
+            // extend the run from the words below; those at the top start
+            // the next one.
+            best = best.max(run + w.trailing_zeros()).max(longest_zero_run(w));
+            run = w.leading_zeros();
         }
-        best
+        best.max(run)
     }
 
     /// Counts and shape, for `check`.
@@ -151,13 +170,11 @@ impl ChunkMap {
         // A used granule must belong to a block: the first used granule of
         // each used run carries a start bit.
         let mut orphan = false;
-        let mut prev_used = false;
-        for i in 0..self.granules {
-            let u = get(&self.used, i);
-            if u && !prev_used && !get(&self.start, i) {
-                orphan = true;
-            }
-            prev_used = u;
+        let mut carry = 0u64;
+        for i in 0..w {
+            let run_starts = self.used[i] & !(self.used[i] << 1 | carry);
+            orphan |= run_starts & !self.start[i] != 0;
+            carry = self.used[i] >> 63;
         }
         MapSummary { used, blocks, free_max: self.longest_free(), well_formed: !beyond && subset && !orphan }
     }
@@ -195,6 +212,34 @@ mod tests {
         assert!(sut.is_free(3, 7));
         let s = sut.summary();
         assert_eq!((s.used, s.blocks, s.free_max, s.well_formed), (4, 2, 53, true));
+    }
+
+    #[test]
+    fn longest_free_matches_a_bit_by_bit_count() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2000 {
+            let mut sut = ChunkMap::empty(256);
+            for w in sut.used.iter_mut().take(4) {
+                x = crate::hash::mix64(x);
+                // Sparse, dense, empty and full words alike.
+                *w = match x % 4 {
+                    0 => 0,
+                    1 => u64::MAX,
+                    2 => x & (x >> 7),
+                    _ => x,
+                };
+            }
+            let (mut best, mut run) = (0u32, 0u32);
+            for i in 0..256 {
+                if sut.is_used(i) {
+                    run = 0;
+                } else {
+                    run += 1;
+                    best = best.max(run);
+                }
+            }
+            assert_eq!(sut.longest_free(), best, "{:x?}", &sut.used[..4]);
+        }
     }
 
     #[test]
