@@ -38,6 +38,15 @@ fn format_inspect_check_recover_round_trip() {
 }
 
 #[test]
+fn every_subcommand_takes_help() {
+    for cmd in ["demo", "format", "inspect", "check", "recover", "bench"] {
+        let o = run(&[cmd, "--help"]);
+        assert_eq!(o.status.code(), Some(0), "{cmd} --help");
+        assert!(String::from_utf8_lossy(&o.stdout).contains("usage:"), "{cmd} --help");
+    }
+}
+
+#[test]
 fn check_exit_codes_for_findings_and_unopenable_files() {
     let p = path("bad");
     assert!(run(&["format", &p, "--size", "16M", "--chunk", "64K", "--entries", "1024"]).status.success());

@@ -139,6 +139,12 @@ fn sigkill_while_holding_lock_and_pins_then_recover_lets_others_continue() {
     let mut holder = spawn_holder(&r.0);
     let mut busy = spawn_mixed(&r.0, 99, 400);
     kill9(&mut holder);
+    // Before recovery, what `cxlkv check` reports beside its findings: the
+    // gone process's node and everything it still holds.
+    let gone = cxlkv_platform::cache::stranded(parent.store()).unwrap();
+    let g = gone.iter().find(|g| g.pins >= 10).unwrap_or_else(|| panic!("the holder is not reported: {gone:?}"));
+    // (Its lock may have been revoked already once it was declared dead.)
+    assert!(g.reservations == 1 && (g.locks >= 1 || g.declared_dead), "{g:?}");
     let rep = parent.recover().unwrap();
     assert_eq!(rep.nodes_freed.count_ones(), 1, "{rep:?}");
     assert!(rep.pins_dropped >= 10 && rep.writes_aborted == 1, "{rep:?}");
