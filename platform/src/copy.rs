@@ -3,7 +3,7 @@
 //! block has its own result: a batch is never all-or-nothing.
 
 use cxlkv_core::hash::Key;
-use cxlkv_core::index::{Handle, ReserveItem};
+use cxlkv_core::index::{Got, Handle, ReserveItem};
 
 use cxlkv_core::Error as CoreError;
 
@@ -91,23 +91,35 @@ impl Cache {
             return Err(CoreError::InvalidArgument.into());
         }
         let node = self.node();
-        let keys: Vec<Key> = items.iter().map(|it| it.key).collect();
-        let mut handles: Vec<CoreResult<Handle>> = vec![Err(CoreError::InvalidArgument); n];
-        self.acquire_all_or_none(ns, &keys, &mut handles)?;
-        let mut pinned = Vec::with_capacity(n);
         for (i, it) in items.iter_mut().enumerate() {
             lens[i] = 0;
-            out[i] = match &handles[i] {
-                Ok(h) => {
-                    pinned.push(*h);
-                    lens[i] = h.len;
-                    read_parts(self, h, it.parts)
+            // No lock: a copy validated after the fact. Only a block that
+            // keeps changing under the copy is pinned (two stripe locks).
+            out[i] = match node.get_into(ns, it.key, it.parts) {
+                Ok(Got::Copied(len)) => {
+                    lens[i] = len;
+                    Ok(())
                 }
-                Err(e) => Err(*e),
+                Ok(Got::TooSmall(len)) => {
+                    lens[i] = len;
+                    Err(CoreError::TooLarge)
+                }
+                Err(CoreError::Changed) => self.get_pinned(ns, it, &mut lens[i]),
+                Err(e) => Err(e),
             };
         }
-        node.release(&pinned)?;
         Ok(())
+    }
+
+    /// One item of [`Cache::get`] through a pin: acquire, copy, release.
+    fn get_pinned(&self, ns: u32, it: &mut GetItem<'_, '_>, len: &mut u64) -> CoreResult<()> {
+        let node = self.node();
+        let mut h = [Err(CoreError::InvalidArgument)];
+        node.acquire(ns, &[it.key], &mut h)?;
+        let h = h[0]?;
+        *len = h.len;
+        let r = read_parts(self, &h, it.parts);
+        node.release(&[h]).and(r)
     }
 }
 
@@ -229,6 +241,17 @@ mod tests {
         );
         let st = sut.stats().unwrap();
         assert_eq!((st.node.hits, st.total.hits, st.node.misses), (2, 2, 1));
+        // The pinned path a copy that keeps changing falls back to.
+        let mut c = vec![0u8; 500];
+        let mut len = 0;
+        {
+            let mut pc: [&mut [u8]; 1] = [&mut c];
+            let mut it = GetItem { key: Key::from_u128(1), parts: &mut pc };
+            assert_eq!(sut.get_pinned(7, &mut it, &mut len), Ok(()));
+            let mut it = GetItem { key: Key::from_u128(3), parts: &mut pc };
+            assert_eq!(sut.get_pinned(7, &mut it, &mut len), Err(CoreError::NotFound));
+        }
+        assert!(len == 500 && c[..300].iter().all(|&x| x == 1) && c[300..].iter().all(|&x| x == 2));
         assert_eq!((st.alive, st.dead, st.live_entries, st.live_bytes), (1, 0, 2, 800));
         assert!(sut.check().unwrap().is_empty());
     }

@@ -737,31 +737,64 @@ impl<C: Coherence> Node<'_, C> {
     /// validating the entry after the copy. Returns the payload length;
     /// `TooLarge` when `buf` is shorter, `NotFound` when absent.
     pub fn get(&self, ns: u32, key: Key, buf: &mut [u8]) -> Result<usize> {
+        match self.get_into(ns, key, &mut [buf])? {
+            Got::Copied(len) => Ok(len as usize),
+            Got::TooSmall(_) => Err(Error::TooLarge),
+        }
+    }
+
+    /// Copies the published block of `key` into `parts`, filled in order,
+    /// without pinning it or taking a lock: an optimistic copy validated
+    /// after the fact (the entry read again must be the same READY one), so
+    /// a copy that raced an eviction is discarded and made again.
+    /// `Changed` when it kept changing (the caller may pin it instead);
+    /// `NotFound` when absent.
+    pub fn get_into(&self, ns: u32, key: Key, parts: &mut [&mut [u8]]) -> Result<Got> {
+        let room: u64 = parts.iter().map(|p| p.len() as u64).sum();
         for _ in 0..8 {
             let Some((s, f)) = self.store.find_ready(ns, key)? else {
                 self.count(|c| c.misses += 1)?;
                 return Err(Error::NotFound);
             };
-            let len = f.e.payload_len as usize;
-            if buf.len() < len {
-                return Err(Error::TooLarge);
+            let len = f.e.payload_len as u64;
+            if room < len {
+                // Found (a hit), not copied.
+                self.count(|c| c.hits += 1)?;
+                return Ok(Got::TooSmall(len));
             }
-            let off = payload_of(self.store, f.e.payload_off, len as u64)?;
-            self.store.co.invalidate(&self.store.region, off, len as u64, Site("index.get.payload"))?;
-            self.store.region.copy_out(off, &mut buf[..len])?;
+            let off = payload_of(self.store, f.e.payload_off, len)?;
+            self.store.co.invalidate(&self.store.region, off, len, Site("index.get.payload"))?;
+            let mut at = 0u64;
+            for p in parts.iter_mut() {
+                let n = (len - at).min(p.len() as u64);
+                if n == 0 {
+                    break;
+                }
+                self.store.region.copy_out(off + at, &mut p[..n as usize])?;
+                at += n;
+            }
             // SYNC: re-validate after the copy (coherence rule 4); the entry's
             // invalidate orders the copy's loads before the re-read.
             let after = if mutant!("get.no_revalidate") { f.e } else { self.store.ent(s, f.entry)? };
             if after.state == state::READY && after.gen == f.e.gen && after.key_lo == key.lo && after.key_hi == key.hi {
                 self.count(|c| {
                     c.hits += 1;
-                    c.bytes_read += len as u64;
+                    c.bytes_read += len;
                 })?;
-                return Ok(len);
+                return Ok(Got::Copied(len));
             }
         }
         Err(Error::Changed)
     }
+}
+
+/// What [`Node::get_into`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Got {
+    /// The block's bytes were copied: its length.
+    Copied(u64),
+    /// The parts are shorter than the block: its length (nothing copied).
+    TooSmall(u64),
 }
 
 #[cfg(test)]

@@ -11,6 +11,12 @@
 //! `clflush` is the default (TraCT §3.4: synchronous, so a flush has reached
 //! memory when the instruction retires). `clwb` keeps the line valid and so is
 //! never used to invalidate. Non-temporal stores can carry payloads (`nt`).
+//!
+//! In `clflush` mode a range of [`BULK_LINES`] lines or more (a payload) is
+//! invalidated with `clflushopt` where the CPU has it: `clflush` runs one
+//! line at a time, `clflushopt` overlaps them, and the `mfence` that follows
+//! either way completes every one before a load is served, so the guarantee
+//! is the same.
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
@@ -106,11 +112,17 @@ impl FromStr for FlushMode {
     }
 }
 
+/// Lines from which `clflush` mode invalidates with `clflushopt`.
+pub const BULK_LINES: usize = 16;
+
 /// A `Coherence` implementation backed by a [`FlushMode`].
 #[derive(Clone, Copy, Debug)]
 pub struct Flush {
     mode: FlushMode,
     nt_payload: bool,
+    /// `clflush` mode invalidates bulk ranges with `clflushopt` (the CPU has
+    /// it; asked once: CPUID is slow in a virtual machine).
+    bulk_opt: bool,
 }
 
 impl Flush {
@@ -123,7 +135,11 @@ impl Flush {
         if nt_payload && !cfg!(target_arch = "x86_64") {
             return Err(Error::Unsupported("non-temporal payload stores need x86-64"));
         }
-        Ok(Flush { mode, nt_payload })
+        #[cfg(target_arch = "x86_64")]
+        let bulk_opt = mode == FlushMode::Clflush && x86::has_clflushopt();
+        #[cfg(not(target_arch = "x86_64"))]
+        let bulk_opt = false;
+        Ok(Flush { mode, nt_payload, bulk_opt })
     }
 
     /// The mode.
@@ -172,9 +188,13 @@ impl Coherence for Flush {
             FlushMode::Coherent => cxlkv_core::mem::fence_acquire(),
             #[cfg(target_arch = "x86_64")]
             FlushMode::Clflush => {
-                x86::clflush_lines(p, n);
+                if self.bulk_opt && n >= BULK_LINES {
+                    x86::clflushopt_lines(p, n);
+                } else {
+                    x86::clflush_lines(p, n);
+                }
                 // The loads that follow must not be served before the lines
-                // were dropped.
+                // were dropped (for `clflushopt`, before they completed).
                 x86::mfence();
             }
             #[cfg(target_arch = "x86_64")]

@@ -54,6 +54,16 @@ fn every_impl_publishes_what_another_mapping_reads_fresh() {
         co.store_fence(S);
         co.invalidate(&b.region(), 8192 + 64 * k as u64, 8, S).unwrap();
         assert_eq!(b.region().load_u64(8192 + 64 * k as u64).unwrap(), v, "{}", co.name());
+        // A payload-sized range (the bulk path of clflush mode).
+        let base = 65536 + 8192 * k as u64;
+        let bytes: Vec<u8> = (0..4096u32).map(|i| (i as u8) ^ k as u8).collect();
+        a.region().copy_in(base, &bytes).unwrap();
+        co.flush(&a.region(), base, 4096, S).unwrap();
+        co.store_fence(S);
+        co.invalidate(&b.region(), base, 4096, S).unwrap();
+        let mut got = vec![0u8; 4096];
+        b.region().copy_out(base, &mut got).unwrap();
+        assert_eq!(got, bytes, "{}", co.name());
     }
     std::fs::remove_file(&p).unwrap();
 }
