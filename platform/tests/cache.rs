@@ -112,3 +112,25 @@ fn channels_hand_off_and_answer_calls() {
     drop(a);
     let _ = std::fs::remove_file(&p);
 }
+
+#[test]
+fn the_last_node_to_leave_removes_the_host_local_lock_file() {
+    let dir = std::env::temp_dir().join(format!("cxlkv-tier-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = Options { local_dir: dir.clone(), ..opts() };
+    let p = dir.join("region");
+    let files = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("cxlkv-local-"))
+            .count()
+    };
+    let a = Cache::create(&p, 16 << 20, caps(), o.clone()).unwrap();
+    let b = Cache::open(&p, o).unwrap();
+    assert_eq!(files(), 1, "one host-local file for the region (this PID namespace)");
+    a.close().unwrap();
+    assert_eq!(files(), 1, "another node of this host still uses it");
+    b.close().unwrap();
+    assert_eq!(files(), 0, "the last node removed it");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
