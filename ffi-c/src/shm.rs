@@ -126,8 +126,10 @@ pub unsafe extern "C" fn cxlkv_lock_release(node: *const cxlkv_node, ticket: *co
 
 /// Allocates `size` bytes of region payload (64-byte aligned) and writes
 /// its offset. The bytes stay allocated until `cxlkv_free`, also across this
-/// node's death once reachable from a named root. CXLKV_RESULT_OUT_OF_SPACE
-/// when the region is full, CXLKV_RESULT_TOO_LARGE beyond what fits.
+/// node's death or detach once reachable from a named root. An allocation no
+/// root names outlives its node only as a leak: `cxlkv_check` reports it
+/// and `cxlkv_recover` reclaims it. CXLKV_RESULT_OUT_OF_SPACE when the
+/// region is full, CXLKV_RESULT_TOO_LARGE beyond what fits.
 ///
 /// # Safety
 /// `node` is a handle from this library or NULL; `out` is valid for one

@@ -492,9 +492,23 @@ pub fn capi_target(data: &[u8]) -> CapiRun {
     }
     for &n in &st.nodes {
         if st.live(n) {
+            // A node that detached without freeing its raw allocations left
+            // them to recovery (as a dead one does): `check` reports them
+            // until it runs.
+            let mut rep = cxlkv_recover_report::default();
+            let _ = c!(cxlkv_recover(n, &mut rep));
             let mut nf = 0usize;
-            if c!(cxlkv_check(n, core::ptr::null_mut(), 0, &mut nf)) == R::Ok {
-                assert_eq!(nf, 0, "the region checks clean after any call sequence");
+            let mut f = [cxlkv_finding { what: [0; 48], a: 0, b: 0 }; 4];
+            if c!(cxlkv_check(n, f.as_mut_ptr(), f.len(), &mut nf)) == R::Ok {
+                let what: Vec<String> = f[..nf.min(4)]
+                    .iter()
+                    .map(|x| {
+                        // SAFETY: `what` is NUL-terminated by cxlkv_check.
+                        let t = unsafe { core::ffi::CStr::from_ptr(x.what.as_ptr()) };
+                        format!("{} ({}, {})", t.to_string_lossy(), x.a, x.b)
+                    })
+                    .collect();
+                assert_eq!(nf, 0, "the region checks clean after any call sequence: {what:?}");
             }
         }
     }
