@@ -290,7 +290,7 @@ mod tests {
     use crate::coherence::Coherent;
     use crate::layout::KEYS_PER_SLOT;
     use crate::node::{Identity, NodeLocal};
-    use crate::testutil::{node, small_caps, Fixture, InlineEnv};
+    use crate::testutil::{node, small_caps, with_two_nodes, Fixture, InlineEnv};
 
     fn keys(base: u64, n: usize) -> Vec<Key> {
         (0..n as u64).map(|i| Key { lo: base + i, hi: !(base + i) }).collect()
@@ -298,12 +298,7 @@ mod tests {
 
     /// Runs `body` with nodes 0 and 1 attached to a fresh region.
     fn with_two(body: impl FnOnce(&Fixture, Node<'_, Coherent>, Node<'_, Coherent>)) {
-        let f = Fixture::new(8 << 20, small_caps());
-        f.attach(0);
-        f.attach(1);
-        let env = InlineEnv::new(&f.store);
-        let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-        body(&f, node(&f, &env, &l0, 0), node(&f, &env, &l1, 1));
+        with_two_nodes(|f, _, a, b| body(f, a, b));
     }
 
     fn msg(id: u64) -> Message {

@@ -6,7 +6,7 @@ use crate::check::FindingKind;
 use crate::hash::Key;
 use crate::node::NodeLocal;
 use crate::roots::{get, Root};
-use crate::testutil::{findings, node, small_caps, Fixture, InlineEnv};
+use crate::testutil::{findings, node, small_caps, with_two_nodes, Fixture, InlineEnv};
 use crate::Error;
 
 fn key(i: u64) -> Key {
@@ -15,98 +15,78 @@ fn key(i: u64) -> Key {
 
 #[test]
 fn recover_drops_dead_nodes_pins_and_aborts_its_writes() {
-    let f = Fixture::new(8 << 20, small_caps());
-    f.attach(0);
-    f.attach(1);
-    let env = InlineEnv::new(&f.store);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let a = node(&f, &env, &l0, 0);
-    let b = node(&f, &env, &l1, 1);
-    let h = a.reserve(1, key(1), 5000, 1).unwrap();
-    a.publish(&h).unwrap();
-    let mut out = [Err(Error::InvalidArgument)];
-    b.acquire(1, &[key(1)], &mut out).unwrap();
-    let _w = b.reserve(1, key(2), 5000, 1).unwrap();
-    let _raw = b.alloc(1000).unwrap();
-    *env.killed.lock() = 1 << 1;
-    let rep = env.step().unwrap();
-    assert_eq!(rep.newly_dead, 1 << 1);
-    assert!(findings(&f).iter().any(|x| x.kind == FindingKind::NodeDead));
+    with_two_nodes(|f, env, a, b| {
+        let h = a.reserve(1, key(1), 5000, 1).unwrap();
+        a.publish(&h).unwrap();
+        let mut out = [Err(Error::InvalidArgument)];
+        b.acquire(1, &[key(1)], &mut out).unwrap();
+        let _w = b.reserve(1, key(2), 5000, 1).unwrap();
+        let _raw = b.alloc(1000).unwrap();
+        *env.killed.lock() = 1 << 1;
+        let rep = env.step().unwrap();
+        assert_eq!(rep.newly_dead, 1 << 1);
+        assert!(findings(f).iter().any(|x| x.kind == FindingKind::NodeDead));
 
-    let rep = a.recover(0).unwrap();
-    assert_eq!(rep.nodes_freed, 1 << 1);
-    assert_eq!(rep.pins_dropped, 1);
-    assert_eq!(rep.writes_aborted, 1);
-    assert_eq!(rep.blocks_reclaimed, 2, "the aborted write's block and the raw block");
-    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
-    assert_eq!(a.lookup(1, &[key(1), key(2)]).unwrap(), 1);
-    assert_eq!(a.evict(u64::MAX, &mut crate::index::Lru).unwrap().entries, 1, "dead pin no longer blocks eviction");
-    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+        let rep = a.recover(0).unwrap();
+        assert_eq!(rep.nodes_freed, 1 << 1);
+        assert_eq!(rep.pins_dropped, 1);
+        assert_eq!(rep.writes_aborted, 1);
+        assert_eq!(rep.blocks_reclaimed, 2, "the aborted write's block and the raw block");
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+        assert_eq!(a.lookup(1, &[key(1), key(2)]).unwrap(), 1);
+        assert_eq!(a.evict(u64::MAX, &mut crate::index::Lru).unwrap().entries, 1, "dead pin no longer blocks eviction");
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+    });
 }
 
 #[test]
 fn dead_holders_lock_is_revoked_and_granted_only_to_recovery() {
-    let f = Fixture::new(8 << 20, small_caps());
-    f.attach(0);
-    f.attach(1);
-    let env = InlineEnv::new(&f.store);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let a = node(&f, &env, &l0, 0);
-    let b = node(&f, &env, &l1, 1);
-    let held = b.lock(2).unwrap();
-    *env.killed.lock() = 1 << 1;
-    // A plain request is not granted while the lock awaits repair.
-    assert_eq!(a.lock(2), Err(Error::Timeout));
-    assert!(findings(&f).iter().any(|x| x.kind == FindingKind::NeedsRepair));
-    let rep = a.recover(0).unwrap();
-    assert_eq!(rep.locks_repaired, 1);
-    let g = a.lock(2).unwrap();
-    assert!(g.seq > held.seq, "a grant after the revocation carries a new ticket");
-    a.unlock(g).unwrap();
-    assert_eq!(b.unlock(held), Err(Error::Revoked));
+    with_two_nodes(|f, env, a, b| {
+        let held = b.lock(2).unwrap();
+        *env.killed.lock() = 1 << 1;
+        // A plain request is not granted while the lock awaits repair.
+        assert_eq!(a.lock(2), Err(Error::Timeout));
+        assert!(findings(f).iter().any(|x| x.kind == FindingKind::NeedsRepair));
+        let rep = a.recover(0).unwrap();
+        assert_eq!(rep.locks_repaired, 1);
+        let g = a.lock(2).unwrap();
+        assert!(g.seq > held.seq, "a grant after the revocation carries a new ticket");
+        a.unlock(g).unwrap();
+        assert_eq!(b.unlock(held), Err(Error::Revoked));
+    });
 }
 
 #[test]
 fn lock_is_exclusive_and_round_robin() {
-    let f = Fixture::new(8 << 20, small_caps());
-    f.attach(0);
-    f.attach(1);
-    let env = InlineEnv::new(&f.store);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let a = node(&f, &env, &l0, 0);
-    let b = node(&f, &env, &l1, 1);
-    let ga = a.lock(0).unwrap();
-    // b's request cannot be granted while a holds the lock.
-    assert_eq!(b.lock(0), Err(Error::Timeout));
-    a.unlock(ga).unwrap();
-    let gb = b.lock(0).unwrap();
-    b.unlock(gb).unwrap();
+    with_two_nodes(|_, _, a, b| {
+        let ga = a.lock(0).unwrap();
+        // b's request cannot be granted while a holds the lock.
+        assert_eq!(b.lock(0), Err(Error::Timeout));
+        a.unlock(ga).unwrap();
+        let gb = b.lock(0).unwrap();
+        b.unlock(gb).unwrap();
+    });
 }
 
 #[test]
 fn block_freed_by_another_node_returns_its_chunk() {
-    let f = Fixture::new(8 << 20, small_caps());
-    f.attach(0);
-    f.attach(1);
-    let env = InlineEnv::new(&f.store);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let a = node(&f, &env, &l0, 0);
-    let b = node(&f, &env, &l1, 1);
-    let offs: Vec<u64> = (0..10).map(|_| a.alloc(3000).unwrap()).collect();
-    let mut sorted = offs.clone();
-    sorted.sort();
-    sorted.dedup();
-    assert_eq!(sorted.len(), 10, "no block handed out twice");
-    for o in &offs {
-        b.free(*o).unwrap();
-    }
-    assert_eq!(b.free(offs[0]), Err(Error::InvalidArgument), "double free is refused");
-    let big = a.alloc(3 * f.store.layout.chunk_size() + 1).unwrap();
-    a.free(big).unwrap();
-    // Every chunk is free again: the whole payload can be taken in one run.
-    let all = a.alloc(f.store.layout.n_chunks as u64 * f.store.layout.chunk_size()).unwrap();
-    a.free(all).unwrap();
-    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+    with_two_nodes(|f, _, a, b| {
+        let offs: Vec<u64> = (0..10).map(|_| a.alloc(3000).unwrap()).collect();
+        let mut sorted = offs.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 10, "no block handed out twice");
+        for o in &offs {
+            b.free(*o).unwrap();
+        }
+        assert_eq!(b.free(offs[0]), Err(Error::InvalidArgument), "double free is refused");
+        let big = a.alloc(3 * f.store.layout.chunk_size() + 1).unwrap();
+        a.free(big).unwrap();
+        // Every chunk is free again: the whole payload can be taken in one run.
+        let all = a.alloc(f.store.layout.n_chunks as u64 * f.store.layout.chunk_size()).unwrap();
+        a.free(all).unwrap();
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+    });
 }
 
 #[test]
@@ -214,100 +194,81 @@ fn a_slot_counts_its_incarnations_across_detach() {
 
 #[test]
 fn app_locks_are_allocated_once_and_freed() {
-    let f = Fixture::new(8 << 20, small_caps());
-    f.attach(0);
-    f.attach(1);
-    let env = InlineEnv::new(&f.store);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let a = node(&f, &env, &l0, 0);
-    let b = node(&f, &env, &l1, 1);
-    let mut got: Vec<u32> = (0..4).map(|i| if i % 2 == 0 { a.lock_alloc() } else { b.lock_alloc() }.unwrap()).collect();
-    got.sort_unstable();
-    assert_eq!(got, [0, 1, 2, 3], "every node sees the others' allocations");
-    assert_eq!(a.lock_alloc(), Err(Error::TableFull));
-    b.lock_free(2).unwrap();
-    assert_eq!(b.lock_free(2), Err(Error::NotFound));
-    assert_eq!(a.lock_free(4), Err(Error::InvalidArgument));
-    assert_eq!(a.lock_alloc(), Ok(2), "a freed number is reused");
-    // An application root that happens to bear a lock's name is not a lock.
-    a.lock_free(3).unwrap();
-    a.root_put(b"cxlkv.lock.3", Root { offset: 0, size: 0, tag: 7 }).unwrap();
-    assert_eq!(a.lock_free(3), Err(Error::NotFound));
-    assert_eq!(get(&f.store, b"cxlkv.lock.3").unwrap().tag, 7, "the application's root is kept");
-    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+    with_two_nodes(|f, _, a, b| {
+        let mut got: Vec<u32> =
+            (0..4).map(|i| if i % 2 == 0 { a.lock_alloc() } else { b.lock_alloc() }.unwrap()).collect();
+        got.sort_unstable();
+        assert_eq!(got, [0, 1, 2, 3], "every node sees the others' allocations");
+        assert_eq!(a.lock_alloc(), Err(Error::TableFull));
+        b.lock_free(2).unwrap();
+        assert_eq!(b.lock_free(2), Err(Error::NotFound));
+        assert_eq!(a.lock_free(4), Err(Error::InvalidArgument));
+        assert_eq!(a.lock_alloc(), Ok(2), "a freed number is reused");
+        // An application root that happens to bear a lock's name is not a lock.
+        a.lock_free(3).unwrap();
+        a.root_put(b"cxlkv.lock.3", Root { offset: 0, size: 0, tag: 7 }).unwrap();
+        assert_eq!(a.lock_free(3), Err(Error::NotFound));
+        assert_eq!(get(&f.store, b"cxlkv.lock.3").unwrap().tag, 7, "the application's root is kept");
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+    });
 }
 
 #[test]
 fn app_lock_is_exclusive_and_repaired_after_its_holder_dies() {
-    let f = Fixture::new(8 << 20, small_caps());
-    f.attach(0);
-    f.attach(1);
-    let env = InlineEnv::new(&f.store);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let a = node(&f, &env, &l0, 0);
-    let b = node(&f, &env, &l1, 1);
-    let i = a.lock_alloc().unwrap();
-    assert_eq!(a.lock_app(4), Err(Error::InvalidArgument));
-    let held = b.lock_app(i).unwrap();
-    assert_eq!(a.lock_app(i), Err(Error::Timeout), "held by b");
-    // A holder of an application lock may use the cache (core's locks come
-    // first in the order).
-    let h = b.reserve(1, key(1), 100, 1).unwrap();
-    b.publish(&h).unwrap();
-    let g = a.lock(0).unwrap();
-    assert_eq!(a.unlock_app(g), Err(Error::InvalidArgument), "a core lock is not an application lock");
-    *env.killed.lock() = 1 << 1;
-    env.step().unwrap();
-    let rep = a.recover(0).unwrap();
-    assert_eq!(rep.locks_repaired, 1, "the dead holder's application lock");
-    let mine = a.lock_app(i).unwrap();
-    assert!(mine.seq > held.seq);
-    a.unlock_app(mine).unwrap();
-    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
-    assert_eq!(a.lookup(1, &[key(1)]).unwrap(), 1);
+    with_two_nodes(|f, env, a, b| {
+        let i = a.lock_alloc().unwrap();
+        assert_eq!(a.lock_app(4), Err(Error::InvalidArgument));
+        let held = b.lock_app(i).unwrap();
+        assert_eq!(a.lock_app(i), Err(Error::Timeout), "held by b");
+        // A holder of an application lock may use the cache (core's locks come
+        // first in the order).
+        let h = b.reserve(1, key(1), 100, 1).unwrap();
+        b.publish(&h).unwrap();
+        let g = a.lock(0).unwrap();
+        assert_eq!(a.unlock_app(g), Err(Error::InvalidArgument), "a core lock is not an application lock");
+        *env.killed.lock() = 1 << 1;
+        env.step().unwrap();
+        let rep = a.recover(0).unwrap();
+        assert_eq!(rep.locks_repaired, 1, "the dead holder's application lock");
+        let mine = a.lock_app(i).unwrap();
+        assert!(mine.seq > held.seq);
+        a.unlock_app(mine).unwrap();
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+        assert_eq!(a.lookup(1, &[key(1)]).unwrap(), 1);
+    });
 }
 
 #[test]
 fn stale_ticket_release_changes_nothing() {
-    let f = Fixture::new(8 << 20, small_caps());
-    f.attach(0);
-    f.attach(1);
-    let env = InlineEnv::new(&f.store);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let a = node(&f, &env, &l0, 0);
-    let b = node(&f, &env, &l1, 1);
-    let old = a.lock(2).unwrap();
-    let stale = crate::lock::Held { lock: old.lock, seq: old.seq };
-    a.unlock(old).unwrap();
-    let current = a.lock(2).unwrap();
-    assert_eq!(a.unlock(stale), Err(Error::Revoked), "an old ticket is refused");
-    assert_eq!(b.lock(2), Err(Error::Timeout), "the current grant is still held");
-    let again = crate::lock::Held { lock: current.lock, seq: current.seq };
-    a.unlock(current).unwrap();
-    assert_eq!(a.unlock(again), Err(Error::Revoked), "a second release is refused");
-    let gb = b.lock(2).unwrap();
-    b.unlock(gb).unwrap();
-    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+    with_two_nodes(|f, _, a, b| {
+        let old = a.lock(2).unwrap();
+        let stale = crate::lock::Held { lock: old.lock, seq: old.seq };
+        a.unlock(old).unwrap();
+        let current = a.lock(2).unwrap();
+        assert_eq!(a.unlock(stale), Err(Error::Revoked), "an old ticket is refused");
+        assert_eq!(b.lock(2), Err(Error::Timeout), "the current grant is still held");
+        let again = crate::lock::Held { lock: current.lock, seq: current.seq };
+        a.unlock(current).unwrap();
+        assert_eq!(a.unlock(again), Err(Error::Revoked), "a second release is refused");
+        let gb = b.lock(2).unwrap();
+        b.unlock(gb).unwrap();
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+    });
 }
 
 #[test]
 fn detach_is_refused_while_an_app_lock_is_held() {
-    let f = Fixture::new(8 << 20, small_caps());
-    f.attach(0);
-    f.attach(1);
-    let env = InlineEnv::new(&f.store);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let a = node(&f, &env, &l0, 0);
-    let b = node(&f, &env, &l1, 1);
-    let i = a.lock_alloc().unwrap();
-    let held = a.lock_app(i).unwrap();
-    assert_eq!(a.detach(), Err(Error::Busy));
-    assert!(findings(&f).is_empty(), "the node is still attached: {:?}", findings(&f));
-    a.unlock_app(held).unwrap();
-    a.detach().unwrap();
-    let g = b.lock_app(i).unwrap();
-    b.unlock_app(g).unwrap();
-    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+    with_two_nodes(|f, _, a, b| {
+        let i = a.lock_alloc().unwrap();
+        let held = a.lock_app(i).unwrap();
+        assert_eq!(a.detach(), Err(Error::Busy));
+        assert!(findings(f).is_empty(), "the node is still attached: {:?}", findings(f));
+        a.unlock_app(held).unwrap();
+        a.detach().unwrap();
+        let g = b.lock_app(i).unwrap();
+        b.unlock_app(g).unwrap();
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+    });
 }
 
 #[test]

@@ -124,6 +124,17 @@ pub fn node<'a>(f: &'a Fixture, env: &'a InlineEnv<'a>, local: &'a NodeLocal, id
     Node::new(&f.store, id, env, local).unwrap()
 }
 
+/// Runs `body` on a fresh 8 MiB region of `small_caps` with nodes 0 and 1
+/// attached, handing it the fixture, the inline environment and both nodes.
+pub fn with_two_nodes(body: impl FnOnce(&Fixture, &InlineEnv<'_>, Node<'_, Coherent>, Node<'_, Coherent>)) {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    f.attach(1);
+    let env = InlineEnv::new(&f.store);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    body(&f, &env, node(&f, &env, &l0, 0), node(&f, &env, &l1, 1));
+}
+
 /// Every finding of `check` on the fixture's region.
 pub fn findings(f: &Fixture) -> Vec<crate::check::Finding> {
     let mut v = Vec::new();
