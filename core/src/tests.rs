@@ -90,6 +90,28 @@ fn block_freed_by_another_node_returns_its_chunk() {
 }
 
 #[test]
+fn free_refused_while_the_alloc_lock_awaits_repair_changes_nothing() {
+    with_two_nodes(|f, env, a, b| {
+        // The only block of its chunk: freeing it gives the chunk back, which
+        // needs the alloc lock, revoked from a dead holder.
+        let off = a.alloc(1000).unwrap();
+        let held = b.lock(f.store.layout.locks().alloc()).unwrap();
+        *env.killed.lock() = 1 << 1;
+        assert_eq!(env.step().unwrap().newly_dead, 1 << 1);
+        assert_eq!(a.free(off), Err(Error::Recovering));
+        let wrong: Vec<_> = findings(f)
+            .into_iter()
+            .filter(|x| !matches!(x.kind, FindingKind::NodeDead | FindingKind::NeedsRepair | FindingKind::HeldByDead))
+            .collect();
+        assert!(wrong.is_empty(), "a refused free changed the chunk: {wrong:?}");
+        a.recover(0).unwrap();
+        a.free(off).unwrap();
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+        let _ = held;
+    });
+}
+
+#[test]
 fn alloc_fails_with_out_of_space_and_too_large() {
     let f = Fixture::new(4 << 20, small_caps());
     f.attach(0);
@@ -235,6 +257,25 @@ fn app_lock_is_exclusive_and_repaired_after_its_holder_dies() {
         a.unlock_app(mine).unwrap();
         assert!(findings(f).is_empty(), "{:?}", findings(f));
         assert_eq!(a.lookup(1, &[key(1)]).unwrap(), 1);
+    });
+}
+
+#[test]
+fn a_dead_holders_app_lock_is_repaired_though_no_manager_saw_it_held() {
+    with_two_nodes(|f, env, a, b| {
+        let i = a.lock_alloc().unwrap();
+        let held = b.lock_app(i).unwrap();
+        // The manager role changes hands: the new manager never granted this
+        // lock, and nobody asks for it while its holder is dead.
+        *env.mgr.lock() = crate::lock::Manager::new(0);
+        *env.killed.lock() = 1 << 1;
+        assert_eq!(env.step().unwrap().newly_dead, 1 << 1);
+        let rep = a.recover(0).unwrap();
+        assert_eq!(rep.locks_repaired, 1, "the dead holder's application lock");
+        let mine = a.lock_app(i).expect("granted again after recovery");
+        assert!(mine.seq > held.seq);
+        a.unlock_app(mine).unwrap();
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
     });
 }
 

@@ -389,7 +389,7 @@ impl<C: Coherence> Node<'_, C> {
     /// Frees the block of `kind` at `off` in chunk `c` (record `rec`, read
     /// fresh); caller holds the owner's heap lock. `InvalidArgument` when no
     /// such block starts there.
-    pub(crate) fn free_locked(&self, c: u32, mut rec: ChunkRecord, off: u64, kind: Kind) -> Result<()> {
+    pub(crate) fn free_locked(&self, c: u32, rec: ChunkRecord, off: u64, kind: Kind) -> Result<()> {
         let l = &self.store.layout;
         let base = l.chunk_payload(c);
         match rec.kind {
@@ -407,22 +407,36 @@ impl<C: Coherence> Node<'_, C> {
                 let i = ((off - base) / g) as u32;
                 let mut m = read_map(self.store, c, Some(Site("alloc.free.map.read")))?;
                 let k = m.extent(i).ok_or(Error::InvalidArgument)?;
-                m.clear(i, k);
-                let (lo, hi) = words_of(i, k);
-                // SYNC: map words published under the heap lock (reader: the
-                // next allocator of the chunk, recovery, check).
-                write_map(self.store, c, &m, lo, hi, Some(Site("alloc.free.map")))?;
-                rec.used = rec.used.saturating_sub(k);
-                rec.blocks = rec.blocks.saturating_sub(1);
-                if rec.blocks == 0 {
-                    return self.with_lock_nested(l.locks().alloc(), || self.release_chunks(c, 1));
+                if rec.blocks <= 1 {
+                    // The chunk's last block: the chunk goes back whole, under
+                    // the alloc lock taken before anything changes, so a
+                    // refusal (`Recovering`) leaves map and record as they were.
+                    return self.with_lock_nested(l.locks().alloc(), || self.clear_block(c, rec, &mut m, i, k));
                 }
-                rec.free_max = m.longest_free();
-                // SYNC: record published under the heap lock.
-                self.store.publish(l.chunk(c), &rec, Site("alloc.free.publish"))
+                self.clear_block(c, rec, &mut m, i, k)
             }
             _ => Err(Error::InvalidArgument),
         }
+    }
+
+    /// Clears block `i` (`k` granules) from chunk `c`'s map, then updates
+    /// its record, or releases the chunk when it was the last block (caller
+    /// then holds the alloc lock too). Caller holds the owner's heap lock.
+    fn clear_block(&self, c: u32, mut rec: ChunkRecord, m: &mut ChunkMap, i: u32, k: u32) -> Result<()> {
+        let l = &self.store.layout;
+        m.clear(i, k);
+        let (lo, hi) = words_of(i, k);
+        // SYNC: map words published under the heap lock (reader: the next
+        // allocator of the chunk, recovery, check).
+        write_map(self.store, c, m, lo, hi, Some(Site("alloc.free.map")))?;
+        rec.used = rec.used.saturating_sub(k);
+        rec.blocks = rec.blocks.saturating_sub(1);
+        if rec.blocks == 0 {
+            return self.release_chunks(c, 1);
+        }
+        rec.free_max = m.longest_free();
+        // SYNC: record published under the heap lock.
+        self.store.publish(l.chunk(c), &rec, Site("alloc.free.publish"))
     }
 
     fn alloc_run(&self, k: u32, kind: Kind) -> Result<u64> {
