@@ -16,7 +16,8 @@
 #
 # Sites named `*.hint` are left out: they only make a later locked (or
 # second, fresh) read more likely to succeed, so removing one cannot change
-# any outcome; each says so in its SYNC comment.
+# any outcome; each says so in its SYNC comment. So are `*.report` sites,
+# whose fresh reads feed only a count in a report.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . tests/lib/mutants.sh
@@ -28,6 +29,6 @@ sim=$(mutants_build_sim "" "") || exit 2
 # Every site name in core's non-test code (names have a dot; test-only sites
 # such as Site("t") do not). Core's build refuses duplicates; so does this.
 sites=$(mutants_names 'Site\("([a-z_]+\.[a-z_.]+)"\)') || exit 2
-sites=$(printf '%s\n' "$sites" | grep -v '\.hint$')
+sites=$(printf '%s\n' "$sites" | grep -v -E '\.(hint|report)$')
 if [ -n "${SITES:-}" ]; then sites=$SITES; fi
 mutants_run "$sites" --disable "$short" "$deep" "$sim" "coherence mutants"

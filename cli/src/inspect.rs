@@ -15,6 +15,7 @@ pub fn report<C: Coherence>(store: &Store<C>) -> cxlkv_core::Result<Value> {
     let l = &store.layout;
     let me = Locality::here();
     let mut nodes = Vec::new();
+    let mut pinned = 0u64;
     for n in 0..l.caps.max_nodes {
         let info: NodeInfo = store.fresh_state_first(l.node_info(n), cxlkv_core::coherence::Site("cli.inspect"))?;
         if info.state == 0 {
@@ -30,24 +31,26 @@ pub fn report<C: Coherence>(store: &Store<C>) -> cxlkv_core::Result<Value> {
             NODE_ALIVE => "alive (remote host)",
             _ => "unknown",
         };
+        let held = cxlkv_core::pins::journal_census(store, n, cxlkv_core::coherence::Site("cli.inspect.journal"))?;
+        pinned += held.pins as u64;
         nodes.push(json!({
+            "pins": held.pins, "reservations": held.reservations,
             "id": n, "pid": info.pid, "host_id": format!("{:016x}", info.host_id), "liveness": liveness,
             "heartbeat": hb.beat, "incarnation": info.incarnation,
             "hits": st.hits, "misses": st.misses, "inserts": st.inserts, "exists": st.exists,
             "evictions": st.evictions, "bytes_written": st.bytes_written, "bytes_read": st.bytes_read,
         }));
     }
-    let mut by_state = [0u64; 5];
-    let (mut live_bytes, mut evictions, mut pinned) = (0u64, 0u64, 0u64);
+    let mut by_state = [0u64; 6];
+    let (mut live_bytes, mut evictions) = (0u64, 0u64);
     for s in 0..l.caps.n_stripes {
         let h: StripeHeader = store.region.read(l.stripe(s))?;
         evictions += h.evictions;
         for e in 0..l.caps.entries_per_stripe {
             let ent: cxlkv_core::layout::Entry = store.region.read(l.entry(s, e))?;
-            by_state[(ent.state as usize).min(4)] += 1;
+            by_state[(ent.state as usize).min(5)] += 1;
             if ent.state == state::READY {
                 live_bytes += ent.payload_len as u64;
-                pinned += (ent.pinners != 0) as u64;
             }
         }
     }
@@ -81,12 +84,12 @@ pub fn report<C: Coherence>(store: &Store<C>) -> cxlkv_core::Result<Value> {
         },
         "usage": {
             "chunks_used": chunks_used, "chunk_bytes_used": chunk_bytes, "live_payload_bytes": live_bytes,
-            "pinned_entries": pinned, "evictions": evictions,
+            "pins": pinned, "evictions": evictions,
         },
         "entries": {
             "empty": by_state[state::EMPTY as usize], "writing": by_state[state::WRITING as usize],
             "ready": by_state[state::READY as usize], "evicting": by_state[state::EVICTING as usize],
-            "invalid": by_state[4],
+            "claimed": by_state[state::CLAIMED as usize], "invalid": by_state[5],
         },
         "nodes": nodes,
         "locks": locks,
@@ -110,11 +113,11 @@ pub fn print_human(r: &Value) {
         human(n(&c["payload_bytes"]))
     );
     println!(
-        "usage       {} of {} chunks, {} live payload, {} pinned entries, {} evictions",
+        "usage       {} of {} chunks, {} live payload, {} pins held, {} evictions",
         n(&u["chunks_used"]),
         n(&c["chunks"]),
         human(n(&u["live_payload_bytes"])),
-        n(&u["pinned_entries"]),
+        n(&u["pins"]),
         n(&u["evictions"])
     );
     println!(

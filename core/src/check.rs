@@ -8,9 +8,9 @@ use crate::coherence::{Coherence, Site};
 use crate::hash::{place, Key};
 use crate::index::{entry_checksum, probe, NIL};
 use crate::layout::{
-    state, Bucket, ChunkRecord, LockSlot, NodeInfo, PinRecord, RootRecord, StripeHeader, CHUNK_CONT, CHUNK_FREE,
-    CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, NODE_FREE, SLOT_CANCEL, SLOT_IDLE, SLOT_LOCKED,
-    SLOT_WAITING,
+    state, Bucket, ChunkRecord, LockSlot, NodeInfo, PinRecord, PinSummary, RootRecord, StripeHeader, CHUNK_CONT,
+    CHUNK_FREE, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, NODE_FREE, SLOT_CANCEL, SLOT_IDLE,
+    SLOT_LOCKED, SLOT_WAITING,
 };
 use crate::region::Store;
 use crate::roots::record_valid;
@@ -47,9 +47,11 @@ pub enum FindingKind {
     BadBucket,
     /// Bucket count differs from live entries (a = stripe, b = buckets).
     BucketCount,
-    /// An entry is pinned by a node that is not alive (a = stripe, b = entry).
+    /// A node declared dead still pins a published entry; recovery drops
+    /// the pin (a = node, b = global entry).
     PinnedByDead,
-    /// A WRITING entry does not name exactly one writer (a = stripe, b = entry).
+    /// A WRITING entry does not name exactly one live writer, or a READY one
+    /// names any (a = stripe, b = entry).
     Writer,
     /// LRU list broken or not covering exactly the READY entries (a = stripe).
     LruList,
@@ -57,10 +59,10 @@ pub enum FindingKind {
     FreeList,
     /// Stripe header counters differ from its entries (a = stripe).
     StripeCounters,
-    /// A journal record names a bad entry or one not pinned by its node
-    /// (a = node, b = entry).
+    /// A journal record names a bad entry, or one neither published at its
+    /// generation nor reserved by its node (a = node, b = entry).
     Journal,
-    /// A node pins an entry without a journal record (a = node, b = global entry).
+    /// A node writes an entry without a journal record (a = node, b = global entry).
     Unjournaled,
     /// A chunk record is malformed (a = chunk).
     ChunkRecord,
@@ -72,6 +74,9 @@ pub enum FindingKind {
     LeakedRaw,
     /// A named root is corrupt (a = record).
     Root,
+    /// A journal record is not covered by its summary line, so evictors
+    /// would not see the pin (a = node, b = global entry).
+    PinSummary,
 }
 
 impl FindingKind {
@@ -91,18 +96,19 @@ impl FindingKind {
             FindingKind::Unreachable => "live entry not reachable through buckets",
             FindingKind::BadBucket => "bucket is malformed",
             FindingKind::BucketCount => "bucket count differs from live entries",
-            FindingKind::PinnedByDead => "entry pinned by a node that is not alive",
-            FindingKind::Writer => "writing entry without exactly one writer",
+            FindingKind::PinnedByDead => "entry pinned by a dead node, recovery pending",
+            FindingKind::Writer => "entry names a wrong writer",
             FindingKind::LruList => "LRU list broken",
             FindingKind::FreeList => "free list broken",
             FindingKind::StripeCounters => "stripe counters wrong",
             FindingKind::Journal => "journal record inconsistent",
-            FindingKind::Unjournaled => "pin without journal record",
+            FindingKind::Unjournaled => "reservation without journal record",
             FindingKind::ChunkRecord => "chunk record malformed",
             FindingKind::ChunkBitmap => "chunk bitmap disagrees with record",
             FindingKind::LeakedBlock => "allocated KV block not referenced",
             FindingKind::LeakedRaw => "raw block of a gone node not rooted",
             FindingKind::Root => "named root corrupt",
+            FindingKind::PinSummary => "journal record outside its summary",
         }
     }
 }
@@ -149,21 +155,23 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
         scratch.iter_mut().for_each(|w| *w = 0);
     }
 
-    let mut alive = 0u64;
+    let (mut alive, mut dead) = (0u64, 0u64);
     for node in 0..l.caps.max_nodes {
         let info: NodeInfo = st.fresh(l.node_info(node), Site("check.node"))?;
         match info.state {
             NODE_ALIVE => alive |= 1 << node,
             NODE_FREE => {}
-            NODE_DEAD => rep(FindingKind::NodeDead, node as u64, 0),
+            NODE_DEAD => {
+                dead |= 1 << node;
+                rep(FindingKind::NodeDead, node as u64, 0)
+            }
             _ => rep(FindingKind::NodeState, node as u64, info.state as u64),
         }
     }
     // SYNC: fresh journals of live nodes, read by the entry and journal
     // passes below (writers: the nodes themselves).
     for node in (0..l.caps.max_nodes).filter(|n| alive & (1 << n) != 0) {
-        let len = l.caps.pin_slots as u64 * size_of::<PinRecord>() as u64;
-        st.co.invalidate(&st.region, l.pin_record(node, 0), len, Site("check.journal"))?;
+        st.co.invalidate(&st.region, l.journal(node), l.journal_len(), Site("check.journal"))?;
     }
 
     for lock in 0..l.n_locks {
@@ -271,8 +279,8 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
             if ent.state == state::READY {
                 ready += 1;
                 bytes += ent.payload_len as u64;
-                if ent.pinners & !alive != 0 {
-                    rep(FindingKind::PinnedByDead, s as u64, e as u64);
+                if ent.pinners != 0 {
+                    rep(FindingKind::Writer, s as u64, e as u64);
                 }
             } else if ent.pinners.count_ones() != 1 || ent.pinners & alive == 0 {
                 rep(FindingKind::Writer, s as u64, e as u64);
@@ -302,9 +310,9 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
                 }
                 _ => {}
             }
-            // Journal of each pinning node.
+            // Journal of the writer.
             for node in 0..l.caps.max_nodes {
-                if ent.pinners & (1 << node) != 0 && alive & (1 << node) != 0 {
+                if ent.state == state::WRITING && ent.pinners & (1 << node) != 0 && alive & (1 << node) != 0 {
                     let g = s as u64 * eps as u64 + e as u64;
                     let mut found = false;
                     for i in 0..l.caps.pin_slots {
@@ -387,11 +395,31 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
         }
     }
 
-    // Journals: each record names a live entry its node pins.
+    // Journals: each record of a live node names an entry published at its
+    // generation (a pin) or reserved by the node, and its summary covers it;
+    // a dead node's pins await recovery.
     for node in 0..l.caps.max_nodes {
         if alive & (1 << node) == 0 {
+            if dead & (1 << node) != 0 {
+                // SYNC: fresh journal of a dead node (its host flushed it
+                // when it buried it, or recovery's bury did).
+                st.co.invalidate(&st.region, l.journal(node), l.journal_len(), Site("check.dead_pins.report"))?;
+                for i in 0..l.caps.pin_slots {
+                    let r: PinRecord = st.region.read(l.pin_record(node, i))?;
+                    let g = r.entry.wrapping_sub(1);
+                    let (s, e) = (g / eps, g % eps);
+                    if r.entry != 0
+                        && r.count > 0
+                        && s < l.caps.n_stripes
+                        && st.ent(s, e).is_ok_and(|x| x.state == state::READY && x.gen as u64 == r.gen)
+                    {
+                        rep(FindingKind::PinnedByDead, node as u64, g as u64);
+                    }
+                }
+            }
             continue;
         }
+        let sum: PinSummary = st.region.read(l.pin_summary(node))?;
         for i in 0..l.caps.pin_slots {
             let r: PinRecord = st.region.read(l.pin_record(node, i))?;
             if r.entry == 0 {
@@ -401,9 +429,15 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
             let (s, e) = (g / eps, g % eps);
             let ok = s < l.caps.n_stripes
                 && r.count > 0
-                && st.ent(s, e).is_ok_and(|x| x.gen as u64 == r.gen && x.pinners & (1 << node) != 0);
+                && st.ent(s, e).is_ok_and(|x| {
+                    x.gen as u64 == r.gen
+                        && (x.state == state::READY || x.state == state::WRITING && x.pinners & (1 << node) != 0)
+                });
             if !ok {
                 rep(FindingKind::Journal, node as u64, g as u64);
+            }
+            if !sum.covers(g) {
+                rep(FindingKind::PinSummary, node as u64, g as u64);
             }
         }
     }

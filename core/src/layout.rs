@@ -16,7 +16,7 @@ use crate::{Error, Result};
 /// "CXLKV\0\0\1" little-endian: the region magic.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
 /// Format version; bumped with every incompatible change.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// Largest number of nodes (pinner bitmask is one u64).
 pub const MAX_NODES: u32 = 64;
 /// Most granules a chunk is cut into (two maps of 4096 bits follow its
@@ -300,6 +300,30 @@ shared_struct! {
 }
 
 shared_struct! {
+    /// Head line of a node's pin journal: bit `g % 512` is set while the
+    /// journal holds a record of global entry `g`. Written only by the node;
+    /// an evictor reads it (one line per node) before the records it covers.
+    pub struct PinSummary {
+        pub bits: [u64; 8],
+    } size 64
+}
+
+impl PinSummary {
+    /// Bits in a summary line.
+    pub const BITS: u32 = 512;
+    /// The bit of global entry `g`.
+    pub fn bit(g: u32) -> (usize, u64) {
+        let b = g % Self::BITS;
+        ((b / 64) as usize, 1 << (b % 64))
+    }
+    /// True when the bit of global entry `g` is set.
+    pub fn covers(&self, g: u32) -> bool {
+        let (w, m) = Self::bit(g);
+        self.bits[w] & m != 0
+    }
+}
+
+shared_struct! {
     /// A pin journal record: node-private, four per line.
     pub struct PinRecord {
         /// Global entry index + 1; 0 = free record.
@@ -357,6 +381,12 @@ pub mod state {
     pub const READY: u16 = 2;
     /// Being removed (transient under the stripe lock).
     pub const EVICTING: u16 = 3;
+    /// Published, and offered for eviction: an evictor, holding the stripe
+    /// lock, is looking for pins of it; it becomes READY again if it finds
+    /// one, EVICTING if not. Readers treat it as gone; recovery makes it
+    /// READY (its evictor died before deciding, or before it changed
+    /// anything else).
+    pub const CLAIMED: u16 = 4;
 }
 
 /// Chunk kinds.
@@ -414,6 +444,7 @@ pub const LAYOUT_FINGERPRINT: u64 = {
     h = StripeHeader::fold_layout(h);
     h = Bucket::fold_layout(h);
     h = Entry::fold_layout(h);
+    h = PinSummary::fold_layout(h);
     h = PinRecord::fold_layout(h);
     h = InboxHead::fold_layout(h);
     h = MsgHeader::fold_layout(h);
@@ -613,7 +644,7 @@ impl Layout {
         let stripes = area(&mut at, s * LINE);
         let buckets = area(&mut at, s * bps * size_of::<Bucket>() as u64);
         let entries = area(&mut at, s * eps * LINE);
-        let journals = area(&mut at, n * caps.pin_slots as u64 * size_of::<PinRecord>() as u64);
+        let journals = area(&mut at, n * journal_len(caps.pin_slots));
         let inboxes = area(&mut at, n * (1 + caps.inbox_slots as u64 * SLOT_LINES) * LINE);
         // Chunk metadata depends on the chunk count, which depends on what is
         // left: solve with the per-chunk cost (record + bitmap bit).
@@ -831,10 +862,28 @@ impl Layout {
         let i = pos & (self.caps.inbox_slots as u64 - 1);
         self.inbox_head(n) + LINE + i * SLOT_LINES * LINE
     }
+    /// Offset of node `n`'s pin journal: its summary line, then its records.
+    pub fn journal(&self, n: u32) -> u64 {
+        self.journals.start + n as u64 * journal_len(self.caps.pin_slots)
+    }
+    /// Offset of node `n`'s pin summary line (the head of its journal).
+    pub fn pin_summary(&self, n: u32) -> u64 {
+        self.journal(n)
+    }
     /// Offset of pin record `i` of node `n`.
     pub fn pin_record(&self, n: u32, i: u32) -> u64 {
-        self.journals.start + (n as u64 * self.caps.pin_slots as u64 + i as u64) * size_of::<PinRecord>() as u64
+        self.journal(n) + LINE + i as u64 * size_of::<PinRecord>() as u64
     }
+    /// Bytes of one node's journal (summary line and records).
+    pub fn journal_len(&self) -> u64 {
+        journal_len(self.caps.pin_slots)
+    }
+}
+
+/// Bytes of one node's pin journal: a summary line, then `pin_slots`
+/// records (a multiple of four, so whole lines).
+pub const fn journal_len(pin_slots: u32) -> u64 {
+    LINE + pin_slots as u64 * size_of::<PinRecord>() as u64
 }
 
 /// Granules per chunk for chunks of `1 << chunk_shift` bytes.

@@ -3,8 +3,8 @@
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{
-    state, ChunkRecord, Entry, Heartbeat, LockSlot, NodeInfo, NodeStats, PinRecord, RequestLine, CHUNK_KV, NODE_ALIVE,
-    NODE_DEAD, NODE_FREE, SLOT_LOCKED,
+    state, ChunkRecord, Entry, Heartbeat, LockSlot, NodeInfo, NodeStats, PinRecord, PinSummary, RequestLine, CHUNK_KV,
+    NODE_ALIVE, NODE_DEAD, NODE_FREE, SLOT_LOCKED,
 };
 use crate::mutant::mutant;
 use crate::region::{NodeEnv, Store};
@@ -16,22 +16,48 @@ pub const HINTS: usize = 8;
 /// Process-local state of one attached node (lives in the process, not in the
 /// region). Serialises the node's own threads on its journal and hints.
 pub struct NodeLocal {
-    pub(crate) journal: spin::Mutex<()>,
+    pub(crate) journal: spin::Mutex<JournalLocal>,
     pub(crate) hints: spin::Mutex<[u32; HINTS]>,
     pub(crate) evict_cursor: spin::Mutex<u32>,
     pub(crate) alloc_cursor: spin::Mutex<u32>,
     pub(crate) stats: spin::Mutex<()>,
+    pub(crate) touched: spin::Mutex<Touched>,
 }
+
+/// Reads this node made without a lock, not yet applied to the LRU lists:
+/// (global entry, generation) pairs, applied in batches under the stripe
+/// locks the node takes (see `index::evict`).
+pub(crate) struct Touched {
+    pub(crate) at: [(u32, u32); TOUCHED],
+    pub(crate) n: usize,
+}
+
+/// Lock-free reads a node remembers before it applies them.
+pub const TOUCHED: usize = 256;
 
 impl Default for NodeLocal {
     fn default() -> Self {
         NodeLocal {
-            journal: spin::Mutex::new(()),
+            journal: spin::Mutex::new(JournalLocal::default()),
             hints: spin::Mutex::new([u32::MAX; HINTS]),
             evict_cursor: spin::Mutex::new(0),
             alloc_cursor: spin::Mutex::new(0),
             stats: spin::Mutex::new(()),
+            touched: spin::Mutex::new(Touched { at: [(0, 0); TOUCHED], n: 0 }),
         }
+    }
+}
+
+/// What the node knows of its own pin journal without reading it back: how
+/// many records each summary bit covers, and the summary line as last written.
+pub(crate) struct JournalLocal {
+    pub(crate) covered: [u32; PinSummary::BITS as usize],
+    pub(crate) summary: PinSummary,
+}
+
+impl Default for JournalLocal {
+    fn default() -> Self {
+        JournalLocal { covered: [0; PinSummary::BITS as usize], summary: PinSummary::default() }
     }
 }
 
@@ -100,11 +126,11 @@ pub fn attach_node<C: Coherence>(store: &Store<C>, want: Option<u32>, who: Ident
     };
     // A free slot's journal is empty (recovery or detach cleared it); clear it
     // again so nothing a crashed predecessor left can be mistaken for ours.
+    store.region.write(l.pin_summary(id), &PinSummary::default())?;
     for i in 0..l.caps.pin_slots {
         store.region.write(l.pin_record(id, i), &PinRecord::default())?;
     }
-    let jlen = l.caps.pin_slots as u64 * 16;
-    store.co.flush(&store.region, l.pin_record(id, 0), jlen, Site("node.attach.journal"))?;
+    store.co.flush(&store.region, l.journal(id), l.journal_len(), Site("node.attach.journal"))?;
     store.publish(l.node_stats(id), &NodeStats::default(), Site("node.attach.stats"))?;
     store.publish(l.requests(id), &RequestLine::default(), Site("node.attach.requests"))?;
     let hb = Heartbeat { beat: 1, nonce: who.nonce, reserved: [0; 6] };
@@ -237,6 +263,23 @@ impl<'a, C: Coherence> Node<'a, C> {
         self.store.publish(l.heartbeat(self.id), &hb, Site("node.beat"))?;
         self.store.co.store_fence(Site("node.beat.fence"));
         Ok(hb.beat)
+    }
+
+    /// `Revoked` unless this node still owns its slot: ALIVE, with the nonce
+    /// it attached with (read fresh). Operations that take no lock check it
+    /// before they write the node's own lines, which a node declared dead
+    /// no longer owns (recovery frees the slot; another process may take it).
+    pub(crate) fn owns_slot(&self) -> Result<()> {
+        let off = self.store.layout.node_info(self.id);
+        // This host's copy: what this node last wrote or read there.
+        let mine: NodeInfo = self.store.region.read(off)?;
+        // SYNC: fresh info line (writers: the manager declaring this node
+        // dead, recovery freeing its slot).
+        let now: NodeInfo = self.store.fresh_state_first(off, Site("node.own.info"))?;
+        if mine.state != NODE_ALIVE || now.state != NODE_ALIVE || now.nonce != mine.nonce {
+            return Err(Error::Revoked);
+        }
+        Ok(())
     }
 
     /// Detaches: drops every pin this node holds, then frees its slot.

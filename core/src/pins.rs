@@ -3,19 +3,30 @@
 //! leaking their blocks. Only the node writes its journal; its threads
 //! serialise on the node's journal mutex.
 //!
-//! The entry itself carries a bit per pinning node (not a bare count), which
-//! makes recovery exact: clearing a dead node's bit can never drop another
-//! node's pin, whether or not the dead node finished updating its journal.
+//! A pin of a published block is its journal record and nothing else: pins
+//! take no lock and write nothing shared but the pinner's own lines. The
+//! journal's head line summarises it (a bit per global entry modulo 512), so
+//! an evictor reads one line per node and the records only where a bit is
+//! set. Pinner and evictor meet as in a hazard-pointer handshake, each
+//! storing its claim, flushing it, and fencing before it reads the other's:
+//! the pinner its record, then the entry (still READY, same generation);
+//! the evictor CLAIMED in the entry, then every journal (no record of it).
+//! At least one of them sees the other, and backs off.
+//!
+//! A reservation is journaled too, and the WRITING entry names its writer
+//! (`pinners`, one bit), which recovery and `check` use to find it.
 
 use crate::coherence::{Coherence, Site};
-use crate::layout::PinRecord;
+use crate::layout::{PinRecord, PinSummary, NODE_FREE};
+use crate::node::JournalLocal;
 use crate::node::Node;
 use crate::{Error, Result};
 
 impl<C: Coherence> Node<'_, C> {
-    /// Adds one pin of global entry `entry` at generation `gen`. Returns true
-    /// when it is this node's first pin of it. Caller holds the journal mutex.
-    pub(crate) fn journal_add(&self, entry: u32, gen: u32) -> Result<bool> {
+    /// Adds one pin of global entry `entry` at generation `gen` (flushed, not
+    /// fenced). Returns true when it is this node's first pin of it. `j` is
+    /// the journal mutex's content, held by the caller.
+    pub(crate) fn journal_add(&self, j: &mut JournalLocal, entry: u32, gen: u32) -> Result<bool> {
         let l = &self.store.layout;
         let mut free = None;
         for i in 0..l.caps.pin_slots {
@@ -33,12 +44,37 @@ impl<C: Coherence> Node<'_, C> {
         }
         let off = free.ok_or(Error::JournalFull)?;
         let r = PinRecord { entry: entry + 1, count: 1, gen: gen as u64 };
+        // SYNC: the record reaches memory before the pin is used (readers:
+        // evictors, recovery); the caller's fence orders it before its
+        // re-validation of the entry.
         self.store.publish(off, &r, Site("pins.add.new"))?;
+        self.cover(j, entry, true)?;
         Ok(true)
     }
 
+    /// Counts a record of `entry` in or out of its summary bit, writing the
+    /// summary line when the bit changes.
+    fn cover(&self, j: &mut JournalLocal, entry: u32, add: bool) -> Result<()> {
+        let b = (entry % PinSummary::BITS) as usize;
+        let (w, m) = PinSummary::bit(entry);
+        let was = j.covered[b];
+        j.covered[b] = if add { was.saturating_add(1) } else { was.saturating_sub(1) };
+        if (was == 0) == (j.covered[b] == 0) {
+            return Ok(());
+        }
+        if add {
+            j.summary.bits[w] |= m;
+        } else {
+            j.summary.bits[w] &= !m;
+        }
+        // SYNC: a set bit reaches memory with the record it covers, before the
+        // caller's fence (reader: an evictor, which skips a node's records
+        // where the bit is clear); a cleared one only spares evictors a scan.
+        self.store.publish(self.store.layout.pin_summary(self.id), &j.summary, Site("pins.summary"))
+    }
+
     /// Drops one pin; returns the count left. `NotFound` if not pinned.
-    pub(crate) fn journal_sub(&self, entry: u32, gen: u32) -> Result<u32> {
+    pub(crate) fn journal_sub(&self, j: &mut JournalLocal, entry: u32, gen: u32) -> Result<u32> {
         let l = &self.store.layout;
         for i in 0..l.caps.pin_slots {
             let off = l.pin_record(self.id, i);
@@ -49,6 +85,9 @@ impl<C: Coherence> Node<'_, C> {
                     r = PinRecord::default();
                 }
                 self.store.publish(off, &r, Site("pins.sub"))?;
+                if r.count == 0 {
+                    self.cover(j, entry, false)?;
+                }
                 return Ok(r.count);
             }
         }
@@ -66,4 +105,74 @@ impl<C: Coherence> Node<'_, C> {
         }
         Ok(())
     }
+
+    /// True when some node's journal records a pin of global entry `g` at
+    /// `gen`: every node's summary line is read fresh, and the records of
+    /// those whose bit is set. Free slots are skipped (nothing reads a free
+    /// node's journal; its next owner clears it before turning ALIVE).
+    /// The caller has published its claim (CLAIMED) and fenced.
+    pub(crate) fn pinned_anywhere(&self, g: u32, gen: u32) -> Result<bool> {
+        let st = self.store;
+        let l = &st.layout;
+        for n in 0..l.caps.max_nodes {
+            // SYNC: fresh summary (writer: node n's pins).
+            let sum: PinSummary = st.fresh(l.pin_summary(n), Site("evict.pins.summary"))?;
+            if !sum.covers(g) {
+                continue;
+            }
+            let info: crate::layout::NodeInfo = st.fresh_state_first(l.node_info(n), Site("evict.pins.node"))?;
+            if info.state == NODE_FREE {
+                continue;
+            }
+            // SYNC: fresh records (writer: node n's pins).
+            let recs = l.caps.pin_slots as u64 * core::mem::size_of::<PinRecord>() as u64;
+            st.co.invalidate(&st.region, l.pin_record(n, 0), recs, Site("evict.pins.records"))?;
+            for i in 0..l.caps.pin_slots {
+                let r: PinRecord = st.region.read(l.pin_record(n, i))?;
+                if r.entry == g + 1 && r.gen == gen as u64 && r.count > 0 {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// What node `n`'s journal holds, as read through `store` (fresh, at `site`):
+/// pins of published entries and reservations of entries it is writing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JournalCensus {
+    /// Published entries pinned (records, not counts).
+    pub pins: u32,
+    /// Entries being written.
+    pub reservations: u32,
+}
+
+/// Counts what node `n`'s journal holds (for reports: `cxlkv check`'s list of
+/// stranded nodes, `inspect`).
+pub fn journal_census<C: Coherence>(store: &crate::region::Store<C>, n: u32, site: Site) -> Result<JournalCensus> {
+    let l = &store.layout;
+    if n >= l.caps.max_nodes {
+        return Err(Error::BadNode);
+    }
+    let eps = l.caps.entries_per_stripe;
+    store.co.invalidate(&store.region, l.journal(n), l.journal_len(), site)?;
+    let mut c = JournalCensus::default();
+    for i in 0..l.caps.pin_slots {
+        let r: PinRecord = store.region.read(l.pin_record(n, i))?;
+        let (s, e) = (r.entry.wrapping_sub(1) / eps, r.entry.wrapping_sub(1) % eps);
+        if r.entry == 0 || r.count == 0 || s >= l.caps.n_stripes {
+            continue;
+        }
+        let ent = store.ent(s, e)?;
+        if ent.gen as u64 != r.gen {
+            continue;
+        }
+        match ent.state {
+            crate::layout::state::READY => c.pins += 1,
+            crate::layout::state::WRITING if ent.pinners & (1 << n) != 0 => c.reservations += 1,
+            _ => {}
+        }
+    }
+    Ok(c)
 }

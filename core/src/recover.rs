@@ -164,6 +164,18 @@ impl<C: Coherence> Node<'_, C> {
                 rec.used = 0;
                 rec.blocks = 0;
             } else {
+                if rec.kind == CHUNK_RAW && !mutant!("recover.trust_raw_record") {
+                    // A live owner keeps its raw blocks, but another process
+                    // that died while freeing one of them (under the owner's
+                    // heap lock, which this recovery holds now) may have
+                    // published the map and not the record: the map decides.
+                    let sum = read_map(st, c, Some(Site("recover.raw.map")))?.summary();
+                    let derived = (sum.used, sum.blocks, sum.free_max);
+                    if sum.well_formed && (rec.used, rec.blocks, rec.free_max) != derived {
+                        (rec.used, rec.blocks, rec.free_max) = derived;
+                        st.region.write(l.chunk(c), &rec)?;
+                    }
+                }
                 continue;
             }
             // Records and maps are written back together before the locks go.
@@ -241,6 +253,7 @@ impl<C: Coherence> Node<'_, C> {
             if dead & (1 << n) == 0 {
                 continue;
             }
+            rep.pins_dropped += self.pins_in_journal(n)?;
             // Read fresh in step 0; the slot keeps its incarnation.
             let old: NodeInfo = st.region.read(l.node_info(n))?;
             let free = NodeInfo { incarnation: old.incarnation, ..NodeInfo::default() };
@@ -343,15 +356,17 @@ impl<C: Coherence> Node<'_, C> {
                 Err(err) => return Err(err),
             };
             let before = ent;
+            if ent.state == state::CLAIMED && !mutant!("recover.drop_claimed") {
+                // Its evictor died looking for pins: it may be pinned.
+                ent.state = state::READY;
+            }
             let mut keep = false;
             if ent.state == state::WRITING || ent.state == state::READY {
-                // A live node's pin counts only if its journal records it.
-                // (No mutant here: the protocol never leaves one without,
-                // since a node journals a pin before it sets the bit, under
-                // the same stripe lock, and recovery clears every dead node's
-                // bits; only damage to the region does, which this repairs
-                // and `check` reports. Keeping such a pin changes no outcome
-                // of any scenario.)
+                // A live writer counts only if its journal records the
+                // reservation. (No mutant here: the protocol never leaves one
+                // without, since a node journals a reservation before it
+                // sets the bit, under the same stripe lock; only damage to
+                // the region does, which this repairs and `check` reports.)
                 let g = s * eps + e;
                 for n in 0..l.caps.max_nodes {
                     if ent.pinners & alive & (1 << n) != 0 && !self.journaled(n, g, ent.gen)? {
@@ -362,8 +377,9 @@ impl<C: Coherence> Node<'_, C> {
                 let intact = ent.checksum == entry_checksum(&ent) && ent.payload_len > 0;
                 let writer_gone = ent.state == state::WRITING && (ent.pinners & alive == 0 || ent.pinners & dead != 0);
                 if ent.state == state::READY {
-                    rep.pins_dropped += (ent.pinners & !alive).count_ones() as u64;
-                    ent.pinners &= alive;
+                    // Pins live in journals only; a published entry names no
+                    // node (a bit here is damage, which `check` reports).
+                    ent.pinners = 0;
                 }
                 if !intact {
                     rep.entries_dropped += 1;
@@ -478,6 +494,29 @@ impl<C: Coherence> Node<'_, C> {
         }
         st.publish(l.stripe(s), &h, Site("recover.stripe.write"))?;
         Ok(claimed)
+    }
+
+    /// How many records of node `n`'s journal pin a published entry at its
+    /// generation: the pins its slot's freeing drops, for the report.
+    fn pins_in_journal(&self, n: u32) -> Result<u64> {
+        let st = self.store;
+        let l = &st.layout;
+        let eps = l.caps.entries_per_stripe;
+        let recs = l.caps.pin_slots as u64 * core::mem::size_of::<PinRecord>() as u64;
+        // SYNC: fresh records for a count only (no outcome depends on it).
+        st.co.invalidate(&st.region, l.pin_record(n, 0), recs, Site("recover.dead_pins.report"))?;
+        let mut pins = 0;
+        for i in 0..l.caps.pin_slots {
+            let r: PinRecord = st.region.read(l.pin_record(n, i))?;
+            let (s, e) = (r.entry.wrapping_sub(1) / eps, r.entry.wrapping_sub(1) % eps);
+            if r.entry == 0 || r.count == 0 || s >= l.caps.n_stripes {
+                continue;
+            }
+            // Rebuilt in step 3 by this recovery: this host's view is current.
+            let ent: Entry = st.region.read(l.entry(s, e))?;
+            pins += (ent.state == state::READY && ent.gen as u64 == r.gen) as u64;
+        }
+        Ok(pins)
     }
 
     /// True when node `n`'s journal records global entry `g` at `gen`.

@@ -711,7 +711,8 @@ impl core::fmt::Display for Stranded {
 /// that were declared dead, with what they hold: what `check` alone calls
 /// clean until the manager notices, and a recovery reclaims.
 pub fn stranded<C: cxlkv_core::coherence::Coherence>(store: &Store<C>) -> Result<Vec<Stranded>> {
-    use cxlkv_core::layout::{state, Entry, LockSlot, SLOT_LOCKED};
+    use cxlkv_core::layout::{LockSlot, SLOT_LOCKED};
+    use cxlkv_core::pins::journal_census;
     let l = &store.layout;
     let here = Locality::here();
     let mut out = Vec::new();
@@ -733,18 +734,9 @@ pub fn stranded<C: cxlkv_core::coherence::Coherence>(store: &Store<C>) -> Result
             let slot: LockSlot = store.fresh(l.lock_slot(lock, n), Site("platform.stranded.slot"))?;
             s.locks += (slot.state == SLOT_LOCKED) as u32;
         }
-        for st in 0..l.caps.n_stripes {
-            for e in 0..l.caps.entries_per_stripe {
-                let ent: Entry = store.fresh(l.entry(st, e), Site("platform.stranded.entry"))?;
-                if ent.pinners & (1 << n) != 0 {
-                    match ent.state {
-                        state::READY => s.pins += 1,
-                        state::WRITING => s.reservations += 1,
-                        _ => {}
-                    }
-                }
-            }
-        }
+        let c = journal_census(store, n, Site("platform.stranded.journal"))?;
+        s.pins = c.pins;
+        s.reservations = c.reservations;
         out.push(s);
     }
     Ok(out)

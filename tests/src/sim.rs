@@ -16,10 +16,10 @@ use cxlkv_core::channel::Message;
 use cxlkv_core::coherence::{Coherence, Site};
 use cxlkv_core::hash::{mix64, Key};
 use cxlkv_core::index::{Handle, Lru, ReserveItem};
-use cxlkv_core::layout::{Capacities, NodeInfo};
+use cxlkv_core::layout::{Capacities, Entry, Layout, NodeInfo};
 use cxlkv_core::lock::{LeaseConfig, Manager};
 use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
-use cxlkv_core::region::{attach, format, NodeEnv, Store};
+use cxlkv_core::region::{attach, format, read_header, NodeEnv, Store};
 use cxlkv_core::sim::{SimCoherence, SimConfig, SimMemory};
 use cxlkv_core::Error;
 
@@ -141,6 +141,13 @@ fn trace_len() -> usize {
     *N.get_or_init(|| std::env::var("CXLKV_SIM_TRACE").ok().and_then(|v| v.parse().ok()).unwrap_or(64))
 }
 
+/// Entry line whose state and generation in memory are traced
+/// (`CXLKV_SIM_ENTRY_LINE`).
+fn entry_line() -> Option<u64> {
+    static N: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::env::var("CXLKV_SIM_ENTRY_LINE").ok().and_then(|v| v.parse().ok()))
+}
+
 fn watch_line() -> Option<usize> {
     std::env::var("CXLKV_SIM_WATCH_LINE").ok().and_then(|v| v.parse().ok())
 }
@@ -176,6 +183,11 @@ struct Model {
     counter_root: u64,
     /// The application lock that guards the counter.
     counter_lock: Option<u32>,
+    /// A key an evictor is deciding on, and the host of that evictor: the
+    /// next operation of another host acquires it.
+    hot: Option<(u64, usize)>,
+    /// The end's search for rooted blocks no root names was made.
+    adopted: bool,
     /// Each host's last counter ticket (grant sequence), released already:
     /// presented again while holding a newer grant, it must change nothing.
     old_tickets: BTreeMap<usize, u64>,
@@ -197,6 +209,10 @@ struct Model {
     raw_filling: Vec<bool>,
     /// The kill waits for a moment when its process fills a raw block.
     kill_in_fill: bool,
+    /// The crash comes, if it can, between a raw free's map and its record.
+    crash_in_free: bool,
+    /// A stalled host's worker wakes before its heartbeat.
+    worker_first: bool,
     /// The highest grant sequence memory has shown for each lock: it never
     /// goes back (a ticket is unique by it).
     grants_seen: BTreeMap<u32, u64>,
@@ -286,6 +302,8 @@ struct ChanMsg {
 
 thread_local! {
     static ACTOR: Cell<usize> = const { Cell::new(usize::MAX) };
+    /// The actor is inside `Node::acquire`.
+    static IN_ACQUIRE: Cell<bool> = const { Cell::new(false) };
     /// This run's [`RunConfig::mixed`] (set in every thread of the run).
     static MIXED: Cell<bool> = const { Cell::new(false) };
     /// Waits (lock polls) after which `NodeEnv::wait` reports a timeout.
@@ -425,9 +443,15 @@ impl World {
             // that holds a global lock another host waits for:
             // revocation, repair and the waiter's stepping aside all run.
             let holding = s.local.keys().any(|&(lh, _)| lh == h);
-            let app = self.model.lock().unwrap().crash_in_app_lock;
+            let (app, in_free) = {
+                let m = self.model.lock().unwrap();
+                (m.crash_in_app_lock, m.crash_in_free)
+            };
             let due = step >= at
                 && (step >= at + 50_000
+                    // Between a free's map and its record (often another
+                    // host's chunk, whose owner lives on).
+                    || in_free && actor / 3 == h && what.to_string() == "alloc.free.publish"
                     || app && actor / 3 == h && self.holds_app_lock(h)
                     || !app && holding && (step >= at + 30_000 || actor / 3 == h && self.contended_holder(h)));
             if actor / 3 == h && due && s.crashed.is_none() && !s.finished[3 * h] {
@@ -469,6 +493,25 @@ impl World {
     }
 
     /// Lines host `h`'s killed processes stored that are not in memory yet.
+    /// Asks another host's op actor to acquire the key of the entry that
+    /// host `h`'s evictor has CLAIMED (as `h` sees it): the pin handshake's
+    /// two halves at once.
+    fn offer_claimed(&self, h: usize) {
+        let region = self.mem.region(h);
+        let Ok(l) = read_header(&region).and_then(|hd| Layout::from_header(&hd, region.len())) else { return };
+        for st in 0..l.caps.n_stripes {
+            for e in 0..l.caps.entries_per_stripe {
+                let ent: Result<Entry, _> = region.read(l.entry(st, e));
+                if let Ok(ent) = ent {
+                    if ent.state == cxlkv_core::layout::state::CLAIMED {
+                        self.model.lock().unwrap().hot = Some((ent.key_hi, h));
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
     fn orphaned_lines(&self, h: usize) -> Vec<(usize, &'static str)> {
         let tags: Vec<u32> = {
             let s = self.sched.lock().unwrap();
@@ -752,6 +795,23 @@ pub fn run(cfg: &RunConfig) -> RunResult {
     w.mem.set_yield_hook(Box::new(move |_h, site| {
         let a = ACTOR.with(|a| a.get());
         if a != usize::MAX {
+            if let Some(line) = entry_line() {
+                // A published entry's life in memory (`CXLKV_SIM_ENTRY_LINE`).
+                static LAST: std::sync::Mutex<(u16, u32)> = std::sync::Mutex::new((u16::MAX, 0));
+                let e: Result<cxlkv_core::layout::Entry, _> = w2.mem.shared_region().read(line * 64);
+                let mut last = LAST.lock().unwrap();
+                if let Ok(e) = e.map(|e| (e.state, e.gen)).map_err(|_| ()) {
+                    if e != *last {
+                        *last = e;
+                        eprintln!(
+                            "step {}: actor {a} at {site}: entry line {line} state {} gen {}",
+                            w2.now(),
+                            e.0,
+                            e.1
+                        );
+                    }
+                }
+            }
             if site.starts_with("bury.") {
                 w2.bury_in_order(a / 3);
             }
@@ -763,6 +823,26 @@ pub fn run(cfg: &RunConfig) -> RunResult {
                 // copying it, while others evict it and reuse its space.
                 for _ in 0..2000 {
                     w2.yield_now(a, "slow-get");
+                }
+            }
+            // A pinner descheduled between validating its pin and reading the
+            // block, or an evictor in the middle of its scan of the journals:
+            // the two halves of the pin handshake, stretched.
+            // (A pinner parked after validating, before its counters' fence:
+            // its record must already be in memory.)
+            let (slow, yields) = match site {
+                "index.fresh.payload" | "index.payload.read" => (6, 1000),
+                "node.stats" if IN_ACQUIRE.with(|c| c.get()) => (12, 400),
+                "evict.pins.summary" => (24, 400),
+                _ => (0, 0),
+            };
+            if slow > 0 && w2.model.lock().unwrap().slow_readers && w2.mem.random() % slow == 0 {
+                if site == "evict.pins.summary" {
+                    // Another host pins what this evictor is looking at.
+                    w2.offer_claimed(a / 3);
+                }
+                for _ in 0..yields {
+                    w2.yield_now(a, "slow-pin");
                 }
             }
             let stall = site == "lock.release.check" && stall_in_release(&w2, a);
@@ -779,6 +859,8 @@ pub fn run(cfg: &RunConfig) -> RunResult {
         // on lazy caches.
         m.bury_race = (cfg.seed / 6) % 8 == 2;
         m.crash_in_app_lock = (cfg.seed / 2) % 4 == 2;
+        m.crash_in_free = (cfg.seed / 2) % 4 == 1;
+        m.worker_first = (cfg.seed / 4) % 2 == 0;
         m.slow_readers = cfg.seed % 5 < 2;
         m.kill_in_fill = (cfg.seed / 6) % 2 == 0;
     }
@@ -1404,10 +1486,15 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
             m.op_at[h] = op;
             m.raw_writing[h] = writing.is_some_and(|(_, _, raw)| raw);
         }
-        if h == 0 && op == ops / 2 && ops >= 8 {
+        let fenced = {
+            let m = w.model.lock().unwrap();
+            m.stall == Some(h) && (m.fenced || m.revoked_ops > 0)
+        };
+        if h == 0 && op == ops / 2 && ops >= 8 && !fenced {
             // A restart: the process detaches cleanly, stays away for longer
             // than a lease (managers must not take its silence for death; if
             // it was the manager, another takes over), then attaches again.
+            // (Not for a process that learnt it was declared dead: it stops.)
             if let Some((hd, _, raw)) = writing.take() {
                 finish_write(w, &node, h, hd, raw, rnd(&mut x));
             }
@@ -1448,7 +1535,9 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
         // Woken from a stall, the node was declared dead and recovered
         // meanwhile: operations taking a lock fail with Revoked until its
         // heartbeat notices and the process stops (as the platform's does).
-        stall_now(w, h, op, ops, pins.is_empty() && writing.is_none());
+        if stall_now(w, h, op, ops, pins.is_empty() && writing.is_none()) {
+            woken_pins_nothing(w, &node, h);
+        }
         {
             let mut m = w.model.lock().unwrap();
             if m.stall == Some(h) && (m.fenced || m.revoked_ops > 0) {
@@ -1489,7 +1578,22 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
             }
         }
         let r = rnd(&mut x);
-        let i = r % KEYS;
+        let mut i = r % KEYS;
+        let hot = {
+            let mut m = w.model.lock().unwrap();
+            match m.hot {
+                Some((k, by)) if by != h => m.hot.take().map(|_| k),
+                _ => None,
+            }
+        };
+        let r = match hot {
+            // An acquire of the key an evictor elsewhere is deciding on.
+            Some(k) => {
+                i = k;
+                (r & 0xf_ffff) | 5 << 20
+            }
+            None => r,
+        };
         match (r >> 20) % 18 {
             0..=4 if writing.is_none() => {
                 let k = key(i);
@@ -1515,13 +1619,27 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
             5..=7 => {
                 let keys: Vec<Key> = (i..i + 3).map(key).collect();
                 let mut out = vec![Err(Error::InvalidArgument); keys.len()];
-                match node.acquire(NS, &keys, &mut out) {
+                IN_ACQUIRE.with(|c| c.set(true));
+                let got = node.acquire(NS, &keys, &mut out);
+                IN_ACQUIRE.with(|c| c.set(false));
+                match got {
                     Ok(_) => {
                         for (k, r) in keys.iter().zip(out) {
                             match r {
                                 Ok(hd) => {
                                     if !w.model.lock().unwrap().published.contains(k) {
                                         w.violation(format!("host {h} acquired key {} never published", k.hi));
+                                    }
+                                    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+                                        let line = node.store.layout.entry(hd.stripe, hd.entry) / 64;
+                                        eprintln!(
+                                            "step {}: host {h} pinned key {} entry {}/{} gen {} line {line}",
+                                            w.now(),
+                                            k.hi,
+                                            hd.stripe,
+                                            hd.entry,
+                                            hd.gen
+                                        );
                                     }
                                     verify_pinned(w, &node, h, &hd);
                                     pins.push(Pin { h: hd, until: op + 1 + (rnd(&mut x) % 4) as u32 });
@@ -1654,6 +1772,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
     barrier(w, me, 2);
     check_from(w, &store, h, "at the end barrier");
     barrier(w, me, 3);
+    adopt_unrooted(w, &node, h);
     channel_end(w, &node, h, me);
     for p in pins.drain(..) {
         verify_pinned(w, &node, h, &p.h);
@@ -1670,6 +1789,27 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
         check_err("detach", e, &[]);
     }
     w.published_all(me, "detach", None);
+}
+
+/// Host `h` woke from a stall: if it was declared dead meanwhile (as memory
+/// shows), operations that take no lock must refuse too. A pin taken now
+/// would be dropped by recovery under the reader; a release would write a
+/// journal that may be another node's.
+fn woken_pins_nothing<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
+    let info: Result<NodeInfo, _> = w.mem.shared_region().read(node.store.layout.node_info(h as u32));
+    if info.is_ok_and(|i| i.state == cxlkv_core::layout::NODE_ALIVE) {
+        return;
+    }
+    let keys: Vec<Key> = (0..KEYS).map(key).collect();
+    let mut out = vec![Err(Error::InvalidArgument); keys.len()];
+    let r = node.acquire(NS, &keys, &mut out);
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!("step {}: host {h} woke declared dead; acquire: {r:?}", w.now());
+    }
+    match r {
+        Err(Error::Revoked) | Ok(0) => {}
+        r => w.violation(format!("host {h} woke declared dead, and acquire gave {r:?}")),
+    }
 }
 
 /// Stalls host `h` once, at an operation boundary with nothing pinned or
@@ -1751,15 +1891,18 @@ fn stall_in_release(w: &World, a: usize) -> bool {
     true
 }
 
-/// Deschedules all three actors of host `h` for three leases.
+/// Deschedules all three actors of host `h` for three leases; on some seeds
+/// the heartbeat (manager actor) wakes a while after the others, as a
+/// process's threads do after SIGCONT in any order.
 fn park_host(w: &World, h: usize) {
+    let late = if w.model.lock().unwrap().worker_first { 2000 } else { 0 };
     let mut s = w.sched.lock().unwrap();
     let until = s.steps + 3 * LEASE.lease;
     if s.sleep_until.len() != s.runnable.len() {
         s.sleep_until = vec![0; s.runnable.len()];
     }
     for a in 3 * h..3 * h + 3 {
-        s.sleep_until[a] = until;
+        s.sleep_until[a] = until + if a == 3 * h + 1 { late } else { 0 };
     }
 }
 
@@ -1924,6 +2067,9 @@ fn raw_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
         return;
     }
     log(w, off, format!("host {h} alloc raw {off}+{len}"));
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!("step {}: host {h} alloc raw {off}+{len}", w.now());
+    }
     fill_raw(w, node, h, off, len);
 }
 
@@ -1988,6 +2134,9 @@ fn raw_free<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64) {
         w.violation(format!("host {h} raw block {off}+{len} changed while allocated ({r:?})"));
     }
     log(w, off, format!("host {h} free raw {off}+{len}"));
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!("step {}: host {h} free raw {off}+{len}", w.now());
+    }
     // Recovering: the allocator lock awaits repair; nothing was freed, so
     // retry once it is repaired (a raw block is not recovery's to reclaim
     // while its owner lives).
@@ -2090,6 +2239,13 @@ fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
             }
         })
     };
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!(
+            "step {}: host {h} root {} {name} block {block:?}: {res:?}",
+            w.now(),
+            if put { "put" } else { "destroy" }
+        );
+    }
     if let Some(off) = block {
         match res {
             Ok(()) => {
@@ -2159,8 +2315,45 @@ fn rooted_alloc<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, size: u64
     if !track_raw(w, h, off, size) {
         return None;
     }
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!("step {}: host {h} alloc rooted {off}+{size}", w.now());
+    }
     fill_raw(w, node, h, off, size);
     Some(off)
+}
+
+/// Once, when every operation is done: blocks the model still takes for
+/// rooted that no root names any more are freed by host `h`. A destroy whose
+/// unlock was interrupted by a stall past the lease returns Revoked after it
+/// took the root away, so its caller never learnt the block; a live process
+/// cleaning up frees it, as an application would.
+fn adopt_unrooted<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
+    {
+        let mut m = w.model.lock().unwrap();
+        if m.adopted {
+            return;
+        }
+        m.adopted = true;
+    }
+    let named: Vec<u64> = (0..w.hosts)
+        .filter_map(|g| cxlkv_core::roots::get(node.store, format!("r{g}").as_bytes()).ok())
+        .map(|r| r.offset)
+        .collect();
+    let lost: Vec<u64> = {
+        let mut m = w.model.lock().unwrap();
+        let counter = m.counter_root;
+        m.raw
+            .iter_mut()
+            .filter(|b| b.2 == ROOTED && b.0 != counter && !named.contains(&b.0))
+            .map(|b| {
+                b.2 = h;
+                b.0
+            })
+            .collect()
+    };
+    for off in lost {
+        raw_free(w, node, h, off);
+    }
 }
 
 /// The block a destroyed root named becomes host `h`'s, which frees it

@@ -2,7 +2,7 @@
 //! removes unpinned READY entries; a [`Policy`] decides which ones. LRU (evict
 //! every candidate, oldest first) is the default.
 
-use crate::coherence::Coherence;
+use crate::coherence::{Coherence, Site};
 use crate::layout::{state, Entry, StripeHeader};
 use crate::mutant::mutant;
 use crate::node::Node;
@@ -81,6 +81,7 @@ impl<C: Coherence> Node<'_, C> {
                 let share = (bytes - rep.bytes).div_ceil((ns - k) as u64);
                 self.with_lock(st.layout.locks().stripe(s), || {
                     let mut h = st.hdr(s)?;
+                    self.promote_touched_locked(s, &mut h)?;
                     let mut got = 0u64;
                     while got < share {
                         match self.evict_one_locked(s, &mut h, policy)? {
@@ -122,9 +123,19 @@ impl<C: Coherence> Node<'_, C> {
             }
             let mut ent = st.ent(s, e)?;
             let next = ent.lru_next;
-            if ent.state == state::READY && (ent.pinners == 0 || mutant!("evict.pinned")) {
+            if ent.state == state::READY {
                 match policy.consider(s, &ent) {
                     Verdict::Evict => {
+                        if !self.claim_unpinned(s, e, &mut ent)? {
+                            // Pinned: in use, so the most recently used.
+                            if h.lru_tail != e {
+                                st.lru_unlink(s, h, e, &mut ent)?;
+                                st.lru_push_tail(s, h, e, &mut ent)?;
+                                st.put_ent(s, e, &mut ent)?;
+                            }
+                            e = next;
+                            continue;
+                        }
                         let key = crate::hash::Key { lo: ent.key_lo, hi: ent.key_hi };
                         let tag = crate::hash::place(ent.ns, key);
                         let f = probe::find(st, s, tag, ent.ns, key)?.ok_or(Error::Corrupt)?;
@@ -152,5 +163,119 @@ impl<C: Coherence> Node<'_, C> {
             e = next;
         }
         Ok(None)
+    }
+
+    /// The evictor's half of the pin handshake (see `pins.rs`): marks READY
+    /// entry `e` CLAIMED, publishes that, fences, then looks for a pin in
+    /// every journal. Pinned: the entry is READY again and the answer false.
+    /// Not pinned: it stays CLAIMED (its caller removes it) and no pin can
+    /// take hold of it any more. Caller holds the stripe lock.
+    fn claim_unpinned(&self, s: u32, e: u32, ent: &mut Entry) -> Result<bool> {
+        let st = self.store;
+        let g = s * st.layout.caps.entries_per_stripe + e;
+        let mut claim = *ent;
+        claim.state = state::CLAIMED;
+        // SYNC: CLAIMED reaches memory (the entry write flushes it) before
+        // any journal is read: a pinner re-validating after its own fence
+        // sees it, or this scan sees the pinner's record.
+        st.put_ent(s, e, &mut claim)?;
+        st.co.full_fence(Site("evict.announce.fence"));
+        if !self.pinned_anywhere(g, ent.gen)? || mutant!("evict.pinned") {
+            ent.ver = claim.ver;
+            return Ok(true);
+        }
+        ent.ver = claim.ver;
+        st.put_ent(s, e, ent)?;
+        Ok(false)
+    }
+
+    /// Remembers a lock-free read of global entry `g` at `gen`, for the LRU
+    /// lists. When the node's memory of reads is full, applies it first.
+    pub(crate) fn touch(&self, g: u32, gen: u32) {
+        let full = {
+            let mut t = self.local.touched.lock();
+            if t.n < t.at.len() {
+                let n = t.n;
+                t.at[n] = (g, gen);
+                t.n += 1;
+            }
+            t.n == t.at.len()
+        };
+        // A full memory of reads waits for the node's next locked operation
+        // on a stripe (or `promote_touched`): reads never take a lock.
+        let _ = full;
+    }
+
+    /// Applies every remembered read: each stripe with any, under its lock.
+    pub fn promote_touched(&self) -> Result<()> {
+        let st = self.store;
+        let eps = st.layout.caps.entries_per_stripe;
+        loop {
+            let s = {
+                let t = self.local.touched.lock();
+                match t.at[..t.n].first() {
+                    Some(&(g, _)) => g / eps,
+                    None => return Ok(()),
+                }
+            };
+            if s >= st.layout.caps.n_stripes {
+                // Not a stripe: drop such touches (never recorded by reads).
+                self.take_touched(s, |_| Ok(()))?;
+                continue;
+            }
+            self.with_lock(st.layout.locks().stripe(s), || {
+                let mut h = st.hdr(s)?;
+                self.promote_touched_locked(s, &mut h)?;
+                st.put_hdr(s, &h)
+            })?;
+        }
+    }
+
+    /// Moves the remembered reads of stripe `s` that still name their READY
+    /// entry to the tail of its LRU list. Caller holds the lock and writes
+    /// `h` back.
+    pub(crate) fn promote_touched_locked(&self, s: u32, h: &mut StripeHeader) -> Result<()> {
+        let st = self.store;
+        let eps = st.layout.caps.entries_per_stripe;
+        self.take_touched(s, |(g, gen)| {
+            let e = g % eps;
+            let mut ent = st.ent(s, e)?;
+            if ent.state == state::READY && ent.gen == gen && h.lru_tail != e {
+                st.lru_unlink(s, h, e, &mut ent)?;
+                st.lru_push_tail(s, h, e, &mut ent)?;
+                st.put_ent(s, e, &mut ent)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Removes the remembered reads of stripe `s` and hands each to `f`.
+    fn take_touched(&self, s: u32, mut f: impl FnMut((u32, u32)) -> Result<()>) -> Result<()> {
+        let eps = self.store.layout.caps.entries_per_stripe;
+        let mut mine = [(0u32, 0u32); 32];
+        loop {
+            let k = {
+                let mut t = self.local.touched.lock();
+                let (mut k, mut i) = (0, 0);
+                while i < t.n && k < mine.len() {
+                    if t.at[i].0 / eps == s {
+                        mine[k] = t.at[i];
+                        k += 1;
+                        let last = t.n - 1;
+                        t.at[i] = t.at[last];
+                        t.n -= 1;
+                    } else {
+                        i += 1;
+                    }
+                }
+                k
+            };
+            if k == 0 {
+                return Ok(());
+            }
+            for &x in &mine[..k] {
+                f(x)?;
+            }
+        }
     }
 }

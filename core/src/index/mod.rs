@@ -3,9 +3,10 @@
 //! lock, entry pool, free list and LRU list.
 //!
 //! Entry life: EMPTY → WRITING (`reserve`: payload allocated, writer's pin bit
-//! set) → READY (`publish`, after the payload is flushed) → EVICTING → EMPTY
-//! (`evict`, or `abort` straight from WRITING). Readers only ever take READY
-//! entries whose key, namespace and checksum match.
+//! set) → READY (`publish`, after the payload is flushed) → CLAIMED (an
+//! evictor looking for pins; back to READY if it finds one) → EVICTING →
+//! EMPTY (`evict`, or `abort` straight from WRITING). Readers only ever take
+//! READY entries whose key, namespace and checksum match.
 
 pub mod evict;
 pub mod probe;
@@ -321,6 +322,7 @@ impl<C: Coherence> Node<'_, C> {
                     }
                     let r = self.with_lock(st.layout.locks().stripe(s), || {
                         let mut h = st.hdr(s)?;
+                        self.promote_touched_locked(s, &mut h)?;
                         for &i in idx {
                             if attempt > 0 && !retry(&out[i]) {
                                 continue;
@@ -382,9 +384,9 @@ impl<C: Coherence> Node<'_, C> {
         let off = self.alloc_kind(it.len, Kind::Kv, true)?;
         let gen = old.gen.wrapping_add(1);
         {
-            let _j = self.local.journal.lock();
-            if let Err(err) = self.journal_add(self.global(s, e), gen) {
-                drop(_j);
+            let mut j = self.local.journal.lock();
+            if let Err(err) = self.journal_add(&mut j, self.global(s, e), gen) {
+                drop(j);
                 self.free_kv(off)?;
                 return Err(err);
             }
@@ -520,8 +522,8 @@ impl<C: Coherence> Node<'_, C> {
         st.put_ent(s, h.entry, &mut e)?;
         hdr.live += 1;
         hdr.bytes = hdr.bytes.saturating_add(e.payload_len as u64);
-        let _j = self.local.journal.lock();
-        self.journal_sub(self.global(s, h.entry), h.gen).map(|_| ())
+        let mut j = self.local.journal.lock();
+        self.journal_sub(&mut j, self.global(s, h.entry), h.gen).map(|_| ())
     }
 
     /// Abandons a reserved block: its entry and payload are freed.
@@ -547,8 +549,8 @@ impl<C: Coherence> Node<'_, C> {
             let (off, _) = st.remove_locked(s, &mut hdr, h.entry, f.bucket, &mut e)?;
             st.put_hdr(s, &hdr)?;
             {
-                let _j = self.local.journal.lock();
-                self.journal_sub(self.global(s, h.entry), h.gen)?;
+                let mut j = self.local.journal.lock();
+                self.journal_sub(&mut j, self.global(s, h.entry), h.gen)?;
             }
             // Freed under the stripe lock, as evict does: a recovery cannot
             // come between (it would reclaim the block, no entry naming it).
@@ -562,33 +564,34 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// Pins the published blocks of `keys`: `out[i]` is the handle, or
-    /// `NotFound`. Returns how many were pinned.
+    /// `NotFound`. Returns how many were pinned. Takes no lock: each pin is
+    /// journaled, then (one fence for the batch) its entry read again; a key
+    /// whose entry changed meanwhile is tried again, and pinned under its
+    /// stripe lock if it keeps changing.
     pub fn acquire(&self, ns: u32, keys: &[Key], out: &mut [Result<Handle>]) -> Result<usize> {
         if out.len() < keys.len() {
             return Err(Error::InvalidArgument);
         }
-        let st = self.store;
         let mut pinned = 0;
-        by_stripe(
-            keys.len(),
-            |i| st.stripe_of(ns, keys[i]),
-            |s, idx| {
-                let r = self.with_lock(st.layout.locks().stripe(s), || {
-                    let mut hdr = st.hdr(s)?;
-                    for &i in idx {
-                        out[i] = self.acquire_locked(ns, s, &mut hdr, keys[i]);
-                        pinned += out[i].is_ok() as usize;
+        for (k, o) in keys.chunks(64).zip(out.chunks_mut(64)) {
+            self.pin_some(ns, k, o)?;
+            pinned += o.iter().filter(|r| r.is_ok()).count();
+        }
+        if pinned > 0 {
+            if let Err(e) = self.owns_slot() {
+                // Declared dead meanwhile: recovery drops this node's pins,
+                // so none of these may be used (their records are left to
+                // it: the slot may not be this node's to write any more).
+                for o in out.iter_mut().take(keys.len()) {
+                    if o.is_ok() {
+                        *o = Err(e);
                     }
-                    st.put_hdr(s, &hdr)
-                });
-                if r == Err(Error::Revoked) {
-                    pinned -= idx.iter().filter(|&&i| out[i].is_ok()).count();
                 }
-                void_if_revoked(&r, idx, out);
-                r
-            },
-        )?;
+                return Err(e);
+            }
+        }
         let missed = (keys.len() - pinned) as u64;
+        // (Its fence also completes the clearing of records that did not hold.)
         self.count(|c| {
             c.hits += pinned as u64;
             c.misses += missed;
@@ -596,26 +599,70 @@ impl<C: Coherence> Node<'_, C> {
         Ok(pinned)
     }
 
-    fn acquire_locked(&self, ns: u32, s: u32, hdr: &mut StripeHeader, key: Key) -> Result<Handle> {
+    /// Pins up to 64 keys for [`Node::acquire`].
+    fn pin_some(&self, ns: u32, keys: &[Key], out: &mut [Result<Handle>]) -> Result<()> {
         let st = self.store;
-        let ready = |e: &Entry| e.state == state::READY || mutant!("acquire.writing") && e.state == state::WRITING;
-        let f = match probe::find(st, s, place(ns, key), ns, key)? {
-            Some(f) if ready(&f.e) && f.e.checksum == entry_checksum(&f.e) => f,
+        // Keys still to pin: all at first, then those whose entry changed.
+        let mut todo: u64 = if keys.len() == 64 { u64::MAX } else { (1 << keys.len()) - 1 };
+        for _ in 0..5 {
+            let mut announced = 0u64;
+            for (i, k) in keys.iter().enumerate().filter(|&(i, _)| todo & (1 << i) != 0) {
+                out[i] = self.announce(ns, *k);
+                announced |= (out[i].is_ok() as u64) << i;
+            }
+            todo = 0;
+            if announced == 0 {
+                return Ok(());
+            }
+            // SYNC: the records announced above reach memory before any of
+            // their entries is read again (pairs with the evictor's fence
+            // after CLAIMED).
+            st.co.full_fence(Site("pins.announce.fence"));
+            for i in (0..keys.len()).filter(|&i| announced & (1 << i) != 0) {
+                if let Ok(h) = &out[i] {
+                    if self.still_ready(h)? {
+                        self.touch(self.global(h.stripe, h.entry), h.gen);
+                    } else {
+                        self.unannounce(h)?;
+                        todo |= 1 << i;
+                    }
+                }
+            }
+            if todo == 0 {
+                return Ok(());
+            }
+        }
+        // Kept changing: pin under the stripe lock, where no evictor runs.
+        for (i, k) in keys.iter().enumerate().filter(|&(i, _)| todo & (1 << i) != 0) {
+            let s = st.stripe_of(ns, *k);
+            out[i] = Err(Error::NotFound);
+            let r = self.with_lock(st.layout.locks().stripe(s), || {
+                out[i] = self.acquire_locked(ns, s, *k);
+                Ok(())
+            });
+            if r == Err(Error::Revoked) {
+                out[i] = Err(Error::Revoked);
+            }
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Journals a pin of the READY entry of `key` as found without a lock
+    /// (not yet fenced nor validated).
+    fn announce(&self, ns: u32, key: Key) -> Result<Handle> {
+        let st = self.store;
+        let tag = place(ns, key);
+        let s = stripe_of(tag, st.layout.caps.n_stripes);
+        let f = match probe::find(st, s, tag, ns, key)? {
+            Some(f) if pinnable(&f.e) && f.e.checksum == entry_checksum(&f.e) => f,
             _ => return Err(Error::NotFound),
         };
-        let mut e = f.e;
+        let e = f.e;
         payload_of(st, e.payload_off, e.payload_len as u64)?;
-        let first = {
-            let _j = self.local.journal.lock();
-            self.journal_add(self.global(s, f.entry), e.gen)?
-        };
-        e.pinners |= self.me();
-        if hdr.lru_tail != f.entry {
-            st.lru_unlink(s, hdr, f.entry, &mut e)?;
-            st.lru_push_tail(s, hdr, f.entry, &mut e)?;
-        }
-        if first || e != f.e {
-            st.put_ent(s, f.entry, &mut e)?;
+        {
+            let mut j = self.local.journal.lock();
+            self.journal_add(&mut j, self.global(s, f.entry), e.gen)?;
         }
         Ok(Handle {
             ns,
@@ -629,48 +676,95 @@ impl<C: Coherence> Node<'_, C> {
         })
     }
 
-    /// Drops one pin per handle (from [`Node::acquire`]).
-    pub fn release(&self, hs: &[Handle]) -> Result<()> {
+    /// The entry of an announced pin, read again: still the READY entry it
+    /// was (same generation, key and block)?
+    fn still_ready(&self, h: &Handle) -> Result<bool> {
+        let after = if mutant!("acquire.no_revalidate") {
+            return Ok(true);
+        } else {
+            match self.store.ent(h.stripe, h.entry) {
+                Ok(e) => e,
+                Err(Error::Changed) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        };
+        Ok(pinnable(&after)
+            && after.gen == h.gen
+            && after.ns == h.ns
+            && after.key_lo == h.key.lo
+            && after.key_hi == h.key.hi
+            && after.payload_off == h.off)
+    }
+
+    /// Drops an announced pin that did not hold.
+    fn unannounce(&self, h: &Handle) -> Result<()> {
+        let mut j = self.local.journal.lock();
+        self.journal_sub(&mut j, self.global(h.stripe, h.entry), h.gen).map(|_| ())
+    }
+
+    /// Pins `key` of stripe `s` under its lock: evictors wait for the lock,
+    /// and see the record once the unlock publishes it.
+    fn acquire_locked(&self, ns: u32, s: u32, key: Key) -> Result<Handle> {
         let st = self.store;
+        let f = match probe::find(st, s, place(ns, key), ns, key)? {
+            Some(f) if pinnable(&f.e) && f.e.checksum == entry_checksum(&f.e) => f,
+            _ => return Err(Error::NotFound),
+        };
+        let e = f.e;
+        payload_of(st, e.payload_off, e.payload_len as u64)?;
+        {
+            let mut j = self.local.journal.lock();
+            self.journal_add(&mut j, self.global(s, f.entry), e.gen)?;
+        }
+        Ok(Handle {
+            ns,
+            key,
+            stripe: s,
+            entry: f.entry,
+            gen: e.gen,
+            off: e.payload_off,
+            len: e.payload_len as u64,
+            tokens: e.tokens,
+        })
+    }
+
+    /// Drops one pin per handle (from [`Node::acquire`]); takes no lock.
+    /// Every handle is tried; the first error is returned.
+    pub fn release(&self, hs: &[Handle]) -> Result<()> {
+        // A node declared dead has no pins left (recovery dropped them), and
+        // its journal may be another node's now.
+        self.owns_slot()?;
         let mut first_err = Ok(());
-        by_stripe(
-            hs.len(),
-            |i| hs[i].stripe.min(st.layout.caps.n_stripes - 1),
-            |s, idx| {
-                self.with_lock(st.layout.locks().stripe(s), || {
-                    for &i in idx {
-                        if let Err(e) = self.release_locked(s, &hs[i]) {
-                            if first_err.is_ok() {
-                                first_err = Err(e);
-                            }
-                        }
-                    }
-                    Ok(())
-                })
-            },
-        )?;
+        for h in hs {
+            if let Err(e) = self.release_one(h) {
+                if first_err.is_ok() {
+                    first_err = Err(e);
+                }
+            }
+        }
+        // SYNC: the cleared records reach memory before release returns
+        // (reader: evictors, which keep a block while its record shows).
+        self.store.co.store_fence(Site("pins.release.fence"));
         first_err
     }
 
-    fn release_locked(&self, s: u32, h: &Handle) -> Result<()> {
-        self.handle_in(s, h)?;
+    fn release_one(&self, h: &Handle) -> Result<()> {
         let st = self.store;
-        let g = self.global(s, h.entry);
-        let mut e = st.ent(s, h.entry)?;
+        if h.stripe >= st.layout.caps.n_stripes {
+            return Err(Error::StaleHandle);
+        }
+        self.handle_in(h.stripe, h)?;
+        let e = st.ent(h.stripe, h.entry)?;
         if e.state == state::WRITING && e.gen == h.gen && e.pinners & self.me() != 0 {
             // The journal records a reservation like a pin; dropping it here
             // would leave a WRITING entry without its writer.
             return Err(Error::NotPinned);
         }
-        let left = {
-            let _j = self.local.journal.lock();
-            self.journal_sub(g, h.gen).map_err(|_| Error::StaleHandle)?
-        };
-        if left == 0 && e.gen == h.gen && e.pinners & self.me() != 0 {
-            e.pinners &= !self.me();
-            // SYNC: unpinned entry visible to eviction.
-            st.put_ent(s, h.entry, &mut e)?;
-        }
+        // The caller's loads of the payload complete before the record's
+        // clearing is stored (a CPU ordering; no cache maintenance).
+        crate::mem::fence_seq_cst();
+        let mut j = self.local.journal.lock();
+        self.journal_sub(&mut j, self.global(h.stripe, h.entry), h.gen).map_err(|_| Error::StaleHandle)?;
         Ok(())
     }
 
@@ -694,8 +788,8 @@ impl<C: Coherence> Node<'_, C> {
             for &(g, gen, count) in &recs[..n] {
                 let (s, e) = (g / eps, g % eps);
                 if s >= self.store.layout.caps.n_stripes {
-                    let _j = self.local.journal.lock();
-                    while self.journal_sub(g, gen).is_ok_and(|left| left > 0) {}
+                    let mut j = self.local.journal.lock();
+                    while self.journal_sub(&mut j, g, gen).is_ok_and(|left| left > 0) {}
                     continue;
                 }
                 let ent = self.store.ent(s, e)?;
@@ -777,6 +871,7 @@ impl<C: Coherence> Node<'_, C> {
             // invalidate orders the copy's loads before the re-read.
             let after = if mutant!("get.no_revalidate") { f.e } else { self.store.ent(s, f.entry)? };
             if after.state == state::READY && after.gen == f.e.gen && after.key_lo == key.lo && after.key_hi == key.hi {
+                self.touch(self.global(s, f.entry), f.e.gen);
                 self.count(|c| {
                     c.hits += 1;
                     c.bytes_read += len;
@@ -786,6 +881,11 @@ impl<C: Coherence> Node<'_, C> {
         }
         Err(Error::Changed)
     }
+}
+
+/// An entry a reader may pin: a published one.
+fn pinnable(e: &Entry) -> bool {
+    e.state == state::READY || mutant!("acquire.writing") && e.state == state::WRITING
 }
 
 /// What [`Node::get_into`] found.
