@@ -100,7 +100,7 @@ step "coherence mutants (every flush, invalidate and fence site of core must mat
 counted "coherence mutants" tests/coherence-mutants.sh 32 32
 
 step "logic mutants (every rule of the protocol's logic must matter)"
-counted "logic mutants" tests/logic-mutants.sh 16 64
+counted "logic mutants" tests/logic-mutants.sh 16 96
 
 step "smoke: cxlkv demo (3 seconds: prefill and decode processes, every byte verified)"
 counted demo cargo run --release --locked -p cxlkv-cli -- demo --duration 3
