@@ -705,27 +705,9 @@ impl<C: Coherence> Node<'_, C> {
     /// Pins `key` of stripe `s` under its lock: evictors wait for the lock,
     /// and see the record once the unlock publishes it.
     fn acquire_locked(&self, ns: u32, s: u32, key: Key) -> Result<Handle> {
-        let st = self.store;
-        let f = match probe::find(st, s, place(ns, key), ns, key)? {
-            Some(f) if pinnable(&f.e) && f.e.checksum == entry_checksum(&f.e) => f,
-            _ => return Err(Error::NotFound),
-        };
-        let e = f.e;
-        payload_of(st, e.payload_off, e.payload_len as u64)?;
-        {
-            let mut j = self.local.journal.lock();
-            self.journal_add(&mut j, self.global(s, f.entry), e.gen)?;
-        }
-        Ok(Handle {
-            ns,
-            key,
-            stripe: s,
-            entry: f.entry,
-            gen: e.gen,
-            off: e.payload_off,
-            len: e.payload_len as u64,
-            tokens: e.tokens,
-        })
+        let h = self.announce(ns, key)?;
+        debug_assert_eq!(h.stripe, s);
+        Ok(h)
     }
 
     /// Drops one pin per handle (from [`Node::acquire`]); takes no lock.
