@@ -24,7 +24,7 @@ use crate::flush::{Flush, FlushMode};
 use crate::gpu::{CudaPath, GpuState};
 use crate::host::{pid_alive, random_u64, Locality};
 use crate::local::{LocalTier, Owner};
-use crate::map::Mapping;
+use crate::map::{Mapping, Populate};
 use crate::{Error, Result};
 
 /// How a node attaches and behaves.
@@ -46,6 +46,10 @@ pub struct Options {
     pub auto_recover: bool,
     /// Directory of the host-local lock tier file.
     pub local_dir: PathBuf,
+    /// Populate this process's page tables of the region in the background
+    /// after attaching ([`Mapping::populate_background`]), so reads and
+    /// writes stop taking first-touch page faults.
+    pub populate: bool,
 }
 
 impl Default for Options {
@@ -59,6 +63,7 @@ impl Default for Options {
             lock_timeout: Duration::from_secs(60),
             auto_recover: true,
             local_dir: PathBuf::from("/dev/shm"),
+            populate: true,
         }
     }
 }
@@ -359,6 +364,9 @@ impl Cache {
         let map = map.into();
         let co = Flush::new(opts.mode, opts.nt_payload)?;
         let store = attach(map.region(), co)?;
+        if opts.populate {
+            map.populate_background()?;
+        }
         let tier = LocalTier::open(&opts.local_dir, store.creation_id, store.layout.n_locks)?;
         let nonce = random_u64();
         let here = Locality::here();
@@ -443,6 +451,11 @@ impl Cache {
             s.live_bytes += h.bytes;
         }
         Ok(s)
+    }
+
+    /// How far this process's page tables of the region are populated.
+    pub fn populated(&self) -> Populate {
+        self.inner.map.populated()
     }
 
     /// Faults the whole region in now (see [`Mapping::prefault`]).

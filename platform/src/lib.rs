@@ -24,4 +24,4 @@ pub use copy::{GetItem, PutItem};
 pub use cxlkv_core as core_api;
 pub use error::{Error, Result};
 pub use flush::{Flush, FlushMode};
-pub use map::{Mapping, Source};
+pub use map::{Mapping, Populate, Source};

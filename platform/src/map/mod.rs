@@ -8,6 +8,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
 
 use cxlkv_core::mem::Region;
 
@@ -47,7 +48,37 @@ pub struct Mapping {
     len: usize,
     fd: OwnedFd,
     source: Source,
+    populate: Mutex<Populate>,
 }
+
+/// How far this process's page tables for a mapping are populated
+/// ([`Mapping::populate_background`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Populate {
+    /// Not asked for: pages fault in on first touch.
+    #[default]
+    Lazy,
+    /// A background thread is populating; `done` bytes so far.
+    Running {
+        /// Bytes populated.
+        done: usize,
+    },
+    /// Every page is mapped: no page fault on the data path.
+    Done,
+    /// The kernel refused (`errno`, e.g. `EINVAL` before Linux 5.14); pages
+    /// fault in on first touch.
+    Refused {
+        /// The `madvise` error.
+        errno: i32,
+    },
+}
+
+/// `madvise(MADV_POPULATE_WRITE)` (Linux 5.14).
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
+/// Bytes populated per step of the background thread: small enough that a
+/// closing node waits at most a few milliseconds for it.
+const POPULATE_STEP: usize = 32 << 20;
 
 // SAFETY: the mapping is plain shared memory; all access goes through Region
 // views, whose accesses are atomic or validated copies.
@@ -145,7 +176,7 @@ impl Mapping {
             return Err(Error::io("ftruncate"));
         }
         let ptr = map_aligned(&fd, len, 4096)?;
-        Ok(Mapping { ptr, len, fd, source: Source::File(path.to_path_buf()) })
+        Ok(Mapping { ptr, len, fd, source: Source::File(path.to_path_buf()), populate: Mutex::default() })
     }
 
     /// Opens and maps an existing region file (its whole length).
@@ -157,7 +188,7 @@ impl Mapping {
         }
         let len = usize::try_from(size).map_err(|_| Error::Core(cxlkv_core::Error::TooLarge))?;
         let ptr = map_aligned(&fd, len, 4096)?;
-        Ok(Mapping { ptr, len, fd, source: Source::File(path.to_path_buf()) })
+        Ok(Mapping { ptr, len, fd, source: Source::File(path.to_path_buf()), populate: Mutex::default() })
     }
 
     /// Creates an anonymous memfd region of `size` bytes (huge pages when
@@ -184,7 +215,7 @@ impl Mapping {
         let len = usize::try_from(size).map_err(|_| Error::Core(cxlkv_core::Error::TooLarge))?;
         let align = if hugetlb { 2 << 20 } else { 4096 };
         let ptr = map_aligned(&fd, len, align)?;
-        Ok(Mapping { ptr, len, fd, source: Source::Memfd { hugetlb } })
+        Ok(Mapping { ptr, len, fd, source: Source::Memfd { hugetlb }, populate: Mutex::default() })
     }
 
     /// Opens a region at `path`: device DAX for `/dev/dax*`, else a file.
@@ -196,7 +227,7 @@ impl Mapping {
     }
 
     pub(crate) fn from_parts(ptr: *mut u8, len: usize, fd: OwnedFd, source: Source) -> Mapping {
-        Mapping { ptr, len, fd, source }
+        Mapping { ptr, len, fd, source, populate: Mutex::default() }
     }
 
     /// A core view of the mapping.
@@ -214,11 +245,87 @@ impl Mapping {
     /// Faults every page of the mapping in for writing now, so first touches
     /// on the data path cost no page fault (`MADV_POPULATE_WRITE`).
     pub fn prefault(&self) -> Result<()> {
-        const MADV_POPULATE_WRITE: libc::c_int = 23;
-        // SAFETY: `ptr..ptr+len` is our mapping; the advice only populates it.
-        let r = unsafe { libc::madvise(self.ptr.cast(), self.len, MADV_POPULATE_WRITE) };
+        self.populate_range(0, self.len).map_err(|_| Error::io("madvise(MADV_POPULATE_WRITE)"))?;
+        self.set_populate(Populate::Done);
+        Ok(())
+    }
+
+    /// Populates `off..off+len` of the mapping for writing; the `errno` on
+    /// refusal.
+    fn populate_range(&self, off: usize, len: usize) -> core::result::Result<(), i32> {
+        let len = len.min(self.len.saturating_sub(off));
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: `off + len <= self.len` (clamped above), so the range lies in
+        // our live mapping; the advice only maps pages (the bytes do not
+        // change: a write fault of a shared page maps it, it stores nothing).
+        let r = unsafe { libc::madvise(self.ptr.add(off).cast(), len, MADV_POPULATE_WRITE) };
         if r != 0 {
-            return Err(Error::io("madvise(MADV_POPULATE_WRITE)"));
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL));
+        }
+        Ok(())
+    }
+
+    fn set_populate(&self, p: Populate) {
+        if let Ok(mut g) = self.populate.lock() {
+            *g = p;
+        }
+    }
+
+    /// How far the page tables are populated.
+    pub fn populated(&self) -> Populate {
+        self.populate.lock().map_or(Populate::Lazy, |g| *g)
+    }
+
+    /// Starts populating the whole mapping's page tables on a background
+    /// thread (once per mapping), so attaching a large region returns at
+    /// once and the data path stops taking first-touch page faults within
+    /// about a second per few GiB. Asks for transparent huge pages first
+    /// (they apply where the file system offers them: shmem set to
+    /// `advise`; hugetlb and device DAX map huge pages anyway). The thread
+    /// holds the mapping only while it populates one 32 MiB step: dropping
+    /// the last handle stops it.
+    pub fn populate_background(self: &Arc<Mapping>) -> Result<()> {
+        {
+            let mut g = self.populate.lock().map_err(|_| Error::Unsupported("mapping lock poisoned"))?;
+            if *g != Populate::Lazy {
+                return Ok(());
+            }
+            *g = Populate::Running { done: 0 };
+        }
+        if matches!(self.source, Source::File(_) | Source::Memfd { hugetlb: false }) {
+            // SAFETY: our live mapping; the advice changes only how pages are
+            // allocated, never their contents. Refusal is harmless.
+            unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_HUGEPAGE) };
+        }
+        let weak: Weak<Mapping> = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new().name("cxlkv-populate".into()).spawn(move || {
+            // The data path comes first: this thread runs at the lowest
+            // priority (on Linux, a thread's own nice value).
+            // SAFETY: plain syscalls on this thread's own id.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
+            let mut off = 0usize;
+            while let Some(m) = weak.upgrade() {
+                if off >= m.len {
+                    m.set_populate(Populate::Done);
+                    break;
+                }
+                match m.populate_range(off, POPULATE_STEP) {
+                    Ok(()) => {
+                        off = off.saturating_add(POPULATE_STEP).min(m.len);
+                        m.set_populate(if off >= m.len { Populate::Done } else { Populate::Running { done: off } });
+                    }
+                    Err(errno) => {
+                        m.set_populate(Populate::Refused { errno });
+                        break;
+                    }
+                }
+            }
+        });
+        if let Err(err) = spawned {
+            self.set_populate(Populate::Lazy);
+            return Err(Error::Io { what: "spawn populate thread", err });
         }
         Ok(())
     }
@@ -293,5 +400,50 @@ mod tests {
         std::fs::write(&p, [0u8; 100]).unwrap();
         assert!(matches!(Mapping::open_file(&p), Err(Error::Core(cxlkv_core::Error::TooSmall))));
         std::fs::remove_file(&p).unwrap();
+    }
+
+    /// Resident bytes of the mapping starting at `addr`, from
+    /// `/proc/self/smaps`.
+    fn resident(addr: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&format!("{addr:x}-")));
+        assert!(lines.next().is_some(), "the mapping is listed");
+        let rss = lines.find(|l| l.starts_with("Rss:")).unwrap();
+        rss.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    }
+
+    #[test]
+    fn background_population_maps_every_page_and_changes_no_byte() {
+        let m = Arc::new(Mapping::memfd(96 << 20, false).unwrap());
+        let r = m.region();
+        r.copy_in(5 << 20, b"kept").unwrap();
+        let addr = m.ptr as usize;
+        assert!(resident(addr) < 1 << 20, "a fresh mapping is lazy");
+        assert_eq!(m.populated(), Populate::Lazy);
+        m.populate_background().unwrap();
+        m.populate_background().unwrap(); // a second call starts nothing
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while m.populated() != Populate::Done {
+            assert!(std::time::Instant::now() < deadline, "population stalled at {:?}", m.populated());
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(resident(addr), 96 << 20);
+        let mut b = [0u8; 4];
+        r.copy_out(5 << 20, &mut b).unwrap();
+        assert_eq!(&b, b"kept");
+    }
+
+    #[test]
+    fn dropping_the_mapping_stops_its_population() {
+        let m = Arc::new(Mapping::memfd(256 << 20, false).unwrap());
+        let weak = Arc::downgrade(&m);
+        m.populate_background().unwrap();
+        drop(m);
+        // The thread lets go within one step; then the mapping is gone.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while weak.strong_count() > 0 {
+            assert!(std::time::Instant::now() < deadline, "the populate thread kept the mapping");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 }
