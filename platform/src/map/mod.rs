@@ -260,7 +260,7 @@ impl Mapping {
         // SAFETY: `off + len <= self.len` (clamped above), so the range lies in
         // our live mapping; the advice only maps pages (the bytes do not
         // change: a write fault of a shared page maps it, it stores nothing).
-        let r = unsafe { libc::madvise(self.ptr.add(off).cast(), len, MADV_POPULATE_WRITE) };
+        let r = unsafe { libc::madvise(self.ptr.wrapping_add(off).cast(), len, MADV_POPULATE_WRITE) };
         if r != 0 {
             return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL));
         }
@@ -303,8 +303,10 @@ impl Mapping {
         let spawned = std::thread::Builder::new().name("cxlkv-populate".into()).spawn(move || {
             // The data path comes first: this thread runs at the lowest
             // priority (on Linux, a thread's own nice value).
-            // SAFETY: plain syscalls on this thread's own id.
-            unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
+            // SAFETY: a syscall without arguments.
+            let tid = unsafe { libc::gettid() };
+            // SAFETY: a syscall on this thread's own id; failure is harmless.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19) };
             let mut off = 0usize;
             while let Some(m) = weak.upgrade() {
                 if off >= m.len {
