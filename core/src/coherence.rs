@@ -34,6 +34,17 @@ pub trait Coherence {
     /// implementation must keep both.
     fn invalidate(&self, region: &Region, off: u64, len: u64, site: Site) -> Result<()>;
 
+    /// [`Coherence::invalidate`] of one line at each of `lines` (line
+    /// offsets), for reads whose addresses are all known up front: the
+    /// lines are dropped together and ordered once, so the loads after it
+    /// can miss in parallel. Coherent memory may prefetch them instead.
+    fn invalidate_lines(&self, region: &Region, lines: &[u64], site: Site) -> Result<()> {
+        for &l in lines {
+            self.invalidate(region, l, LINE, site)?;
+        }
+        Ok(())
+    }
+
     /// Orders earlier stores and flushes before later stores (`sfence`, or
     /// nothing where flushes are synchronous and stores are ordered).
     fn store_fence(&self, site: Site);
@@ -103,6 +114,9 @@ impl<C: Coherence + ?Sized> Coherence for &C {
     }
     fn write_payload(&self, region: &Region, off: u64, src: &[u8], site: Site) -> Result<()> {
         (**self).write_payload(region, off, src, site)
+    }
+    fn invalidate_lines(&self, region: &Region, lines: &[u64], site: Site) -> Result<()> {
+        (**self).invalidate_lines(region, lines, site)
     }
     fn name(&self) -> &'static str {
         (**self).name()

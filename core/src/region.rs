@@ -93,6 +93,12 @@ impl<C: Coherence> Store<C> {
         site: Site,
     ) -> Result<T> {
         self.co.invalidate(&self.region, off, size_of::<T>() as u64, site)?;
+        self.state_first_invalidated(off)
+    }
+
+    /// [`Store::fresh_state_first`] of lines the caller invalidated already
+    /// (a batch, [`Coherence::invalidate_lines`]).
+    pub fn state_first_invalidated<T: FromBytes + IntoBytes + KnownLayout + Immutable>(&self, off: u64) -> Result<T> {
         let w0 = self.region.load_u64(off)?;
         crate::mem::fence_seq_cst();
         let mut v: T = self.region.read(off)?;
@@ -124,12 +130,28 @@ impl<C: Coherence> Store<C> {
     /// Reads an entry line fresh and consistent (retries while a same-host
     /// writer is mid-change). Fails with `Changed` if it never settles.
     pub fn fresh_entry(&self, off: u64, site: Site) -> Result<Entry> {
-        for _ in 0..64 {
-            self.co.invalidate(&self.region, off, LINE, site)?;
+        self.entry_validated(off, Some(site), 64)
+    }
+
+    /// One validated read of an entry whose line the caller invalidated
+    /// already (a batch, [`Coherence::invalidate_lines`]); `Changed` when it
+    /// was torn (the caller reads it again with [`Store::fresh_entry`]).
+    pub fn entry_invalidated(&self, off: u64) -> Result<Entry> {
+        self.entry_validated(off, None, 1)
+    }
+
+    fn entry_validated(&self, off: u64, site: Option<Site>, tries: u32) -> Result<Entry> {
+        for _ in 0..tries {
+            if let Some(site) = site {
+                self.co.invalidate(&self.region, off, LINE, site)?;
+            }
+            // A seqlock read: the first word, the entry, the first word
+            // again; acquire fences keep the three loads in order (loads
+            // only, so no store-load fence is needed).
             let a = self.region.load_u64(off)?;
-            crate::mem::fence_seq_cst();
+            crate::mem::fence_acquire();
             let e: Entry = self.region.read(off)?;
-            crate::mem::fence_seq_cst();
+            crate::mem::fence_acquire();
             let b = self.region.load_u64(off)?;
             if a == b && e.ver & 1 == 0 && u64::from_ne_bytes(first_word(e.as_bytes())) == a {
                 return Ok(e);

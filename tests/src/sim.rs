@@ -8,7 +8,7 @@
 //! the lock manager. The same seed replays the same interleaving exactly.
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -172,6 +172,13 @@ impl Model {
 #[derive(Default)]
 struct Model {
     published: HashSet<Key>,
+    /// Pins held now, by key: ids, each pin's own. A key with one pin held
+    /// all through a lookup was READY all through it (a pin holds its
+    /// block until released or until recovery drops a dead node's pins).
+    pinned: HashMap<Key, HashSet<u64>>,
+    pin_ids: u64,
+    /// Recoveries begun (they may drop pins).
+    recoveries: u64,
     violations: Vec<String>,
     counter: u64,
     inserts: Vec<u64>,
@@ -1211,6 +1218,10 @@ fn recovery_actor(w: &World, h: usize) {
             {
                 let mut m = w.model.lock().unwrap();
                 m.recovering += 1;
+                m.recoveries += 1;
+                // Recovery may drop pins (a dead node's): from now on only
+                // pins taken later count as held.
+                m.pinned.clear();
                 m.recovering_on |= 1 << h;
             }
             // A dead host's write-backs in flight complete (or are lost)
@@ -1332,6 +1343,25 @@ fn log(w: &World, off: u64, what: String) {
 struct Pin {
     h: Handle,
     until: u32,
+    /// Its id in the model's `pinned`.
+    id: u64,
+}
+
+/// Each key's pin ids held now, with the count of recoveries begun (`None`
+/// while one runs).
+fn pins_of(w: &World, keys: &[Key]) -> Vec<Option<(u64, HashSet<u64>)>> {
+    let m = w.model.lock().unwrap();
+    keys.iter()
+        .map(|k| (m.recovering == 0).then(|| (m.recoveries, m.pinned.get(k).cloned().unwrap_or_default())))
+        .collect()
+}
+
+/// Takes a pin out of the model's `pinned` (before it is released).
+fn unpin_model(w: &World, p: &Pin) {
+    let mut m = w.model.lock().unwrap();
+    if let Some(ids) = m.pinned.get_mut(&p.h.key) {
+        ids.remove(&p.id);
+    }
 }
 
 /// Whether a killed process's successor takes the first free slot (else it
@@ -1499,6 +1529,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
                 finish_write(w, &node, h, hd, raw, rnd(&mut x));
             }
             for p in pins.drain(..) {
+                unpin_model(w, &p);
                 verify_pinned(w, &node, h, &p.h);
                 if let Err(e) = node.release(&[p.h]) {
                     check_err("release", e, &[]);
@@ -1563,6 +1594,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
         while k < pins.len() {
             if pins[k].until <= op {
                 let p = pins.swap_remove(k);
+                unpin_model(w, &p);
                 verify_pinned(w, &node, h, &p.h);
                 if let Err(e) = node.release(&[p.h]) {
                     check_err("release", e, &[]);
@@ -1642,7 +1674,14 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
                                         );
                                     }
                                     verify_pinned(w, &node, h, &hd);
-                                    pins.push(Pin { h: hd, until: op + 1 + (rnd(&mut x) % 4) as u32 });
+                                    let id = {
+                                        let mut m = w.model.lock().unwrap();
+                                        m.pin_ids += 1;
+                                        let id = m.pin_ids;
+                                        m.pinned.entry(*k).or_default().insert(id);
+                                        id
+                                    };
+                                    pins.push(Pin { h: hd, until: op + 1 + (rnd(&mut x) % 4) as u32, id });
                                 }
                                 Err(Error::NotFound) => {}
                                 Err(e) => check_err("acquire item", e, &[Error::JournalFull]),
@@ -1668,12 +1707,36 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
             }
             11 => {
                 let keys: Vec<Key> = (i..i + 4).map(key).collect();
-                match node.lookup(NS, &keys) {
-                    Ok(n) => {
+                let pinned_before = pins_of(w, &keys);
+                let mut present = vec![false; keys.len()];
+                let got = if r % 2 == 0 {
+                    node.lookup(NS, &keys).map(|n| present[..n].fill(true))
+                } else {
+                    node.presence(NS, &keys, &mut present).map(|_| ())
+                };
+                match got {
+                    Ok(()) => {
                         let m = w.model.lock().unwrap();
-                        if let Some(k) = keys[..n].iter().find(|k| !m.published.contains(k)) {
+                        if let Some(k) = keys.iter().zip(&present).find(|(k, p)| **p && !m.published.contains(k)) {
+                            let k = k.0.hi;
                             drop(m);
-                            w.violation(format!("host {h} lookup hit key {} never published", k.hi));
+                            w.violation(format!("host {h} lookup hit key {k} never published"));
+                        } else {
+                            drop(m);
+                            // A key pinned by the same pin from before to after
+                            // the call was READY all along: a miss is a stale
+                            // read. Lookup reports a prefix: only the pinned
+                            // keys before its first unpinned one count.
+                            let pinned_after = pins_of(w, &keys);
+                            let held = |j: usize| match (&pinned_before[j], &pinned_after[j]) {
+                                (Some((r0, a)), Some((r1, b))) => r0 == r1 && !a.is_disjoint(b),
+                                _ => false,
+                            };
+                            let upto =
+                                if r % 2 == 0 { (0..keys.len()).take_while(|&j| held(j)).count() } else { keys.len() };
+                            if let Some(j) = (0..upto).find(|&j| held(j) && !present[j]) {
+                                w.violation(format!("host {h} lookup missed key {} pinned all along", keys[j].hi));
+                            }
                         }
                     }
                     Err(e) => check_err("lookup", e, &[]),
@@ -1775,6 +1838,7 @@ fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
     adopt_unrooted(w, &node, h);
     channel_end(w, &node, h, me);
     for p in pins.drain(..) {
+        unpin_model(w, &p);
         verify_pinned(w, &node, h, &p.h);
         if let Err(e) = node.release(&[p.h]) {
             check_err("release", e, &[]);
@@ -1993,6 +2057,10 @@ fn maintenance_recovery<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
         }
         m.maintained = true;
         m.recovering += 1;
+        m.recoveries += 1;
+        // Recovery may drop pins (a dead node's): from now on only
+        // pins taken later count as held.
+        m.pinned.clear();
         m.recovering_on |= 1 << h;
     }
     let r = node.recover(0);

@@ -31,6 +31,10 @@ pub const NIL: u32 = u32::MAX;
 /// the one before, so the whole cache is reached long before).
 const MAX_ROUNDS: u32 = 48;
 
+/// Keys a lookup probes at once (memory-level parallelism; see
+/// [`Store::find_stored_batch`]).
+pub const PROBE_BATCH: usize = 16;
+
 /// A reserved (writable) or acquired (pinned, readable) block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Handle {
@@ -73,6 +77,11 @@ pub fn entry_checksum(e: &Entry) -> u32 {
         e.payload_off,
         e.payload_len as u64 | (e.gen as u64) << 32,
     ])
+}
+
+/// True when entry `e` holds a stored block: READY or CLAIMED, and intact.
+fn stored(e: &Entry) -> bool {
+    (e.state == state::READY || e.state == state::CLAIMED) && e.checksum == entry_checksum(e)
 }
 
 /// Resolves a payload offset read from the region: inside the payload area,
@@ -157,6 +166,64 @@ impl<C: Coherence> Store<C> {
             Some(f) if f.e.state == state::READY && f.e.checksum == entry_checksum(&f.e) => Ok(Some((s, f))),
             _ => Ok(None),
         }
+    }
+
+    /// Whether each of up to [`PROBE_BATCH`] keys is stored: its entry is
+    /// intact and READY, or CLAIMED (READY under an evictor's decision: a
+    /// pinned block always comes back READY, so a lookup never misses a
+    /// block someone holds). Memory-level parallelism: the home bucket
+    /// lines of every key are invalidated together (one ordering), then the
+    /// candidate entries' lines, so the loads of each phase miss in
+    /// parallel instead of one after another.
+    pub fn find_stored_batch(&self, ns: u32, keys: &[Key], found: &mut [bool]) -> Result<()> {
+        let n = keys.len().min(PROBE_BATCH).min(found.len());
+        let l = &self.layout;
+        let mut tags = [0u64; PROBE_BATCH];
+        let mut stripes = [0u32; PROBE_BATCH];
+        let mut lines = [0u64; PROBE_BATCH];
+        for i in 0..n {
+            tags[i] = place(ns, keys[i]);
+            stripes[i] = stripe_of(tags[i], l.caps.n_stripes);
+            let home = probe::home_of(tags[i], l.buckets_per_stripe);
+            lines[i] = l.bucket(stripes[i], home) & !(crate::mem::LINE - 1);
+        }
+        // SYNC: fresh home bucket lines of the whole batch (writer: insert
+        // and delete under the stripe lock).
+        self.co.invalidate_lines(&self.region, &lines[..n], Site("index.lookup.buckets"))?;
+        // Entry index of each key's first tag match; NIL: a miss.
+        let mut cand = [NIL; PROBE_BATCH];
+        let mut offs = [0u64; PROBE_BATCH];
+        let mut m = 0;
+        for i in 0..n {
+            if let Some((_, ei)) = probe::first_of_tag(self, stripes[i], tags[i], lines[i])? {
+                cand[i] = ei;
+                offs[m] = l.entry(stripes[i], ei);
+                m += 1;
+            }
+        }
+        // SYNC: fresh candidate entry lines of the batch (writer: publish,
+        // evict and recovery under the stripe lock).
+        self.co.invalidate_lines(&self.region, &offs[..m], Site("index.lookup.entries"))?;
+        for i in 0..n {
+            found[i] = false;
+            if cand[i] == NIL {
+                continue;
+            }
+            let k = keys[i];
+            match self.entry_invalidated(l.entry(stripes[i], cand[i])) {
+                Ok(e) if e.state != state::EMPTY && e.key_lo == k.lo && e.key_hi == k.hi && e.ns == ns => {
+                    found[i] = stored(&e);
+                }
+                // Another key behind the same tag, an entry emptied since its
+                // bucket was read, or one caught mid-write: the full probe
+                // decides.
+                Ok(_) | Err(Error::Changed) => {
+                    found[i] = probe::find(self, stripes[i], tags[i], ns, k)?.is_some_and(|f| stored(&f.e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn hdr(&self, s: u32) -> Result<StripeHeader> {
@@ -263,11 +330,14 @@ impl<C: Coherence> Node<'_, C> {
     /// (read-only; takes no lock).
     pub fn lookup(&self, ns: u32, keys: &[Key]) -> Result<usize> {
         let mut n = 0;
-        for &k in keys {
-            if self.store.find_ready(ns, k)?.is_none() {
+        let mut found = [false; PROBE_BATCH];
+        for ks in keys.chunks(PROBE_BATCH) {
+            self.store.find_stored_batch(ns, ks, &mut found)?;
+            let hits = found[..ks.len()].iter().take_while(|&&f| f).count();
+            n += hits;
+            if hits < ks.len() {
                 break;
             }
-            n += 1;
         }
         self.count(|c| {
             c.hits += n as u64;
@@ -281,14 +351,10 @@ impl<C: Coherence> Node<'_, C> {
         if present.len() < keys.len() {
             return Err(Error::InvalidArgument);
         }
-        let mut prefix = None;
-        for (i, &k) in keys.iter().enumerate() {
-            present[i] = self.store.find_ready(ns, k)?.is_some();
-            if !present[i] && prefix.is_none() {
-                prefix = Some(i);
-            }
+        for (ks, ps) in keys.chunks(PROBE_BATCH).zip(present.chunks_mut(PROBE_BATCH)) {
+            self.store.find_stored_batch(ns, ks, ps)?;
         }
-        Ok(prefix.unwrap_or(keys.len()))
+        Ok(present[..keys.len()].iter().take_while(|&&p| p).count())
     }
 
     /// Reserves a writable block for `key`, evicting when space runs out.

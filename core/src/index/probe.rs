@@ -74,6 +74,31 @@ pub fn find<C: Coherence>(st: &Store<C>, s: u32, tag: u64, ns: u32, key: Key) ->
     Ok(None)
 }
 
+/// The first bucket of (`tag`)'s probe sequence in stripe `s` that names
+/// `tag` (its bucket and entry index), or `None` when an empty bucket comes
+/// first (a miss). `home_line` is the home bucket's line, invalidated by the
+/// caller; later lines are invalidated here. The entry is the caller's to
+/// read and check: a different key behind the same tag needs [`find`].
+pub fn first_of_tag<C: Coherence>(st: &Store<C>, s: u32, tag: u64, home_line: u64) -> Result<Option<(u32, u32)>> {
+    let bps = st.layout.buckets_per_stripe;
+    let home = home_of(tag, bps);
+    let mut line = home_line;
+    for i in 0..bps {
+        let b = (home + i) & (bps - 1);
+        let bk = bucket(st, s, b, &mut line)?;
+        if bk.entry == 0 {
+            return Ok(None);
+        }
+        if bk.tag == tag {
+            if bk.entry > st.layout.caps.entries_per_stripe {
+                return Err(Error::Corrupt);
+            }
+            return Ok(Some((b, bk.entry - 1)));
+        }
+    }
+    Ok(None)
+}
+
 /// Inserts (`tag` → entry `ei`) into the first empty bucket from its home.
 /// Caller holds the stripe lock and has checked the key is absent.
 pub fn insert<C: Coherence>(st: &Store<C>, s: u32, tag: u64, ei: u32) -> Result<u32> {

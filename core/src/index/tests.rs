@@ -240,3 +240,48 @@ fn delete_keeps_every_other_key_findable() {
     }
     assert!(findings(&f).is_empty(), "{:?}", findings(&f));
 }
+
+#[test]
+fn batched_lookup_and_presence_agree_with_one_key_at_a_time() {
+    use crate::hash::{mix64, place};
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let sut = node(&f, &env, &local, 0);
+    // 40 keys: three probe batches, the last one short.
+    let mut keys: Vec<Key> = (100..140).map(key).collect();
+    // Key 37 shares key 36's placement tag (same stripe, home and tag): its
+    // first tag match names key 36's entry, and the full probe must decide.
+    let x = |hi: u64| mix64(hi ^ mix64(7 ^ 0x5bd1_e995));
+    let (a, hi) = (keys[36], 0x77);
+    keys[37] = Key { lo: a.lo ^ x(a.hi) ^ x(hi), hi };
+    assert_eq!(place(7, keys[36]), place(7, keys[37]));
+    let publish = |k: Key| {
+        let h = sut.reserve(7, k, 64, 1).unwrap();
+        sut.write(&h, 0, &[1; 64]).unwrap();
+        sut.publish(&h).unwrap();
+    };
+    for (i, &k) in keys.iter().enumerate() {
+        if i != 20 && i != 30 {
+            publish(k);
+        }
+    }
+    // Key 30 is being written: not present.
+    let writing = sut.reserve(7, keys[30], 64, 1).unwrap();
+    let mut present = std::vec![false; keys.len()];
+    assert_eq!(sut.presence(7, &keys, &mut present).unwrap(), 20);
+    for (i, &p) in present.iter().enumerate() {
+        assert_eq!(p, f.store.find_ready(7, keys[i]).unwrap().is_some(), "key {i}");
+        assert_eq!(p, i != 20 && i != 30, "key {i}");
+    }
+    assert_eq!(sut.lookup(7, &keys).unwrap(), 20);
+    publish(keys[20]);
+    assert_eq!(sut.lookup(7, &keys).unwrap(), 30);
+    sut.write(&writing, 0, &[2; 64]).unwrap();
+    sut.publish(&writing).unwrap();
+    assert_eq!(sut.lookup(7, &keys).unwrap(), 40);
+    assert_eq!(sut.lookup(7, &keys[36..38]).unwrap(), 2, "both keys of one tag");
+    assert!(sut.presence(7, &keys, &mut present[..39]).is_err(), "too few answer slots");
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}

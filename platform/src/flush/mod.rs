@@ -210,6 +210,43 @@ impl Coherence for Flush {
         Ok(())
     }
 
+    fn invalidate_lines(&self, region: &Region, lines: &[u64], _site: Site) -> cxlkv_core::Result<()> {
+        for &l in lines {
+            let (p, n) = Self::lines(region, l, 1)?;
+            match self.mode {
+                // Nothing to drop: start the loads early instead.
+                #[cfg(target_arch = "x86_64")]
+                FlushMode::Coherent => x86::prefetch(p),
+                #[cfg(target_arch = "x86_64")]
+                FlushMode::Clflush if !self.bulk_opt => x86::clflush_lines(p, n),
+                #[cfg(target_arch = "x86_64")]
+                FlushMode::Clflush | FlushMode::Clflushopt | FlushMode::Clwb => x86::clflushopt_lines(p, n),
+                #[cfg(target_arch = "aarch64")]
+                FlushMode::DcCivac => aarch64::clean_invalidate_lines(p, n),
+                #[allow(unreachable_patterns)]
+                _ => {}
+            }
+        }
+        // One ordering for the batch: the loads that follow are not served
+        // before every line was dropped (`mfence` completes `clflushopt`).
+        match self.mode {
+            FlushMode::Coherent => cxlkv_core::mem::fence_acquire(),
+            #[cfg(target_arch = "x86_64")]
+            _ => {
+                x86::mfence();
+                // Then start every load at once: the lines come from memory
+                // now, since this host's copies are gone (the validated
+                // reads that follow serialise their own loads).
+                for &l in lines {
+                    x86::prefetch(Self::lines(region, l, 1)?.0);
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => {}
+        }
+        Ok(())
+    }
+
     fn store_fence(&self, _site: Site) {
         match self.mode {
             #[cfg(target_arch = "x86_64")]
