@@ -21,8 +21,8 @@
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{
-    Heartbeat, LockLine, LockSlot, ManagerLine, NodeInfo, RequestLine, MAX_NODES, NODE_ALIVE, NODE_DEAD, SLOT_CANCEL,
-    SLOT_IDLE, SLOT_LOCKED, SLOT_RECOVERY, SLOT_WAITING,
+    Heartbeat, LockLine, LockSlot, ManagerLine, NodeInfo, RequestLine, MAX_LOCKS, MAX_NODES, NODE_ALIVE, NODE_DEAD,
+    SLOT_CANCEL, SLOT_IDLE, SLOT_LOCKED, SLOT_RECOVERY, SLOT_WAITING,
 };
 use crate::mutant::mutant;
 use crate::node::Node;
@@ -319,6 +319,12 @@ pub struct Manager {
     started: bool,
     /// Locks this manager believes held (granted and not seen released).
     held: [u64; 4],
+    /// Per lock: node id + 1 of the last holder this manager saw (0 none).
+    last_holder: [u32; MAX_LOCKS as usize],
+    /// Per lock: the grant sequence this manager saw released (no slot
+    /// LOCKED), `u64::MAX` when unknown: while the line's count still
+    /// equals it, the last grant's holder needs no reading.
+    released: [u64; MAX_LOCKS as usize],
     /// Scan every slot of every lock next step (after start or takeover).
     full_scan: bool,
     steps: u64,
@@ -340,6 +346,8 @@ impl Manager {
             beat_moved_at: [0; MAX_NODES as usize],
             started: false,
             held: [0; 4],
+            last_holder: [0; MAX_LOCKS as usize],
+            released: [u64::MAX; MAX_LOCKS as usize],
             full_scan: true,
             steps: 0,
             liveness_at: u64::MAX,
@@ -420,8 +428,15 @@ impl Manager {
         // Each node's doorbells as this step read them: a request is granted
         // only while its bell rings (a withdrawal silences it first).
         let mut bells = [[0u64; 4]; MAX_NODES as usize];
+        let mut lines = [0u64; MAX_NODES as usize + 1];
         for n in 0..nn {
-            let r: RequestLine = store.fresh(l.requests(n), Site("mgr.doorbell"))?;
+            lines[n as usize] = l.requests(n);
+        }
+        // SYNC: every node's doorbell line fresh, dropped together with one
+        // ordering so their loads miss in parallel (writer: `bell`).
+        store.co.invalidate_lines(&store.region, &lines[..nn as usize], Site("mgr.doorbell"))?;
+        for n in 0..nn {
+            let r: RequestLine = store.region.read(l.requests(n))?;
             bells[n as usize] = r.want;
             for (w, x) in want.iter_mut().zip(r.want) {
                 *w |= x;
@@ -435,7 +450,45 @@ impl Manager {
                 continue;
             }
             let loff = l.lock_line(lock);
-            let mut ll: LockLine = store.fresh(loff, Site("mgr.lock"))?;
+            // The slots this step reads: every one in a full scan; else those
+            // whose bell rings for the lock, and the last grant's holder
+            // unless this manager saw that grant released. The holder is
+            // known from the line, read in the same batch: a guess (the
+            // last holder this manager saw) goes in, and a wrong guess reads
+            // the batch again with the holder's slot.
+            let all = if nn >= 64 { u64::MAX } else { (1u64 << nn) - 1 };
+            let mut mask = if full { all } else { 0 };
+            for n in 0..nn {
+                if bells[n as usize][wi] & bit != 0 {
+                    mask |= 1 << n;
+                }
+            }
+            let guess = self.last_holder[lock as usize];
+            if self.held[wi] & bit != 0 && guess != 0 && guess <= nn {
+                mask |= 1 << (guess - 1);
+            }
+            let mut ll: LockLine = loop {
+                lines[0] = loff;
+                let mut nb = 1;
+                for n in (0..nn).filter(|n| mask & (1 << n) != 0) {
+                    lines[nb] = l.lock_slot(lock, n);
+                    nb += 1;
+                }
+                // SYNC: the lock line and the slots read below fresh, in one
+                // batch (writers: grants, requests, withdrawals, releases).
+                store.co.invalidate_lines(&store.region, &lines[..nb], Site("mgr.lock"))?;
+                let ll: LockLine = store.region.read(loff)?;
+                let unknown = ll.holder != 0 && self.released[lock as usize] != ll.grant_seq;
+                let need = match ll.holder {
+                    0 => 0,
+                    h if h <= nn => 1u64 << (h - 1),
+                    _ => all,
+                };
+                if !unknown || mask & need == need {
+                    break ll;
+                }
+                mask |= need;
+            };
             let mut holder = None;
             let mut changed = false;
             // Each slot's (state, flags) as this step read it; the grant below
@@ -446,9 +499,9 @@ impl Manager {
             let mut seen = [(SLOT_IDLE, 0u32); MAX_NODES as usize];
             // The largest ticket a slot shows (granted, or being given back).
             let mut max_seq = 0u64;
-            for n in 0..nn {
+            for n in (0..nn).filter(|n| mask & (1 << n) != 0) {
                 let soff = l.lock_slot(lock, n);
-                let s: LockSlot = store.fresh_state_first(soff, Site("mgr.slot"))?;
+                let s: LockSlot = store.state_first_invalidated(soff)?;
                 seen[n as usize] = (s.state, s.flags);
                 if s.state == SLOT_LOCKED {
                     max_seq = max_seq.max(s.seq);
@@ -489,6 +542,14 @@ impl Manager {
                 }
             }
             self.held[wi] &= !bit;
+            if let Some(n) = holder {
+                self.last_holder[lock as usize] = n + 1;
+                self.released[lock as usize] = u64::MAX;
+            } else {
+                // No slot of those read is LOCKED, and the holder's (if any
+                // grant is not known released) was among them.
+                self.released[lock as usize] = ll.grant_seq;
+            }
             if holder.is_some() && !mutant!("lock.grant_while_held") {
                 self.held[wi] |= bit;
             } else {
@@ -520,6 +581,7 @@ impl Manager {
                     // SYNC: LOCKED visible to the polling node (reader: lock_with).
                     store.publish_state_last(soff, &g, Site("mgr.grant"))?;
                     self.held[wi] |= bit;
+                    self.last_holder[lock as usize] = n + 1;
                     rep.grants += 1;
                     changed = false;
                     break;
