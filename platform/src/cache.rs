@@ -93,20 +93,6 @@ thread_local! {
     static WITHDRAW_START: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
-/// The background threads of this process's nodes (by node id and region),
-/// so a request wakes the one that manages the locks at once instead of
-/// waiting out its pause. Other processes' managers poll.
-static BACKGROUND: Mutex<Vec<(u64, std::thread::Thread)>> = Mutex::new(Vec::new());
-
-/// Wakes every background thread of this process but `me`'s.
-fn wake_background(me: u64) {
-    if let Ok(list) = BACKGROUND.lock() {
-        for (_, t) in list.iter().filter(|(who, _)| *who != me) {
-            t.unpark();
-        }
-    }
-}
-
 impl NodeEnv for Inner {
     fn local_lock(&self, lock: u32) -> cxlkv_core::Result<()> {
         self.tier.lock_within(lock, self.owner(), self.opts.lock_timeout, &|node, nonce| self.node_gone(node, nonce))
@@ -140,9 +126,10 @@ impl NodeEnv for Inner {
             }
         }
         if iteration == 0 {
-            // A new wait: whichever node of this process manages the locks
-            // steps now.
-            wake_background(self.key());
+            // A new wait: whichever node of this host (any process of this
+            // PID namespace) manages the locks steps now instead of when
+            // its pause ends. A manager on another host polls.
+            self.tier.ring();
         }
         if iteration < 64 {
             core::hint::spin_loop();
@@ -168,11 +155,6 @@ impl NodeEnv for Inner {
 }
 
 impl Inner {
-    /// This node's key among the process's background threads.
-    fn key(&self) -> u64 {
-        self.store.creation_id ^ (self.id as u64).rotate_left(48)
-    }
-
     /// This node as an owner of host-local locks.
     fn owner(&self) -> Owner {
         Owner { node: Some(self.id), nonce: self.nonce }
@@ -302,6 +284,7 @@ fn background(inner: Arc<Inner>) {
             // (maybe on another host) could take their silence for death.
             let _ = inner.bury_siblings();
         }
+        let bell = inner.tier.bell_count();
         let rep = match inner.mgr.lock() {
             Ok(mut m) => inner.step(&mut m).unwrap_or_default(),
             Err(_) => return,
@@ -331,8 +314,9 @@ fn background(inner: Arc<Inner>) {
         if pause.is_zero() {
             std::thread::yield_now();
         } else {
-            // Woken early by a request of this process, or to stop.
-            std::thread::park_timeout(pause);
+            // Woken early by a request of any process of this host (a ring
+            // since `bell` was read returns at once), or to stop.
+            inner.tier.sleep(bell, pause);
         }
     }
 }
@@ -404,9 +388,6 @@ impl Cache {
             .name(format!("cxlkv-node{id}"))
             .spawn(move || background(i2))
             .map_err(|err| Error::Io { what: "spawn node thread", err })?;
-        if let Ok(mut list) = BACKGROUND.lock() {
-            list.push((inner.key(), thread.thread().clone()));
-        }
         Ok(Cache {
             inner,
             thread: Some(thread),
@@ -651,11 +632,8 @@ impl Cache {
         }
         let Some(t) = self.thread.take() else { return Ok(()) };
         self.inner.stop.store(true, Ordering::Relaxed);
-        if let Ok(mut list) = BACKGROUND.lock() {
-            let id = t.thread().id();
-            list.retain(|(_, x)| x.id() != id);
-        }
-        t.thread().unpark();
+        // Wakes this host's background threads, ours among them.
+        self.inner.tier.ring();
         let _ = t.join();
         if self.inner.fenced.load(Ordering::Relaxed) {
             return Err(Error::Core(cxlkv_core::Error::Revoked));

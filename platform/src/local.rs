@@ -10,8 +10,9 @@
 //! recovered). So neither a killed nor a stopped process wedges its host.
 #![allow(clippy::disallowed_types)] // host memory, not region memory: plain atomics are right here
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::host::{pid_alive, tid};
 use crate::map::Mapping;
@@ -60,7 +61,8 @@ impl LocalTier {
     pub fn open(dir: &std::path::Path, creation_id: u64, n: u32) -> Result<LocalTier> {
         let ns = crate::host::pid_ns() as u32;
         let path = dir.join(format!("cxlkv-local-{creation_id:016x}-{ns:08x}"));
-        let want = (n as u64 + 1) * STRIDE as u64;
+        // n lock lines, the attach lock's, the background bell's.
+        let want = (n as u64 + 2) * STRIDE as u64;
         let map = match Mapping::open_file(&path) {
             Ok(m) if m.len() as u64 >= want => m,
             _ => {
@@ -93,6 +95,53 @@ impl LocalTier {
         // 8-aligned (page-aligned base, 64-byte stride); the mapping lives as long
         // as `self`; every process accesses these words only atomically.
         unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }
+    }
+
+    /// The background bell: (ring count, sleepers), in the line after the
+    /// attach lock's.
+    fn bell_words(&self) -> (&AtomicU32, &AtomicU32) {
+        let p = self.map.region().base().wrapping_add((self.n as usize + 1) * STRIDE);
+        // SAFETY: `p` and `p + 4` are inside the mapping (the file holds n+2
+        // lines, checked at open) and 4-aligned (page-aligned base, 64-byte
+        // stride); the mapping lives as long as `self`; every process accesses
+        // these words only atomically.
+        let count = unsafe { AtomicU32::from_ptr(p.cast::<u32>()) };
+        // SAFETY: as above, the next word of the same line.
+        let sleepers = unsafe { AtomicU32::from_ptr(p.wrapping_add(4).cast::<u32>()) };
+        (count, sleepers)
+    }
+
+    /// The bell's ring count now: pass it to [`LocalTier::sleep`].
+    pub fn bell_count(&self) -> u32 {
+        self.bell_words().0.load(Ordering::Acquire)
+    }
+
+    /// Sleeps up to `timeout` unless the bell rang since `seen` was read
+    /// (a futex wait on the shared file: any process of this host and PID
+    /// namespace wakes it with [`LocalTier::ring`]).
+    pub fn sleep(&self, seen: u32, timeout: Duration) {
+        let (count, sleepers) = self.bell_words();
+        sleepers.fetch_add(1, Ordering::SeqCst);
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(60) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `count` is a live, aligned u32 in a shared mapping; FUTEX_WAIT
+        // only reads it, compares with `seen` and sleeps; `ts` outlives the call.
+        unsafe { libc::syscall(libc::SYS_futex, count.as_ptr(), libc::FUTEX_WAIT, seen, &ts as *const libc::timespec) };
+        sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Rings the bell: every background thread of this host sleeping in
+    /// [`LocalTier::sleep`] wakes (a system call only when one sleeps).
+    pub fn ring(&self) {
+        let (count, sleepers) = self.bell_words();
+        count.fetch_add(1, Ordering::SeqCst);
+        if sleepers.load(Ordering::SeqCst) > 0 {
+            // SAFETY: `count` is a live, aligned u32 in a shared mapping;
+            // FUTEX_WAKE touches no memory.
+            unsafe { libc::syscall(libc::SYS_futex, count.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+        }
     }
 
     /// Takes lock `id` for `who` (ids ≥ n share the last word, used for
@@ -244,5 +293,31 @@ mod tests {
         tx.send(()).unwrap();
         holder.join().unwrap();
         let _ = std::fs::remove_file(sut.path());
+    }
+
+    #[test]
+    fn a_ring_from_another_mapping_of_the_file_wakes_a_sleeper() {
+        let dir = std::env::temp_dir();
+        let id = crate::host::random_u64();
+        let a = Arc::new(LocalTier::open(&dir, id, 3).unwrap());
+        let b = LocalTier::open(&dir, id, 3).unwrap(); // as another process would map it
+        let seen = a.bell_count();
+        b.ring();
+        let t = std::time::Instant::now();
+        a.sleep(seen, Duration::from_secs(30)); // rang since `seen`: returns at once
+        assert!(a.bell_count() != seen);
+        let a2 = a.clone();
+        let sleeper = std::thread::spawn(move || {
+            let seen = a2.bell_count();
+            a2.sleep(seen, Duration::from_secs(30));
+        });
+        // Ring until the sleeper is woken (it may not sleep yet at the first ring).
+        while !sleeper.is_finished() {
+            assert!(t.elapsed() < Duration::from_secs(20), "the sleeper was never woken");
+            b.ring();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        sleeper.join().unwrap();
+        let _ = std::fs::remove_file(a.path());
     }
 }
