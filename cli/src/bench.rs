@@ -22,7 +22,7 @@ use cxlkv_core::hash::{mix64, Key};
 use cxlkv_core::index::{Handle, ReserveItem};
 use cxlkv_core::layout::Capacities;
 use cxlkv_core::Error;
-use cxlkv_platform::{Cache, Flush, FlushMode, Mapping, Options};
+use cxlkv_platform::{Cache, Flush, FlushMode, GetItem, Mapping, Options};
 use serde_json::{json, Value};
 
 /// Settings of one bench run.
@@ -217,6 +217,83 @@ const STOP: u32 = 8;
 const READY: u32 = 9;
 const GO: u32 = 10;
 
+/// Bytes of the last-level cache (sysfs), or 32 MiB when unknown.
+fn llc_bytes() -> usize {
+    let mut best = 0usize;
+    for i in 0..8 {
+        let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
+        let Ok(size) = std::fs::read_to_string(format!("{dir}/size")) else { break };
+        let size = size.trim();
+        let (num, mul) = match size.strip_suffix('K') {
+            Some(n) => (n, 1 << 10),
+            None => match size.strip_suffix('M') {
+                Some(n) => (n, 1 << 20),
+                None => (size, 1),
+            },
+        };
+        best = best.max(num.parse::<usize>().unwrap_or(0) * mul);
+    }
+    if best == 0 {
+        32 << 20
+    } else {
+        best
+    }
+}
+
+/// Working set of the cross-process gets: at least 4x the last-level cache
+/// and 512 MiB (a quick run: 64 MiB, cache-resident on most machines).
+fn working_set(quick: bool) -> usize {
+    if quick {
+        64 << 20
+    } else {
+        (4 * llc_bytes()).max(512 << 20)
+    }
+}
+
+/// QD1 gets of one block size by a second process, through [`Cache::get`]
+/// (what `cxlkv_get` and Python's `Node.get` call): one process publishes
+/// blocks filling the working set, the other reads every one of them in a
+/// random order twice — first with its page tables unpopulated (a cold
+/// reader: each first touch faults), then again (warm) — beside a same-run
+/// memcpy of blocks picked at random from a private pool as large.
+fn cross_get(mode: FlushMode, size: usize, ws: usize, tag: &str) -> Result<Value, cxlkv_platform::Error> {
+    let path = PathBuf::from(format!("/dev/shm/cxlkv-bench-g-{tag}"));
+    let local = PathBuf::from(format!("/dev/shm/cxlkv-bench-g-{tag}.local"));
+    std::fs::create_dir_all(&local).map_err(|err| cxlkv_platform::Error::Io { what: "bench local dir", err })?;
+    let _cleanup = (Cleanup(path.clone()), CleanupDir(local.clone()));
+    let n = (ws / size).max(16);
+    let entries = (n as u32 * 2).next_power_of_two().max(1024);
+    let caps = Capacities { max_nodes: 4, n_stripes: 64, entries_per_stripe: entries / 64, ..Capacities::default() };
+    // The writer's speed is not measured here: non-temporal stores where
+    // the mode flushes (as correct as flushing, and faster to fill with).
+    let nt = mode != FlushMode::Coherent && cfg!(target_arch = "x86_64");
+    let opts = Options {
+        mode,
+        nt_payload: nt,
+        local_dir: local.clone(),
+        lock_timeout: Duration::from_secs(60),
+        ..Options::default()
+    };
+    let region = (n * size) as u64 + (n as u64 * 256) + (64 << 20);
+    let cache = Cache::create(&path, region + region / 8, caps, opts)?;
+    let node = cache.node();
+    let payload = vec![0x3cu8; size];
+    let mut batch = Vec::with_capacity(64);
+    for i in 0..n as u64 {
+        let h = node.reserve(1, key(i), size as u64, 16)?;
+        node.write(&h, 0, &payload)?;
+        batch.push(h);
+        if batch.len() == 64 || i + 1 == n as u64 {
+            let mut out = vec![Ok(()); batch.len()];
+            node.publish_flushed(&batch, &mut out)?;
+            batch.clear();
+        }
+    }
+    let r = peer(&["get", &size.to_string(), &n.to_string()], &path, &local, mode, &cache);
+    cache.close()?;
+    r
+}
+
 /// The cross-process rows of one mode: a second process (this binary's
 /// hidden `bench-peer` command) reads, answers or contends.
 fn cross_process(mode: FlushMode, quick: bool) -> Result<Value, cxlkv_platform::Error> {
@@ -225,23 +302,16 @@ fn cross_process(mode: FlushMode, quick: bool) -> Result<Value, cxlkv_platform::
     let local = PathBuf::from(format!("/dev/shm/cxlkv-bench-x-{tag}.local"));
     std::fs::create_dir_all(&local).map_err(|err| cxlkv_platform::Error::Io { what: "bench local dir", err })?;
     let _cleanup = (Cleanup(path.clone()), CleanupDir(local.clone()));
-    let per_size = if quick { 16 } else { 128 };
-    let bytes: usize = GET_SIZES.iter().map(|s| s * per_size).sum();
+    let ws = working_set(quick);
+    let mut get = Vec::new();
+    for &size in &GET_SIZES {
+        get.push(cross_get(mode, size, ws, &tag)?);
+    }
     let caps = Capacities { max_nodes: 4, n_stripes: 16, entries_per_stripe: 256, ..Capacities::default() };
     let opts = Options { mode, local_dir: local.clone(), lock_timeout: Duration::from_secs(60), ..Options::default() };
-    let cache = Cache::create(&path, (bytes * 2 + (128 << 20)) as u64, caps, opts)?;
+    let cache = Cache::create(&path, 64 << 20, caps, opts)?;
     cache.prefault()?;
     let node = cache.node();
-    for (si, &size) in GET_SIZES.iter().enumerate() {
-        let payload = vec![0x3cu8; size];
-        for i in 0..per_size as u64 {
-            let h = node.reserve(1, key((si as u64) << 32 | i), size as u64, 16)?;
-            node.write(&h, 0, &payload)?;
-            node.publish_flushed(&[h], &mut [Ok(())])?;
-        }
-    }
-    let reps = if quick { 2 } else { 8 };
-    let get = peer(&["get", &per_size.to_string(), &reps.to_string()], &path, &local, mode, &cache)?;
 
     // RPC round trips; the peer records each request's one-way latency.
     let calls = if quick { 200 } else { 5000 };
@@ -274,9 +344,20 @@ fn cross_process(mode: FlushMode, quick: bool) -> Result<Value, cxlkv_platform::
         let theirs = last_json(&mut child)?;
         json!({"ns_per_op": mine, "peer_ns_per_op": theirs["ns_per_op"]})
     };
+    // Lock+unlock by the peer alone, the manager in this (idle) process:
+    // each grant needs this process's background thread, woken by the
+    // peer's ring instead of at the end of its pause.
+    let alone = {
+        let mut child = spawn_peer(&["lock", &n_locks.to_string()], &path, &local, mode, &cache)?;
+        let to = wait_ready(&cache)?;
+        cache.send(to, &Message { kind: GO, ..Message::default() }, &[])?;
+        last_json(&mut child)?
+    };
     cache.close()?;
     Ok(json!({
-        "get": get["sizes"],
+        "working_set_bytes": ws,
+        "lock_other_process_uncontended": alone,
+        "get": get,
         "rpc_round_trip_ns": {"p50": quantile(&mut rtt, 0.5), "p99": quantile(&mut rtt, 0.99)},
         "handoff_ns": rpc["handoff_ns"],
         "lock_contended": contended,
@@ -353,8 +434,9 @@ pub fn peer_main(args: &[String]) -> Result<(), String> {
     let parent: u32 = parent.parse().map_err(|_| "bench-peer: bad node")?;
     let opts =
         Options { mode, local_dir: PathBuf::from(local), lock_timeout: Duration::from_secs(60), ..Options::default() };
+    // The get reader starts cold: its page tables fill as it reads.
+    let opts = Options { populate: role != "get", ..opts };
     let cache = Cache::open(Path::new(path), opts).map_err(|e| e.to_string())?;
-    cache.prefault().map_err(|e| e.to_string())?;
     let num = |i: usize| rest.get(i).and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
     let out = match role.as_str() {
         "get" => peer_get(&cache, num(0), num(1)),
@@ -367,42 +449,61 @@ pub fn peer_main(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-fn peer_get(cache: &Cache, per_size: usize, reps: usize) -> Result<Value, String> {
-    let node = cache.node();
-    let mut sizes = Vec::new();
-    for (si, &size) in GET_SIZES.iter().enumerate() {
-        // The reference: single-thread memcpy of blocks of the same size, in
-        // this process, from a pool as large as the blocks read (so from the
-        // same level of the memory hierarchy); after a warm-up pass.
-        let pool_blocks = per_size.max(1);
-        let pool = vec![1u8; size * pool_blocks];
-        let mut dst = vec![0u8; size];
-        let n_copy = ((512usize << 20) / size).clamp(pool_blocks, 1 << 16);
-        for b in 0..pool_blocks {
-            dst.copy_from_slice(&pool[b * size..(b + 1) * size]);
+fn peer_get(cache: &Cache, size: usize, n: usize) -> Result<Value, String> {
+    let mut rng = mix64(size as u64 ^ 0x5eed);
+    let mut order: Vec<u64> = (0..n as u64).collect();
+    let mut shuffle = |v: &mut Vec<u64>| {
+        for i in (1..v.len()).rev() {
+            rng = mix64(rng);
+            v.swap(i, (rng % (i as u64 + 1)) as usize);
         }
-        let t = Instant::now();
-        for i in 0..n_copy {
-            let b = i % pool_blocks;
-            dst.copy_from_slice(&pool[b * size..(b + 1) * size]);
-            std::hint::black_box(&mut dst);
-        }
-        let memcpy = (size * n_copy) as f64 / t.elapsed().as_secs_f64();
-        let mut lat = Vec::with_capacity(per_size * reps);
-        for _ in 0..reps {
-            for i in 0..per_size as u64 {
-                let t = Instant::now();
-                node.get(1, key((si as u64) << 32 | i), &mut dst).map_err(|e| e.to_string())?;
-                lat.push(t.elapsed().as_nanos() as u64);
+    };
+    let mut dst = vec![0u8; size];
+    let mut pass = |order: &[u64]| -> Result<Vec<u64>, String> {
+        let mut lat = Vec::with_capacity(order.len());
+        for &i in order {
+            let mut parts = [&mut dst[..]];
+            let mut items = [GetItem { key: key(i), parts: &mut parts }];
+            let (mut lens, mut res) = ([0u64], [Ok(())]);
+            let t = Instant::now();
+            cache.get(1, &mut items, &mut lens, &mut res).map_err(|e| e.to_string())?;
+            lat.push(t.elapsed().as_nanos() as u64);
+            res[0].map_err(|e| format!("get: {e}"))?;
+            if lens[0] != size as u64 {
+                return Err("get: wrong length".into());
             }
         }
-        let p50 = quantile(&mut lat, 0.5);
-        let p99 = quantile(&mut lat, 0.99);
-        let bw = size as f64 / (p50.max(1) as f64 / 1e9);
-        sizes.push(json!({"bytes": size, "p50_ns": p50, "p99_ns": p99, "gb_per_s": bw / 1e9,
-            "memcpy_gb_per_s": memcpy / 1e9, "pct_of_memcpy": 100.0 * bw / memcpy}));
+        if dst.iter().any(|&b| b != 0x3c) {
+            return Err("get: wrong bytes".into());
+        }
+        Ok(lat)
+    };
+    shuffle(&mut order);
+    let mut cold = pass(&order)?;
+    shuffle(&mut order);
+    let mut warm = pass(&order)?;
+    // The reference: single-thread memcpy of blocks picked at random from a
+    // private pool as large as the working set (faulted in first), so from
+    // the same level of the memory hierarchy.
+    let mut pool = vec![0u8; size * n];
+    pool.iter_mut().step_by(4096).for_each(|b| *b = 1);
+    shuffle(&mut order);
+    let mut copy = Vec::with_capacity(n);
+    for &i in &order {
+        let src = &pool[i as usize * size..(i as usize + 1) * size];
+        let t = Instant::now();
+        dst.copy_from_slice(src);
+        std::hint::black_box(&mut dst);
+        copy.push(t.elapsed().as_nanos() as u64);
     }
-    Ok(json!({"sizes": sizes}))
+    let memcpy_p50 = quantile(&mut copy, 0.5).max(1) as f64;
+    let row = |lat: &mut Vec<u64>| {
+        let p50 = quantile(lat, 0.5).max(1);
+        json!({"p50_ns": p50, "p99_ns": quantile(lat, 0.99), "gb_per_s": size as f64 / p50 as f64,
+            "pct_of_memcpy": 100.0 * memcpy_p50 / p50 as f64})
+    };
+    Ok(json!({"bytes": size, "blocks": n, "cold": row(&mut cold), "warm": row(&mut warm),
+        "memcpy": {"p50_ns": memcpy_p50, "gb_per_s": size as f64 / memcpy_p50}}))
 }
 
 fn peer_echo(cache: &Cache, parent: u32) -> Result<Value, String> {
@@ -475,7 +576,12 @@ pub fn print_table(r: &Value) {
         println!();
     }
     println!();
-    println!("between two processes (QD1)");
+    let ws = modes.first().map_or(0, |m| m["cross_process"]["working_set_bytes"].as_u64().unwrap_or(0));
+    println!(
+        "between two processes (QD1; gets through Cache::get, as cxlkv_get; random keys over {} MiB, LLC {} MiB)",
+        ws >> 20,
+        llc_bytes() >> 20
+    );
     header("measure");
     let row = |name: String, f: &dyn Fn(&Value) -> f64, prec: usize| {
         print!("{name:<40}");
@@ -486,16 +592,24 @@ pub fn print_table(r: &Value) {
     };
     for (i, size) in GET_SIZES.iter().enumerate() {
         let kib = size >> 10;
-        let at = move |x: &Value, k: &str| x["get"][i][k].as_f64().unwrap_or(f64::NAN);
-        row(format!("get {kib} KiB p50, us"), &|x| at(x, "p50_ns") / 1e3, 1);
-        row(format!("get {kib} KiB p99, us"), &|x| at(x, "p99_ns") / 1e3, 1);
-        row(format!("get {kib} KiB at p50, % of memcpy"), &|x| at(x, "pct_of_memcpy"), 0);
+        let at = move |x: &Value, w: &str, k: &str| x["get"][i][w][k].as_f64().unwrap_or(f64::NAN);
+        for w in ["cold", "warm"] {
+            row(format!("get {kib} KiB {w} reader p50, us"), &|x| at(x, w, "p50_ns") / 1e3, 1);
+            row(format!("get {kib} KiB {w} reader p99, us"), &|x| at(x, w, "p99_ns") / 1e3, 1);
+            row(format!("get {kib} KiB {w} at p50, % of memcpy"), &|x| at(x, w, "pct_of_memcpy"), 0);
+        }
+        row(format!("memcpy {kib} KiB p50, us (same run)"), &|x| at(x, "memcpy", "p50_ns") / 1e3, 1);
     }
     let us = |a: &'static str, b: &'static str| move |x: &Value| x[a][b].as_f64().unwrap_or(f64::NAN) / 1e3;
     row("handoff (one way) p50, us".into(), &us("handoff_ns", "p50"), 1);
     row("handoff (one way) p99, us".into(), &us("handoff_ns", "p99"), 1);
     row("RPC round trip p50, us".into(), &us("rpc_round_trip_ns", "p50"), 1);
     row("RPC round trip p99, us".into(), &us("rpc_round_trip_ns", "p99"), 1);
+    row(
+        "lock+unlock, other process than the manager, ns".into(),
+        &|x| x["lock_other_process_uncontended"]["ns_per_op"].as_f64().unwrap_or(f64::NAN),
+        0,
+    );
     row(
         "lock+unlock, 2 processes contending, ns".into(),
         &|x| x["lock_contended"]["ns_per_op"].as_f64().unwrap_or(f64::NAN),
