@@ -22,7 +22,7 @@
 use crate::coherence::{Coherence, Site};
 use crate::layout::{
     Heartbeat, LockLine, LockSlot, ManagerLine, NodeInfo, RequestLine, MAX_LOCKS, MAX_NODES, NODE_ALIVE, NODE_DEAD,
-    SLOT_CANCEL, SLOT_IDLE, SLOT_LOCKED, SLOT_RECOVERY, SLOT_WAITING,
+    NODE_FREE, SLOT_CANCEL, SLOT_IDLE, SLOT_LOCKED, SLOT_RECOVERY, SLOT_WAITING,
 };
 use crate::mutant::mutant;
 use crate::node::Node;
@@ -327,10 +327,15 @@ pub struct Manager {
     released: [u64; MAX_LOCKS as usize],
     /// Scan every slot of every lock next step (after start or takeover).
     full_scan: bool,
+    /// When the last full step was.
+    full_at: u64,
     steps: u64,
     liveness_at: u64,
     /// Nodes ALIVE at the last liveness scan.
     alive: u64,
+    /// Nodes not FREE at the last liveness scan: whose doorbells a step
+    /// reads (all nodes' in a full step).
+    listed: u64,
 }
 
 impl Manager {
@@ -349,9 +354,11 @@ impl Manager {
             last_holder: [0; MAX_LOCKS as usize],
             released: [u64::MAX; MAX_LOCKS as usize],
             full_scan: true,
+            full_at: 0,
             steps: 0,
             liveness_at: u64::MAX,
             alive: 0,
+            listed: 0,
         }
     }
 
@@ -427,28 +434,61 @@ impl Manager {
         let mut want = self.held;
         // Each node's doorbells as this step read them: a request is granted
         // only while its bell rings (a withdrawal silences it first).
+        // A full step now and then (at most every 1024 steps and a
+        // sixteenth of a lease) is the safety net for whatever the narrow
+        // steps leave unread.
+        let periodic = self.steps % 1024 == 0 && now.saturating_sub(self.full_at) >= cfg.lease / 16;
+        let full = self.full_scan || rep.newly_dead != 0 || periodic;
+        self.full_scan = false;
+        if full {
+            self.full_at = now;
+        }
+        let all = if nn >= 64 { u64::MAX } else { (1u64 << nn) - 1 };
+        // Whose doorbells: every node's in a full step; else the nodes not
+        // FREE at the last liveness scan (a node attached since is heard
+        // from at the next one, within a tick), and this one.
+        let ringers = if full { all } else { (self.listed | 1 << self.me) & all };
         let mut bells = [[0u64; 4]; MAX_NODES as usize];
         let mut lines = [0u64; MAX_NODES as usize + 1];
-        for n in 0..nn {
-            lines[n as usize] = l.requests(n);
+        let mut nb = 0;
+        for n in bits(ringers) {
+            lines[nb] = l.requests(n);
+            nb += 1;
         }
-        // SYNC: every node's doorbell line fresh, dropped together with one
-        // ordering so their loads miss in parallel (writer: `bell`).
-        store.co.invalidate_lines(&store.region, &lines[..nn as usize], Site("mgr.doorbell"))?;
-        for n in 0..nn {
-            let r: RequestLine = store.region.read(l.requests(n))?;
-            bells[n as usize] = r.want;
-            for (w, x) in want.iter_mut().zip(r.want) {
+        // SYNC: the doorbell lines fresh, dropped together with one ordering
+        // so their loads miss in parallel (writer: `bell`).
+        store.co.invalidate_lines(&store.region, &lines[..nb], Site("mgr.doorbell"))?;
+        for n in bits(ringers) {
+            let off = l.requests(n);
+            for (i, w) in want.iter_mut().enumerate() {
+                let x = store.region.load_u64(off + 8 * i as u64)?;
+                bells[n as usize][i] = x;
                 *w |= x;
             }
         }
-        let full = self.full_scan || rep.newly_dead != 0 || self.steps % 1024 == 0;
-        self.full_scan = false;
-        for lock in 0..l.n_locks {
-            let (wi, bit) = ((lock / 64) as usize, 1u64 << (lock % 64));
-            if !full && want[wi] & bit == 0 {
-                continue;
+        // The locks to look at: every one in a full step, else those asked
+        // for or held (the set bits of `want`).
+        let mut word = 0usize;
+        let mut pending = if full { u64::MAX } else { want[0] };
+        loop {
+            let lock = match pending.trailing_zeros() {
+                64 => {
+                    word += 1;
+                    if word >= want.len() {
+                        break;
+                    }
+                    pending = if full { u64::MAX } else { want[word] };
+                    continue;
+                }
+                b => {
+                    pending &= pending - 1;
+                    word as u32 * 64 + b
+                }
+            };
+            if lock >= l.n_locks {
+                break;
             }
+            let (wi, bit) = ((lock / 64) as usize, 1u64 << (lock % 64));
             let loff = l.lock_line(lock);
             // The slots this step reads: every one in a full scan; else those
             // whose bell rings for the lock, and the last grant's holder
@@ -456,9 +496,8 @@ impl Manager {
             // known from the line, read in the same batch: a guess (the
             // last holder this manager saw) goes in, and a wrong guess reads
             // the batch again with the holder's slot.
-            let all = if nn >= 64 { u64::MAX } else { (1u64 << nn) - 1 };
             let mut mask = if full { all } else { 0 };
-            for n in 0..nn {
+            for n in bits(ringers) {
                 if bells[n as usize][wi] & bit != 0 {
                     mask |= 1 << n;
                 }
@@ -470,7 +509,7 @@ impl Manager {
             let mut ll: LockLine = loop {
                 lines[0] = loff;
                 let mut nb = 1;
-                for n in (0..nn).filter(|n| mask & (1 << n) != 0) {
+                for n in bits(mask) {
                     lines[nb] = l.lock_slot(lock, n);
                     nb += 1;
                 }
@@ -499,7 +538,7 @@ impl Manager {
             let mut seen = [(SLOT_IDLE, 0u32); MAX_NODES as usize];
             // The largest ticket a slot shows (granted, or being given back).
             let mut max_seq = 0u64;
-            for n in (0..nn).filter(|n| mask & (1 << n) != 0) {
+            for n in bits(mask) {
                 let soff = l.lock_slot(lock, n);
                 let s: LockSlot = store.state_first_invalidated(soff)?;
                 seen[n as usize] = (s.state, s.flags);
@@ -609,8 +648,12 @@ impl Manager {
         let l = &store.layout;
         let mut dead = 0u64;
         self.alive = 0;
+        self.listed = 0;
         for n in 0..l.caps.max_nodes {
             let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("mgr.info"))?;
+            if info.state != NODE_FREE {
+                self.listed |= 1 << n;
+            }
             match info.state {
                 NODE_ALIVE => self.alive |= 1 << n,
                 NODE_DEAD => {
@@ -651,6 +694,20 @@ impl Manager {
         ml.dead_mask = dead;
         Ok(())
     }
+}
+
+// A doorbell step loads the request bitmap word by word from the line's start.
+const _: () = assert!(core::mem::offset_of!(RequestLine, want) == 0);
+
+/// The set bits of `m`, lowest first.
+fn bits(mut m: u64) -> impl Iterator<Item = u32> {
+    core::iter::from_fn(move || {
+        let b = m.trailing_zeros();
+        (b < 64).then(|| {
+            m &= m - 1;
+            b
+        })
+    })
 }
 
 impl Manager {
