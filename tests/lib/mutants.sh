@@ -42,45 +42,57 @@ mutants_names() {
   printf '%s\n' "$all" | sort
 }
 
-# One mutant ($1) against the simulator ($5, switched by option $4): short
-# seeds 1..$2, then deep seeds 1..$3. Odd seeds crash a host; seeds 2 and 3
-# (mod 4) run lazy caches, the others busy ones; seeds 4 to 7 (mod 8) run
-# one host more (a lock's waiter can be on neither the manager's nor the
-# recovering host); seeds 3 (mod 6) mix block sizes up to two chunks. Short
-# runs have 3-4 hosts and 80 operations; deep ones 4-5 hosts and 300, for
-# rarer interleavings. Prints the verdict; returns 255 (stopping xargs) when
-# a run ends without one.
+# Runs mutant $1 on seed $2 of configuration $3 (short or deep) with the
+# simulator $5, switched by option $4; returns the simulator's status. Odd
+# seeds crash a host; seeds 2 and 3 (mod 4) run lazy caches, the others busy
+# ones; seeds 4 to 7 (mod 8) run one host more (a lock's waiter can be on
+# neither the manager's nor the recovering host); seeds 3 (mod 6) mix block
+# sizes up to two chunks. Short runs have 3-4 hosts and 80 operations; deep
+# ones 4-5 hosts and 300, for rarer interleavings.
+mutants_seed() {
+  local m=$1 s=$2 cfg=$3 hosts ops crash= lazy= mixed=
+  if [ $((s % 2)) -eq 1 ]; then crash=--crash; fi
+  if [ $((s % 4)) -ge 2 ]; then lazy=--lazy; fi
+  if [ $((s % 6)) -eq 3 ]; then mixed=--mixed; fi
+  if [ "$cfg" = short ]; then
+    hosts=$((s % 8 >= 4 ? 4 : 3))
+    ops=80
+  else
+    hosts=$((s % 8 >= 4 ? 5 : 4))
+    ops=300
+  fi
+  "$5" run --seed "$s" --hosts "$hosts" --ops "$ops" $crash $lazy $mixed "$4" "$m" --quiet >/dev/null 2>&1
+}
+export -f mutants_seed
+
+# One mutant ($1) against the simulator ($5, switched by option $4): first
+# the seeds recorded for it in tests/mutant-seeds (seeds that killed it
+# once, deeper than CI's range: replayed like a fuzz corpus), then short
+# seeds 1..$2, then deep seeds 1..$3. Prints the verdict; returns 255
+# (stopping xargs) when a run ends without one.
 mutants_one() {
-  local m=$1 s rc cfg n hosts ops crash lazy mixed
+  local m=$1 s rc cfg n runs
+  runs=$(awk -v m="$m" '$1 == m { print $2 " " $3 }' tests/mutant-seeds 2>/dev/null)
   for cfg in short deep; do
     if [ "$cfg" = short ]; then n=$2; else n=$3; fi
-    for s in $(seq 1 "$n"); do
-      crash=; lazy=; mixed=
-      if [ $((s % 2)) -eq 1 ]; then crash=--crash; fi
-      if [ $((s % 4)) -ge 2 ]; then lazy=--lazy; fi
-      if [ $((s % 6)) -eq 3 ]; then mixed=--mixed; fi
-      if [ "$cfg" = short ]; then
-        hosts=$((s % 8 >= 4 ? 4 : 3))
-        ops=80
-      else
-        hosts=$((s % 8 >= 4 ? 5 : 4))
-        ops=300
-      fi
-      "$5" run --seed "$s" --hosts "$hosts" --ops "$ops" $crash $lazy $mixed "$4" "$m" --quiet >/dev/null 2>&1
-      rc=$?
-      case $rc in
-        0) ;;
-        1)
-          echo "killed   $m ($cfg seed $s)"
-          return 0
-          ;;
-        *)
-          echo "ABORT    $m ($cfg seed $s): the simulator exited $rc, not with a verdict" >&2
-          return 255
-          ;;
-      esac
-    done
+    runs+=$'\n'$(seq 1 "$n" | sed "s/^/$cfg /")
   done
+  while read -r cfg s; do
+    [ -n "$s" ] || continue
+    mutants_seed "$m" "$s" "$cfg" "$4" "$5"
+    rc=$?
+    case $rc in
+      0) ;;
+      1)
+        echo "killed   $m ($cfg seed $s)"
+        return 0
+        ;;
+      *)
+        echo "ABORT    $m ($cfg seed $s): the simulator exited $rc, not with a verdict" >&2
+        return 255
+        ;;
+    esac
+  done <<<"$runs"
   echo "SURVIVED $m"
 }
 export -f mutants_one
