@@ -5,11 +5,15 @@
 //!
 //! - flush cost per line of each primitive against a plain store;
 //! - per-block cost of the cache operations in one process (a 8192-block,
-//!   128K-token key chain by default);
-//! - between two processes: QD1 `get` of published blocks of 16 KiB, 256 KiB
-//!   and 2 MiB (p50, p99, bandwidth against memcpy), handoff latency and RPC
-//!   round trip through the inboxes, lock+unlock with two processes
-//!   contending.
+//!   128K-token key chain by default), through the calls the C API makes
+//!   (`Cache::get`, `Cache::acquire_views`, ...);
+//! - between two processes: QD1 `Cache::get` of blocks of 16 KiB, 256 KiB
+//!   and 2 MiB in random order over a working set of 4x the last-level
+//!   cache (at least 512 MiB), by a reader whose page tables start empty
+//!   (cold) and again (warm), against a same-run memcpy from an equally
+//!   large pool; handoff latency and RPC round trip through the inboxes;
+//!   lock+unlock from a process other than the manager's, and with two
+//!   processes contending.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -95,29 +99,34 @@ fn one_mode(mode: FlushMode, cfg: &Config) -> Result<Vec<(&'static str, f64)>, c
     }
     rows.push(("lookup (key chain, per block)", per_block(t.elapsed(), n * reps)));
 
-    // acquire + release, single and batched.
+    // acquire + release, single and batched, as `cxlkv_acquire` does it
+    // (all or none, each payload made fresh for the caller's views).
     let m = n.min(2048);
     let t = Instant::now();
     for k in &keys[..m] {
         let mut o = [Err(Error::InvalidArgument)];
-        node.acquire(ns, std::slice::from_ref(k), &mut o)?;
+        cache.acquire_views(ns, std::slice::from_ref(k), &mut o)?;
         node.release(&[o[0]?])?;
     }
     rows.push(("acquire+release (single)", per_block(t.elapsed(), m)));
     let t = Instant::now();
     for ks in keys.chunks(64) {
         let mut o = vec![Err(Error::InvalidArgument); ks.len()];
-        node.acquire(ns, ks, &mut o)?;
+        cache.acquire_views(ns, ks, &mut o)?;
         let hs: Vec<Handle> = o.iter().filter_map(|r| r.ok()).collect();
         node.release(&hs)?;
     }
     rows.push(("acquire+release (batch 64)", per_block(t.elapsed(), n)));
 
-    // Copying get (validated, no pin).
+    // Copying get (validated, no pin), as `cxlkv_get` does it.
     let mut buf = vec![0u8; cfg.block_bytes];
     let t = Instant::now();
     for k in &keys[..m] {
-        node.get(ns, *k, &mut buf)?;
+        let mut parts = [&mut buf[..]];
+        let mut items = [GetItem { key: *k, parts: &mut parts }];
+        let (mut lens, mut res) = ([0u64], [Ok(())]);
+        cache.get(ns, &mut items, &mut lens, &mut res)?;
+        res[0]?;
     }
     rows.push(("get (copy, validated)", per_block(t.elapsed(), m)));
 
@@ -128,6 +137,24 @@ fn one_mode(mode: FlushMode, cfg: &Config) -> Result<Vec<(&'static str, f64)>, c
         node.unlock(h)?;
     }
     rows.push(("lock+unlock (uncontended)", per_block(t.elapsed(), m)));
+    cache.close()?;
+
+    // The same in a region formatted for 64 nodes and 256 locks: a grant's
+    // cost should not grow with either.
+    let wide = std::path::PathBuf::from(format!("/dev/shm/cxlkv-bench-w-{}-{}", std::process::id(), mode.name()));
+    let caps = Capacities { max_nodes: 64, n_stripes: 64, app_locks: 62, ..Capacities::default() };
+    let cache = Cache::create(&wide, 256 << 20, caps, Options { mode, ..Options::default() })?;
+    let _cleanup_wide = Cleanup(wide);
+    let node = cache.node();
+    // The first grant waits for the new region's manager to settle.
+    let h = node.lock(0)?;
+    node.unlock(h)?;
+    let t = Instant::now();
+    for _ in 0..m {
+        let h = node.lock(0)?;
+        node.unlock(h)?;
+    }
+    rows.push(("lock+unlock (uncontended, 64 nodes, 256 locks)", per_block(t.elapsed(), m)));
     cache.close()?;
     Ok(rows)
 }

@@ -41,4 +41,13 @@ if [ "$rc" -eq 0 ]; then
 else
   echo "pytest: $((failed > 0 ? failed : 1)) failed (exit $rc)"
 fi
+# The Python bench, small (a smoke run: it prints numbers, it passes when it
+# runs and every read returned the right bytes).
+cd ..
+if "$venv/bin/python" ffi-python/bench.py --mode clflush --sizes 16K,2M --ws-mib 32; then
+  echo "test result: ok. 1 passed; 0 failed (ffi-python/bench.py smoke run)"
+else
+  echo "ffi-python/bench.py: 1 failed"
+  rc=1
+fi
 exit "$rc"
