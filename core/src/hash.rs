@@ -47,12 +47,33 @@ pub fn place(ns: u32, key: Key) -> u64 {
     mix64(key.lo ^ mix64(key.hi ^ mix64(ns as u64 ^ 0x5bd1_e995)))
 }
 
+const CHECKSUM_SEED: u64 = 0x243f_6a88_85a3_08d3;
+
 /// 32-bit checksum over a sequence of words.
 pub fn checksum32(words: &[u64]) -> u32 {
-    let mut h = 0x243f_6a88_85a3_08d3u64;
+    let mut h = CHECKSUM_SEED;
     for &w in words {
         h = mix64(h ^ w);
     }
+    checksum32_fold(h)
+}
+
+/// [`checksum32`] of several word sequences at once, before the final fold
+/// ([`checksum32_fold`]): lane by lane, so their multiply chains overlap.
+pub fn checksum32_lanes<const W: usize>(words: &[[u64; W]], h: &mut [u64]) {
+    for x in h.iter_mut() {
+        *x = CHECKSUM_SEED;
+    }
+    for j in 0..W {
+        for (x, w) in h.iter_mut().zip(words) {
+            *x = mix64(*x ^ w[j]);
+        }
+    }
+}
+
+/// The last step of [`checksum32`].
+#[inline]
+pub fn checksum32_fold(h: u64) -> u32 {
     (h ^ (h >> 32)) as u32
 }
 
@@ -131,6 +152,16 @@ pub fn chain_keys(parent: Key, tokens: &[u32], block: usize, out: &mut [Key]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lanes_compute_the_same_checksums_as_one_at_a_time() {
+        let words: [[u64; 5]; 7] = core::array::from_fn(|i| core::array::from_fn(|j| mix64((i * 5 + j) as u64)));
+        let mut h = [0u64; 7];
+        checksum32_lanes(&words, &mut h);
+        for (w, x) in words.iter().zip(h) {
+            assert_eq!(checksum32_fold(x), checksum32(w));
+        }
+    }
 
     #[test]
     fn namespace_id_depends_on_every_field() {

@@ -13,7 +13,7 @@ pub mod probe;
 
 use crate::alloc::Kind;
 use crate::coherence::{Coherence, Site};
-use crate::hash::{checksum32, place, Key};
+use crate::hash::{checksum32, checksum32_fold, checksum32_lanes, place, Key};
 use crate::layout::{state, Entry, StripeHeader};
 use crate::mutant::mutant;
 use crate::node::Node;
@@ -33,7 +33,7 @@ const MAX_ROUNDS: u32 = 48;
 
 /// Keys a lookup probes at once (memory-level parallelism; see
 /// [`Store::find_stored_batch`]).
-pub const PROBE_BATCH: usize = 16;
+pub const PROBE_BATCH: usize = 32;
 
 /// A reserved (writable) or acquired (pinned, readable) block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,13 +70,18 @@ pub struct ReserveItem {
 /// Entry checksum over its immutable fields (key, namespace, tokens, payload,
 /// generation): readers reject an entry a corrupted peer scribbled on.
 pub fn entry_checksum(e: &Entry) -> u32 {
-    checksum32(&[
+    checksum32(&checksum_words(e))
+}
+
+/// The words an entry's checksum covers.
+fn checksum_words(e: &Entry) -> [u64; 5] {
+    [
         e.key_lo,
         e.key_hi,
         e.ns as u64 | (e.tokens as u64) << 32,
         e.payload_off,
         e.payload_len as u64 | (e.gen as u64) << 32,
-    ])
+    ]
 }
 
 /// True when entry `e` holds a stored block: READY or CLAIMED, and intact.
@@ -204,24 +209,38 @@ impl<C: Coherence> Store<C> {
         // SYNC: fresh candidate entry lines of the batch (writer: publish,
         // evict and recovery under the stripe lock).
         self.co.invalidate_lines(&self.region, &offs[..m], Site("index.lookup.entries"))?;
+        // The candidates' entries, then their checksums side by side (one
+        // long multiply chain per entry: interleaved, they overlap).
+        let mut words = [[0u64; 5]; PROBE_BATCH];
+        let mut sums = [0u32; PROBE_BATCH];
+        let mut live = [false; PROBE_BATCH];
+        let mut slow = [false; PROBE_BATCH];
         for i in 0..n {
-            found[i] = false;
             if cand[i] == NIL {
                 continue;
             }
             let k = keys[i];
             match self.entry_invalidated(l.entry(stripes[i], cand[i])) {
                 Ok(e) if e.state != state::EMPTY && e.key_lo == k.lo && e.key_hi == k.hi && e.ns == ns => {
-                    found[i] = stored(&e);
+                    words[i] = checksum_words(&e);
+                    sums[i] = e.checksum;
+                    live[i] = e.state == state::READY || e.state == state::CLAIMED;
                 }
                 // Another key behind the same tag, an entry emptied since its
                 // bucket was read, or one caught mid-write: the full probe
                 // decides.
-                Ok(_) | Err(Error::Changed) => {
-                    found[i] = probe::find(self, stripes[i], tags[i], ns, k)?.is_some_and(|f| stored(&f.e));
-                }
+                Ok(_) | Err(Error::Changed) => slow[i] = true,
                 Err(e) => return Err(e),
             }
+        }
+        let mut h = [0u64; PROBE_BATCH];
+        checksum32_lanes(&words[..n], &mut h[..n]);
+        for i in 0..n {
+            found[i] = if slow[i] {
+                probe::find(self, stripes[i], tags[i], ns, keys[i])?.is_some_and(|f| stored(&f.e))
+            } else {
+                cand[i] != NIL && live[i] && checksum32_fold(h[i]) == sums[i]
+            };
         }
         Ok(())
     }

@@ -285,3 +285,32 @@ fn batched_lookup_and_presence_agree_with_one_key_at_a_time() {
     assert!(sut.presence(7, &keys, &mut present[..39]).is_err(), "too few answer slots");
     assert!(findings(&f).is_empty(), "{:?}", findings(&f));
 }
+
+#[test]
+fn lookup_reports_an_entry_whose_checksum_fails_as_missing() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let sut = node(&f, &env, &local, 0);
+    let keys: Vec<Key> = (200..240).map(key).collect();
+    for &k in &keys {
+        let h = sut.reserve(3, k, 64, 1).unwrap();
+        sut.write(&h, 0, &[9; 64]).unwrap();
+        sut.publish(&h).unwrap();
+    }
+    assert_eq!(sut.lookup(3, &keys).unwrap(), 40);
+    // A word of key 35's entry (its payload offset) changed behind the
+    // index's back: the checksum no longer matches.
+    let (s, found) = f.store.find_ready(3, keys[35]).unwrap().unwrap();
+    let off = f.store.layout.entry(s, found.entry) + 32;
+    let was = f.store.region.load_u64(off).unwrap();
+    f.store.region.store_u64(off, was ^ 0x40).unwrap();
+    assert_eq!(sut.lookup(3, &keys).unwrap(), 35);
+    let mut present = std::vec![false; keys.len()];
+    sut.presence(3, &keys, &mut present).unwrap();
+    assert_eq!(present.iter().filter(|&&p| !p).count(), 1);
+    assert!(!present[35]);
+    f.store.region.store_u64(off, was).unwrap();
+    assert_eq!(sut.lookup(3, &keys).unwrap(), 40);
+}
