@@ -131,12 +131,7 @@ fn one_mode(mode: FlushMode, cfg: &Config) -> Result<Vec<(&'static str, f64)>, c
     rows.push(("get (copy, validated)", per_block(t.elapsed(), m)));
 
     // Uncontended global lock.
-    let t = Instant::now();
-    for _ in 0..m {
-        let h = node.lock(0)?;
-        node.unlock(h)?;
-    }
-    rows.push(("lock+unlock (uncontended)", per_block(t.elapsed(), m)));
+    rows.push(("lock+unlock (uncontended)", lock_loop(&cache, m)?));
     cache.close()?;
 
     // The same in a region formatted for 64 nodes and 256 locks: a grant's
@@ -145,18 +140,22 @@ fn one_mode(mode: FlushMode, cfg: &Config) -> Result<Vec<(&'static str, f64)>, c
     let caps = Capacities { max_nodes: 64, n_stripes: 64, app_locks: 62, ..Capacities::default() };
     let cache = Cache::create(&wide, 256 << 20, caps, Options { mode, ..Options::default() })?;
     let _cleanup_wide = Cleanup(wide);
-    let node = cache.node();
     // The first grant waits for the new region's manager to settle.
-    let h = node.lock(0)?;
-    node.unlock(h)?;
+    lock_loop(&cache, 1)?;
+    rows.push(("lock+unlock (uncontended, 64 nodes, 256 locks)", lock_loop(&cache, m)?));
+    cache.close()?;
+    Ok(rows)
+}
+
+/// Takes and releases lock 0 `m` times; ns per lock+unlock.
+fn lock_loop(cache: &Cache, m: usize) -> Result<f64, cxlkv_platform::Error> {
+    let node = cache.node();
     let t = Instant::now();
     for _ in 0..m {
         let h = node.lock(0)?;
         node.unlock(h)?;
     }
-    rows.push(("lock+unlock (uncontended, 64 nodes, 256 locks)", per_block(t.elapsed(), m)));
-    cache.close()?;
-    Ok(rows)
+    Ok(per_block(t.elapsed(), m))
 }
 
 struct Cleanup(std::path::PathBuf);
