@@ -183,10 +183,16 @@ impl Region {
     pub fn read<T: FromBytes + IntoBytes + KnownLayout + Immutable>(&self, off: u64) -> Result<T> {
         const { assert!(core::mem::size_of::<T>() % 8 == 0) };
         let size = core::mem::size_of::<T>() as u64;
-        self.check(off, size, 8)?;
+        // One check for the whole struct; the words are inside it.
+        let p = self.ptr(off, size, 8)?;
         let mut v = T::new_zeroed();
         for (i, chunk) in v.as_mut_bytes().chunks_exact_mut(8).enumerate() {
-            let w = self.load_u64(off + 8 * i as u64)?;
+            let wp = p.wrapping_add(8 * i).cast::<u64>();
+            // SAFETY: `wp` lies in `off..off+size`, which `ptr` checked is in
+            // bounds and 8-aligned (so is every word of it, `size` being a
+            // multiple of 8); the mapping outlives `self` (Region::new's
+            // contract); region words are only ever accessed atomically.
+            let w = unsafe { AtomicU64::from_ptr(wp) }.load(Ordering::Relaxed);
             chunk.copy_from_slice(&w.to_ne_bytes());
         }
         Ok(v)

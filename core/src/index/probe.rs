@@ -34,6 +34,7 @@ pub struct Found {
 
 /// Reads bucket `b` of stripe `s`, invalidating its line when it is the first
 /// bucket read from that line (`line` tracks the last line refreshed).
+#[inline]
 fn bucket<C: Coherence>(st: &Store<C>, s: u32, b: u32, line: &mut u64) -> Result<Bucket> {
     let off = st.layout.bucket(s, b);
     let l = off & !(LINE - 1);
@@ -79,6 +80,7 @@ pub fn find<C: Coherence>(st: &Store<C>, s: u32, tag: u64, ns: u32, key: Key) ->
 /// first (a miss). `home_line` is the home bucket's line, invalidated by the
 /// caller; later lines are invalidated here. The entry is the caller's to
 /// read and check: a different key behind the same tag needs [`find`].
+#[inline]
 pub fn first_of_tag<C: Coherence>(st: &Store<C>, s: u32, tag: u64, home_line: u64) -> Result<Option<(u32, u32)>> {
     let bps = st.layout.buckets_per_stripe;
     let home = home_of(tag, bps);
