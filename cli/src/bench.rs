@@ -91,7 +91,7 @@ fn one_mode(mode: FlushMode, cfg: &Config) -> Result<Vec<(&'static str, f64)>, c
     rows.push(("reserve+write+publish (batch 64)", per_block(t.elapsed(), items.len())));
 
     // Lookup of the whole chain.
-    let reps = 5;
+    let reps = 50;
     let t = Instant::now();
     for _ in 0..reps {
         let got = node.lookup(ns, &keys)?;
