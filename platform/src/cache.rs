@@ -302,13 +302,9 @@ fn background(inner: Arc<Inner>) {
             continue;
         }
         idle = idle.saturating_add(1);
-        // The active manager keeps stepping for a while after its last
-        // grant (the next request of a busy node, or of another host that
-        // cannot ring this host's bell, is then granted at once), then
-        // sleeps longer and longer; a ring of this host wakes it.
         let pause = if !rep.active {
             Duration::from_millis(5).min(beat_every)
-        } else if idle < 256 {
+        } else if idle < 16 {
             Duration::from_micros(0)
         } else if idle < 2000 {
             Duration::from_micros(50)
