@@ -304,6 +304,9 @@ pub struct StepReport {
     pub dead: u64,
     /// Locks revoked.
     pub revoked: u32,
+    /// When the liveness scan that `dead` comes from ran (the caller's
+    /// ticks): a recovery that ended later has already seen those nodes.
+    pub scanned_at: u64,
 }
 
 /// The lock manager's process-local state. Driven by [`Manager::step`] from a
@@ -428,6 +431,7 @@ impl Manager {
         }
         let dead = ml.dead_mask;
         rep.dead = dead;
+        rep.scanned_at = self.liveness_at;
 
         // Locks: those someone asks for (request lines) or holds.
         let nn = l.caps.max_nodes;

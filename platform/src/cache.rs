@@ -80,6 +80,8 @@ struct Inner {
     stop: AtomicBool,
     fenced: AtomicBool,
     recovering: AtomicBool,
+    /// When the last automatic recovery ended (ms since attach).
+    recovered_at: Mutex<Option<u64>>,
     is_manager: AtomicBool,
     mgr: Mutex<Manager>,
     last: Mutex<StepReport>,
@@ -289,10 +291,18 @@ fn background(inner: Arc<Inner>) {
             Ok(mut m) => inner.step(&mut m).unwrap_or_default(),
             Err(_) => return,
         };
-        if rep.dead != 0 && inner.opts.auto_recover && !inner.recovering.swap(true, Ordering::AcqRel) {
+        // A dead node's bit stays in the manager's mask until its next
+        // liveness scan: one that ran before the last recovery ended names
+        // nodes that recovery freed already (recovering again would rebuild
+        // every stripe for nothing, under readers' feet).
+        let fresh = inner.recovered_at.lock().is_ok_and(|at| at.is_none_or(|at| rep.scanned_at > at));
+        if rep.dead != 0 && fresh && inner.opts.auto_recover && !inner.recovering.swap(true, Ordering::AcqRel) {
             let i2 = inner.clone();
             std::thread::spawn(move || {
                 let _ = i2.node().recover(0);
+                if let Ok(mut at) = i2.recovered_at.lock() {
+                    *at = Some(i2.now_ms());
+                }
                 i2.recovering.store(false, Ordering::Release);
             });
         }
@@ -379,6 +389,7 @@ impl Cache {
             stop: AtomicBool::new(false),
             fenced: AtomicBool::new(false),
             recovering: AtomicBool::new(false),
+            recovered_at: Mutex::new(None),
             is_manager: AtomicBool::new(false),
             last: Mutex::new(StepReport::default()),
             map,
