@@ -188,10 +188,9 @@ impl Region {
         let mut v = T::new_zeroed();
         for (i, chunk) in v.as_mut_bytes().chunks_exact_mut(8).enumerate() {
             let wp = p.wrapping_add(8 * i).cast::<u64>();
-            // SAFETY: `wp` lies in `off..off+size`, which `ptr` checked is in
-            // bounds and 8-aligned (so is every word of it, `size` being a
-            // multiple of 8); the mapping outlives `self` (Region::new's
-            // contract); region words are only ever accessed atomically.
+            // SAFETY: `wp` is an 8-aligned word of `off..off+size`, checked by
+            // `ptr` (size is a multiple of 8); the mapping outlives `self`;
+            // region words are only ever accessed atomically.
             let w = unsafe { AtomicU64::from_ptr(wp) }.load(Ordering::Relaxed);
             chunk.copy_from_slice(&w.to_ne_bytes());
         }

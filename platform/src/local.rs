@@ -101,10 +101,9 @@ impl LocalTier {
     /// attach lock's.
     fn bell_words(&self) -> (&AtomicU32, &AtomicU32) {
         let p = self.map.region().base().wrapping_add((self.n as usize + 1) * STRIDE);
-        // SAFETY: `p` and `p + 4` are inside the mapping (the file holds n+2
-        // lines, checked at open) and 4-aligned (page-aligned base, 64-byte
-        // stride); the mapping lives as long as `self`; every process accesses
-        // these words only atomically.
+        // SAFETY: `p` and `p + 4` are 4-aligned words inside the mapping (n+2
+        // lines, sized at open); it lives as long as `self`; every process
+        // accesses these words only atomically.
         let count = unsafe { AtomicU32::from_ptr(p.cast::<u32>()) };
         // SAFETY: as above, the next word of the same line.
         let sleepers = unsafe { AtomicU32::from_ptr(p.wrapping_add(4).cast::<u32>()) };
