@@ -472,26 +472,9 @@ impl Manager {
         }
         // The locks to look at: every one in a full step, else those asked
         // for or held (the set bits of `want`).
-        let mut word = 0usize;
-        let mut pending = if full { u64::MAX } else { want[0] };
-        loop {
-            let lock = match pending.trailing_zeros() {
-                64 => {
-                    word += 1;
-                    if word >= want.len() {
-                        break;
-                    }
-                    pending = if full { u64::MAX } else { want[word] };
-                    continue;
-                }
-                b => {
-                    pending &= pending - 1;
-                    word as u32 * 64 + b
-                }
-            };
-            if lock >= l.n_locks {
-                break;
-            }
+        let words = if full { [u64::MAX; 4] } else { want };
+        let locks = (0..words.len() as u32).flat_map(|w| bits(words[w as usize]).map(move |b| w * 64 + b));
+        for lock in locks.take_while(|&lock| lock < l.n_locks) {
             let (wi, bit) = ((lock / 64) as usize, 1u64 << (lock % 64));
             let loff = l.lock_line(lock);
             // The slots this step reads: every one in a full scan; else those
