@@ -10,10 +10,11 @@
 //! - between two processes: QD1 `Cache::get` of blocks of 16 KiB, 256 KiB
 //!   and 2 MiB in random order over a working set of 4x the last-level
 //!   cache (at least 512 MiB), by a reader whose page tables start empty
-//!   (cold) and again (warm), against a same-run memcpy from an equally
-//!   large pool; handoff latency and RPC round trip through the inboxes;
-//!   lock+unlock from a process other than the manager's, and with two
-//!   processes contending.
+//!   (cold) and again (warm), against same-run memcpys of data as cold (a
+//!   freshly mapped file) and as warm (a faulted-in pool); handoff latency
+//!   and RPC round trip through the inboxes; lock+unlock from a process
+//!   other than the manager's beside the cost of waking a sleeping thread
+//!   of another process, and with two processes contending.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -26,6 +27,7 @@ use cxlkv_core::hash::{mix64, Key};
 use cxlkv_core::index::{Handle, ReserveItem};
 use cxlkv_core::layout::Capacities;
 use cxlkv_core::Error;
+use cxlkv_platform::local::LocalTier;
 use cxlkv_platform::{Cache, Flush, FlushMode, GetItem, Mapping, Options};
 use serde_json::{json, Value};
 
@@ -280,8 +282,9 @@ fn working_set(quick: bool) -> usize {
 /// (what `cxlkv_get` and Python's `Node.get` call): one process publishes
 /// blocks filling the working set, the other reads every one of them in a
 /// random order twice — first with its page tables unpopulated (a cold
-/// reader: each first touch faults), then again (warm) — beside a same-run
-/// memcpy of blocks picked at random from a private pool as large.
+/// reader: each first touch faults), then again (warm) — beside same-run
+/// memcpys of random blocks from a freshly mapped file and from a
+/// faulted-in private pool as large.
 fn cross_get(mode: FlushMode, size: usize, ws: usize, tag: &str) -> Result<Value, cxlkv_platform::Error> {
     let path = PathBuf::from(format!("/dev/shm/cxlkv-bench-g-{tag}"));
     let local = PathBuf::from(format!("/dev/shm/cxlkv-bench-g-{tag}.local"));
@@ -380,14 +383,54 @@ fn cross_process(mode: FlushMode, quick: bool) -> Result<Value, cxlkv_platform::
         last_json(&mut child)?
     };
     cache.close()?;
+    let wake = wake_reference(&path, &local, mode, if quick { 200 } else { 2000 })?;
     Ok(json!({
         "working_set_bytes": ws,
+        "wake_reference_ns": wake,
         "lock_other_process_uncontended": alone,
         "get": get,
         "rpc_round_trip_ns": {"p50": quantile(&mut rtt, 0.5), "p99": quantile(&mut rtt, 0.99)},
         "handoff_ns": rpc["handoff_ns"],
         "lock_contended": contended,
     }))
+}
+
+/// The floor under a grant by a sleeping manager in another process: the
+/// peer rings a futex bell on which a thread of this process sleeps, and
+/// spins until that thread, woken, rings a second bell back. The peer pauses
+/// between rounds so the thread is asleep each time.
+fn wake_reference(path: &Path, local: &Path, mode: FlushMode, n: usize) -> Result<Value, cxlkv_platform::Error> {
+    let ids = (mix64(std::process::id() as u64 ^ 0xa11), mix64(std::process::id() as u64 ^ 0xb22));
+    let (a, b) = (LocalTier::open(local, ids.0, 0)?, LocalTier::open(local, ids.1, 0)?);
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (a, b) = (&a, &b);
+        s.spawn(move || {
+            while let Err(std::sync::mpsc::TryRecvError::Empty) = stopped.try_recv() {
+                let seen = a.bell_count();
+                a.sleep(seen, Duration::from_secs(1));
+                b.ring();
+            }
+        });
+        let args = ["wake".to_string(), n.to_string(), ids.0.to_string(), ids.1.to_string()];
+        let exe = std::env::current_exe().map_err(|err| cxlkv_platform::Error::Io { what: "current_exe", err });
+        let out = exe.and_then(|exe| {
+            let mut child = Command::new(exe)
+                .arg("bench-peer")
+                .arg(path)
+                .arg(local)
+                .arg(mode.name())
+                .arg("0")
+                .args(args)
+                .stdout(Stdio::piped())
+                .spawn()
+                .map_err(|err| cxlkv_platform::Error::Io { what: "spawn bench peer", err })?;
+            last_json(&mut child)
+        });
+        drop(stop);
+        a.ring();
+        out
+    })
 }
 
 struct CleanupDir(PathBuf);
@@ -462,8 +505,14 @@ pub fn peer_main(args: &[String]) -> Result<(), String> {
         Options { mode, local_dir: PathBuf::from(local), lock_timeout: Duration::from_secs(60), ..Options::default() };
     // The get reader starts cold: its page tables fill as it reads.
     let opts = Options { populate: role != "get", ..opts };
-    let cache = Cache::open(Path::new(path), opts).map_err(|e| e.to_string())?;
     let num = |i: usize| rest.get(i).and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
+    if role == "wake" {
+        let id = |i: usize| rest.get(i).and_then(|v| v.parse::<u64>().ok()).ok_or("bench-peer: bad bell id");
+        let out = peer_wake(Path::new(local), num(0), id(1)?, id(2)?)?;
+        println!("{out}");
+        return Ok(());
+    }
+    let cache = Cache::open(Path::new(path), opts).map_err(|e| e.to_string())?;
     let out = match role.as_str() {
         "get" => peer_get(&cache, num(0), num(1)),
         "echo" => peer_echo(&cache, parent),
@@ -522,14 +571,67 @@ fn peer_get(cache: &Cache, size: usize, n: usize) -> Result<Value, String> {
         std::hint::black_box(&mut dst);
         copy.push(t.elapsed().as_nanos() as u64);
     }
+    drop(pool);
     let memcpy_p50 = quantile(&mut copy, 0.5).max(1) as f64;
-    let row = |lat: &mut Vec<u64>| {
+    let mut cold_copy = cold_memcpy(size, n, &order, &mut dst)?;
+    let cold_p50 = quantile(&mut cold_copy, 0.5).max(1) as f64;
+    let row = |lat: &mut Vec<u64>, reference: f64| {
         let p50 = quantile(lat, 0.5).max(1);
         json!({"p50_ns": p50, "p99_ns": quantile(lat, 0.99), "gb_per_s": size as f64 / p50 as f64,
-            "pct_of_memcpy": 100.0 * memcpy_p50 / p50 as f64})
+            "pct_of_memcpy": 100.0 * reference / p50 as f64})
     };
-    Ok(json!({"bytes": size, "blocks": n, "cold": row(&mut cold), "warm": row(&mut warm),
-        "memcpy": {"p50_ns": memcpy_p50, "gb_per_s": size as f64 / memcpy_p50}}))
+    Ok(json!({"bytes": size, "blocks": n, "cold": row(&mut cold, cold_p50), "warm": row(&mut warm, memcpy_p50),
+        "memcpy": {"p50_ns": memcpy_p50, "gb_per_s": size as f64 / memcpy_p50},
+        "memcpy_cold": {"p50_ns": cold_p50, "gb_per_s": size as f64 / cold_p50}}))
+}
+
+/// The cold reader's reference: memcpy of blocks in `order` out of a shared
+/// file as large as the working set, written with `write(2)` and then mapped
+/// afresh, so its pages sit in memory but not in this process's page tables
+/// (each first touch faults), exactly as the region's do for a cold reader.
+fn cold_memcpy(size: usize, n: usize, order: &[u64], dst: &mut [u8]) -> Result<Vec<u64>, String> {
+    use std::io::Write;
+    let path = PathBuf::from(format!("/dev/shm/cxlkv-bench-cold-{}", std::process::id()));
+    let _cleanup = Cleanup(path.clone());
+    let mut f = std::fs::File::create(&path).map_err(|e| format!("cold reference: {e}"))?;
+    let chunk = vec![0x3cu8; 1 << 20];
+    let mut left = size * n;
+    while left > 0 {
+        let k = left.min(chunk.len());
+        f.write_all(&chunk[..k]).map_err(|e| format!("cold reference: {e}"))?;
+        left -= k;
+    }
+    drop(f);
+    let map = Mapping::open_file(&path).map_err(|e| e.to_string())?;
+    let region = map.region();
+    let mut lat = Vec::with_capacity(order.len());
+    for &i in order {
+        let t = Instant::now();
+        region.copy_out(i * size as u64, dst).map_err(|e| e.to_string())?;
+        std::hint::black_box(&mut *dst);
+        lat.push(t.elapsed().as_nanos() as u64);
+    }
+    Ok(lat)
+}
+
+fn peer_wake(local: &Path, n: usize, id_a: u64, id_b: u64) -> Result<Value, String> {
+    let a = LocalTier::open(local, id_a, 0).map_err(|e| e.to_string())?;
+    let b = LocalTier::open(local, id_b, 0).map_err(|e| e.to_string())?;
+    let mut lat = Vec::with_capacity(n);
+    for _ in 0..n {
+        std::thread::sleep(Duration::from_micros(200));
+        let seen = b.bell_count();
+        let t = Instant::now();
+        a.ring();
+        while b.bell_count() == seen {
+            if t.elapsed() > Duration::from_secs(10) {
+                return Err("wake reference: no answer within 10 s".into());
+            }
+            std::hint::spin_loop();
+        }
+        lat.push(t.elapsed().as_nanos() as u64);
+    }
+    Ok(json!({"p50": quantile(&mut lat, 0.5), "p99": quantile(&mut lat, 0.99)}))
 }
 
 fn peer_echo(cache: &Cache, parent: u32) -> Result<Value, String> {
@@ -622,9 +724,10 @@ pub fn print_table(r: &Value) {
         for w in ["cold", "warm"] {
             row(format!("get {kib} KiB {w} reader p50, us"), &|x| at(x, w, "p50_ns") / 1e3, 1);
             row(format!("get {kib} KiB {w} reader p99, us"), &|x| at(x, w, "p99_ns") / 1e3, 1);
-            row(format!("get {kib} KiB {w} at p50, % of memcpy"), &|x| at(x, w, "pct_of_memcpy"), 0);
+            row(format!("get {kib} KiB {w} at p50, % of {w} memcpy"), &|x| at(x, w, "pct_of_memcpy"), 0);
         }
         row(format!("memcpy {kib} KiB p50, us (same run)"), &|x| at(x, "memcpy", "p50_ns") / 1e3, 1);
+        row(format!("memcpy {kib} KiB cold p50, us (same run)"), &|x| at(x, "memcpy_cold", "p50_ns") / 1e3, 1);
     }
     let us = |a: &'static str, b: &'static str| move |x: &Value| x[a][b].as_f64().unwrap_or(f64::NAN) / 1e3;
     row("handoff (one way) p50, us".into(), &us("handoff_ns", "p50"), 1);
@@ -636,6 +739,7 @@ pub fn print_table(r: &Value) {
         &|x| x["lock_other_process_uncontended"]["ns_per_op"].as_f64().unwrap_or(f64::NAN),
         0,
     );
+    row("wake a sleeping thread of another process p50, us".into(), &us("wake_reference_ns", "p50"), 1);
     row(
         "lock+unlock, 2 processes contending, ns".into(),
         &|x| x["lock_contended"]["ns_per_op"].as_f64().unwrap_or(f64::NAN),
