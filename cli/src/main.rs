@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use args::{Args, Usage};
 use cxlkv_core::layout::Capacities;
 use cxlkv_platform::cache::{check_store, stranded};
-use cxlkv_platform::{Cache, Flush, FlushMode, Mapping, Options};
+use cxlkv_platform::{Cache, Flush, FlushMode, Mapping, Options, Region};
 use serde_json::json;
 
 const USAGE: &str = "\
@@ -153,21 +153,16 @@ fn cmd_format(raw: &[String]) -> Result<(), Fail> {
     let total: u32 = a.num("entries", caps.n_stripes.saturating_mul(d.entries_per_stripe))?;
     let caps = Capacities { entries_per_stripe: total.div_ceil(caps.n_stripes.max(1)), ..caps };
     caps.validate().map_err(|_| Usage("capacities out of range".into()))?;
-    if !path.starts_with("/dev/dax") {
+    let dax = path.starts_with("/dev/dax");
+    if !dax {
         // Refuse impossible sizes before touching an existing file.
-        cxlkv_core::layout::Layout::compute(caps, size)?;
+        Region::plan(caps, size)?;
     }
     let p = Path::new(path);
-    if p.exists() && !a.flag("force") && !path.starts_with("/dev/dax") {
+    if p.exists() && !a.flag("force") && !dax {
         return Err(Fail::Run(format!("{path} exists (use --force to overwrite)")));
     }
-    let map = match cxlkv_platform::Source::for_path(p) {
-        cxlkv_platform::Source::DevDax(_) => Mapping::open(p)?,
-        _ => Mapping::create_file(p, size, 0o600, true)?,
-    };
-    let co = Flush::new(mode(&a)?, false)?;
-    let store = cxlkv_core::region::format(map.region(), co, caps, cxlkv_platform::host::random_u64())?;
-    let l = store.layout;
+    let l = Region::create(p, size, true)?.format(caps, mode(&a)?)?;
     if a.flag("json") {
         println!(
             "{}",

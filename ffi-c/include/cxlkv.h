@@ -677,7 +677,8 @@ cxlkv_result cxlkv_node_options_default(struct cxlkv_node_options *out);
 // Creates a region file of `size` bytes at `path` (a file, or one in
 // /dev/shm or on hugetlbfs), readable and writable by its owner only. It is
 // not formatted: call `cxlkv_region_format`. `overwrite` false refuses an
-// existing file (CXLKV_RESULT_IO).
+// existing file (CXLKV_RESULT_IO). A device-DAX path (/dev/daxX.Y) is
+// opened instead: the device is the region, whatever `size` says.
 //
 // # Safety
 // `path` is a NUL-terminated string; `out` is valid for one write.

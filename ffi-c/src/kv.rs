@@ -231,7 +231,7 @@ pub unsafe extern "C" fn cxlkv_exists(
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        out.write(c.store().find_ready(ns, k[0])?.is_some());
+        out.write(c.exists(ns, k[0])?);
         Ok(())
     })
 }
@@ -282,7 +282,7 @@ impl cxlkv_block {
     };
 
     fn of(c: &Cache, h: &Handle) -> Res<cxlkv_block> {
-        let data = c.store().region.ptr(h.off, h.len, 1)?;
+        let data = c.payload_ptr(h.off, h.len)?;
         Ok(cxlkv_block {
             data: data.cast(),
             len: h.len,

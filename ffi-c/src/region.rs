@@ -4,19 +4,18 @@
 
 use core::ffi::c_char;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use cxlkv_core::index::Lru;
 use cxlkv_core::layout::{Capacities, NodeStats};
-use cxlkv_platform::{Cache, FlushMode, Mapping, Options};
+use cxlkv_platform::{Cache, FlushMode, Options, Region};
 
 use crate::{cxlkv_result, guard, handle, slice_mut, text, Live, Out, Res, Shell};
 
 /// A mapped region (opaque). Made by `cxlkv_region_create`, `_open` or
 /// `_memfd`; closed by `cxlkv_region_close`. Nodes attached to it keep the
 /// mapping alive after the handle is closed.
-pub struct cxlkv_region(Shell<Arc<Mapping>>);
+pub struct cxlkv_region(Shell<Region>);
 
 /// An attached node (opaque): the handle of every cache operation. Made by
 /// `cxlkv_node_attach`, closed by `cxlkv_node_detach`.
@@ -173,14 +172,15 @@ pub unsafe extern "C" fn cxlkv_node_options_default(out: *mut cxlkv_node_options
     })
 }
 
-fn new_region(out: Out<*mut cxlkv_region>, m: Mapping) {
-    out.write(Box::into_raw(Box::new(cxlkv_region(Shell::new(REGION_MAGIC, Arc::new(m))))));
+fn new_region(out: Out<*mut cxlkv_region>, r: Region) {
+    out.write(Box::into_raw(Box::new(cxlkv_region(Shell::new(REGION_MAGIC, r)))));
 }
 
 /// Creates a region file of `size` bytes at `path` (a file, or one in
 /// /dev/shm or on hugetlbfs), readable and writable by its owner only. It is
 /// not formatted: call `cxlkv_region_format`. `overwrite` false refuses an
-/// existing file (CXLKV_RESULT_IO).
+/// existing file (CXLKV_RESULT_IO). A device-DAX path (/dev/daxX.Y) is
+/// opened instead: the device is the region, whatever `size` says.
 ///
 /// # Safety
 /// `path` is a NUL-terminated string; `out` is valid for one write.
@@ -198,7 +198,7 @@ pub unsafe extern "C" fn cxlkv_region_create(
         // SAFETY:
         // - `path` is NUL-terminated by the contract.
         let p = unsafe { text(path) }?;
-        new_region(out, Mapping::create_file(Path::new(p), size, 0o600, overwrite)?);
+        new_region(out, Region::create(Path::new(p), size, overwrite)?);
         Ok(())
     })
 }
@@ -217,7 +217,7 @@ pub unsafe extern "C" fn cxlkv_region_open(path: *const c_char, out: *mut *mut c
         // SAFETY:
         // - `path` is NUL-terminated by the contract.
         let p = unsafe { text(path) }?;
-        new_region(out, Mapping::open(Path::new(p))?);
+        new_region(out, Region::open(Path::new(p))?);
         Ok(())
     })
 }
@@ -234,7 +234,7 @@ pub unsafe extern "C" fn cxlkv_region_memfd(size: u64, hugetlb: bool, out: *mut 
         // SAFETY:
         // - `out` is valid for one write by the contract.
         let out = unsafe { Out::new(out) }?;
-        new_region(out, Mapping::memfd(size, hugetlb)?);
+        new_region(out, Region::memfd(size, hugetlb)?);
         Ok(())
     })
 }
@@ -256,7 +256,7 @@ pub unsafe extern "C" fn cxlkv_region_format(
     guard(|| {
         // SAFETY:
         // - `region` is NULL or a shell from this library.
-        let map = unsafe { handle(region) }?.0.live(REGION_MAGIC)?;
+        let r = unsafe { handle(region) }?.0.live(REGION_MAGIC)?;
         let caps = if caps.is_null() {
             Capacities::default()
         } else {
@@ -264,11 +264,7 @@ pub unsafe extern "C" fn cxlkv_region_format(
             // - `caps` non-NULL and valid for a read by the contract.
             Capacities::from(unsafe { caps.read() })
         };
-        if Arc::strong_count(&map) > 1 {
-            return Err(cxlkv_result::Busy.into());
-        }
-        let co = cxlkv_platform::Flush::new(mode(flush_mode)?, false)?;
-        cxlkv_core::region::format(map.region(), co, caps, cxlkv_platform::host::random_u64())?;
+        r.format(caps, mode(flush_mode)?)?;
         Ok(())
     })
 }
@@ -286,8 +282,8 @@ pub unsafe extern "C" fn cxlkv_region_size(region: *const cxlkv_region, out: *mu
         let out = unsafe { Out::new(out) }?;
         // SAFETY:
         // - `region` is NULL or a shell from this library.
-        let map = unsafe { handle(region) }?.0.live(REGION_MAGIC)?;
-        out.write(map.len() as u64);
+        let r = unsafe { handle(region) }?.0.live(REGION_MAGIC)?;
+        out.write(r.len());
         Ok(())
     })
 }
@@ -330,7 +326,7 @@ pub unsafe extern "C" fn cxlkv_node_attach(
         let out = unsafe { Out::new(out) }?;
         // SAFETY:
         // - `region` is NULL or a shell from this library.
-        let map = Arc::clone(&*unsafe { handle(region) }?.0.live(REGION_MAGIC)?);
+        let r = Region::clone(&*unsafe { handle(region) }?.0.live(REGION_MAGIC)?);
         let mut o = Options::default();
         if !opts.is_null() {
             // SAFETY:
@@ -351,7 +347,7 @@ pub unsafe extern "C" fn cxlkv_node_attach(
                 o.local_dir = unsafe { text(c.local_dir) }?.into();
             }
         }
-        let cache = Cache::attach(map, o)?;
+        let cache = r.attach(o)?;
         out.write(Box::into_raw(Box::new(cxlkv_node(Shell::new(NODE_MAGIC, cache)))));
         Ok(())
     })

@@ -6,11 +6,8 @@
 
 use core::ffi::{c_char, c_void};
 
-use cxlkv_core::coherence::{Coherence, Site};
-use cxlkv_core::lock::Held;
 use cxlkv_core::roots::{self, Root};
 use cxlkv_platform::host::tid;
-use cxlkv_platform::Cache;
 
 use crate::region::{cxlkv_node, live};
 use crate::{cxlkv_result, guard, text, Out, Res};
@@ -116,11 +113,10 @@ pub unsafe extern "C" fn cxlkv_lock_release(node: *const cxlkv_node, ticket: *co
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        let l = &c.store().layout;
-        if t.lock >= l.caps.app_locks || t.thread != tid() {
+        if t.thread != tid() {
             return Err(cxlkv_result::InvalidArgument.into());
         }
-        Ok(c.node().unlock_app(Held { lock: l.locks().app(t.lock), seq: t.seq })?)
+        Ok(c.unlock_app(t.lock, t.seq)?)
     })
 }
 
@@ -236,7 +232,7 @@ pub unsafe extern "C" fn cxlkv_root_get(
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        let r = roots::get(c.store(), name)?;
+        let r = c.root(name)?;
         out.write(cxlkv_root { offset: r.offset, size: r.size, tag: r.tag, reserved: 0 });
         Ok(())
     })
@@ -272,18 +268,6 @@ pub unsafe extern "C" fn cxlkv_root_destroy(
     })
 }
 
-/// The payload-area offset of `[p, p + len)` in this node's mapping, or
-/// `OutOfBounds` when any of it lies outside the payload area.
-fn payload_offset(c: &Cache, p: *const c_void, len: u64) -> Res<u64> {
-    let st = c.store();
-    let base = st.region.base() as usize;
-    let off = (p as usize).checked_sub(base).ok_or(cxlkv_core::Error::OutOfBounds)? as u64;
-    if !st.layout.payload.contains(off, len) {
-        return Err(cxlkv_core::Error::OutOfBounds.into());
-    }
-    Ok(off)
-}
-
 /// The address, in this process, of `len` bytes at region offset `offset`.
 /// CXLKV_RESULT_OUT_OF_BOUNDS unless they lie in the payload area (where
 /// allocations, roots' objects and blocks live).
@@ -305,11 +289,7 @@ pub unsafe extern "C" fn cxlkv_offset_to_ptr(
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        let st = c.store();
-        if !st.layout.payload.contains(offset, len) {
-            return Err(cxlkv_core::Error::OutOfBounds.into());
-        }
-        out.write(st.region.ptr(offset, len, 1)?.cast());
+        out.write(c.payload_ptr(offset, len)?.cast());
         Ok(())
     })
 }
@@ -334,7 +314,7 @@ pub unsafe extern "C" fn cxlkv_ptr_to_offset(
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        out.write(payload_offset(&c, ptr, 0)?);
+        out.write(c.payload_offset(ptr.cast(), 0)?);
         Ok(())
     })
 }
@@ -353,13 +333,8 @@ pub unsafe extern "C" fn cxlkv_flush(node: *const cxlkv_node, ptr: *const c_void
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        let off = payload_offset(&c, ptr, len as u64)?;
-        let st = c.store();
-        // SYNC: the caller's stores to [off, off+len) reach memory (reader:
-        // another host after its `cxlkv_invalidate`).
-        st.co.flush(&st.region, off, len as u64, Site("ffi.flush"))?;
-        st.co.store_fence(Site("ffi.flush.fence"));
-        Ok(())
+        let off = c.payload_offset(ptr.cast(), len as u64)?;
+        Ok(c.flush_range(off, len as u64)?)
     })
 }
 
@@ -376,10 +351,7 @@ pub unsafe extern "C" fn cxlkv_invalidate(node: *const cxlkv_node, ptr: *const c
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        let off = payload_offset(&c, ptr, len as u64)?;
-        let st = c.store();
-        // SYNC: fresh lines of [off, off+len) (writer: `cxlkv_flush` on the
-        // publishing host).
-        Ok(st.co.invalidate(&st.region, off, len as u64, Site("ffi.invalidate"))?)
+        let off = c.payload_offset(ptr.cast(), len as u64)?;
+        Ok(c.invalidate_range(off, len as u64)?)
     })
 }

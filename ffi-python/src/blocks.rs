@@ -179,7 +179,7 @@ impl Batch {
     fn new(py: Python<'_>, cache: Arc<Cache>, kind: Kind, hs: Vec<Option<Handle>>) -> PyResult<Batch> {
         let keys = hs.iter().map(|h| h.map(|h| h.key).unwrap_or_default()).collect();
         let handles: Vec<Handle> = hs.iter().flatten().copied().collect();
-        let region = cache.store().region;
+        let node = cache.clone();
         let shared = Arc::new(Shared { kind, cache: Mutex::new(Some(cache)), handles });
         let mut items = Vec::with_capacity(hs.len());
         for h in &hs {
@@ -187,7 +187,7 @@ impl Batch {
                 items.push(None);
                 continue;
             };
-            let ptr = region.ptr(h.off, h.len, 1).or_raise(py)? as usize;
+            let ptr = node.payload_ptr(h.off, h.len).or_raise(py)? as usize;
             let payload = Py::new(
                 py,
                 Payload {

@@ -10,10 +10,10 @@ use pyo3::types::{PyDict, PyTuple};
 
 use cxlkv::cxlkv_result as R;
 use cxlkv_core::hash::Key;
-use cxlkv_core::index::{Handle, Lru, ReserveItem};
+use cxlkv_core::index::{Lru, ReserveItem};
 use cxlkv_core::layout::Capacities;
 use cxlkv_platform::gpu::{CudaPath, Segment};
-use cxlkv_platform::{Cache, FlushMode, GetItem, Mapping, Options, PutItem};
+use cxlkv_platform::{Cache, FlushMode, GetItem, Options, PutItem, Region as Mapped, ReserveRefused};
 
 use crate::blocks::{self, Buffers, Pinned, Reservation};
 use crate::{key_of, keys_of, ns_of, raise, OrRaise};
@@ -30,15 +30,15 @@ fn mode_of(py: Python<'_>, s: &str) -> PyResult<FlushMode> {
 /// through it working; it is a context manager.
 #[pyclass(frozen, module = "cxlkv._cxlkv")]
 pub struct Region {
-    map: Mutex<Option<Arc<Mapping>>>,
+    map: Mutex<Option<Mapped>>,
 }
 
 impl Region {
-    fn new(m: Mapping) -> Region {
-        Region { map: Mutex::new(Some(Arc::new(m))) }
+    fn new(m: Mapped) -> Region {
+        Region { map: Mutex::new(Some(m)) }
     }
 
-    fn mapping(&self, py: Python<'_>) -> PyResult<Arc<Mapping>> {
+    fn mapping(&self, py: Python<'_>) -> PyResult<Mapped> {
         let g = self.map.lock().unwrap_or_else(|e| e.into_inner());
         g.clone().ok_or_else(|| raise(py, R::InvalidHandle, "the region is closed"))
     }
@@ -47,11 +47,12 @@ impl Region {
 #[pymethods]
 impl Region {
     /// Creates a region file of `size` bytes at `path` (owner-only), not yet
-    /// formatted. An existing file is refused unless `overwrite`.
+    /// formatted. An existing file is refused unless `overwrite`. A
+    /// device-DAX path (/dev/daxX.Y) is opened instead.
     #[staticmethod]
     #[pyo3(signature = (path, size, overwrite=false))]
     fn create(py: Python<'_>, path: PathBuf, size: u64, overwrite: bool) -> PyResult<Region> {
-        let m = py.detach(|| Mapping::create_file(&path, size, 0o600, overwrite)).or_raise(py)?;
+        let m = py.detach(|| Mapped::create(&path, size, overwrite)).or_raise(py)?;
         Ok(Region::new(m))
     }
 
@@ -59,7 +60,7 @@ impl Region {
     /// /dev/daxX.Y).
     #[staticmethod]
     fn open(py: Python<'_>, path: PathBuf) -> PyResult<Region> {
-        let m = py.detach(|| Mapping::open(&path)).or_raise(py)?;
+        let m = py.detach(|| Mapped::open(&path)).or_raise(py)?;
         Ok(Region::new(m))
     }
 
@@ -68,7 +69,7 @@ impl Region {
     #[staticmethod]
     #[pyo3(signature = (size, hugetlb=false))]
     fn memfd(py: Python<'_>, size: u64, hugetlb: bool) -> PyResult<Region> {
-        let m = py.detach(|| Mapping::memfd(size, hugetlb)).or_raise(py)?;
+        let m = py.detach(|| Mapped::memfd(size, hugetlb)).or_raise(py)?;
         Ok(Region::new(m))
     }
 
@@ -102,20 +103,18 @@ impl Region {
             inbox_slots: inbox_slots.unwrap_or(d.inbox_slots),
             app_locks: app_locks.unwrap_or(d.app_locks),
         };
-        // This handle's reference is one; a node holds another.
-        if Arc::strong_count(&map) > 2 {
+        if map.in_use() {
             return Err(raise(py, R::Busy, "a node of this process is attached to the region"));
         }
-        let co = cxlkv_platform::Flush::new(mode_of(py, flush_mode)?, false).or_raise(py)?;
-        py.detach(|| cxlkv_core::region::format(map.region(), co, caps, cxlkv_platform::host::random_u64()))
-            .or_raise(py)?;
+        let mode = mode_of(py, flush_mode)?;
+        py.detach(|| map.format(caps, mode)).or_raise(py)?;
         Ok(())
     }
 
     /// The mapped size in bytes.
     #[getter]
     fn size(&self, py: Python<'_>) -> PyResult<u64> {
-        Ok(self.mapping(py)?.len() as u64)
+        Ok(self.mapping(py)?.len())
     }
 
     /// True once closed.
@@ -156,7 +155,7 @@ impl Region {
         if let Some(d) = local_dir {
             o.local_dir = d;
         }
-        let cache = py.detach(|| Cache::attach(map, o)).or_raise(py)?;
+        let cache = py.detach(|| map.attach(o)).or_raise(py)?;
         Ok(Node { cache: RwLock::new(Some(Arc::new(cache))) })
     }
 
@@ -253,7 +252,7 @@ impl Node {
     /// Whether `key` is stored.
     fn exists(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let (ns, key, c) = (ns_of(ns)?, key_of(key)?, self.cache(py)?);
-        Ok(py.detach(|| c.store().find_ready(ns, key)).or_raise(py)?.is_some())
+        py.detach(|| c.exists(ns, key)).or_raise(py)
     }
 
     /// Pins the stored blocks of `keys` for zero-copy reads: a `Pinned`
@@ -295,19 +294,14 @@ impl Node {
         }
         let items: Vec<ReserveItem> =
             keys.iter().zip(&sizes).map(|(k, l)| ReserveItem { key: *k, len: *l, tokens }).collect();
-        let hs = py
-            .detach(|| {
-                let mut hs = vec![Err(cxlkv_core::Error::InvalidArgument); items.len()];
-                c.node().reserve_batch(ns, &items, &mut hs).map(|_| hs)
-            })
-            .or_raise(py)?;
-        if let Some((i, e)) = hs.iter().enumerate().find_map(|(i, r)| r.as_ref().err().map(|e| (i, *e))) {
-            let ok: Vec<Handle> = hs.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
-            py.detach(|| ok.iter().try_for_each(|h| c.node().abort(h))).or_raise(py)?;
-            let k = u128::from_le_bytes(keys[i].to_bytes());
-            return Err(raise(py, R::from(e), &format!("key {i} ({k:#034x}): {e}")));
+        match py.detach(|| c.reserve_all(ns, &items)) {
+            Ok(hs) => Reservation::new(py, c, hs.into_iter().map(Some).collect()),
+            Err(ReserveRefused { index: Some(i), error }) => {
+                let k = u128::from_le_bytes(keys[i].to_bytes());
+                Err(raise(py, R::of(&error), &format!("key {i} ({k:#034x}): {error}")))
+            }
+            Err(ReserveRefused { index: None, error }) => Err(crate::err(py, error)),
         }
-        Reservation::new(py, c, hs.into_iter().map(Result::ok).collect())
     }
 
     /// Stores blocks by copying: `items` are `(key, payload)` where payload is

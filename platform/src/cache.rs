@@ -18,13 +18,14 @@ use cxlkv_core::layout::{Capacities, NodeInfo, NodeStats, StripeHeader, NODE_ALI
 use cxlkv_core::lock::{LeaseConfig, Manager, StepReport};
 use cxlkv_core::node::{attach_node, bury, Identity, Node, NodeLocal};
 use cxlkv_core::recover::RecoverReport;
-use cxlkv_core::region::{attach, format, NodeEnv, Store};
+use cxlkv_core::region::{attach, NodeEnv, Store};
 
 use crate::flush::{Flush, FlushMode};
 use crate::gpu::{CudaPath, GpuState};
 use crate::host::{pid_alive, random_u64, Locality};
 use crate::local::{LocalTier, Owner};
 use crate::map::{Mapping, Populate};
+use crate::region::{Attachment, Region};
 use crate::{Error, Result};
 
 /// How a node attaches and behaves.
@@ -237,6 +238,9 @@ pub struct Cache {
     /// turns at it.
     inbox: Mutex<InboxLocal>,
     next_call: Mutex<u64>,
+    /// The [`Region`] this node was attached through counts it until it
+    /// closes (dropped after the thread stopped).
+    attachment: Option<Attachment>,
 }
 
 /// A snapshot of a node's and its region's counters ([`Cache::stats`]).
@@ -332,19 +336,16 @@ fn background(inner: Arc<Inner>) {
 }
 
 impl Cache {
-    /// Creates a region file of `size` bytes at `path` (owner-only), formats
-    /// it with `caps` and attaches to it.
+    /// Creates (or overwrites) a region file of `size` bytes at `path`
+    /// (owner-only), formats it with `caps` and attaches to it.
     pub fn create(path: &Path, size: u64, caps: Capacities, opts: Options) -> Result<Cache> {
-        let map = Mapping::create_file(path, size, 0o600, true)?;
-        Cache::format_mapping(map, caps, opts)
+        Cache::format_new(Region::create(path, size, true)?, caps, opts)
     }
 
-    /// Formats an existing mapping and attaches to it.
-    pub fn format_mapping(map: impl Into<Arc<Mapping>>, caps: Capacities, opts: Options) -> Result<Cache> {
-        let map = map.into();
-        let co = Flush::new(opts.mode, opts.nt_payload)?;
-        format(map.region(), co, caps, random_u64())?;
-        Cache::attach(map, opts)
+    /// Formats `region` with `caps` in `opts`' mode and attaches to it.
+    pub fn format_new(region: Region, caps: Capacities, opts: Options) -> Result<Cache> {
+        region.format(caps, opts.mode)?;
+        region.attach(opts)
     }
 
     /// Opens the region at `path` (file, /dev/shm or /dev/dax) and attaches.
@@ -406,7 +407,12 @@ impl Cache {
             gpu_init: Mutex::new(()),
             inbox: Mutex::new(InboxLocal::default()),
             next_call: Mutex::new(random_u64() >> 16),
+            attachment: None,
         })
+    }
+
+    pub(crate) fn hold(&mut self, a: Attachment) {
+        self.attachment = Some(a);
     }
 
     /// The node handle: every cache operation.

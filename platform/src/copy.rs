@@ -196,14 +196,14 @@ fn read_parts(cache: &Cache, h: &Handle, parts: &mut [&mut [u8]]) -> CoreResult<
 mod tests {
     use super::*;
     use crate::cache::Options;
-    use crate::map::Mapping;
+    use crate::region::Region;
     use cxlkv_core::layout::Capacities;
 
     fn cache() -> Cache {
         let caps =
             Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 64, chunk_shift: 16, ..Capacities::default() };
         let opts = Options { mode: crate::FlushMode::Coherent, ..Options::default() };
-        Cache::format_mapping(Mapping::memfd(8 << 20, false).unwrap(), caps, opts).unwrap()
+        Cache::format_new(Region::memfd(8 << 20, false).unwrap(), caps, opts).unwrap()
     }
 
     #[test]

@@ -17,7 +17,9 @@ pub mod gpu;
 pub mod host;
 pub mod local;
 pub mod map;
+pub mod region;
 pub mod size;
+pub mod user;
 
 pub use cache::{Cache, Options, Stats, KIND_RESPONSE};
 pub use copy::{GetItem, PutItem};
@@ -25,3 +27,5 @@ pub use cxlkv_core as core_api;
 pub use error::{Error, Result};
 pub use flush::{Flush, FlushMode};
 pub use map::{Mapping, Populate, Source};
+pub use region::Region;
+pub use user::ReserveRefused;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use cxlkv_core::hash::Key;
 use cxlkv_core::layout::Capacities;
 use cxlkv_platform::gpu::{Cuda, CudaPath, DeviceBuffer, Segment};
-use cxlkv_platform::{Cache, Error, FlushMode, Mapping, Options, Result};
+use cxlkv_platform::{Cache, Error, FlushMode, Mapping, Options, Region, Result};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -96,7 +96,7 @@ fn opts(mode: FlushMode) -> Options {
 fn region(size: usize, chunk_shift: u32, mode: FlushMode) -> Result<Cache> {
     let caps =
         Capacities { max_nodes: 2, n_stripes: 4, entries_per_stripe: 1024, chunk_shift, ..Capacities::default() };
-    let cache = Cache::format_mapping(Mapping::memfd(size as u64, false)?, caps, opts(mode))?;
+    let cache = Cache::format_new(Region::memfd(size as u64, false)?, caps, opts(mode))?;
     cache.prefault()?;
     Ok(cache)
 }

@@ -5,7 +5,7 @@ use cxlkv_core::hash::Key;
 use cxlkv_core::layout::Capacities;
 
 use super::*;
-use crate::{Mapping, Options};
+use crate::{Options, Region};
 
 /// CUDA can be missing for three reasons, each reported the same way.
 fn expect_unavailable() -> bool {
@@ -39,7 +39,7 @@ fn a_cache_without_cuda_refuses_registration_and_keeps_its_blocks() {
     let caps =
         Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 64, chunk_shift: 16, ..Capacities::default() };
     let opts = Options { local_dir: std::env::temp_dir(), lock_timeout: Duration::from_secs(30), ..Options::default() };
-    let cache = Cache::format_mapping(Mapping::memfd(8 << 20, false).unwrap(), caps, opts).unwrap();
+    let cache = Cache::format_new(Region::memfd(8 << 20, false).unwrap(), caps, opts).unwrap();
     let key = Key { lo: 7, hi: 9 };
     let h = cache.node().reserve(1, key, 4096, 16).unwrap();
     cache.node().write(&h, 0, &[0x5a; 4096]).unwrap();

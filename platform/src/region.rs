@@ -1,0 +1,147 @@
+//! A region as the bindings and tools hold it: the mapped memory (a file,
+//! /dev/shm, a hugetlb memfd or device DAX) that nodes attach to. The one
+//! place that formats a region and decides when formatting would pull the
+//! memory out from under an attached node of this process.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use cxlkv_core::layout::{Capacities, Layout};
+
+use crate::cache::{Cache, Options};
+use crate::flush::{Flush, FlushMode};
+use crate::host::random_u64;
+use crate::map::{Mapping, Source};
+use crate::{Error, Result};
+
+/// A mapped region. Clones share the mapping; nodes attached through any
+/// clone keep it mapped after every clone is dropped.
+#[derive(Clone)]
+pub struct Region(Arc<Shared>);
+
+struct Shared {
+    map: Arc<Mapping>,
+    /// Nodes attached through this region (of this process) and not yet
+    /// closed.
+    attached: Mutex<u32>,
+}
+
+/// A node's claim on its [`Region`]: counted while the node is attached.
+pub(crate) struct Attachment(Arc<Shared>);
+
+impl Drop for Attachment {
+    fn drop(&mut self) {
+        let mut n = self.0.attached.lock().unwrap_or_else(|e| e.into_inner());
+        *n = n.saturating_sub(1);
+    }
+}
+
+impl Region {
+    /// Wraps a mapping.
+    pub fn from_mapping(map: impl Into<Arc<Mapping>>) -> Region {
+        Region(Arc::new(Shared { map: map.into(), attached: Mutex::new(0) }))
+    }
+
+    /// Creates a region file of `size` bytes at `path`, readable and
+    /// writable by its owner only (not formatted). `overwrite` false refuses
+    /// an existing file. A device-DAX path is opened instead: the device is
+    /// the region, whatever its size.
+    pub fn create(path: &Path, size: u64, overwrite: bool) -> Result<Region> {
+        let map = match Source::for_path(path) {
+            Source::DevDax(_) => Mapping::open(path)?,
+            _ => Mapping::create_file(path, size, 0o600, overwrite)?,
+        };
+        Ok(Region::from_mapping(map))
+    }
+
+    /// Maps the existing region at `path`: a file, /dev/shm, hugetlbfs or a
+    /// device-DAX character device (/dev/daxX.Y).
+    pub fn open(path: &Path) -> Result<Region> {
+        Ok(Region::from_mapping(Mapping::open(path)?))
+    }
+
+    /// Creates an anonymous shared region of `size` bytes (a memfd; on
+    /// 2 MiB huge pages when `hugetlb`), shared with processes forked
+    /// afterwards. Not formatted.
+    pub fn memfd(size: u64, hugetlb: bool) -> Result<Region> {
+        Ok(Region::from_mapping(Mapping::memfd(size, hugetlb)?))
+    }
+
+    /// The layout `caps` would have in a region of `size` bytes, or why it
+    /// cannot be formatted so (checked before anything is touched).
+    pub fn plan(caps: Capacities, size: u64) -> Result<Layout> {
+        Ok(Layout::compute(caps, size)?)
+    }
+
+    /// Formats the region with `caps`, erasing what it held, with cache
+    /// maintenance `mode`. The header is written last, so a crash leaves an
+    /// unformatted region, never a half-formatted one. `Busy` while a node of
+    /// this process is attached through it (nodes of other processes must
+    /// have detached).
+    pub fn format(&self, caps: Capacities, mode: FlushMode) -> Result<Layout> {
+        if self.in_use() {
+            return Err(Error::Core(cxlkv_core::Error::Busy));
+        }
+        let co = Flush::new(mode, false)?;
+        let store = cxlkv_core::region::format(self.0.map.region(), co, caps, random_u64())?;
+        Ok(store.layout)
+    }
+
+    /// Attaches a node to the formatted region and starts its background
+    /// thread (heartbeat, lock manager).
+    pub fn attach(&self, opts: Options) -> Result<Cache> {
+        let mut cache = Cache::attach(self.0.map.clone(), opts)?;
+        let mut n = self.0.attached.lock().unwrap_or_else(|e| e.into_inner());
+        *n = n.saturating_add(1);
+        cache.hold(Attachment(self.0.clone()));
+        Ok(cache)
+    }
+
+    /// True while a node attached through this region is open.
+    pub fn in_use(&self) -> bool {
+        *self.0.attached.lock().unwrap_or_else(|e| e.into_inner()) > 0
+    }
+
+    /// The mapped size in bytes.
+    pub fn len(&self) -> u64 {
+        self.0.map.len() as u64
+    }
+
+    /// True for an empty mapping (never: mappings are at least a page).
+    pub fn is_empty(&self) -> bool {
+        self.0.map.is_empty()
+    }
+
+    /// The mapping.
+    pub fn mapping(&self) -> &Arc<Mapping> {
+        &self.0.map
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> Options {
+        Options { mode: FlushMode::Coherent, ..Options::default() }
+    }
+
+    #[test]
+    fn format_is_refused_while_a_node_is_attached() {
+        let r = Region::memfd(8 << 20, false).unwrap();
+        let caps = Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 64, ..Capacities::default() };
+        r.format(caps, FlushMode::Coherent).unwrap();
+        let node = r.clone().attach(opts()).unwrap();
+        assert!(r.in_use());
+        assert!(matches!(r.format(caps, FlushMode::Coherent), Err(Error::Core(cxlkv_core::Error::Busy))));
+        node.close().unwrap();
+        assert!(!r.in_use());
+        r.format(caps, FlushMode::Coherent).unwrap();
+    }
+
+    #[test]
+    fn plan_refuses_a_region_too_small() {
+        assert!(Region::plan(Capacities::default(), 4096).is_err());
+        assert!(Region::plan(Capacities::default(), 1 << 30).is_ok());
+    }
+}

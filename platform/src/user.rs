@@ -1,0 +1,170 @@
+//! Operations every binding offers in the same words: presence of one key,
+//! all-or-none reservations, application locks by index, named roots, and
+//! the user's own ranges of the payload area (address translation, flush and
+//! invalidate).
+
+use cxlkv_core::coherence::{Coherence, Site};
+use cxlkv_core::hash::Key;
+use cxlkv_core::index::{Handle, ReserveItem};
+use cxlkv_core::lock::Held;
+use cxlkv_core::roots::{self, Root};
+use cxlkv_core::Error as CoreError;
+
+use crate::cache::Cache;
+use crate::{Error, Result};
+
+/// Why [`Cache::reserve_all`] reserved nothing.
+#[derive(Debug)]
+pub struct ReserveRefused {
+    /// The first item that could not be reserved (`None`: the call as a
+    /// whole failed, e.g. a lock timed out).
+    pub index: Option<usize>,
+    /// Why.
+    pub error: Error,
+}
+
+impl Cache {
+    /// Whether `key` is stored (published) in namespace `ns`. Takes no lock.
+    pub fn exists(&self, ns: u32, key: Key) -> Result<bool> {
+        Ok(self.store().find_ready(ns, key)?.is_some())
+    }
+
+    /// Reserves every item or none: when any item cannot be reserved, the
+    /// reservations already made are aborted and the first failing item is
+    /// named (its key stays as it was; nothing is stored or lost).
+    pub fn reserve_all(&self, ns: u32, items: &[ReserveItem]) -> core::result::Result<Vec<Handle>, ReserveRefused> {
+        let node = self.node();
+        let mut hs = vec![Err(CoreError::InvalidArgument); items.len()];
+        if let Err(e) = node.reserve_batch(ns, items, &mut hs) {
+            let took: Vec<Handle> = hs.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+            let _ = took.iter().try_for_each(|h| node.abort(h));
+            return Err(ReserveRefused { index: None, error: e.into() });
+        }
+        match hs.iter().position(|r| r.is_err()) {
+            None => Ok(hs.into_iter().filter_map(|r| r.ok()).collect()),
+            Some(i) => {
+                let error = hs[i].err().unwrap_or(CoreError::InvalidArgument).into();
+                for h in hs.iter().filter_map(|r| r.as_ref().ok()) {
+                    if let Err(e) = node.abort(h) {
+                        return Err(ReserveRefused { index: Some(i), error: e.into() });
+                    }
+                }
+                Err(ReserveRefused { index: Some(i), error })
+            }
+        }
+    }
+
+    /// Releases application lock `i` taken with grant sequence `seq` (from
+    /// [`Node::lock_app`](cxlkv_core::node::Node)'s ticket).
+    pub fn unlock_app(&self, i: u32, seq: u64) -> Result<()> {
+        let l = &self.store().layout;
+        if i >= l.caps.app_locks {
+            return Err(CoreError::InvalidArgument.into());
+        }
+        Ok(self.node().unlock_app(Held { lock: l.locks().app(i), seq })?)
+    }
+
+    /// The named root `name`, read without a lock.
+    pub fn root(&self, name: &[u8]) -> Result<Root> {
+        Ok(roots::get(self.store(), name)?)
+    }
+
+    /// The payload-area offset of `len` bytes at address `p` of this
+    /// process; `OutOfBounds` when any of them lies outside the payload area
+    /// (where allocations, roots' objects and blocks live). `p` is only
+    /// compared, never read.
+    pub fn payload_offset(&self, p: *const u8, len: u64) -> Result<u64> {
+        let st = self.store();
+        let off = (p as usize).checked_sub(st.region.base() as usize).ok_or(CoreError::OutOfBounds)? as u64;
+        if !st.layout.payload.contains(off, len) {
+            return Err(CoreError::OutOfBounds.into());
+        }
+        Ok(off)
+    }
+
+    /// The address in this process of `len` bytes at region offset `off`;
+    /// `OutOfBounds` unless they lie in the payload area.
+    pub fn payload_ptr(&self, off: u64, len: u64) -> Result<*mut u8> {
+        let st = self.store();
+        if !st.layout.payload.contains(off, len) {
+            return Err(CoreError::OutOfBounds.into());
+        }
+        Ok(st.region.ptr(off, len, 1)?)
+    }
+
+    /// Publishes `len` bytes of the payload area at offset `off`, written
+    /// with plain stores, to every host: their lines are written back and
+    /// fenced, so they are in memory when this returns.
+    pub fn flush_range(&self, off: u64, len: u64) -> Result<()> {
+        let st = self.store();
+        if !st.layout.payload.contains(off, len) {
+            return Err(CoreError::OutOfBounds.into());
+        }
+        // SYNC: the caller's stores to [off, off+len) reach memory (reader:
+        // another host after its `invalidate_range`).
+        st.co.flush(&st.region, off, len, Site("platform.user.flush"))?;
+        st.co.store_fence(Site("platform.user.flush.fence"));
+        Ok(())
+    }
+
+    /// Makes `len` bytes of the payload area at offset `off` fresh: drops
+    /// this host's cached copies, so the next loads read what other hosts
+    /// published.
+    pub fn invalidate_range(&self, off: u64, len: u64) -> Result<()> {
+        let st = self.store();
+        if !st.layout.payload.contains(off, len) {
+            return Err(CoreError::OutOfBounds.into());
+        }
+        // SYNC: fresh lines of [off, off+len) (writer: `flush_range` on the
+        // publishing host).
+        Ok(st.co.invalidate(&st.region, off, len, Site("platform.user.invalidate"))?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::Options;
+    use crate::flush::FlushMode;
+    use crate::region::Region;
+    use cxlkv_core::layout::Capacities;
+
+    fn node() -> Cache {
+        let caps = Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 8, ..Capacities::default() };
+        let opts = Options { mode: FlushMode::Coherent, populate: false, ..Options::default() };
+        Cache::format_new(Region::memfd(8 << 20, false).unwrap(), caps, opts).unwrap()
+    }
+
+    fn item(k: u128) -> ReserveItem {
+        ReserveItem { key: Key::from_u128(k), len: 64, tokens: 1 }
+    }
+
+    #[test]
+    fn reserve_all_reserves_nothing_when_one_item_fails() {
+        let c = node();
+        let hs = c.reserve_all(1, &[item(1)]).unwrap();
+        c.node().publish(&hs[0]).unwrap();
+        // Key 1 exists: the batch fails at index 1 and key 2 is left free.
+        let e = c.reserve_all(1, &[item(2), item(1), item(3)]).unwrap_err();
+        assert_eq!(e.index, Some(1));
+        assert_eq!(e.error.core(), Some(CoreError::Exists));
+        assert!(c.exists(1, Key::from_u128(1)).unwrap());
+        assert!(!c.exists(1, Key::from_u128(2)).unwrap());
+        let again = c.reserve_all(1, &[item(2), item(3)]).unwrap();
+        assert_eq!(again.len(), 2);
+    }
+
+    #[test]
+    fn user_ranges_must_lie_in_the_payload_area() {
+        let c = node();
+        let p = c.payload_ptr(c.store().layout.payload.start, 4096).unwrap();
+        assert_eq!(c.payload_offset(p, 4096).unwrap(), c.store().layout.payload.start);
+        c.flush_range(c.store().layout.payload.start, 4096).unwrap();
+        c.invalidate_range(c.store().layout.payload.start, 4096).unwrap();
+        assert!(matches!(c.payload_ptr(0, 64), Err(Error::Core(CoreError::OutOfBounds))));
+        assert!(matches!(c.flush_range(0, 64), Err(Error::Core(CoreError::OutOfBounds))));
+        let end = c.store().layout.payload.end;
+        assert!(matches!(c.invalidate_range(end - 32, 64), Err(Error::Core(CoreError::OutOfBounds))));
+        assert!(matches!(c.payload_offset(core::ptr::null(), 0), Err(Error::Core(CoreError::OutOfBounds))));
+    }
+}
