@@ -12,194 +12,29 @@
 
 use core::ffi::{c_char, CStr};
 use std::cell::RefCell;
+use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard};
 
 pub mod gpu;
 pub mod kv;
 pub mod region;
 pub mod shm;
 
-/// The result of every call. `CXLKV_RESULT_OK` is not zero; numbers are never
-/// reused. Codes 1001 to 1099 are core's errors, numbered as in Rust's
-/// `cxlkv_core::Error` plus 1000.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum cxlkv_result {
-    /// Success.
-    Ok = 1000,
-    /// An argument is out of range or malformed.
-    InvalidArgument = 1001,
-    /// The region was never formatted (or formatting did not finish).
-    NotInitialized = 1002,
-    /// Not a cxlkv region.
-    BadMagic = 1003,
-    /// The region's format version is not supported by this library.
-    WrongVersion = 1004,
-    /// The region was formatted by a build with other shared structs.
-    WrongLayout = 1005,
-    /// The mapping is too small.
-    TooSmall = 1006,
-    /// The region header is corrupt.
-    CorruptHeader = 1007,
-    /// Region metadata is corrupt.
-    Corrupt = 1008,
-    /// An access would leave the region (or its payload area).
-    OutOfBounds = 1009,
-    /// No free payload space (everything left is pinned).
-    OutOfSpace = 1010,
-    /// The index stripe of the key is full.
-    TableFull = 1011,
-    /// The key is stored already (or being written): nothing was written.
-    Exists = 1012,
-    /// The key (or name) is not stored.
-    NotFound = 1013,
-    /// A block no longer refers to the entry it was made for.
-    StaleHandle = 1014,
-    /// This node's pin journal is full: release some blocks.
-    JournalFull = 1015,
-    /// Every node slot is taken.
-    NoFreeNode = 1016,
-    /// The node slot is held by a live node.
-    NodeBusy = 1017,
-    /// The node id is out of range or not attached.
-    BadNode = 1018,
-    /// A wait ran past its deadline.
-    Timeout = 1019,
-    /// This node was declared dead; its locks were revoked.
-    Revoked = 1020,
-    /// The named-root table is full.
-    RootsFull = 1021,
-    /// The entry is pinned, or the region is in use.
-    Busy = 1022,
-    /// The payload changed while it was copied.
-    Changed = 1023,
-    /// A size is too large (or a buffer too small for a block).
-    TooLarge = 1024,
-    /// A lock awaits recovery after a node died: retry later.
-    Recovering = 1025,
-    /// The receiver's inbox is full: retry later.
-    InboxFull = 1026,
-    /// The block is a reservation, not a pin: publish or abort it.
-    NotPinned = 1027,
-    /// An OS call failed (see `cxlkv_last_error`).
-    Io = 1100,
-    /// Not supported on this machine or build.
-    Unsupported = 1101,
-    /// CUDA cannot be used here (no driver, no device, or not built in).
-    CudaUnavailable = 1102,
-    /// A CUDA driver call failed (see `cxlkv_last_error`).
-    Cuda = 1103,
-    /// A required pointer argument is NULL.
-    NullParameter = 1200,
-    /// A handle is not one this library made, or was closed.
-    InvalidHandle = 1201,
-    /// The library caught a panic: a bug in cxlkv; the call did nothing
-    /// lasting or reported what it did.
-    Panic = 1202,
-    /// A string is not valid UTF-8 (paths and names must be).
-    InvalidString = 1203,
-    /// An error this build has no code for.
-    Internal = 1204,
-}
+/// The result of every call: platform's result codes (`cxlkv_platform::Code`,
+/// one table for every binding), `CXLKV_RESULT_<NAME>` in C. The C enum is
+/// written into the header from that table by `cargo xtask gen`.
+///
+/// cbindgen:ignore
+pub use cxlkv_platform::Code as cxlkv_result;
 
-impl cxlkv_result {
-    /// The result a platform error maps to.
-    pub fn of(e: &cxlkv_platform::Error) -> cxlkv_result {
-        use cxlkv_platform::Error as P;
-        match e {
-            P::Core(c) => (*c).into(),
-            P::Io { .. } => cxlkv_result::Io,
-            P::Unsupported(_) => cxlkv_result::Unsupported,
-            P::CudaUnavailable(_) => cxlkv_result::CudaUnavailable,
-            P::Cuda { .. } => cxlkv_result::Cuda,
-        }
-    }
-
-    /// The result's text, as `cxlkv_result_str` gives it.
-    pub fn message(self) -> &'static str {
-        self.text().to_str().unwrap_or("")
-    }
-
-    fn text(self) -> &'static CStr {
-        use cxlkv_result as R;
-        match self {
-            R::Ok => c"ok",
-            R::InvalidArgument => c"invalid argument",
-            R::NotInitialized => c"region not initialised",
-            R::BadMagic => c"not a cxlkv region (bad magic)",
-            R::WrongVersion => c"region format version not supported",
-            R::WrongLayout => c"region layout fingerprint differs from this build",
-            R::TooSmall => c"region too small",
-            R::CorruptHeader => c"region header corrupt",
-            R::Corrupt => c"region metadata corrupt",
-            R::OutOfBounds => c"access outside the region",
-            R::OutOfSpace => c"no free payload space",
-            R::TableFull => c"table full",
-            R::Exists => c"key exists",
-            R::NotFound => c"not found",
-            R::StaleHandle => c"stale handle",
-            R::JournalFull => c"pin journal full",
-            R::NoFreeNode => c"no free node slot",
-            R::NodeBusy => c"node slot in use by a live node",
-            R::BadNode => c"bad node id",
-            R::Timeout => c"timed out",
-            R::Revoked => c"lock revoked",
-            R::RootsFull => c"root table full",
-            R::Busy => c"busy",
-            R::Changed => c"entry changed during read",
-            R::TooLarge => c"size too large",
-            R::Recovering => c"recovery in progress, retry",
-            R::InboxFull => c"inbox full, retry",
-            R::NotPinned => c"block is reserved, not pinned: publish or abort it",
-            R::Io => c"operating system error",
-            R::Unsupported => c"not supported here",
-            R::CudaUnavailable => c"CUDA unavailable",
-            R::Cuda => c"CUDA driver call failed",
-            R::NullParameter => c"NULL parameter",
-            R::InvalidHandle => c"invalid or closed handle",
-            R::Panic => c"internal panic caught",
-            R::InvalidString => c"string is not valid UTF-8",
-            R::Internal => c"internal error",
-        }
-    }
-}
-
-impl From<cxlkv_core::Error> for cxlkv_result {
-    fn from(e: cxlkv_core::Error) -> Self {
-        use cxlkv_core::Error as E;
-        use cxlkv_result as R;
-        match e {
-            E::InvalidArgument => R::InvalidArgument,
-            E::NotInitialized => R::NotInitialized,
-            E::BadMagic => R::BadMagic,
-            E::WrongVersion => R::WrongVersion,
-            E::WrongLayout => R::WrongLayout,
-            E::TooSmall => R::TooSmall,
-            E::CorruptHeader => R::CorruptHeader,
-            E::Corrupt => R::Corrupt,
-            E::OutOfBounds => R::OutOfBounds,
-            E::OutOfSpace => R::OutOfSpace,
-            E::TableFull => R::TableFull,
-            E::Exists => R::Exists,
-            E::NotFound => R::NotFound,
-            E::StaleHandle => R::StaleHandle,
-            E::JournalFull => R::JournalFull,
-            E::NoFreeNode => R::NoFreeNode,
-            E::NodeBusy => R::NodeBusy,
-            E::BadNode => R::BadNode,
-            E::Timeout => R::Timeout,
-            E::Revoked => R::Revoked,
-            E::RootsFull => R::RootsFull,
-            E::Busy => R::Busy,
-            E::Changed => R::Changed,
-            E::TooLarge => R::TooLarge,
-            E::Recovering => R::Recovering,
-            E::InboxFull => R::InboxFull,
-            E::NotPinned => R::NotPinned,
-            _ => R::Internal,
-        }
-    }
+/// The message of `r` as a C string (built once from the table).
+pub(crate) fn result_text(r: cxlkv_result) -> &'static CStr {
+    static TEXTS: OnceLock<Vec<(cxlkv_result, CString)>> = OnceLock::new();
+    let texts = TEXTS.get_or_init(|| {
+        cxlkv_result::ALL.iter().map(|&c| (c, CString::new(c.message()).unwrap_or_default())).collect()
+    });
+    texts.iter().find(|(c, _)| *c == r).map_or(c"", |(_, t)| t.as_c_str())
 }
 
 /// What a failed call reports: its code, and its text for
@@ -208,7 +43,7 @@ pub(crate) struct Fail(cxlkv_result);
 
 impl From<cxlkv_result> for Fail {
     fn from(r: cxlkv_result) -> Self {
-        set_last_error(r.text().to_string_lossy().into_owned());
+        set_last_error(r.message().to_string());
         Fail(r)
     }
 }
@@ -402,59 +237,9 @@ impl<T> core::ops::Deref for Live<'_, T> {
 /// unknown codes give "unknown result"). Thread-safe.
 #[no_mangle]
 pub extern "C" fn cxlkv_result_str(result: u32) -> *const c_char {
-    let r = catch_unwind(|| {
-        ALL_RESULTS.iter().find(|r| **r as u32 == result).map_or(c"unknown result".as_ptr(), |r| r.text().as_ptr())
-    });
+    let r = catch_unwind(|| cxlkv_result::from_u32(result).map_or(c"unknown result", result_text).as_ptr());
     r.unwrap_or(c"unknown result".as_ptr())
 }
-
-/// Every result, in code order (for bindings that mirror them).
-pub fn all_results() -> &'static [cxlkv_result] {
-    &ALL_RESULTS
-}
-
-const ALL_RESULTS: [cxlkv_result; 37] = {
-    use cxlkv_result as R;
-    [
-        R::Ok,
-        R::InvalidArgument,
-        R::NotInitialized,
-        R::BadMagic,
-        R::WrongVersion,
-        R::WrongLayout,
-        R::TooSmall,
-        R::CorruptHeader,
-        R::Corrupt,
-        R::OutOfBounds,
-        R::OutOfSpace,
-        R::TableFull,
-        R::Exists,
-        R::NotFound,
-        R::StaleHandle,
-        R::JournalFull,
-        R::NoFreeNode,
-        R::NodeBusy,
-        R::BadNode,
-        R::Timeout,
-        R::Revoked,
-        R::RootsFull,
-        R::Busy,
-        R::Changed,
-        R::TooLarge,
-        R::Recovering,
-        R::InboxFull,
-        R::NotPinned,
-        R::Io,
-        R::Unsupported,
-        R::CudaUnavailable,
-        R::Cuda,
-        R::NullParameter,
-        R::InvalidHandle,
-        R::Panic,
-        R::InvalidString,
-        R::Internal,
-    ]
-};
 
 /// Copies the text of this thread's last failure (with detail, such as the
 /// OS error) into `buf` of `len` bytes, NUL-terminated and truncated to fit;
@@ -499,15 +284,15 @@ mod tests {
 
     #[test]
     fn every_result_has_its_own_text_and_number() {
-        for (i, a) in ALL_RESULTS.iter().enumerate() {
-            for b in &ALL_RESULTS[i + 1..] {
+        for (i, a) in cxlkv_result::ALL.iter().enumerate() {
+            for b in &cxlkv_result::ALL[i + 1..] {
                 assert_ne!(*a as u32, *b as u32);
-                assert_ne!(a.text(), b.text(), "{a:?} {b:?}");
+                assert_ne!(result_text(*a), result_text(*b), "{a:?} {b:?}");
             }
             // SAFETY:
             // - the function returns a static NUL-terminated string.
             let s = unsafe { CStr::from_ptr(cxlkv_result_str(*a as u32)) };
-            assert_eq!(s, a.text());
+            assert_eq!(s.to_str(), Ok(a.message()));
         }
         // SAFETY:
         // - as above.
@@ -518,7 +303,7 @@ mod tests {
     #[test]
     fn core_codes_keep_their_numbers() {
         for code in 1..=26u32 {
-            let r = ALL_RESULTS.iter().find(|r| **r as u32 == 1000 + code);
+            let r = cxlkv_result::from_u32(1000 + code);
             assert!(r.is_some(), "core code {code}");
         }
         assert_eq!(cxlkv_result::from(cxlkv_core::Error::InboxFull) as u32, 1000 + cxlkv_core::Error::InboxFull.code());

@@ -17,9 +17,9 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyMemoryView, PyTuple};
 
-use cxlkv::cxlkv_result as R;
 use cxlkv_core::index::Handle;
 use cxlkv_platform::Cache;
+use cxlkv_platform::Code as R;
 
 use crate::{key_bytes, raise, OrRaise};
 

@@ -14,8 +14,8 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt};
 
-use cxlkv::cxlkv_result as R;
 use cxlkv_core::hash::{chain_keys as core_chain_keys, Key, Namespace};
+use cxlkv_platform::{Code as R, Family};
 
 mod blocks;
 mod region;
@@ -36,30 +36,19 @@ create_exception!(_cxlkv, CudaError, CxlkvError, "CUDA is unavailable, or a driv
 /// The exception of a result code, with `.code` set.
 pub(crate) fn raise(py: Python<'_>, code: R, detail: &str) -> PyErr {
     let msg = if detail.is_empty() { code.message().to_string() } else { detail.to_string() };
-    let err = match code {
-        R::InvalidArgument | R::BadNode | R::NullParameter | R::InvalidString | R::NotPinned => {
-            InvalidArgumentError::new_err(msg)
-        }
-        R::NotInitialized
-        | R::BadMagic
-        | R::WrongVersion
-        | R::WrongLayout
-        | R::TooSmall
-        | R::CorruptHeader
-        | R::Corrupt
-        | R::OutOfBounds => RegionError::new_err(msg),
-        R::OutOfSpace | R::TableFull | R::JournalFull | R::NoFreeNode | R::RootsFull | R::TooLarge | R::InboxFull => {
-            CapacityError::new_err(msg)
-        }
-        R::Exists => ExistsError::new_err(msg),
-        R::NotFound => NotFoundError::new_err(msg),
-        R::StaleHandle | R::Changed | R::InvalidHandle => StaleHandleError::new_err(msg),
-        R::NodeBusy | R::Busy | R::Recovering => BusyError::new_err(msg),
-        R::Timeout => TimedOutError::new_err(msg),
-        R::Revoked => RevokedError::new_err(msg),
-        R::Io | R::Unsupported => PlatformError::new_err(msg),
-        R::CudaUnavailable | R::Cuda => CudaError::new_err(msg),
-        R::Ok | R::Panic | R::Internal => CxlkvError::new_err(msg),
+    let err = match code.family() {
+        Family::InvalidArgument => InvalidArgumentError::new_err(msg),
+        Family::Region => RegionError::new_err(msg),
+        Family::Capacity => CapacityError::new_err(msg),
+        Family::Exists => ExistsError::new_err(msg),
+        Family::NotFound => NotFoundError::new_err(msg),
+        Family::StaleHandle => StaleHandleError::new_err(msg),
+        Family::Busy => BusyError::new_err(msg),
+        Family::TimedOut => TimedOutError::new_err(msg),
+        Family::Revoked => RevokedError::new_err(msg),
+        Family::Platform => PlatformError::new_err(msg),
+        Family::Cuda => CudaError::new_err(msg),
+        Family::Ok | Family::Internal => CxlkvError::new_err(msg),
     };
     let _ = err.value(py).setattr("code", code as u32);
     err
@@ -181,19 +170,7 @@ fn namespace_id(
 /// `cxlkv.Result`: an `IntEnum` of every result code, named as in C
 /// without the prefix (`OK`, `EXISTS`, ...).
 fn result_enum<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-    let members: Vec<(String, u32)> = cxlkv::all_results()
-        .iter()
-        .map(|r| {
-            let mut name = String::new();
-            for (i, ch) in format!("{r:?}").chars().enumerate() {
-                if ch.is_ascii_uppercase() && i > 0 {
-                    name.push('_');
-                }
-                name.push(ch.to_ascii_uppercase());
-            }
-            (name, *r as u32)
-        })
-        .collect();
+    let members: Vec<(&str, u32)> = R::ALL.iter().map(|&r| (r.name(), r as u32)).collect();
     let e = py.import("enum")?.getattr("IntEnum")?.call1(("Result", members))?;
     e.setattr("__module__", "cxlkv._cxlkv")?;
     e.setattr("__doc__", "The result codes of cxlkv, as in the C API (OK is 1000).")?;

@@ -8,11 +8,11 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use cxlkv::cxlkv_result as R;
 use cxlkv_core::hash::Key;
 use cxlkv_core::index::{Lru, ReserveItem};
 use cxlkv_core::layout::Capacities;
 use cxlkv_platform::gpu::{CudaPath, Segment};
+use cxlkv_platform::Code as R;
 use cxlkv_platform::{Cache, FlushMode, GetItem, Options, PutItem, Region as Mapped, ReserveRefused};
 
 use crate::blocks::{self, Buffers, Pinned, Reservation};

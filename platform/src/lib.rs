@@ -10,6 +10,7 @@
 //! - [`gpu`]: the region registered with CUDA, and DMA copies of KV blocks.
 
 pub mod cache;
+pub mod code;
 pub mod copy;
 pub mod error;
 pub mod flush;
@@ -22,6 +23,7 @@ pub mod size;
 pub mod user;
 
 pub use cache::{Cache, Options, Stats, KIND_RESPONSE};
+pub use code::{Code, Family};
 pub use copy::{GetItem, PutItem};
 pub use cxlkv_core as core_api;
 pub use error::{Error, Result};
