@@ -6,7 +6,7 @@
 //! by the protocol (sequence words, checksums) rather than being undefined
 //! behaviour. Ordering across hosts is the job of [`crate::coherence`]; this
 //! module orders nothing beyond what it states.
-#![allow(clippy::disallowed_types)] // this module is the door the lint points to
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)] // this module is the door the lints point to
 
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};

@@ -2,7 +2,6 @@
 //! and one background thread that beats the node's heartbeat and runs the
 //! lock manager step (active only in the node that holds the manager lease).
 
-use core::sync::atomic::{AtomicBool, Ordering};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -26,6 +25,7 @@ use crate::host::{pid_alive, random_u64, Locality};
 use crate::local::{LocalTier, Owner};
 use crate::map::{Mapping, Populate};
 use crate::region::{Attachment, Region};
+use crate::sync::Flag;
 use crate::{Error, Result};
 
 /// How a node attaches and behaves.
@@ -78,12 +78,12 @@ struct Inner {
     here: Locality,
     opts: Options,
     start: Instant,
-    stop: AtomicBool,
-    fenced: AtomicBool,
-    recovering: AtomicBool,
+    stop: Flag,
+    fenced: Flag,
+    recovering: Flag,
     /// When the last automatic recovery ended (ms since attach).
     recovered_at: Mutex<Option<u64>>,
-    is_manager: AtomicBool,
+    is_manager: Flag,
     mgr: Mutex<Manager>,
     last: Mutex<StepReport>,
     // Declared last: dropped after everything that points into it (other
@@ -104,7 +104,7 @@ impl NodeEnv for Inner {
         self.tier.unlock(lock, self.owner());
     }
     fn wait(&self, iteration: u32) -> cxlkv_core::Result<()> {
-        if self.fenced.load(Ordering::Relaxed) {
+        if self.fenced.get() {
             return Err(cxlkv_core::Error::Revoked);
         }
         let now = Instant::now();
@@ -122,7 +122,7 @@ impl NodeEnv for Inner {
         // a same-process grant then costs no thread hand-off. A closing node
         // has no background thread left: it steps its manager itself, or
         // nobody would (claiming the role if it is vacant).
-        if self.is_manager.load(Ordering::Relaxed) || self.stop.load(Ordering::Relaxed) {
+        if self.is_manager.get() || self.stop.get() {
             if let Ok(mut m) = self.mgr.try_lock() {
                 let _ = self.step(&mut m);
                 return Ok(());
@@ -191,7 +191,7 @@ impl Inner {
         let cfg =
             LeaseConfig { lease: self.opts.lease.as_millis() as u64, settle: self.opts.settle.as_millis() as u64 };
         let r = m.step(&self.store, self.now_ms(), cfg, &probe)?;
-        self.is_manager.store(r.active, Ordering::Relaxed);
+        self.is_manager.set(r.active);
         if let Ok(mut last) = self.last.lock() {
             *last = r;
         }
@@ -279,11 +279,11 @@ fn background(inner: Arc<Inner>) {
     let beat_every = (inner.opts.lease / 8).max(Duration::from_millis(1));
     let mut last_beat = Instant::now();
     let mut idle = 0u32;
-    while !inner.stop.load(Ordering::Relaxed) {
+    while !inner.stop.get() {
         if last_beat.elapsed() >= beat_every {
             last_beat = Instant::now();
             if inner.node().heartbeat(inner.nonce) == Err(cxlkv_core::Error::Revoked) {
-                inner.fenced.store(true, Ordering::Relaxed);
+                inner.fenced.set(true);
                 return;
             }
             // Siblings gone from this host are buried long before the manager
@@ -300,14 +300,14 @@ fn background(inner: Arc<Inner>) {
         // nodes that recovery freed already (recovering again would rebuild
         // every stripe for nothing, under readers' feet).
         let fresh = inner.recovered_at.lock().is_ok_and(|at| at.is_none_or(|at| rep.scanned_at > at));
-        if rep.dead != 0 && fresh && inner.opts.auto_recover && !inner.recovering.swap(true, Ordering::AcqRel) {
+        if rep.dead != 0 && fresh && inner.opts.auto_recover && !inner.recovering.claim() {
             let i2 = inner.clone();
             std::thread::spawn(move || {
                 let _ = i2.node().recover(0);
                 if let Ok(mut at) = i2.recovered_at.lock() {
                     *at = Some(i2.now_ms());
                 }
-                i2.recovering.store(false, Ordering::Release);
+                i2.recovering.release();
             });
         }
         if rep.grants > 0 {
@@ -387,11 +387,11 @@ impl Cache {
             mgr: Mutex::new(Manager::new(id)),
             opts,
             start: Instant::now(),
-            stop: AtomicBool::new(false),
-            fenced: AtomicBool::new(false),
-            recovering: AtomicBool::new(false),
+            stop: Flag::new(false),
+            fenced: Flag::new(false),
+            recovering: Flag::new(false),
             recovered_at: Mutex::new(None),
-            is_manager: AtomicBool::new(false),
+            is_manager: Flag::new(false),
             last: Mutex::new(StepReport::default()),
             map,
         });
@@ -483,7 +483,7 @@ impl Cache {
 
     /// True once this node was fenced (declared dead by the manager).
     pub fn fenced(&self) -> bool {
-        self.inner.fenced.load(Ordering::Relaxed)
+        self.inner.fenced.get()
     }
 
     /// Runs recovery now, for nodes the manager declared dead (recovery finds
@@ -648,11 +648,11 @@ impl Cache {
             st.close();
         }
         let Some(t) = self.thread.take() else { return Ok(()) };
-        self.inner.stop.store(true, Ordering::Relaxed);
+        self.inner.stop.set(true);
         // Wakes this host's background threads, ours among them.
         self.inner.tier.ring();
         let _ = t.join();
-        if self.inner.fenced.load(Ordering::Relaxed) {
+        if self.inner.fenced.get() {
             return Err(Error::Core(cxlkv_core::Error::Revoked));
         }
         // Detaching takes locks, which needs a manager: with `stop` set, its

@@ -20,6 +20,7 @@ pub mod local;
 pub mod map;
 pub mod region;
 pub mod size;
+mod sync;
 pub mod user;
 
 pub use cache::{Cache, Options, Stats, KIND_RESPONSE};

@@ -8,14 +8,13 @@
 //! thread no longer exists (a SIGKILLed process), or its node is no longer
 //! the one attached (declared dead by its silence — a stopped process — and
 //! recovered). So neither a killed nor a stopped process wedges its host.
-#![allow(clippy::disallowed_types)] // host memory, not region memory: plain atomics are right here
 
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::host::{pid_alive, tid};
 use crate::map::Mapping;
+use crate::sync::{HostBell, HostLockWord};
 use crate::Result;
 
 /// Who holds (or asks for) a host-local lock.
@@ -88,58 +87,54 @@ impl LocalTier {
         Ok(LocalTier { map, n, path })
     }
 
-    fn word(&self, id: u32) -> &AtomicU64 {
+    fn word(&self, id: u32) -> HostLockWord<'_> {
         let i = id.min(self.n) as usize;
         let p = self.map.region().base().wrapping_add(i * STRIDE);
         // SAFETY: `p` is inside the mapping (i ≤ n; the file holds n+1 lines) and
         // 8-aligned (page-aligned base, 64-byte stride); the mapping lives as long
         // as `self`; every process accesses these words only atomically.
-        unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }
+        unsafe { HostLockWord::at(p.cast::<u64>()) }
     }
 
     /// The background bell: (ring count, sleepers), in the line after the
     /// attach lock's.
-    fn bell_words(&self) -> (&AtomicU32, &AtomicU32) {
+    fn bell(&self) -> HostBell<'_> {
         let p = self.map.region().base().wrapping_add((self.n as usize + 1) * STRIDE);
         // SAFETY: `p` and `p + 4` are 4-aligned words inside the mapping (n+2
         // lines, sized at open); it lives as long as `self`; every process
         // accesses these words only atomically.
-        let count = unsafe { AtomicU32::from_ptr(p.cast::<u32>()) };
-        // SAFETY: as above, the next word of the same line.
-        let sleepers = unsafe { AtomicU32::from_ptr(p.wrapping_add(4).cast::<u32>()) };
-        (count, sleepers)
+        unsafe { HostBell::at(p) }
     }
 
     /// The bell's ring count now: pass it to [`LocalTier::sleep`].
     pub fn bell_count(&self) -> u32 {
-        self.bell_words().0.load(Ordering::Acquire)
+        self.bell().count()
     }
 
     /// Sleeps up to `timeout` unless the bell rang since `seen` was read
     /// (a futex wait on the shared file: any process of this host and PID
     /// namespace wakes it with [`LocalTier::ring`]).
     pub fn sleep(&self, seen: u32, timeout: Duration) {
-        let (count, sleepers) = self.bell_words();
-        sleepers.fetch_add(1, Ordering::SeqCst);
+        let bell = self.bell();
+        bell.sleeping(true);
         let ts = libc::timespec {
             tv_sec: timeout.as_secs().min(60) as libc::time_t,
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
         };
         // SAFETY: `count` is a live, aligned u32 in a shared mapping; FUTEX_WAIT
         // only reads it, compares with `seen` and sleeps; `ts` outlives the call.
-        unsafe { libc::syscall(libc::SYS_futex, count.as_ptr(), libc::FUTEX_WAIT, seen, &ts as *const libc::timespec) };
-        sleepers.fetch_sub(1, Ordering::SeqCst);
+        unsafe { libc::syscall(libc::SYS_futex, bell.futex(), libc::FUTEX_WAIT, seen, &ts as *const libc::timespec) };
+        bell.sleeping(false);
     }
 
     /// Rings the bell: every background thread of this host sleeping in
     /// [`LocalTier::sleep`] wakes (a system call only when one sleeps).
     pub fn ring(&self) {
-        let (count, sleepers) = self.bell_words();
-        count.fetch_add(1, Ordering::SeqCst);
-        if sleepers.load(Ordering::SeqCst) > 0 {
+        let bell = self.bell();
+        if bell.ring() {
             // SAFETY: `count` is a live, aligned u32 in a shared mapping;
             // FUTEX_WAKE touches no memory.
-            unsafe { libc::syscall(libc::SYS_futex, count.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+            unsafe { libc::syscall(libc::SYS_futex, bell.futex(), libc::FUTEX_WAKE, i32::MAX) };
         }
     }
 
@@ -166,10 +161,10 @@ impl LocalTier {
         let start = std::time::Instant::now();
         let mut spins = 0u32;
         loop {
-            let cur = w.load(Ordering::Relaxed);
+            let cur = w.peek();
             let (owner_tid, owner_node, owner_nonce) = unpack(cur);
             if cur == 0 {
-                if w.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                if w.take(0, me) {
                     return Ok(());
                 }
             } else if owner_tid == me as u32 {
@@ -177,7 +172,7 @@ impl LocalTier {
             } else if spins % 64 == 63 && (!pid_alive(owner_tid) || owner_node.is_some_and(|n| gone(n, owner_nonce))) {
                 // The owner died, or its node did (it stopped and was declared
                 // dead): take the lock over.
-                if w.compare_exchange(cur, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                if w.take(cur, me) {
                     return Ok(());
                 }
             }
@@ -199,7 +194,7 @@ impl LocalTier {
     pub fn unlock(&self, id: u32, who: Owner) {
         let w = self.word(id);
         let me = who.word(tid());
-        let _ = w.compare_exchange(me, 0, Ordering::Release, Ordering::Relaxed);
+        w.give_back(me);
     }
 
     /// The id of the extra lock that serialises attaches on this host.

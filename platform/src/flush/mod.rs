@@ -253,7 +253,7 @@ impl Coherence for Flush {
             FlushMode::Clflushopt | FlushMode::Clwb => x86::sfence(),
             #[cfg(target_arch = "aarch64")]
             FlushMode::DcCivac => aarch64::dsb_sy(),
-            _ => core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst),
+            _ => cxlkv_core::mem::fence_seq_cst(),
         }
     }
 
@@ -261,7 +261,7 @@ impl Coherence for Flush {
         match self.mode {
             #[cfg(target_arch = "aarch64")]
             FlushMode::DcCivac => aarch64::dsb_sy(),
-            _ => core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst),
+            _ => cxlkv_core::mem::fence_seq_cst(),
         }
     }
 
