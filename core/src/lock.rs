@@ -190,20 +190,16 @@ impl<C: Coherence> Node<'_, C> {
         answer.and(quiet)
     }
 
-    /// Sets this node's request bit for `lock` and publishes the request
-    /// line (reader: the manager's doorbell scan), or clears it.
+    /// Sets or clears this node's request bit for `lock` and publishes the
+    /// request line (reader: the manager's doorbell scan).
     fn bell(&self, lock: u32, on: bool) -> Result<()> {
         let off = self.store.layout.requests(self.id) + (lock / 64) as u64 * 8;
         let bit = 1u64 << (lock % 64);
-        if !on {
-            // SYNC: no flush: a doorbell is a hint that makes the manager read
-            // the request slot, the truth (it finds the slot LOCKED or IDLE
-            // and grants nothing); the cleared bit reaches memory with this
-            // line's next flush, a later request's.
+        if on {
+            self.store.region.fetch_or_u64(off, bit)?;
+        } else {
             self.store.region.fetch_and_u64(off, !bit)?;
-            return Ok(());
         }
-        self.store.region.fetch_or_u64(off, bit)?;
         self.store.co.flush(&self.store.region, off, 8, Site("lock.doorbell"))?;
         // SYNC: the doorbell (and the request slot flushed before it) reach
         // memory now, not whenever the write-back completes (reader: the
