@@ -335,7 +335,7 @@ fn cmd_demo(raw: &[String]) -> ExitCode {
         if !(1..=16).contains(&cfg.prefill) || !(1..=16).contains(&cfg.decode) {
             return Err(Usage("--prefill and --decode take 1 to 16 workers".into()).into());
         }
-        let fits = |b: u64| (4096..=256 << 20).contains(&b) && b % 64 == 0;
+        let fits = |b: u64| (4096..=256 << 20).contains(&b) && b.is_multiple_of(64);
         if !fits(cfg.block_bytes) || !fits(cfg.block_min) || cfg.block_min > cfg.block_bytes {
             return Err(
                 Usage("--block-size must be 4K to 256M, a multiple of 64 (or a range MIN-MAX of such)".into()).into()

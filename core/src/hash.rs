@@ -1,5 +1,7 @@
 //! Keys, namespaces and the small hash functions the index and checksums use.
 
+use xxhash_rust::xxh3::Xxh3;
+
 /// A 128-bit block key (the engine's chained block hash), as two words.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
@@ -128,21 +130,32 @@ impl Namespace<'_> {
 /// `i-1` (or `parent` for the first) and block `i`'s tokens, so equal
 /// prefixes give equal key chains. A partial last block gets no key.
 /// Writes `min(tokens.len() / block, out.len())` keys and returns how many.
+///
+/// The hash is specified so that any language computes the same keys: key
+/// `i` is XXH3-128 (seed 0, default secret) of the 16 bytes of key `i-1`
+/// ([`Key::to_bytes`], little-endian) followed by block `i`'s tokens as
+/// little-endian `u32`s; the 128-bit digest is the key ([`Key::from_u128`]).
+/// In Python: `xxhash.xxh3_128_intdigest(prev + b"".join(t.to_bytes(4,
+/// "little") for t in block)).to_bytes(16, "little")`.
 pub fn chain_keys(parent: Key, tokens: &[u32], block: usize, out: &mut [Key]) -> usize {
     if block == 0 {
         return 0;
     }
     let mut prev = parent;
     let mut n = 0;
+    let mut bytes = [0u8; 256];
     for (chunk, slot) in tokens.chunks_exact(block).zip(out.iter_mut()) {
-        let mut lo = mix64(prev.lo ^ 0x6b65_795f_6368_6169);
-        let mut hi = mix64(prev.hi ^ 0x6e5f_626c_6f63_6b73 ^ block as u64);
-        for pair in chunk.chunks(2) {
-            let w = pair[0] as u64 | (pair.get(1).copied().unwrap_or(u32::MAX) as u64) << 32;
-            lo = mix64(lo ^ w);
-            hi = mix64(hi ^ w.rotate_left(17) ^ lo);
+        let mut h = Xxh3::new();
+        h.update(&prev.to_bytes());
+        for part in chunk.chunks(bytes.len() / 4) {
+            let mut used = 0;
+            for (b, t) in bytes.chunks_exact_mut(4).zip(part) {
+                b.copy_from_slice(&t.to_le_bytes());
+                used += 4;
+            }
+            h.update(bytes.get(..used).unwrap_or_default());
         }
-        prev = Key { lo, hi };
+        prev = Key::from_u128(h.digest128());
         *slot = prev;
         n += 1;
     }
@@ -204,6 +217,20 @@ mod tests {
         assert_ne!(chain_keys(Key { lo: 1, hi: 0 }, &a, 16, &mut short), 0);
         assert_ne!(short[0], ka[0], "the parent key seeds the chain");
         assert_eq!(chain_keys(Key::default(), &a, 0, &mut short), 0);
+    }
+
+    /// Computed independently with Python's `xxhash` package (the
+    /// README's vectors).
+    #[test]
+    fn chain_keys_match_the_specified_xxh3_chain() {
+        let hex = |k: Key| k.to_bytes().iter().map(|b| std::format!("{b:02x}")).collect::<std::string::String>();
+        let toks: std::vec::Vec<u32> = (0..300).collect();
+        let mut out = [Key::default(); 2];
+        assert_eq!(chain_keys(Key::default(), &toks[..32], 16, &mut out), 2);
+        assert_eq!(hex(out[0]), "b2c8db5b75a1490bd605369c8010d316");
+        assert_eq!(hex(out[1]), "925c7b59bf6fc9f0b3185d44c62782e1");
+        assert_eq!(chain_keys(Key::default(), &toks, 256, &mut out), 1);
+        assert_eq!(hex(out[0]), "529f6031c479c59cbc85bb3d2d49d01a");
     }
 
     #[test]

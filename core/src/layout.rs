@@ -498,7 +498,7 @@ impl Capacities {
             && (1..=1 << 24).contains(&self.entries_per_stripe)
             && (1..=65536).contains(&self.n_roots)
             && (4..=1 << 20).contains(&self.pin_slots)
-            && self.pin_slots % 4 == 0
+            && self.pin_slots.is_multiple_of(4)
             && (12..=32).contains(&self.chunk_shift)
             && self.inbox_slots.is_power_of_two()
             && (4..=65536).contains(&self.inbox_slots)

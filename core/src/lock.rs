@@ -441,7 +441,7 @@ impl Manager {
         // A full step now and then (at most every 1024 steps and a
         // sixteenth of a lease) is the safety net for whatever the narrow
         // steps leave unread.
-        let periodic = self.steps % 1024 == 0 && now.saturating_sub(self.full_at) >= cfg.lease / 16;
+        let periodic = self.steps.is_multiple_of(1024) && now.saturating_sub(self.full_at) >= cfg.lease / 16;
         let full = self.full_scan || rep.newly_dead != 0 || periodic;
         self.full_scan = false;
         if full {

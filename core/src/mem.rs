@@ -47,7 +47,7 @@ impl Region {
     ///   processes / devices (never as a Rust reference that assumes exclusivity).
     pub unsafe fn new(base: *mut u8, len: usize) -> Result<Self> {
         let base = NonNull::new(base).ok_or(Error::InvalidArgument)?;
-        if (base.as_ptr() as usize) % (LINE as usize) != 0 {
+        if !(base.as_ptr() as usize).is_multiple_of(LINE as usize) {
             return Err(Error::InvalidArgument);
         }
         Ok(Region {
@@ -181,7 +181,7 @@ impl Region {
     /// the result may be torn if a peer writes concurrently — callers validate
     /// with the struct's sequence word or checksum.
     pub fn read<T: FromBytes + IntoBytes + KnownLayout + Immutable>(&self, off: u64) -> Result<T> {
-        const { assert!(core::mem::size_of::<T>() % 8 == 0) };
+        const { assert!(core::mem::size_of::<T>().is_multiple_of(8)) };
         let size = core::mem::size_of::<T>() as u64;
         // One check for the whole struct; the words are inside it.
         let p = self.ptr(off, size, 8)?;
@@ -199,7 +199,7 @@ impl Region {
 
     /// Writes a shared struct word by word (relaxed stores, in address order).
     pub fn write<T: IntoBytes + Immutable>(&self, off: u64, v: &T) -> Result<()> {
-        const { assert!(core::mem::size_of::<T>() % 8 == 0) };
+        const { assert!(core::mem::size_of::<T>().is_multiple_of(8)) };
         let size = core::mem::size_of::<T>() as u64;
         self.check(off, size, 8)?;
         for (i, chunk) in v.as_bytes().chunks_exact(8).enumerate() {

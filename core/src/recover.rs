@@ -315,7 +315,7 @@ impl<C: Coherence> Node<'_, C> {
             return Ok(Claim::New);
         }
         let g = l.granule();
-        if (off - base) % g != 0 || len > l.chunk_size() {
+        if !(off - base).is_multiple_of(g) || len > l.chunk_size() {
             return Ok(Claim::No);
         }
         let (i, k) = (((off - base) / g) as u32, len.div_ceil(g) as u32);

@@ -376,7 +376,7 @@ impl SimMemory {
             st.hosts[h].dirty[i] = false;
             st.hosts[h].landed[i] = st.hosts[h].gen[i];
             let line = st.hosts[h].private.get(i);
-            if next(&mut st.rng) % 2 == 0 {
+            if next(&mut st.rng).is_multiple_of(2) {
                 st.shared.set(i, line);
                 st.provenance[i] = (h as u16, 4);
             } else {
@@ -463,7 +463,7 @@ impl SimMemory {
                 st.hosts[h].private.set(i, st.shared.get(i));
             }
         }
-        if !st.zombies.is_empty() && next(&mut st.rng) % 50 == 0 {
+        if !st.zombies.is_empty() && next(&mut st.rng).is_multiple_of(50) {
             let (i, line) = st.zombies.swap_remove(0);
             st.shared.set(i as usize, line);
             st.provenance[i as usize] = (u16::MAX - 1, 5);

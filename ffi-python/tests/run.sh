@@ -12,7 +12,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 export PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
-"$venv/bin/python" -m pip install -q "maturin>=1.9,<2" "pytest>=8" "pytest-timeout>=2" "hypothesis>=6" \
+"$venv/bin/python" -m pip install -q "maturin>=1.9,<2" "pytest>=8" "pytest-timeout>=2" "hypothesis>=6" "xxhash>=3" \
   "numpy>=1.24" "mypy>=1.10" typing_extensions
 # Built as a user would install it: a wheel through the maturin backend,
 # sharing this workspace's target directory.

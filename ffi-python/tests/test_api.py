@@ -31,6 +31,28 @@ def test_keys_are_bytes_or_ints_and_chains_share_prefixes() -> None:
         cxlkv.chain_keys([1], 1, parent=b"short")
 
 
+def test_chain_keys_are_the_specified_xxh3_chain() -> None:
+    """A router computes the same keys with the `xxhash` package alone."""
+    import random
+
+    import xxhash
+
+    def reference(tokens: list[int], block: int, parent: bytes) -> list[bytes]:
+        keys, prev = [], parent
+        for i in range(len(tokens) // block):
+            data = prev + b"".join(t.to_bytes(4, "little") for t in tokens[i * block : (i + 1) * block])
+            prev = xxhash.xxh3_128_intdigest(data).to_bytes(16, "little")
+            keys.append(prev)
+        return keys
+
+    rng = random.Random(7)
+    for block in (1, 16, 64, 100, 256, 1000):
+        tokens = [rng.randrange(2**32) for _ in range(rng.randrange(3 * block))]
+        parent = rng.randbytes(16)
+        assert cxlkv.chain_keys(tokens, block) == reference(tokens, block, bytes(16))
+        assert cxlkv.chain_keys(tokens, block, parent=parent) == reference(tokens, block, parent)
+
+
 def test_namespaces_differ_by_every_field() -> None:
     base = cxlkv.Namespace("m", tp_size=2, block_tokens=16)
     ids = {base.id, cxlkv.Namespace("m2", tp_size=2, block_tokens=16).id}

@@ -26,7 +26,6 @@ pub mod user;
 pub use cache::{Cache, Options, Stats, KIND_RESPONSE};
 pub use code::{Code, Family};
 pub use copy::{GetItem, PutItem};
-pub use cxlkv_core as core_api;
 pub use error::{Error, Result};
 pub use flush::{Flush, FlushMode};
 pub use map::{Mapping, Populate, Source};

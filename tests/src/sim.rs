@@ -384,7 +384,7 @@ impl World {
         let steps = s.steps;
         let due = |x: Option<(usize, u64)>| x.is_some_and(|(h, at)| actor / 3 == h && steps >= at);
         let pending = due(s.crash_at) || due(s.kill_at);
-        if !force && rnd(&mut s.rng) % 3 != 0 && !pending {
+        if !force && !rnd(&mut s.rng).is_multiple_of(3) && !pending {
             return;
         }
         let step = s.steps;
@@ -606,7 +606,7 @@ impl World {
             s.sleep_until = vec![0; n];
         }
         let cur = s.turn;
-        if park() && cur < n && s.runnable[cur] && rnd(&mut s.rng) % 64 == 0 {
+        if park() && cur < n && s.runnable[cur] && rnd(&mut s.rng).is_multiple_of(64) {
             s.sleep_until[cur] = s.steps + 500 + rnd(&mut s.rng) % 8000;
         }
         let awake = |s: &Sched, a: usize| s.runnable[a] && s.sleep_until[a] <= s.steps;
@@ -822,10 +822,11 @@ pub fn run(cfg: &RunConfig) -> RunResult {
             if site.starts_with("bury.") {
                 w2.bury_in_order(a / 3);
             }
-            if site == "bury.info.again" && a % 3 == 0 && w2.model.lock().unwrap().bury_race {
+            if site == "bury.info.again" && a.is_multiple_of(3) && w2.model.lock().unwrap().bury_race {
                 w2.park_until_recovered(a);
             }
-            if site == "index.get.payload" && w2.model.lock().unwrap().slow_readers && w2.mem.random() % 6 == 0 {
+            if site == "index.get.payload" && w2.model.lock().unwrap().slow_readers && w2.mem.random().is_multiple_of(6)
+            {
                 // A slow reader: descheduled between finding a block and
                 // copying it, while others evict it and reuse its space.
                 for _ in 0..2000 {
@@ -843,7 +844,7 @@ pub fn run(cfg: &RunConfig) -> RunResult {
                 "evict.pins.summary" => (24, 400),
                 _ => (0, 0),
             };
-            if slow > 0 && w2.model.lock().unwrap().slow_readers && w2.mem.random() % slow == 0 {
+            if slow > 0 && w2.model.lock().unwrap().slow_readers && w2.mem.random().is_multiple_of(slow) {
                 if site == "evict.pins.summary" {
                     // Another host pins what this evictor is looking at.
                     w2.offer_claimed(a / 3);
@@ -867,9 +868,9 @@ pub fn run(cfg: &RunConfig) -> RunResult {
         m.bury_race = (cfg.seed / 6) % 8 == 2;
         m.crash_in_app_lock = (cfg.seed / 2) % 4 == 2;
         m.crash_in_free = (cfg.seed / 2) % 4 == 1;
-        m.worker_first = (cfg.seed / 4) % 2 == 0;
+        m.worker_first = (cfg.seed / 4).is_multiple_of(2);
         m.slow_readers = cfg.seed % 5 < 2;
-        m.kill_in_fill = (cfg.seed / 6) % 2 == 0;
+        m.kill_in_fill = (cfg.seed / 6).is_multiple_of(2);
     }
     if !cfg.crash && cfg.seed % 3 != 1 && cfg.ops >= 8 {
         let mut m = w.model.lock().unwrap();
@@ -1926,7 +1927,13 @@ fn stall_in_release(w: &World, a: usize) -> bool {
     let h = a / 3;
     {
         let m = w.model.lock().unwrap();
-        if a % 3 != 0 || m.stall != Some(h) || !m.release_armed || m.stalled || m.need_recovery || !m.mgr_idle[h] {
+        if !a.is_multiple_of(3)
+            || m.stall != Some(h)
+            || !m.release_armed
+            || m.stalled
+            || m.need_recovery
+            || !m.mgr_idle[h]
+        {
             return false;
         }
         if m.recovering_on & (1 << h) != 0 {
@@ -2119,7 +2126,7 @@ fn raw_pattern(off: u64, len: u64) -> Vec<u8> {
 /// until freed.
 fn raw_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
     let mine: Vec<u64> = w.model.lock().unwrap().raw.iter().filter(|b| b.2 == h).map(|b| b.0).collect();
-    if mine.len() >= 2 || (r >> 30) % 3 == 0 {
+    if mine.len() >= 2 || (r >> 30).is_multiple_of(3) {
         if let Some(&off) = mine.first() {
             return raw_free(w, node, h, off);
         }
@@ -2249,7 +2256,7 @@ fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
         }
         x
     };
-    if (r >> 40) % 2 != 0 {
+    if !(r >> 40).is_multiple_of(2) {
         let before = begin(false);
         let got = cxlkv_core::roots::get(node.store, name.as_bytes());
         // The block it names, read while no put or destroy of it runs.
@@ -2287,7 +2294,7 @@ fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
         }
         return;
     }
-    let put = (r >> 20) % 2 == 0;
+    let put = (r >> 20).is_multiple_of(2);
     let size = 64 + r % 1000;
     let before = begin(true);
     // A put names a raw block of its own, which the root then keeps alive
@@ -2458,8 +2465,8 @@ fn finish_write<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: Handl
     let p = payload(hd.key, hd.len as usize);
     let half = p.len() / 2;
     write_payload(w, node, h, &hd, half, &p[half..], raw);
-    log(w, hd.off, format!("host {h} finish-write key {} (abort: {})", hd.key.hi, r % 7 == 0));
-    if r % 7 == 0 {
+    log(w, hd.off, format!("host {h} finish-write key {} (abort: {})", hd.key.hi, r.is_multiple_of(7)));
+    if r.is_multiple_of(7) {
         if let Err(e) = node.abort(&hd) {
             w.violation(format!("host {h} abort: {e:?}"));
         }
@@ -2470,7 +2477,7 @@ fn finish_write<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: Handl
         // The batch form, as the C and Python doors publish.
         let mut out = [Ok(())];
         node.publish_batch(&[hd], &mut out).and(out[0])
-    } else if raw || r % 2 == 0 {
+    } else if raw || r.is_multiple_of(2) {
         node.publish(&hd)
     } else {
         node.publish_flushed(&[hd], &mut [Ok(())])
@@ -2484,7 +2491,7 @@ fn verify_pinned<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: &Han
     let mut buf = vec![0u8; hd.len as usize];
     // Half the pins are read through a pointer, as the C and Python doors'
     // zero-copy views are: made fresh once, then plain loads.
-    let by_pointer = hd.gen % 2 == 0;
+    let by_pointer = hd.gen.is_multiple_of(2);
     let read = if by_pointer {
         node.fresh_payload(hd).and_then(|_| node.store.region.copy_out(hd.off, &mut buf))
     } else {
@@ -2547,7 +2554,7 @@ fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
     };
     let (true, Some(lock)) = (off != 0, lock) else { return };
     let st = node.store;
-    let patient = (r >> 36) % 2 == 0;
+    let patient = (r >> 36).is_multiple_of(2);
     WAIT_LIMIT.with(|l| l.set(if patient { 200_000 } else { 2 + (r >> 37) as u32 % 40 }));
     // The application lock's API, with `with_lock`'s rule: a revoked lock
     // outranks what ran under it.
@@ -2676,7 +2683,7 @@ fn reformat_once(seed: u64, disable: Option<&'static str>, lazy: bool) -> Vec<St
     }));
     let crashed = std::panic::catch_unwind(AssertUnwindSafe(|| format(mem.region(0), mem.host(0), sim_caps(2), 2)));
     mem.crash(0);
-    if mix64(seed ^ 1) % 2 == 0 {
+    if mix64(seed ^ 1).is_multiple_of(2) {
         mem.drain_zombies();
     }
     let mut out = Vec::new();
@@ -2808,7 +2815,7 @@ fn chan_verify(w: &World, me: u32, h: usize, msg: &Message, keys: &[Key]) {
 /// message of 0 to 39 keys to a random node (itself included).
 fn channel_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
     chan_drain(w, node, h);
-    if (r >> 8) % 4 == 0 {
+    if (r >> 8).is_multiple_of(4) {
         return;
     }
     let to = ((r >> 12) % w.hosts as u64) as u32;

@@ -58,7 +58,7 @@ fn get(m: &[u64; MAX_WORDS], i: u32) -> bool {
 impl ChunkMap {
     /// Empty maps of `granules` granules.
     pub fn empty(granules: u32) -> ChunkMap {
-        debug_assert!(granules % 64 == 0 && granules <= MAX_GRANULES);
+        debug_assert!(granules.is_multiple_of(64) && granules <= MAX_GRANULES);
         ChunkMap { used: [0; MAX_WORDS], start: [0; MAX_WORDS], granules }
     }
 

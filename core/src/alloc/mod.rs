@@ -151,7 +151,7 @@ pub fn block_of(layout: &Layout, c: u32, rec: &ChunkRecord, m: &ChunkMap, off: u
     let base = layout.chunk_payload(c);
     match rec.kind {
         CHUNK_LARGE if off == base && rec.blocks == 1 => Some((0, rec.block_size)),
-        CHUNK_KV | CHUNK_RAW if off >= base && (off - base) % layout.granule() == 0 => {
+        CHUNK_KV | CHUNK_RAW if off >= base && (off - base).is_multiple_of(layout.granule()) => {
             let i = u32::try_from((off - base) / layout.granule()).ok()?;
             m.extent(i).map(|k| (i, k as u64 * layout.granule()))
         }
@@ -401,7 +401,7 @@ impl<C: Coherence> Node<'_, C> {
             }
             CHUNK_KV | CHUNK_RAW if rec.kind == kind.code() => {
                 let g = l.granule();
-                if off < base || (off - base) % g != 0 {
+                if off < base || !(off - base).is_multiple_of(g) {
                     return Err(Error::InvalidArgument);
                 }
                 let i = ((off - base) / g) as u32;
@@ -485,7 +485,7 @@ impl<C: Coherence> Node<'_, C> {
         let mut c = 0u32;
         while c < l.n_chunks {
             let w = self.store.region.load_u64(l.chunk_bitmap.start + (c / 64) as u64 * 8)?;
-            if c % 64 == 0 && w == u64::MAX {
+            if c.is_multiple_of(64) && w == u64::MAX {
                 run = 0;
                 c += 64;
                 continue;

@@ -175,7 +175,7 @@ fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
                 }
             }
             _ => {
-                if (x >> 40) % 8 == 0 && c.node().evict(256 << 10, &mut Lru).is_err() {
+                if (x >> 40).is_multiple_of(8) && c.node().evict(256 << 10, &mut Lru).is_err() {
                     errors += 1;
                 }
             }
