@@ -688,14 +688,7 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Value, bool), String> {
         let opts = Options { mode: cfg.mode, local_dir: local.clone(), ..Options::default() };
         let cache = Cache::open(&path, opts).map_err(|e| e.to_string())?;
         let f = cache.check().map_err(|e| e.to_string())?;
-        let mut ev = 0;
-        for n in 0..caps.max_nodes {
-            if let Ok(s) =
-                cache.store().region.read::<cxlkv_core::layout::NodeStats>(cache.store().layout.node_stats(n))
-            {
-                ev += s.evictions;
-            }
-        }
+        let ev = cache.stats().map_err(|e| e.to_string())?.evictions;
         cache.close().map_err(|e| e.to_string())?;
         (f.len(), ev)
     };

@@ -10,8 +10,8 @@ use std::process::ExitCode;
 
 use args::{Args, Usage};
 use cxlkv_core::layout::Capacities;
-use cxlkv_platform::cache::{check_store, stranded};
-use cxlkv_platform::{Cache, Flush, FlushMode, Mapping, Options, Region};
+use cxlkv_platform::inspect::Observed;
+use cxlkv_platform::{Cache, FlushMode, Options, Region};
 use serde_json::json;
 
 const USAGE: &str = "\
@@ -183,16 +183,13 @@ fn cmd_format(raw: &[String]) -> Result<(), Fail> {
     Ok(())
 }
 
-fn open_store(a: &Args) -> Result<(Mapping, cxlkv_core::region::Store<Flush>), Fail> {
-    let map = Mapping::open(Path::new(a.path()?))?;
-    let store = cxlkv_core::region::attach(map.region(), Flush::new(mode(a)?, false)?)?;
-    Ok((map, store))
+fn observe(a: &Args) -> Result<Observed, Fail> {
+    Ok(Region::open(Path::new(a.path()?))?.observe(mode(a)?)?)
 }
 
 fn cmd_inspect(raw: &[String]) -> Result<(), Fail> {
     let a = Args::parse(raw, &COMMON, &["json"])?;
-    let (_map, store) = open_store(&a)?;
-    let r = inspect::report(&store)?;
+    let r = observe(&a)?.inspect()?;
     if a.flag("json") {
         println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
     } else {
@@ -209,7 +206,7 @@ fn cmd_check(raw: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (_map, store) = match open_store(&a) {
+    let observed = match observe(&a) {
         Ok(x) => x,
         Err(Fail::Run(m) | Fail::Usage(Usage(m))) => {
             if a.flag("json") {
@@ -219,7 +216,7 @@ fn cmd_check(raw: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match check_store(&store).and_then(|f| Ok((f, stranded(&store)?))) {
+    match observed.check().and_then(|f| Ok((f, observed.stranded()?))) {
         Ok((f, gone)) => {
             let clean = f.is_empty() && gone.is_empty();
             if a.flag("json") {

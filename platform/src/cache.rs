@@ -261,6 +261,9 @@ pub struct Stats {
     pub live_bytes: u64,
     /// Payload capacity of the region.
     pub payload_bytes: u64,
+    /// Blocks evicted since the region was formatted, by any node (counted
+    /// by the index stripes).
+    pub evictions: u64,
 }
 
 /// Messages taken from the inbox while a `call` waited for its response, and
@@ -447,6 +450,7 @@ impl Cache {
             let h: StripeHeader = st.fresh(l.stripe(stripe), Site("platform.stats.stripe"))?;
             s.live_entries += h.live as u64;
             s.live_bytes += h.bytes;
+            s.evictions += h.evictions;
         }
         Ok(s)
     }

@@ -16,6 +16,7 @@ pub mod error;
 pub mod flush;
 pub mod gpu;
 pub mod host;
+pub mod inspect;
 pub mod local;
 pub mod map;
 pub mod region;

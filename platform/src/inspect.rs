@@ -1,0 +1,290 @@
+//! A region read by an observer that attaches no node (no heartbeat, no
+//! lock, nothing written): what `cxlkv inspect` and `cxlkv check` report.
+
+use serde::Serialize;
+
+use cxlkv_core::check::Finding;
+use cxlkv_core::coherence::Site;
+use cxlkv_core::layout::{
+    state, ChunkRecord, Entry, Heartbeat, LockSlot, NodeInfo, NodeStats, StripeHeader, CHUNK_FREE, NODE_ALIVE,
+    NODE_DEAD, SLOT_LOCKED, SLOT_WAITING,
+};
+use cxlkv_core::pins::journal_census;
+use cxlkv_core::region::{attach, Store};
+
+use crate::cache::{check_store, stranded, Stranded};
+use crate::flush::{Flush, FlushMode};
+use crate::host::{pid_alive, Locality};
+use crate::region::Region;
+use crate::Result;
+
+/// A formatted region seen by an observer (see the module documentation).
+pub struct Observed {
+    store: Store<Flush>,
+    /// Keeps the mapping the store views.
+    _region: Region,
+}
+
+impl Region {
+    /// Reads the region's header and layout as an observer, with cache
+    /// maintenance `mode`: fails as attaching would on an unformatted or
+    /// corrupt region.
+    pub fn observe(&self, mode: FlushMode) -> Result<Observed> {
+        let store = attach(self.mapping().region(), Flush::new(mode, false)?)?;
+        Ok(Observed { store, _region: self.clone() })
+    }
+}
+
+/// What `cxlkv inspect` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct Inspection {
+    /// Mapped size, bytes.
+    pub region_size: u64,
+    /// The format's creation id, in hex.
+    pub creation_id: String,
+    /// What the region was formatted with.
+    pub capacities: CapacityReport,
+    /// Space and pins.
+    pub usage: UsageReport,
+    /// Index entries by state.
+    pub entries: EntryReport,
+    /// Attached (or dead, unrecovered) nodes.
+    pub nodes: Vec<NodeReport>,
+    /// Lock slots held or waited for.
+    pub locks: Vec<LockReport>,
+}
+
+/// Capacities and sizes of a formatted region.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct CapacityReport {
+    /// Node slots.
+    pub max_nodes: u32,
+    /// Index stripes.
+    pub stripes: u32,
+    /// Entries per stripe.
+    pub entries_per_stripe: u32,
+    /// Entries in all.
+    pub entries: u64,
+    /// Buckets per stripe.
+    pub buckets_per_stripe: u32,
+    /// Named roots.
+    pub roots: u32,
+    /// Pins per node.
+    pub pin_slots: u32,
+    /// Chunk size, bytes.
+    pub chunk_size: u64,
+    /// Payload chunks.
+    pub chunks: u32,
+    /// Global locks (core's and the application's).
+    pub locks: u32,
+    /// Application locks.
+    pub app_locks: u32,
+    /// Payload area, bytes.
+    pub payload_bytes: u64,
+    /// Everything before the payload area, bytes.
+    pub metadata_bytes: u64,
+}
+
+/// Space in use.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct UsageReport {
+    /// Chunks not free.
+    pub chunks_used: u64,
+    /// Their bytes.
+    pub chunk_bytes_used: u64,
+    /// Payload bytes of READY blocks.
+    pub live_payload_bytes: u64,
+    /// Pins held by every node.
+    pub pins: u64,
+    /// Evictions counted by the stripes.
+    pub evictions: u64,
+}
+
+/// Entries by state.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct EntryReport {
+    /// Free.
+    pub empty: u64,
+    /// Reserved, being written.
+    pub writing: u64,
+    /// Published.
+    pub ready: u64,
+    /// Being evicted.
+    pub evicting: u64,
+    /// Claimed by an evictor deciding.
+    pub claimed: u64,
+    /// Any other state word (only a corrupt region has them).
+    pub invalid: u64,
+}
+
+/// One node slot in use.
+#[derive(Clone, Debug, Serialize)]
+pub struct NodeReport {
+    /// Node id.
+    pub id: u32,
+    /// Process id (in its PID namespace).
+    pub pid: u32,
+    /// Its host id, in hex.
+    pub host_id: String,
+    /// What this process can tell of its liveness.
+    pub liveness: &'static str,
+    /// Heartbeat counter.
+    pub heartbeat: u64,
+    /// Attach count of the slot.
+    pub incarnation: u64,
+    /// Pins held.
+    pub pins: u32,
+    /// Reservations held.
+    pub reservations: u32,
+    /// Its counters.
+    pub hits: u64,
+    /// Misses.
+    pub misses: u64,
+    /// Blocks stored.
+    pub inserts: u64,
+    /// Puts of keys already stored.
+    pub exists: u64,
+    /// Blocks it evicted.
+    pub evictions: u64,
+    /// Payload bytes written.
+    pub bytes_written: u64,
+    /// Payload bytes read.
+    pub bytes_read: u64,
+}
+
+/// One lock slot held or waited for.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct LockReport {
+    /// Lock id.
+    pub lock: u32,
+    /// Node of the slot.
+    pub node: u32,
+    /// `held` or `waiting`.
+    pub state: &'static str,
+    /// Grant sequence.
+    pub seq: u64,
+}
+
+impl Observed {
+    /// Every finding of the region's invariants (empty: clean).
+    pub fn check(&self) -> Result<Vec<Finding>> {
+        check_store(&self.store)
+    }
+
+    /// Nodes whose process is gone or that were declared dead, with what
+    /// they hold (a recovery reclaims it).
+    pub fn stranded(&self) -> Result<Vec<Stranded>> {
+        stranded(&self.store)
+    }
+
+    /// What the region holds.
+    pub fn inspect(&self) -> Result<Inspection> {
+        let store = &self.store;
+        let l = &store.layout;
+        let me = Locality::here();
+        let mut nodes = Vec::new();
+        let mut pinned = 0u64;
+        for n in 0..l.caps.max_nodes {
+            let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("platform.inspect"))?;
+            if info.state == 0 {
+                continue;
+            }
+            let hb: Heartbeat = store.region.read(l.heartbeat(n))?;
+            let st: NodeStats = store.region.read(l.node_stats(n))?;
+            let liveness = match info.state {
+                NODE_DEAD => "dead (recovery pending)",
+                NODE_ALIVE if me.can_probe(&info) && !pid_alive(info.pid) => "gone (process exited)",
+                NODE_ALIVE if me.can_probe(&info) => "alive",
+                NODE_ALIVE if info.host_id == me.host => "alive (this host, another PID namespace)",
+                NODE_ALIVE => "alive (remote host)",
+                _ => "unknown",
+            };
+            let held = journal_census(store, n, Site("platform.inspect.journal"))?;
+            pinned += held.pins as u64;
+            nodes.push(NodeReport {
+                id: n,
+                pid: info.pid,
+                host_id: format!("{:016x}", info.host_id),
+                liveness,
+                heartbeat: hb.beat,
+                incarnation: info.incarnation,
+                pins: held.pins,
+                reservations: held.reservations,
+                hits: st.hits,
+                misses: st.misses,
+                inserts: st.inserts,
+                exists: st.exists,
+                evictions: st.evictions,
+                bytes_written: st.bytes_written,
+                bytes_read: st.bytes_read,
+            });
+        }
+        let mut by_state = [0u64; 6];
+        let (mut live_bytes, mut evictions) = (0u64, 0u64);
+        for s in 0..l.caps.n_stripes {
+            let h: StripeHeader = store.region.read(l.stripe(s))?;
+            evictions += h.evictions;
+            for e in 0..l.caps.entries_per_stripe {
+                let ent: Entry = store.region.read(l.entry(s, e))?;
+                by_state[(ent.state as usize).min(5)] += 1;
+                if ent.state == state::READY {
+                    live_bytes += ent.payload_len as u64;
+                }
+            }
+        }
+        let (mut chunks_used, mut chunk_bytes) = (0u64, 0u64);
+        for c in 0..l.n_chunks {
+            let r: ChunkRecord = store.region.read(l.chunk(c))?;
+            if r.kind != CHUNK_FREE {
+                chunks_used += 1;
+                chunk_bytes += l.chunk_size();
+            }
+        }
+        let mut locks = Vec::new();
+        for lock in 0..l.n_locks {
+            for n in 0..l.caps.max_nodes {
+                let s: LockSlot = store.region.read(l.lock_slot(lock, n))?;
+                if s.state == SLOT_LOCKED || s.state == SLOT_WAITING {
+                    let st = if s.state == SLOT_LOCKED { "held" } else { "waiting" };
+                    locks.push(LockReport { lock, node: n, state: st, seq: s.seq });
+                }
+            }
+        }
+        Ok(Inspection {
+            region_size: l.region_size,
+            creation_id: format!("{:016x}", store.creation_id),
+            capacities: CapacityReport {
+                max_nodes: l.caps.max_nodes,
+                stripes: l.caps.n_stripes,
+                entries_per_stripe: l.caps.entries_per_stripe,
+                entries: l.caps.n_stripes as u64 * l.caps.entries_per_stripe as u64,
+                buckets_per_stripe: l.buckets_per_stripe,
+                roots: l.caps.n_roots,
+                pin_slots: l.caps.pin_slots,
+                chunk_size: l.chunk_size(),
+                chunks: l.n_chunks,
+                locks: l.n_locks,
+                app_locks: l.caps.app_locks,
+                payload_bytes: l.payload.len(),
+                metadata_bytes: l.payload.start,
+            },
+            usage: UsageReport {
+                chunks_used,
+                chunk_bytes_used: chunk_bytes,
+                live_payload_bytes: live_bytes,
+                pins: pinned,
+                evictions,
+            },
+            entries: EntryReport {
+                empty: by_state[state::EMPTY as usize],
+                writing: by_state[state::WRITING as usize],
+                ready: by_state[state::READY as usize],
+                evicting: by_state[state::EVICTING as usize],
+                claimed: by_state[state::CLAIMED as usize],
+                invalid: by_state[5],
+            },
+            nodes,
+            locks,
+        })
+    }
+}
