@@ -46,12 +46,12 @@ cargo test -p cxlkv-platform --locked --lib gpu:: 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 # On a machine with an NVIDIA GPU this checks and measures the path (exit 0);
 # without one it must report CUDA unavailable (exit 2), never crash.
-cargo run -p cxlkv-platform --features cuda --locked --bin cxlkv-gpu-check -- --quick
+cargo run -p cxlkv-cli --locked -- gpu-check --quick
 grc=$?
 case "$grc" in
   0) echo "test result: ok. 1 passed; 0 failed (GPU checks on a GPU)" >> "$log" ;;
   2) echo "test result: ok. 1 passed; 0 failed (CUDA unavailable, reported as such)" >> "$log" ;;
-  *) echo "cxlkv-gpu-check: 1 failed (exit $grc)" >> "$log"; rc=1 ;;
+  *) echo "cxlkv gpu-check: 1 failed (exit $grc)" >> "$log"; rc=1 ;;
 esac
 
 step "C API: generated files unchanged (cargo xtask gen), C/C++ tests against static and shared lib, valgrind"

@@ -3,6 +3,7 @@
 mod args;
 mod bench;
 mod demo;
+mod gpucheck;
 mod inspect;
 
 use std::path::Path;
@@ -27,8 +28,12 @@ usage:
   cxlkv check PATH [--json]        exit 0 clean, 1 findings, 2 cannot open
   cxlkv recover PATH [--json]
   cxlkv bench [--modes coherent,clflush,...] [--blocks N] [--block-bytes SIZE] [--quick] [--json]
+  cxlkv gpu-check [--device N] [--mode MODE] [--quick]
+                                   exit 0 checks passed, 1 a check failed, 2 CUDA unavailable
 
-options common to all: --mode coherent|clflush|clflushopt|clwb|auto (default auto)
+--mode coherent|clflush|clflushopt|clwb|auto: cache maintenance (format, inspect, check,
+recover, gpu-check: default auto, the architecture's safe choice; demo: default coherent,
+its processes share one host)
 sizes take units: 64M, 2G, 512K";
 
 fn main() -> ExitCode {
@@ -59,6 +64,7 @@ fn run(argv: &[String]) -> ExitCode {
         "recover" => cmd_recover(rest),
         "bench" => cmd_bench(rest),
         "demo" => return cmd_demo(rest),
+        "gpu-check" => return gpucheck::main(rest),
         // Processes the demo and the bench start; not for people.
         "bench-peer" => return helper_exit("bench-peer", bench::peer_main(rest)),
         "demo-worker" => return helper_exit("demo-worker", demo::worker(rest)),

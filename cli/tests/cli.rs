@@ -39,11 +39,25 @@ fn format_inspect_check_recover_round_trip() {
 
 #[test]
 fn every_subcommand_takes_help() {
-    for cmd in ["demo", "format", "inspect", "check", "recover", "bench"] {
+    for cmd in ["demo", "format", "inspect", "check", "recover", "bench", "gpu-check"] {
         let o = run(&[cmd, "--help"]);
         assert_eq!(o.status.code(), Some(0), "{cmd} --help");
         assert!(String::from_utf8_lossy(&o.stdout).contains("usage:"), "{cmd} --help");
     }
+}
+
+/// Without a GPU (or libcuda) it says so with its own status, never a crash;
+/// with one, every check passes.
+#[test]
+fn gpu_check_passes_or_reports_cuda_unavailable() {
+    let o = run(&["gpu-check", "--quick"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    match o.status.code() {
+        Some(0) => {}
+        Some(2) => assert!(out.contains("CUDA unavailable"), "{out}"),
+        other => panic!("gpu-check exited {other:?}: {out}"),
+    }
+    assert_eq!(run(&["gpu-check", "--device"]).status.code(), Some(64));
 }
 
 #[test]

@@ -1,8 +1,8 @@
-//! `cxlkv-gpu-check`: checks and measures the GPU path on any x86-64 Linux
+//! `cxlkv gpu-check`: checks and measures the GPU path on any x86-64 Linux
 //! machine with an NVIDIA GPU and driver (it needs nothing else there).
 //!
 //! ```text
-//! cxlkv-gpu-check [--device N] [--mode clflush|clflushopt|clwb|coherent] [--quick]
+//! cxlkv gpu-check [--device N] [--mode clflush|clflushopt|clwb|coherent] [--quick]
 //! ```
 //!
 //! Checks: round trips of random blocks through region and device (DMA both
@@ -33,9 +33,9 @@ struct Args {
     quick: bool,
 }
 
-fn parse() -> std::result::Result<Args, String> {
+fn parse(args: &[String]) -> std::result::Result<Args, String> {
     let mut a = Args { device: 0, mode: FlushMode::default_for_arch(), quick: false };
-    let mut it = std::env::args().skip(1);
+    let mut it = args.iter().cloned();
     while let Some(k) = it.next() {
         match k.as_str() {
             "--device" => a.device = it.next().and_then(|v| v.parse().ok()).ok_or("--device needs a number")?,
@@ -44,7 +44,7 @@ fn parse() -> std::result::Result<Args, String> {
             }
             "--quick" => a.quick = true,
             "-h" | "--help" => {
-                return Err("usage: cxlkv-gpu-check [--device N] [--mode MODE] [--quick]".into());
+                return Err("usage: cxlkv gpu-check [--device N] [--mode MODE] [--quick]".into());
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -396,16 +396,7 @@ fn bench(a: &Args, cuda: &Cuda) -> Result<()> {
     let contiguous =
         time(iters, || unsafe { cuda.copy_to_device(dev.ptr(), host_region, 2 * MIB, s) }.and_then(|_| sync()))?;
     let contiguous_path = time(iters, || path.to_device(&whole, s).and_then(|_| sync()))?;
-    let inval = time(iters, || {
-        let st = cache.store();
-        Ok(cxlkv_core::coherence::Coherence::invalidate(
-            &st.co,
-            &st.region,
-            base_off,
-            2 * MIB as u64,
-            cxlkv_core::coherence::Site("gpu-check"),
-        )?)
-    })?;
+    let inval = time(iters, || cache.invalidate_range(base_off, 2 * MIB as u64))?;
     println!();
     println!("2 MiB block in {pieces} pieces of {} KiB (scattered device pages), per block", piece / KIB);
     println!("{:>28} | {:>10} {:>8}", "", "us", "GB/s");
@@ -459,8 +450,9 @@ fn human(n: usize) -> String {
     }
 }
 
-fn main() -> ExitCode {
-    let a = match parse() {
+/// Runs `cxlkv gpu-check ARGS`.
+pub fn main(args: &[String]) -> ExitCode {
+    let a = match parse(args) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("{e}");
