@@ -192,7 +192,7 @@ fn flush_costs(quick: bool) -> Result<Value, cxlkv_platform::Error> {
     let len = 8usize << 20;
     let map = Mapping::memfd(len as u64, false)?;
     map.prefault()?;
-    let region = map.region();
+    let region = map.view();
     let src = vec![0x5au8; CHUNK];
     let passes = if quick { 2 } else { 8 };
     let lines = (len / 64 * passes) as f64;
@@ -603,7 +603,7 @@ fn cold_memcpy(size: usize, n: usize, order: &[u64], dst: &mut [u8]) -> Result<V
     }
     drop(f);
     let map = Mapping::open_file(&path).map_err(|e| e.to_string())?;
-    let region = map.region();
+    let region = map.view();
     let mut lat = Vec::with_capacity(order.len());
     for &i in order {
         let t = Instant::now();

@@ -125,7 +125,7 @@ fn correctness(a: &Args, cuda: &Cuda, c: &mut Checks) -> Result<()> {
         st.ranges.len(),
         st.register_seconds * 1e3
     );
-    c.check("registered bytes = region", st.registered_bytes == cache.store().region.len());
+    c.check("registered bytes = region", st.registered_bytes == cache.store().view.len());
     c.check("same device registers again", cache.register_cuda(a.device).is_ok());
     c.check(
         "another device is refused",
@@ -315,7 +315,7 @@ fn bench(a: &Args, cuda: &Cuda) -> Result<()> {
     let path = cache.register_cuda(a.device)?;
     let stream = cuda.stream()?;
     let s = stream.raw();
-    let region = cache.store().region;
+    let region = cache.store().view;
     let base_off = cache.store().layout.payload.start.next_multiple_of(MIB as u64);
     let max = 64 * MIB;
     let dev = cuda.alloc(max)?;
@@ -420,7 +420,7 @@ fn bench(a: &Args, cuda: &Cuda) -> Result<()> {
 fn registration(cuda: &Cuda, size: usize) -> Result<()> {
     let map = Mapping::memfd(size as u64, false)?;
     map.prefault()?;
-    let region = map.region();
+    let region = map.view();
     let t = Instant::now();
     // SAFETY: `map` stays mapped until after `reg` is dropped below.
     let reg = unsafe { cuda.register(region.base(), size, cxlkv_platform::gpu::REGISTER_CHUNK) }?;

@@ -169,15 +169,15 @@ impl<C: Coherence> Node<'_, C> {
                 words.words[2 * j] = key.lo;
                 words.words[2 * j + 1] = key.hi;
             }
-            st.region.write(off + LINE, &words)?;
+            st.view.write(off + LINE, &words)?;
             if i > 0 {
                 let cont = MsgHeader { seq: pos + i + 1, index: i as u32, ..first };
-                st.region.write(off, &cont)?;
+                st.view.write(off, &cont)?;
             }
             // SYNC: every line but the first header lands before it (reader:
             // the owner, which trusts the others once that header is seen).
             let from = if i == 0 && !early { off + LINE } else { off };
-            st.co.flush(&st.region, from, off + SLOT_LINES * LINE - from, Site("inbox.send.body"))?;
+            st.co.flush(&st.view, from, off + SLOT_LINES * LINE - from, Site("inbox.send.body"))?;
         }
         st.co.store_fence(Site("inbox.send.fence"));
         // SYNC: the first header, state word last, makes the message whole
@@ -197,9 +197,9 @@ impl<C: Coherence> Node<'_, C> {
         // last write. A successor on another host may hold an older copy: it
         // then re-reads consumed messages, which name an earlier incarnation
         // and are dropped below.
-        let start = st.region.read::<InboxHead>(l.inbox_head(self.id))?.head;
+        let start = st.view.read::<InboxHead>(l.inbox_head(self.id))?.head;
         let mut head = start;
-        let me: NodeInfo = st.region.read(l.node_info(self.id))?;
+        let me: NodeInfo = st.view.read(l.node_info(self.id))?;
         let mut out = None;
         let mut err = None;
         for _ in 0..cap {
@@ -356,17 +356,17 @@ mod tests {
             // A hostile peer flips a key of the first message.
             let l = &f.store.layout;
             let off = l.inbox_slot(1, 0) + LINE + 8;
-            let w = f.store.region.load_u64(off).unwrap();
-            f.store.region.store_u64(off, w ^ 1).unwrap();
+            let w = f.store.view.load_u64(off).unwrap();
+            f.store.view.store_u64(off, w ^ 1).unwrap();
             let mut buf = [Key::default(); 32];
             assert_eq!(b.try_recv(&mut buf), Err(Error::Corrupt));
             assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 2);
             // A first header claiming more slots than the ring has.
             a.send(1, &msg(3), &keys(3, 1)).unwrap();
             let head_at = l.inbox_slot(1, 3);
-            let mut h: MsgHeader = f.store.region.read(head_at).unwrap();
+            let mut h: MsgHeader = f.store.view.read(head_at).unwrap();
             h.slots = 1000;
-            f.store.region.write(head_at, &h).unwrap();
+            f.store.view.write(head_at, &h).unwrap();
             a.send(1, &msg(4), &keys(4, 1)).unwrap();
             assert_eq!(b.try_recv(&mut buf), Err(Error::Corrupt));
             assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 4, "both sides skipped one slot");
@@ -405,7 +405,7 @@ mod tests {
             a.send(1, &msg(1), &keys(1, 30)).unwrap();
             let l = &f.store.layout;
             let junk = MsgHeader { seq: 5, index: 1, slots: 0, ..MsgHeader::default() };
-            f.store.region.write(l.inbox_slot(1, 4), &junk).unwrap();
+            f.store.view.write(l.inbox_slot(1, 4), &junk).unwrap();
             a.send(1, &msg(2), &keys(2, 1)).unwrap();
             let mut buf = [Key::default(); 32];
             assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 1);

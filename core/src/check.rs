@@ -12,8 +12,8 @@ use crate::layout::{
     CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, NODE_FREE, SLOT_CANCEL, SLOT_IDLE, SLOT_LOCKED,
     SLOT_WAITING,
 };
-use crate::region::Store;
 use crate::roots::record_valid;
+use crate::store::Store;
 use crate::Result;
 
 /// Kinds of findings.
@@ -150,7 +150,7 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
     let mw = l.map_words();
     let track = scratch.len() >= l.n_chunks as usize * mw;
     let bitmap_len = l.chunk_bitmap.len();
-    st.co.invalidate(&st.region, l.chunk_bitmap.start, bitmap_len, Site("check.bitmap"))?;
+    st.co.invalidate(&st.view, l.chunk_bitmap.start, bitmap_len, Site("check.bitmap"))?;
     if track {
         scratch.iter_mut().for_each(|w| *w = 0);
     }
@@ -171,21 +171,21 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
     // SYNC: fresh journals of live nodes, read by the entry and journal
     // passes below (writers: the nodes themselves).
     for node in (0..l.caps.max_nodes).filter(|n| alive & (1 << n) != 0) {
-        st.co.invalidate(&st.region, l.journal(node), l.journal_len(), Site("check.journal"))?;
+        st.co.invalidate(&st.view, l.journal(node), l.journal_len(), Site("check.journal"))?;
     }
 
     for lock in 0..l.n_locks {
         // SYNC: fresh lock line and slots (writers: the manager, holders,
         // requesters, recovery).
         let span = (1 + l.caps.max_nodes as u64) * 64;
-        st.co.invalidate(&st.region, l.lock_line(lock), span, Site("check.lock"))?;
-        let ll: crate::layout::LockLine = st.region.read(l.lock_line(lock))?;
+        st.co.invalidate(&st.view, l.lock_line(lock), span, Site("check.lock"))?;
+        let ll: crate::layout::LockLine = st.view.read(l.lock_line(lock))?;
         if ll.repair != 0 {
             rep(FindingKind::NeedsRepair, lock as u64, 0);
         }
         let mut holders = 0u64;
         for node in 0..l.caps.max_nodes {
-            let s: LockSlot = st.region.read(l.lock_slot(lock, node))?;
+            let s: LockSlot = st.view.read(l.lock_slot(lock, node))?;
             match s.state {
                 SLOT_LOCKED => {
                     holders += 1;
@@ -208,7 +208,7 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
         let rec: ChunkRecord = st.fresh(l.chunk(c), Site("check.chunk"))?;
         let m = read_map(st, c, Some(Site("check.chunk.map")))?;
         let sum = m.summary();
-        let word = st.region.load_u64(l.chunk_bitmap.start + (c / 64) as u64 * 8)?;
+        let word = st.view.load_u64(l.chunk_bitmap.start + (c / 64) as u64 * 8)?;
         let bit = word & (1 << (c % 64)) != 0;
         if bit != (rec.kind != CHUNK_FREE) {
             rep(FindingKind::ChunkBitmap, c as u64, 0);
@@ -292,7 +292,7 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
             }
             // Payload block: exactly the block its length needs.
             let placed = chunk_of(l, ent.payload_off).ok().and_then(|c| {
-                let rec: ChunkRecord = st.region.read(l.chunk(c)).ok()?;
+                let rec: ChunkRecord = st.view.read(l.chunk(c)).ok()?;
                 let m = read_map(st, c, None).ok()?;
                 let ok_kind = rec.kind == CHUNK_KV || (rec.kind == CHUNK_LARGE && rec.large_kind == CHUNK_KV);
                 let (i, bytes) = block_of(l, c, &rec, &m, ent.payload_off)?;
@@ -316,7 +316,7 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
                     let g = s as u64 * eps as u64 + e as u64;
                     let mut found = false;
                     for i in 0..l.caps.pin_slots {
-                        let r: PinRecord = st.region.read(l.pin_record(node, i))?;
+                        let r: PinRecord = st.view.read(l.pin_record(node, i))?;
                         if r.entry as u64 == g + 1 && r.gen == ent.gen as u64 && r.count > 0 {
                             found = true;
                             break;
@@ -403,9 +403,9 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
             if dead & (1 << node) != 0 {
                 // SYNC: fresh journal of a dead node (its host flushed it
                 // when it buried it, or recovery's bury did).
-                st.co.invalidate(&st.region, l.journal(node), l.journal_len(), Site("check.dead_pins.report"))?;
+                st.co.invalidate(&st.view, l.journal(node), l.journal_len(), Site("check.dead_pins.report"))?;
                 for i in 0..l.caps.pin_slots {
-                    let r: PinRecord = st.region.read(l.pin_record(node, i))?;
+                    let r: PinRecord = st.view.read(l.pin_record(node, i))?;
                     let g = r.entry.wrapping_sub(1);
                     let (s, e) = (g / eps, g % eps);
                     if r.entry != 0
@@ -419,9 +419,9 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
             }
             continue;
         }
-        let sum: PinSummary = st.region.read(l.pin_summary(node))?;
+        let sum: PinSummary = st.view.read(l.pin_summary(node))?;
         for i in 0..l.caps.pin_slots {
-            let r: PinRecord = st.region.read(l.pin_record(node, i))?;
+            let r: PinRecord = st.view.read(l.pin_record(node, i))?;
             if r.entry == 0 {
                 continue;
             }
@@ -450,7 +450,7 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
         }
         if track && record_valid(&r) {
             if let Ok(c) = chunk_of(l, r.offset) {
-                let rec: ChunkRecord = st.region.read(l.chunk(c))?;
+                let rec: ChunkRecord = st.view.read(l.chunk(c))?;
                 let m = read_map(st, c, None)?;
                 if let Some((bi, _)) = block_of(l, c, &rec, &m, r.offset) {
                     scratch[c as usize * mw + (bi / 64) as usize] |= 1 << (bi % 64);
@@ -460,7 +460,7 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
     }
     if track {
         for c in 0..l.n_chunks {
-            let rec: ChunkRecord = st.region.read(l.chunk(c))?;
+            let rec: ChunkRecord = st.view.read(l.chunk(c))?;
             let owner_alive = rec.owner != 0 && rec.owner <= l.caps.max_nodes && alive & (1 << (rec.owner - 1)) != 0;
             let (kv, raw) = match rec.kind {
                 CHUNK_KV => (true, false),

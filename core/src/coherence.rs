@@ -7,7 +7,7 @@
 //! names its [`Site`], so the simulator can disable one call site at a time and
 //! prove the harness notices.
 
-use crate::mem::{Region, LINE};
+use crate::mem::{View, LINE};
 use crate::Result;
 
 /// Identity of one flush, invalidate or fence call site in core.
@@ -23,7 +23,7 @@ pub trait Coherence {
     /// Writes back every line overlapping `off..off+len` so that other hosts
     /// can read it. Ordered with respect to later stores only after
     /// [`Coherence::store_fence`].
-    fn flush(&self, region: &Region, off: u64, len: u64, site: Site) -> Result<()>;
+    fn flush(&self, region: &View, off: u64, len: u64, site: Site) -> Result<()>;
 
     /// Drops this host's copy of every line overlapping `off..off+len`, so the
     /// next load reads memory. A dirty line is written back first (real
@@ -32,13 +32,13 @@ pub trait Coherence {
     /// it are ordered after it, and loads before it complete before it (a
     /// re-validating read after a copy needs no extra fence). Every
     /// implementation must keep both.
-    fn invalidate(&self, region: &Region, off: u64, len: u64, site: Site) -> Result<()>;
+    fn invalidate(&self, region: &View, off: u64, len: u64, site: Site) -> Result<()>;
 
     /// [`Coherence::invalidate`] of one line at each of `lines` (line
     /// offsets), for reads whose addresses are all known up front: the
     /// lines are dropped together and ordered once, so the loads after it
     /// can miss in parallel. Coherent memory may prefetch them instead.
-    fn invalidate_lines(&self, region: &Region, lines: &[u64], site: Site) -> Result<()> {
+    fn invalidate_lines(&self, region: &View, lines: &[u64], site: Site) -> Result<()> {
         for &l in lines {
             self.invalidate(region, l, LINE, site)?;
         }
@@ -55,7 +55,7 @@ pub trait Coherence {
     /// Writes a payload into the region and flushes it (bulk path: an
     /// implementation may use non-temporal stores). Visible to others after a
     /// following `store_fence`.
-    fn write_payload(&self, region: &Region, off: u64, src: &[u8], site: Site) -> Result<()> {
+    fn write_payload(&self, region: &View, off: u64, src: &[u8], site: Site) -> Result<()> {
         region.copy_in(off, src)?;
         self.flush(region, off, src.len() as u64, site)
     }
@@ -79,10 +79,10 @@ pub fn line_span(off: u64, len: u64) -> (u64, u64) {
 pub struct Coherent;
 
 impl Coherence for Coherent {
-    fn flush(&self, region: &Region, off: u64, len: u64, _site: Site) -> Result<()> {
+    fn flush(&self, region: &View, off: u64, len: u64, _site: Site) -> Result<()> {
         region.check(off, len, 1)
     }
-    fn invalidate(&self, region: &Region, off: u64, len: u64, _site: Site) -> Result<()> {
+    fn invalidate(&self, region: &View, off: u64, len: u64, _site: Site) -> Result<()> {
         region.check(off, len, 1)?;
         // Nothing to drop, but the load ordering of the contract holds.
         crate::mem::fence_acquire();
@@ -100,10 +100,10 @@ impl Coherence for Coherent {
 }
 
 impl<C: Coherence + ?Sized> Coherence for &C {
-    fn flush(&self, region: &Region, off: u64, len: u64, site: Site) -> Result<()> {
+    fn flush(&self, region: &View, off: u64, len: u64, site: Site) -> Result<()> {
         (**self).flush(region, off, len, site)
     }
-    fn invalidate(&self, region: &Region, off: u64, len: u64, site: Site) -> Result<()> {
+    fn invalidate(&self, region: &View, off: u64, len: u64, site: Site) -> Result<()> {
         (**self).invalidate(region, off, len, site)
     }
     fn store_fence(&self, site: Site) {
@@ -112,10 +112,10 @@ impl<C: Coherence + ?Sized> Coherence for &C {
     fn full_fence(&self, site: Site) {
         (**self).full_fence(site)
     }
-    fn write_payload(&self, region: &Region, off: u64, src: &[u8], site: Site) -> Result<()> {
+    fn write_payload(&self, region: &View, off: u64, src: &[u8], site: Site) -> Result<()> {
         (**self).write_payload(region, off, src, site)
     }
-    fn invalidate_lines(&self, region: &Region, lines: &[u64], site: Site) -> Result<()> {
+    fn invalidate_lines(&self, region: &View, lines: &[u64], site: Site) -> Result<()> {
         (**self).invalidate_lines(region, lines, site)
     }
     fn name(&self) -> &'static str {

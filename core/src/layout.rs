@@ -58,7 +58,7 @@ pub const fn fnv_step(mut h: u64, v: u64) -> u64 {
 }
 
 shared_struct! {
-    /// Region header, 256 bytes at offset 0. `magic` is written last.
+    /// View header, 256 bytes at offset 0. `magic` is written last.
     pub struct Header {
         pub magic: u64,
         pub version: u32,
@@ -569,7 +569,7 @@ impl LockIds {
 pub struct Layout {
     /// Capacities.
     pub caps: Capacities,
-    /// Region size in bytes.
+    /// View size in bytes.
     pub region_size: u64,
     /// Buckets per stripe.
     pub buckets_per_stripe: u32,

@@ -1,7 +1,7 @@
 //! cxlkv core: the bytes of a shared region and the protocol that changes them.
 //!
 //! Everything here is `no_std` and allocation-free. Shared memory is reached
-//! only through [`mem::Region`] (bounds-checked offsets) and the
+//! only through [`mem::View`] (bounds-checked offsets) and the
 //! [`coherence::Coherence`] trait (flush, invalidate, fences), so the same code
 //! runs on coherent memory, on non-coherent CXL memory with explicit cache
 //! maintenance, and on a simulator.
@@ -28,10 +28,10 @@ pub mod node;
 pub mod off;
 pub mod pins;
 pub mod recover;
-pub mod region;
 pub mod roots;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod store;
 
 #[cfg(test)]
 mod tests;

@@ -26,7 +26,7 @@ use crate::layout::{
 };
 use crate::mutant::mutant;
 use crate::node::Node;
-use crate::region::Store;
+use crate::store::Store;
 use crate::{Error, Result};
 
 /// A held global lock. Release it with [`Node::unlock`]; dropping it without
@@ -196,11 +196,11 @@ impl<C: Coherence> Node<'_, C> {
         let off = self.store.layout.requests(self.id) + (lock / 64) as u64 * 8;
         let bit = 1u64 << (lock % 64);
         if on {
-            self.store.region.fetch_or_u64(off, bit)?;
+            self.store.view.fetch_or_u64(off, bit)?;
         } else {
-            self.store.region.fetch_and_u64(off, !bit)?;
+            self.store.view.fetch_and_u64(off, !bit)?;
         }
-        self.store.co.flush(&self.store.region, off, 8, Site("lock.doorbell"))?;
+        self.store.co.flush(&self.store.view, off, 8, Site("lock.doorbell"))?;
         // SYNC: the doorbell (and the request slot flushed before it) reach
         // memory now, not whenever the write-back completes (reader: the
         // manager's doorbell scan).
@@ -461,11 +461,11 @@ impl Manager {
         }
         // SYNC: the doorbell lines fresh, dropped together with one ordering
         // so their loads miss in parallel (writer: `bell`).
-        store.co.invalidate_lines(&store.region, &lines[..nb], Site("mgr.doorbell"))?;
+        store.co.invalidate_lines(&store.view, &lines[..nb], Site("mgr.doorbell"))?;
         for n in bits(ringers) {
             let off = l.requests(n);
             for (i, w) in want.iter_mut().enumerate() {
-                let x = store.region.load_u64(off + 8 * i as u64)?;
+                let x = store.view.load_u64(off + 8 * i as u64)?;
                 bells[n as usize][i] = x;
                 *w |= x;
             }
@@ -502,8 +502,8 @@ impl Manager {
                 }
                 // SYNC: the lock line and the slots read below fresh, in one
                 // batch (writers: grants, requests, withdrawals, releases).
-                store.co.invalidate_lines(&store.region, &lines[..nb], Site("mgr.lock"))?;
-                let ll: LockLine = store.region.read(loff)?;
+                store.co.invalidate_lines(&store.view, &lines[..nb], Site("mgr.lock"))?;
+                let ll: LockLine = store.view.read(loff)?;
                 let unknown = ll.holder != 0 && self.released[lock as usize] != ll.grant_seq;
                 let need = match ll.holder {
                     0 => 0,

@@ -21,7 +21,7 @@ pub const LINE: u64 = 64;
 /// A view of a mapped region: base address and length. Copyable; it does not
 /// own the mapping (platform does, and keeps it alive while views exist).
 #[derive(Clone, Copy, Debug)]
-pub struct Region {
+pub struct View {
     base: NonNull<u8>,
     len: u64,
     /// The simulated host whose cache this view is: stores mark its lines
@@ -30,27 +30,27 @@ pub struct Region {
     sim: Option<(NonNull<crate::sim::SimMemory>, usize)>,
 }
 
-// SAFETY: a Region is an address range in shared memory; every access through
+// SAFETY: a View is an address range in shared memory; every access through
 // it is an atomic word access or an explicit raw copy whose races the protocol
 // validates, so sharing the view across threads adds no unsynchronised access.
-unsafe impl Send for Region {}
-// SAFETY: as above; `&Region` only permits the same atomic/raw accesses.
-unsafe impl Sync for Region {}
+unsafe impl Send for View {}
+// SAFETY: as above; `&View` only permits the same atomic/raw accesses.
+unsafe impl Sync for View {}
 
-impl Region {
+impl View {
     /// Makes a view of `len` bytes at `base`.
     ///
     /// # Safety
     /// - `base..base+len` is mapped readable and writable for as long as this
     ///   view or any copy of it is used;
-    /// - the memory is only ever accessed through `Region` views or by other
+    /// - the memory is only ever accessed through `View` views or by other
     ///   processes / devices (never as a Rust reference that assumes exclusivity).
     pub unsafe fn new(base: *mut u8, len: usize) -> Result<Self> {
         let base = NonNull::new(base).ok_or(Error::InvalidArgument)?;
         if !(base.as_ptr() as usize).is_multiple_of(LINE as usize) {
             return Err(Error::InvalidArgument);
         }
-        Ok(Region {
+        Ok(View {
             base,
             len: len as u64,
             #[cfg(feature = "sim")]
@@ -63,7 +63,7 @@ impl Region {
     /// # Safety
     /// - `mem` outlives every use of the returned view and its copies.
     #[cfg(feature = "sim")]
-    pub(crate) unsafe fn observed(mut self, mem: &crate::sim::SimMemory, host: usize) -> Region {
+    pub(crate) unsafe fn observed(mut self, mem: &crate::sim::SimMemory, host: usize) -> View {
         self.sim = Some((NonNull::from(mem), host));
         self
     }
@@ -120,7 +120,7 @@ impl Region {
     fn word64(&self, off: u64) -> Result<&AtomicU64> {
         let p = self.ptr(off, 8, 8)?;
         // SAFETY: `p` is in bounds and 8-aligned (checked by `ptr`); the mapping
-        // outlives `self` (Region::new's contract); region words are only ever
+        // outlives `self` (View::new's contract); region words are only ever
         // accessed atomically, so this `&AtomicU64` aliases nothing non-atomic.
         Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
     }

@@ -7,7 +7,7 @@ use crate::layout::{
     NODE_ALIVE, NODE_DEAD, NODE_FREE, SLOT_LOCKED,
 };
 use crate::mutant::mutant;
-use crate::region::{NodeEnv, Store};
+use crate::store::{NodeEnv, Store};
 use crate::{Error, Result};
 
 /// Allocation hints kept per node: chunks it last carved blocks from.
@@ -126,11 +126,11 @@ pub fn attach_node<C: Coherence>(store: &Store<C>, want: Option<u32>, who: Ident
     };
     // A free slot's journal is empty (recovery or detach cleared it); clear it
     // again so nothing a crashed predecessor left can be mistaken for ours.
-    store.region.write(l.pin_summary(id), &PinSummary::default())?;
+    store.view.write(l.pin_summary(id), &PinSummary::default())?;
     for i in 0..l.caps.pin_slots {
-        store.region.write(l.pin_record(id, i), &PinRecord::default())?;
+        store.view.write(l.pin_record(id, i), &PinRecord::default())?;
     }
-    store.co.flush(&store.region, l.journal(id), l.journal_len(), Site("node.attach.journal"))?;
+    store.co.flush(&store.view, l.journal(id), l.journal_len(), Site("node.attach.journal"))?;
     store.publish(l.node_stats(id), &NodeStats::default(), Site("node.attach.stats"))?;
     store.publish(l.requests(id), &RequestLine::default(), Site("node.attach.requests"))?;
     let hb = Heartbeat { beat: 1, nonce: who.nonce, reserved: [0; 6] };
@@ -187,32 +187,32 @@ pub fn bury<C: Coherence>(store: &Store<C>, n: u32) -> Result<bool> {
     // SYNC: the dead process's metadata lines reach memory before it is
     // declared dead; left in this host's cache they could land whenever it
     // liked, over what recovery rebuilt (reader: every other host).
-    store.co.flush(&store.region, 0, l.payload.start, Site("bury.flush_meta"))?;
+    store.co.flush(&store.view, 0, l.payload.start, Site("bury.flush_meta"))?;
     // This host's view of the journal and entries is the dead process's own.
     let eps = l.caps.entries_per_stripe;
     for i in 0..l.caps.pin_slots {
-        let r: PinRecord = store.region.read(l.pin_record(n, i))?;
+        let r: PinRecord = store.view.read(l.pin_record(n, i))?;
         let (s, e) = ((r.entry.wrapping_sub(1)) / eps, (r.entry.wrapping_sub(1)) % eps);
         if r.entry == 0 || s >= l.caps.n_stripes {
             continue;
         }
-        let ent: Entry = store.region.read(l.entry(s, e))?;
+        let ent: Entry = store.view.read(l.entry(s, e))?;
         let writing = ent.state == state::WRITING && ent.gen as u64 == r.gen && ent.pinners & (1 << n) != 0;
         if writing && l.payload.contains(ent.payload_off, ent.payload_len as u64) {
             // SYNC: payload the process stored into a block it was writing
             // and had not flushed: recovery aborts the block, which may soon
             // be another's.
-            store.co.flush(&store.region, ent.payload_off, ent.payload_len as u64, Site("bury.flush_writing"))?;
+            store.co.flush(&store.view, ent.payload_off, ent.payload_len as u64, Site("bury.flush_writing"))?;
         }
     }
     for c in 0..l.n_chunks {
         // This host's view of the record is the dead process's own (it may
         // have taken the chunk without the change landing yet).
-        let rec: ChunkRecord = store.region.read(l.chunk(c))?;
+        let rec: ChunkRecord = store.view.read(l.chunk(c))?;
         if rec.owner == n + 1 && rec.kind != CHUNK_KV {
             // SYNC: payload the process stored into its own raw blocks and
             // had not flushed: the block may soon be another's.
-            store.co.flush(&store.region, l.chunk_payload(c), l.chunk_size(), Site("bury.flush_payload"))?;
+            store.co.flush(&store.view, l.chunk_payload(c), l.chunk_size(), Site("bury.flush_payload"))?;
         }
     }
     store.co.store_fence(Site("bury.fence"));
@@ -256,7 +256,7 @@ impl<'a, C: Coherence> Node<'a, C> {
             return Err(Error::Revoked);
         }
         // Only this node writes its heartbeat line, so the cached copy is ours.
-        let mut hb: Heartbeat = self.store.region.read(l.heartbeat(self.id))?;
+        let mut hb: Heartbeat = self.store.view.read(l.heartbeat(self.id))?;
         hb.beat = hb.beat.wrapping_add(1);
         hb.nonce = nonce;
         // SYNC: heartbeat visible to the manager's liveness scan.
@@ -272,7 +272,7 @@ impl<'a, C: Coherence> Node<'a, C> {
     pub(crate) fn owns_slot(&self) -> Result<()> {
         let off = self.store.layout.node_info(self.id);
         // This host's copy: what this node last wrote or read there.
-        let mine: NodeInfo = self.store.region.read(off)?;
+        let mine: NodeInfo = self.store.view.read(off)?;
         // SYNC: fresh info line (writers: the manager declaring this node
         // dead, recovery freeing its slot).
         let now: NodeInfo = self.store.fresh_state_first(off, Site("node.own.info"))?;
@@ -294,7 +294,7 @@ impl<'a, C: Coherence> Node<'a, C> {
         let l = &self.store.layout;
         // Our own line: the cached copy carries our incarnation, which the
         // free slot keeps (the next attach advances it).
-        let mine: NodeInfo = self.store.region.read(l.node_info(self.id))?;
+        let mine: NodeInfo = self.store.view.read(l.node_info(self.id))?;
         let info = NodeInfo { incarnation: mine.incarnation, ..NodeInfo::default() };
         // SYNC: no fence before FREE: the next attach of this slot clears the
         // journal itself before turning it ALIVE.
@@ -311,7 +311,7 @@ impl<'a, C: Coherence> Node<'a, C> {
             // poll read the slot fresh) and wrote every release. Only a
             // revocation changes it unseen, and a revoked node is fenced
             // (its detach fails before it gets here).
-            let s: LockSlot = self.store.region.read(l.lock_slot(l.locks().app(i), self.id))?;
+            let s: LockSlot = self.store.view.read(l.lock_slot(l.locks().app(i), self.id))?;
             if s.state == SLOT_LOCKED {
                 return Ok(Some(i));
             }
@@ -323,7 +323,7 @@ impl<'a, C: Coherence> Node<'a, C> {
     pub(crate) fn count(&self, f: impl FnOnce(&mut NodeStats)) -> Result<()> {
         let off = self.store.layout.node_stats(self.id);
         let _g = self.local.stats.lock();
-        let mut s: NodeStats = self.store.region.read(off)?;
+        let mut s: NodeStats = self.store.view.read(off)?;
         f(&mut s);
         // SYNC: counters in memory when the operation returns (reader: inspect).
         self.store.publish(off, &s, Site("node.stats"))?;
@@ -333,6 +333,6 @@ impl<'a, C: Coherence> Node<'a, C> {
 
     /// This node's counters.
     pub fn stats(&self) -> Result<NodeStats> {
-        self.store.region.read(self.store.layout.node_stats(self.id))
+        self.store.view.read(self.store.layout.node_stats(self.id))
     }
 }

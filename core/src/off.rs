@@ -70,7 +70,7 @@ impl<T> Off<T> {
 
     /// Checks the offset: not null, `size_of::<T>()` bytes inside `area`,
     /// aligned to `align` (a power of two). Returns the raw offset for use with
-    /// [`crate::mem::Region`].
+    /// [`crate::mem::View`].
     pub fn resolve(self, area: Area, align: u64) -> Result<u64> {
         self.resolve_len(area, core::mem::size_of::<T>() as u64, align)
     }

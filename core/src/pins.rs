@@ -31,7 +31,7 @@ impl<C: Coherence> Node<'_, C> {
         let mut free = None;
         for i in 0..l.caps.pin_slots {
             let off = l.pin_record(self.id, i);
-            let mut r: PinRecord = self.store.region.read(off)?;
+            let mut r: PinRecord = self.store.view.read(off)?;
             if r.entry == entry + 1 && r.gen == gen as u64 {
                 r.count = r.count.checked_add(1).ok_or(Error::JournalFull)?;
                 // SYNC: journal record durable before the pin is used (reader: recovery).
@@ -78,7 +78,7 @@ impl<C: Coherence> Node<'_, C> {
         let l = &self.store.layout;
         for i in 0..l.caps.pin_slots {
             let off = l.pin_record(self.id, i);
-            let mut r: PinRecord = self.store.region.read(off)?;
+            let mut r: PinRecord = self.store.view.read(off)?;
             if r.entry == entry + 1 && r.gen == gen as u64 {
                 r.count = r.count.saturating_sub(1);
                 if r.count == 0 {
@@ -98,7 +98,7 @@ impl<C: Coherence> Node<'_, C> {
     pub(crate) fn journal_records(&self, mut f: impl FnMut(u32, u32, u32) -> Result<()>) -> Result<()> {
         let l = &self.store.layout;
         for i in 0..l.caps.pin_slots {
-            let r: PinRecord = self.store.region.read(l.pin_record(self.id, i))?;
+            let r: PinRecord = self.store.view.read(l.pin_record(self.id, i))?;
             if r.entry != 0 {
                 f(r.entry - 1, r.gen as u32, r.count)?;
             }
@@ -126,9 +126,9 @@ impl<C: Coherence> Node<'_, C> {
             }
             // SYNC: fresh records (writer: node n's pins).
             let recs = l.caps.pin_slots as u64 * core::mem::size_of::<PinRecord>() as u64;
-            st.co.invalidate(&st.region, l.pin_record(n, 0), recs, Site("evict.pins.records"))?;
+            st.co.invalidate(&st.view, l.pin_record(n, 0), recs, Site("evict.pins.records"))?;
             for i in 0..l.caps.pin_slots {
-                let r: PinRecord = st.region.read(l.pin_record(n, i))?;
+                let r: PinRecord = st.view.read(l.pin_record(n, i))?;
                 if r.entry == g + 1 && r.gen == gen as u64 && r.count > 0 {
                     return Ok(true);
                 }
@@ -150,16 +150,16 @@ pub struct JournalCensus {
 
 /// Counts what node `n`'s journal holds (for reports: `cxlkv check`'s list of
 /// stranded nodes, `inspect`).
-pub fn journal_census<C: Coherence>(store: &crate::region::Store<C>, n: u32, site: Site) -> Result<JournalCensus> {
+pub fn journal_census<C: Coherence>(store: &crate::store::Store<C>, n: u32, site: Site) -> Result<JournalCensus> {
     let l = &store.layout;
     if n >= l.caps.max_nodes {
         return Err(Error::BadNode);
     }
     let eps = l.caps.entries_per_stripe;
-    store.co.invalidate(&store.region, l.journal(n), l.journal_len(), site)?;
+    store.co.invalidate(&store.view, l.journal(n), l.journal_len(), site)?;
     let mut c = JournalCensus::default();
     for i in 0..l.caps.pin_slots {
-        let r: PinRecord = store.region.read(l.pin_record(n, i))?;
+        let r: PinRecord = store.view.read(l.pin_record(n, i))?;
         let (s, e) = (r.entry.wrapping_sub(1) / eps, r.entry.wrapping_sub(1) % eps);
         if r.entry == 0 || r.count == 0 || s >= l.caps.n_stripes {
             continue;

@@ -78,7 +78,7 @@ impl<C: Coherence> Node<'_, C> {
             // way) reach memory before any lock is released (readers:
             // allocators, under the heap and alloc locks).
             // Completed by the fence of the first unlock below.
-            flushed = st.co.flush(&st.region, l.chunks.start, l.chunks.len(), Site("recover.chunks.publish"));
+            flushed = st.co.flush(&st.view, l.chunks.start, l.chunks.len(), Site("recover.chunks.publish"));
         }
         let mut rel = Ok(());
         for lock in (0..taken).rev() {
@@ -111,7 +111,7 @@ impl<C: Coherence> Node<'_, C> {
             // The peek above read the line fresh; since then only this
             // recovery's grant changed it (count, holder, last), and the
             // count is taken as at least this grant's below.
-            let mut ll: LockLine = st.region.read(l.lock_line(lock))?;
+            let mut ll: LockLine = st.view.read(l.lock_line(lock))?;
             let r = if ll.repair != 0 {
                 ll.repair = 0;
                 // Never behind the ticket this recovery holds (see lock.rs).
@@ -173,13 +173,13 @@ impl<C: Coherence> Node<'_, C> {
                     let derived = (sum.used, sum.blocks, sum.free_max);
                     if sum.well_formed && (rec.used, rec.blocks, rec.free_max) != derived {
                         (rec.used, rec.blocks, rec.free_max) = derived;
-                        st.region.write(l.chunk(c), &rec)?;
+                        st.view.write(l.chunk(c), &rec)?;
                     }
                 }
                 continue;
             }
             // Records and maps are written back together before the locks go.
-            st.region.write(l.chunk(c), &rec)?;
+            st.view.write(l.chunk(c), &rec)?;
             write_map(st, c, &ChunkMap::empty(l.granules()), 0, words, None)?;
         }
         // 2. Named roots keep raw blocks alive.
@@ -201,13 +201,13 @@ impl<C: Coherence> Node<'_, C> {
         // their record's counts from their maps.
         for c in 0..l.n_chunks {
             // Fresh since step 1: only recovery, holding every lock, writes it.
-            let mut rec: ChunkRecord = st.region.read(l.chunk(c))?;
+            let mut rec: ChunkRecord = st.view.read(l.chunk(c))?;
             let keep = match rec.kind {
                 CHUNK_KV | CHUNK_RAW | CHUNK_LARGE => rec.blocks > 0,
                 CHUNK_CONT => {
                     let h = rec.run;
                     h < c && {
-                        let head: ChunkRecord = st.region.read(l.chunk(h))?;
+                        let head: ChunkRecord = st.view.read(l.chunk(h))?;
                         head.kind == CHUNK_LARGE && head.blocks > 0 && c < h + head.run
                     }
                 }
@@ -216,7 +216,7 @@ impl<C: Coherence> Node<'_, C> {
             if !keep {
                 if rec != ChunkRecord::default() {
                     rep.chunks_reclaimed += 1;
-                    st.region.write(l.chunk(c), &ChunkRecord::default())?;
+                    st.view.write(l.chunk(c), &ChunkRecord::default())?;
                 }
                 // A free chunk's maps are empty (the next owner relies on it).
                 write_map(st, c, &ChunkMap::empty(l.granules()), 0, words, None)?;
@@ -230,7 +230,7 @@ impl<C: Coherence> Node<'_, C> {
                 let free_max = read_map(st, c, None)?.longest_free();
                 if free_max != rec.free_max {
                     rec.free_max = free_max;
-                    st.region.write(l.chunk(c), &rec)?;
+                    st.view.write(l.chunk(c), &rec)?;
                 }
             }
             set_bitmap(st, c, true)?;
@@ -255,7 +255,7 @@ impl<C: Coherence> Node<'_, C> {
             }
             rep.pins_dropped += self.pins_in_journal(n)?;
             // Read fresh in step 0; the slot keeps its incarnation.
-            let old: NodeInfo = st.region.read(l.node_info(n))?;
+            let old: NodeInfo = st.view.read(l.node_info(n))?;
             let free = NodeInfo { incarnation: old.incarnation, ..NodeInfo::default() };
             st.publish_state_last(l.node_info(n), &free, Site("recover.node.free"))?;
             rep.nodes_freed |= 1 << n;
@@ -267,7 +267,7 @@ impl<C: Coherence> Node<'_, C> {
                 ll.repair = 0;
                 // Never behind the ticket this recovery holds (see lock.rs):
                 // its own slot, as its poll read it.
-                let mine: LockSlot = st.region.read(l.lock_slot(lock, self.id))?;
+                let mine: LockSlot = st.view.read(l.lock_slot(lock, self.id))?;
                 ll.grant_seq = ll.grant_seq.max(mine.seq);
                 rep.locks_repaired += 1;
                 st.publish(l.lock_line(lock), &ll, Site("recover.lock.repaired"))?;
@@ -287,7 +287,7 @@ impl<C: Coherence> Node<'_, C> {
         let Ok(c) = chunk_of(l, off) else { return Ok(Claim::No) };
         // Fresh since step 1 (read and written only by recovery, which holds
         // every lock); written back with the chunk table at the end.
-        let mut rec: ChunkRecord = st.region.read(l.chunk(c))?;
+        let mut rec: ChunkRecord = st.view.read(l.chunk(c))?;
         let base = l.chunk_payload(c);
         let kind_ok = match rec.kind {
             CHUNK_KV => !raw,
@@ -311,7 +311,7 @@ impl<C: Coherence> Node<'_, C> {
             }
             rec.blocks = 1;
             rec.used = l.granules();
-            st.region.write(l.chunk(c), &rec)?;
+            st.view.write(l.chunk(c), &rec)?;
             return Ok(Claim::New);
         }
         let g = l.granule();
@@ -330,7 +330,7 @@ impl<C: Coherence> Node<'_, C> {
         write_map(st, c, &m, (i / 64) as usize, (i + k).div_ceil(64) as usize, None)?;
         rec.blocks += 1;
         rec.used += k;
-        st.region.write(l.chunk(c), &rec)?;
+        st.view.write(l.chunk(c), &rec)?;
         Ok(Claim::New)
     }
 
@@ -342,10 +342,10 @@ impl<C: Coherence> Node<'_, C> {
         let eps = l.caps.entries_per_stripe;
         let old: StripeHeader = st.fresh(l.stripe(s), Site("recover.stripe.read"))?;
         for b in 0..l.buckets_per_stripe {
-            st.region.write(l.bucket(s, b), &Bucket::default())?;
+            st.view.write(l.bucket(s, b), &Bucket::default())?;
         }
         let blen = l.buckets_per_stripe as u64 * core::mem::size_of::<Bucket>() as u64;
-        st.co.flush(&st.region, l.bucket(s, 0), blen, Site("recover.buckets.clear"))?;
+        st.co.flush(&st.view, l.bucket(s, 0), blen, Site("recover.buckets.clear"))?;
 
         let mut ready = 0u32;
         let mut bytes = 0u64;
@@ -504,16 +504,16 @@ impl<C: Coherence> Node<'_, C> {
         let eps = l.caps.entries_per_stripe;
         let recs = l.caps.pin_slots as u64 * core::mem::size_of::<PinRecord>() as u64;
         // SYNC: fresh records for a count only (no outcome depends on it).
-        st.co.invalidate(&st.region, l.pin_record(n, 0), recs, Site("recover.dead_pins.report"))?;
+        st.co.invalidate(&st.view, l.pin_record(n, 0), recs, Site("recover.dead_pins.report"))?;
         let mut pins = 0;
         for i in 0..l.caps.pin_slots {
-            let r: PinRecord = st.region.read(l.pin_record(n, i))?;
+            let r: PinRecord = st.view.read(l.pin_record(n, i))?;
             let (s, e) = (r.entry.wrapping_sub(1) / eps, r.entry.wrapping_sub(1) % eps);
             if r.entry == 0 || r.count == 0 || s >= l.caps.n_stripes {
                 continue;
             }
             // Rebuilt in step 3 by this recovery: this host's view is current.
-            let ent: Entry = st.region.read(l.entry(s, e))?;
+            let ent: Entry = st.view.read(l.entry(s, e))?;
             pins += (ent.state == state::READY && ent.gen as u64 == r.gen) as u64;
         }
         Ok(pins)
@@ -536,11 +536,11 @@ impl<C: Coherence> Node<'_, C> {
         let l = &st.layout;
         let c = chunk_of(l, off)?;
         // As in `claim_block`.
-        let mut rec: ChunkRecord = st.region.read(l.chunk(c))?;
+        let mut rec: ChunkRecord = st.view.read(l.chunk(c))?;
         if rec.kind == CHUNK_LARGE {
             rec.blocks = 0;
             rec.used = 0;
-            return st.region.write(l.chunk(c), &rec);
+            return st.view.write(l.chunk(c), &rec);
         }
         let g = l.granule();
         let i = ((off - l.chunk_payload(c)) / g) as u32;
@@ -551,7 +551,7 @@ impl<C: Coherence> Node<'_, C> {
             write_map(st, c, &m, (i / 64) as usize, (i + k).div_ceil(64) as usize, None)?;
             rec.blocks = rec.blocks.saturating_sub(1);
             rec.used = rec.used.saturating_sub(k);
-            st.region.write(l.chunk(c), &rec)?;
+            st.view.write(l.chunk(c), &rec)?;
         }
         Ok(())
     }

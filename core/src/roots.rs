@@ -7,7 +7,7 @@ use crate::coherence::{Coherence, Site};
 use crate::hash::checksum32;
 use crate::layout::RootRecord;
 use crate::node::Node;
-use crate::region::Store;
+use crate::store::Store;
 use crate::{Error, Result};
 
 /// Longest root name in bytes.
@@ -16,7 +16,7 @@ pub const MAX_NAME: usize = 32;
 /// A named root's value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Root {
-    /// Region offset of the object.
+    /// View offset of the object.
     pub offset: u64,
     /// Its size in bytes.
     pub size: u64,

@@ -23,7 +23,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::coherence::{Coherence, Site};
-use crate::mem::{Region, LINE};
+use crate::mem::{View, LINE};
 use crate::{Error, Result};
 
 const L: usize = LINE as usize;
@@ -259,12 +259,12 @@ impl SimMemory {
     }
 
     /// Host `h`'s view of the region (its private copy).
-    pub fn region(&self, h: usize) -> Region {
+    pub fn view(&self, h: usize) -> View {
         let p = self.st().hosts[h].private.base();
         // SAFETY: the private buffer is 64-aligned, `lines * 64` bytes, lives as
         // long as `self` (never reallocated), and is reached only through raw
-        // pointers (Region views and this simulator).
-        let r = match unsafe { Region::new(p, self.lines * L) } {
+        // pointers (View views and this simulator).
+        let r = match unsafe { View::new(p, self.lines * L) } {
             Ok(r) => r,
             Err(_) => unreachable!("line-aligned buffer"),
         };
@@ -315,10 +315,10 @@ impl SimMemory {
 
     /// A view of memory itself (what a host would read after invalidating
     /// everything): for checking the ground truth.
-    pub fn shared_region(&self) -> Region {
+    pub fn shared_region(&self) -> View {
         let p = self.st().shared.base();
         // SAFETY: as in `region`, for the shared buffer.
-        match unsafe { Region::new(p, self.lines * L) } {
+        match unsafe { View::new(p, self.lines * L) } {
             Ok(r) => r,
             Err(_) => unreachable!("line-aligned buffer"),
         }
@@ -470,7 +470,7 @@ impl SimMemory {
         }
     }
 
-    fn lines_of(&self, region: &Region, off: u64, len: u64) -> Result<(usize, usize)> {
+    fn lines_of(&self, region: &View, off: u64, len: u64) -> Result<(usize, usize)> {
         region.check(off, len, 1)?;
         if len == 0 {
             return Ok((0, 0));
@@ -539,7 +539,7 @@ impl SimCoherence<'_> {
 }
 
 impl Coherence for SimCoherence<'_> {
-    fn flush(&self, region: &Region, off: u64, len: u64, site: Site) -> Result<()> {
+    fn flush(&self, region: &View, off: u64, len: u64, site: Site) -> Result<()> {
         let (a, b) = self.mem.lines_of(region, off, len)?;
         let enabled = self.mem.call(self.host, site);
         let mut st = self.mem.st();
@@ -560,7 +560,7 @@ impl Coherence for SimCoherence<'_> {
         Ok(())
     }
 
-    fn invalidate(&self, region: &Region, off: u64, len: u64, site: Site) -> Result<()> {
+    fn invalidate(&self, region: &View, off: u64, len: u64, site: Site) -> Result<()> {
         let (a, b) = self.mem.lines_of(region, off, len)?;
         let enabled = self.mem.call(self.host, site);
         let mut st = self.mem.st();
@@ -648,7 +648,7 @@ mod tests {
     fn store_is_invisible_to_another_host_until_flush_fence_and_invalidate() {
         let sut = SimMemory::new(4096, 2, 1, quiet());
         let (a, b) = (sut.host(0), sut.host(1));
-        let (ra, rb) = (sut.region(0), sut.region(1));
+        let (ra, rb) = (sut.view(0), sut.view(1));
         ra.store_u64(128, 7).unwrap();
         b.invalidate(&rb, 128, 8, Site("t")).unwrap();
         assert_eq!(rb.load_u64(128).unwrap(), 0, "not flushed");
@@ -665,7 +665,7 @@ mod tests {
     fn writeback_carries_the_whole_line_and_clobbers_stale_neighbours() {
         let sut = SimMemory::new(4096, 2, 1, quiet());
         let (a, b) = (sut.host(0), sut.host(1));
-        let (ra, rb) = (sut.region(0), sut.region(1));
+        let (ra, rb) = (sut.view(0), sut.view(1));
         ra.store_u64(0, 1).unwrap();
         rb.store_u64(8, 2).unwrap();
         a.flush(&ra, 0, 8, Site("t")).unwrap();
@@ -680,7 +680,7 @@ mod tests {
     fn disabled_site_does_nothing() {
         let sut = SimMemory::new(4096, 2, 1, quiet());
         let a = sut.host(0);
-        let ra = sut.region(0);
+        let ra = sut.view(0);
         sut.disable(Some("off"));
         ra.store_u64(64, 9).unwrap();
         a.flush(&ra, 64, 8, Site("off")).unwrap();

@@ -165,9 +165,9 @@ fn check_reports_scribbled_metadata_and_recovery_repairs_it() {
     for i in 0..200u64 {
         x = crate::hash::mix64(x + i);
         let off = l.entries.start + (x % (l.entries.len() / 8)) * 8;
-        f.store.region.store_u64(off, crate::hash::mix64(x)).unwrap();
+        f.store.view.store_u64(off, crate::hash::mix64(x)).unwrap();
         let boff = l.buckets.start + (x % (l.buckets.len() / 8)) * 8;
-        f.store.region.store_u64(boff, x).unwrap();
+        f.store.view.store_u64(boff, x).unwrap();
     }
     assert!(!findings(&f).is_empty());
     // Operations on a corrupt region return errors or succeed; never panic.
@@ -204,8 +204,7 @@ fn a_slot_counts_its_incarnations_across_detach() {
     let f = Fixture::new(8 << 20, small_caps());
     let env = InlineEnv::new(&f.store);
     let local = crate::node::NodeLocal::default();
-    let incarnation =
-        || f.store.region.read::<crate::layout::NodeInfo>(f.store.layout.node_info(1)).unwrap().incarnation;
+    let incarnation = || f.store.view.read::<crate::layout::NodeInfo>(f.store.layout.node_info(1)).unwrap().incarnation;
     for want in 1..=3 {
         f.attach(1);
         assert_eq!(incarnation(), want);

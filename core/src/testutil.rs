@@ -7,9 +7,9 @@ use std::vec::Vec;
 use crate::coherence::Coherent;
 use crate::layout::{Capacities, NodeInfo};
 use crate::lock::{LeaseConfig, Manager};
-use crate::mem::Region;
+use crate::mem::View;
 use crate::node::{attach_node, Identity, Node, NodeLocal};
-use crate::region::{format, NodeEnv, Store};
+use crate::store::{format, NodeEnv, Store};
 use crate::Result;
 
 #[repr(C, align(64))]
@@ -25,11 +25,11 @@ impl Mem {
     pub fn new(len: usize) -> Box<Mem> {
         Box::new(Mem { lines: std::vec![Line([0; 64]); len.div_ceil(64)] })
     }
-    pub fn region(&mut self) -> Region {
+    pub fn view(&mut self) -> View {
         let len = self.lines.len() * 64;
         // SAFETY: the Vec's buffer is 64-aligned, `len` bytes, lives as long as the
         // boxed `Mem` (kept alive past its store), and is only used via Regions.
-        unsafe { Region::new(self.lines.as_mut_ptr().cast::<u8>(), len) }.unwrap()
+        unsafe { View::new(self.lines.as_mut_ptr().cast::<u8>(), len) }.unwrap()
     }
 }
 
@@ -76,9 +76,9 @@ impl<'a> InlineEnv<'a> {
         // (silence past the lease is death whatever the probe says).
         let l = &self.store.layout;
         for n in (0..l.caps.max_nodes).filter(|n| killed & (1 << n) == 0) {
-            let mut hb: crate::layout::Heartbeat = self.store.region.read(l.heartbeat(n))?;
+            let mut hb: crate::layout::Heartbeat = self.store.view.read(l.heartbeat(n))?;
             hb.beat = hb.beat.wrapping_add(1);
-            self.store.region.write(l.heartbeat(n), &hb)?;
+            self.store.view.write(l.heartbeat(n), &hb)?;
         }
         let probe = move |n: u32, _: &NodeInfo| if killed & (1 << n) != 0 { Some(false) } else { None };
         self.mgr.lock().step(self.store, now, LeaseConfig { lease: 1000, settle: 0 }, &probe)
@@ -106,7 +106,7 @@ pub struct Fixture {
 impl Fixture {
     pub fn new(len: usize, caps: Capacities) -> Fixture {
         let mut mem = Mem::new(len);
-        let store = Box::new(format(mem.region(), Coherent, caps, 42).unwrap());
+        let store = Box::new(format(mem.view(), Coherent, caps, 42).unwrap());
         Fixture { _mem: mem, store }
     }
     pub fn attach(&self, id: u32) -> u32 {

@@ -17,7 +17,7 @@ use cxlkv_core::layout::{Capacities, NodeInfo, NodeStats, StripeHeader, NODE_ALI
 use cxlkv_core::lock::{LeaseConfig, Manager, StepReport};
 use cxlkv_core::node::{attach_node, bury, Identity, Node, NodeLocal};
 use cxlkv_core::recover::RecoverReport;
-use cxlkv_core::region::{attach, NodeEnv, Store};
+use cxlkv_core::store::{attach, NodeEnv, Store};
 
 use crate::flush::{Flush, FlushMode};
 use crate::gpu::{CudaPath, GpuState};
@@ -361,7 +361,7 @@ impl Cache {
     pub fn attach(map: impl Into<Arc<Mapping>>, opts: Options) -> Result<Cache> {
         let map = map.into();
         let co = Flush::new(opts.mode, opts.nt_payload)?;
-        let store = attach(map.region(), co)?;
+        let store = attach(map.view(), co)?;
         if opts.populate {
             map.populate_background()?;
         }

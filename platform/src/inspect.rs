@@ -10,7 +10,7 @@ use cxlkv_core::layout::{
     NODE_DEAD, SLOT_LOCKED, SLOT_WAITING,
 };
 use cxlkv_core::pins::journal_census;
-use cxlkv_core::region::{attach, Store};
+use cxlkv_core::store::{attach, Store};
 
 use crate::cache::{check_store, stranded, Stranded};
 use crate::flush::{Flush, FlushMode};
@@ -30,7 +30,7 @@ impl Region {
     /// maintenance `mode`: fails as attaching would on an unformatted or
     /// corrupt region.
     pub fn observe(&self, mode: FlushMode) -> Result<Observed> {
-        let store = attach(self.mapping().region(), Flush::new(mode, false)?)?;
+        let store = attach(self.mapping().view(), Flush::new(mode, false)?)?;
         Ok(Observed { store, _region: self.clone() })
     }
 }
@@ -189,8 +189,8 @@ impl Observed {
             if info.state == 0 {
                 continue;
             }
-            let hb: Heartbeat = store.region.read(l.heartbeat(n))?;
-            let st: NodeStats = store.region.read(l.node_stats(n))?;
+            let hb: Heartbeat = store.view.read(l.heartbeat(n))?;
+            let st: NodeStats = store.view.read(l.node_stats(n))?;
             let liveness = match info.state {
                 NODE_DEAD => "dead (recovery pending)",
                 NODE_ALIVE if me.can_probe(&info) && !pid_alive(info.pid) => "gone (process exited)",
@@ -222,10 +222,10 @@ impl Observed {
         let mut by_state = [0u64; 6];
         let (mut live_bytes, mut evictions) = (0u64, 0u64);
         for s in 0..l.caps.n_stripes {
-            let h: StripeHeader = store.region.read(l.stripe(s))?;
+            let h: StripeHeader = store.view.read(l.stripe(s))?;
             evictions += h.evictions;
             for e in 0..l.caps.entries_per_stripe {
-                let ent: Entry = store.region.read(l.entry(s, e))?;
+                let ent: Entry = store.view.read(l.entry(s, e))?;
                 by_state[(ent.state as usize).min(5)] += 1;
                 if ent.state == state::READY {
                     live_bytes += ent.payload_len as u64;
@@ -234,7 +234,7 @@ impl Observed {
         }
         let (mut chunks_used, mut chunk_bytes) = (0u64, 0u64);
         for c in 0..l.n_chunks {
-            let r: ChunkRecord = store.region.read(l.chunk(c))?;
+            let r: ChunkRecord = store.view.read(l.chunk(c))?;
             if r.kind != CHUNK_FREE {
                 chunks_used += 1;
                 chunk_bytes += l.chunk_size();
@@ -243,7 +243,7 @@ impl Observed {
         let mut locks = Vec::new();
         for lock in 0..l.n_locks {
             for n in 0..l.caps.max_nodes {
-                let s: LockSlot = store.region.read(l.lock_slot(lock, n))?;
+                let s: LockSlot = store.view.read(l.lock_slot(lock, n))?;
                 if s.state == SLOT_LOCKED || s.state == SLOT_WAITING {
                     let st = if s.state == SLOT_LOCKED { "held" } else { "waiting" };
                     locks.push(LockReport { lock, node: n, state: st, seq: s.seq });

@@ -89,7 +89,7 @@ impl LocalTier {
 
     fn word(&self, id: u32) -> HostLockWord<'_> {
         let i = id.min(self.n) as usize;
-        let p = self.map.region().base().wrapping_add(i * STRIDE);
+        let p = self.map.view().base().wrapping_add(i * STRIDE);
         // SAFETY: `p` is inside the mapping (i ≤ n; the file holds n+1 lines) and
         // 8-aligned (page-aligned base, 64-byte stride); the mapping lives as long
         // as `self`; every process accesses these words only atomically.
@@ -99,7 +99,7 @@ impl LocalTier {
     /// The background bell: (ring count, sleepers), in the line after the
     /// attach lock's.
     fn bell(&self) -> HostBell<'_> {
-        let p = self.map.region().base().wrapping_add((self.n as usize + 1) * STRIDE);
+        let p = self.map.view().base().wrapping_add((self.n as usize + 1) * STRIDE);
         // SAFETY: `p` and `p + 4` are 4-aligned words inside the mapping (n+2
         // lines, sized at open); it lives as long as `self`; every process
         // accesses these words only atomically.

@@ -75,7 +75,7 @@ impl Cache {
     /// compared, never read.
     pub fn payload_offset(&self, p: *const u8, len: u64) -> Result<u64> {
         let st = self.store();
-        let off = (p as usize).checked_sub(st.region.base() as usize).ok_or(CoreError::OutOfBounds)? as u64;
+        let off = (p as usize).checked_sub(st.view.base() as usize).ok_or(CoreError::OutOfBounds)? as u64;
         if !st.layout.payload.contains(off, len) {
             return Err(CoreError::OutOfBounds.into());
         }
@@ -89,7 +89,7 @@ impl Cache {
         if !st.layout.payload.contains(off, len) {
             return Err(CoreError::OutOfBounds.into());
         }
-        Ok(st.region.ptr(off, len, 1)?)
+        Ok(st.view.ptr(off, len, 1)?)
     }
 
     /// Publishes `len` bytes of the payload area at offset `off`, written
@@ -102,7 +102,7 @@ impl Cache {
         }
         // SYNC: the caller's stores to [off, off+len) reach memory (reader:
         // another host after its `invalidate_range`).
-        st.co.flush(&st.region, off, len, Site("platform.user.flush"))?;
+        st.co.flush(&st.view, off, len, Site("platform.user.flush"))?;
         st.co.store_fence(Site("platform.user.flush.fence"));
         Ok(())
     }
@@ -117,7 +117,7 @@ impl Cache {
         }
         // SYNC: fresh lines of [off, off+len) (writer: `flush_range` on the
         // publishing host).
-        Ok(st.co.invalidate(&st.region, off, len, Site("platform.user.invalidate"))?)
+        Ok(st.co.invalidate(&st.view, off, len, Site("platform.user.invalidate"))?)
     }
 }
 

@@ -54,7 +54,7 @@ fn lock_serialises_read_modify_write_across_nodes() {
     let mut threads = Vec::new();
     for c in [a.clone(), a.clone(), b.clone(), b.clone()] {
         threads.push(std::thread::spawn(move || {
-            let r = c.store().region;
+            let r = c.store().view;
             for _ in 0..300 {
                 let h = c.node().lock(1).unwrap();
                 let v = r.load_u64(word).unwrap();
@@ -67,7 +67,7 @@ fn lock_serialises_read_modify_write_across_nodes() {
     for t in threads {
         t.join().unwrap();
     }
-    assert_eq!(a.store().region.load_u64(word).unwrap(), 1200);
+    assert_eq!(a.store().view.load_u64(word).unwrap(), 1200);
     drop(b);
     drop(a);
     let _ = std::fs::remove_file(&p);

@@ -14,7 +14,7 @@ use cxlkv_core::check::FindingKind;
 use cxlkv_core::coherence::Coherence;
 use cxlkv_core::hash::mix64;
 use cxlkv_core::layout::{Capacities, ChunkRecord};
-use cxlkv_core::region::Store;
+use cxlkv_core::store::Store;
 use cxlkv_platform::{Cache, Options};
 
 use crate::{key, shm_path, verify, NS};
@@ -204,26 +204,26 @@ pub fn run(worker: &Path, iterations: u64, workers: usize, seed: u64, hang_after
 fn region_state(path: &Path) -> String {
     use cxlkv_core::layout::{LockLine, LockSlot, ManagerLine, NodeInfo, RequestLine};
     let Ok(map) = cxlkv_platform::Mapping::open(path) else { return "(region unreadable)".into() };
-    let Ok(st) = cxlkv_core::region::attach(map.region(), cxlkv_core::coherence::Coherent) else {
+    let Ok(st) = cxlkv_core::store::attach(map.view(), cxlkv_core::coherence::Coherent) else {
         return "(region does not attach)".into();
     };
     let l = &st.layout;
     let mut out = String::new();
-    if let Ok(ml) = st.region.read::<ManagerLine>(l.manager.start) {
+    if let Ok(ml) = st.view.read::<ManagerLine>(l.manager.start) {
         out += &format!("manager: node {} lease {} dead {:b}\n", ml.manager as i64 - 1, ml.lease, ml.dead_mask);
     }
     for n in 0..l.caps.max_nodes {
-        let Ok(i) = st.region.read::<NodeInfo>(l.node_info(n)) else { continue };
-        let bells = st.region.read::<RequestLine>(l.requests(n)).map(|r| r.want).unwrap_or_default();
+        let Ok(i) = st.view.read::<NodeInfo>(l.node_info(n)) else { continue };
+        let bells = st.view.read::<RequestLine>(l.requests(n)).map(|r| r.want).unwrap_or_default();
         if i.state != 0 || bells != [0; 4] {
             out += &format!("node {n}: state {} pid {} bells {:x?}\n", i.state, i.pid, bells);
         }
     }
     for lock in 0..l.n_locks {
-        let Ok(ll) = st.region.read::<LockLine>(l.lock_line(lock)) else { continue };
+        let Ok(ll) = st.view.read::<LockLine>(l.lock_line(lock)) else { continue };
         let slots: Vec<String> = (0..l.caps.max_nodes)
             .filter_map(|n| {
-                let s = st.region.read::<LockSlot>(l.lock_slot(lock, n)).ok()?;
+                let s = st.view.read::<LockSlot>(l.lock_slot(lock, n)).ok()?;
                 (s.state != 0).then(|| format!("node {n}: state {} flags {} seq {}", s.state, s.flags, s.seq))
             })
             .collect();
@@ -243,7 +243,7 @@ fn region_state(path: &Path) -> String {
 /// Bytes of the block at granule `i` of chunk `c` (0 when none starts there).
 fn leaked_bytes<C: Coherence>(st: &Store<C>, c: u32, i: u32) -> u64 {
     let l = &st.layout;
-    let (Ok(rec), Ok(m)) = (st.region.read::<ChunkRecord>(l.chunk(c)), read_map(st, c, None)) else { return 0 };
+    let (Ok(rec), Ok(m)) = (st.view.read::<ChunkRecord>(l.chunk(c)), read_map(st, c, None)) else { return 0 };
     let off = l.chunk_payload(c) + i as u64 * l.granule();
     block_of(l, c, &rec, &m, off).map_or(0, |(_, b)| b)
 }

@@ -8,9 +8,9 @@ use cxlkv_core::hash::{mix64, Key};
 use cxlkv_core::index::Lru;
 use cxlkv_core::layout::{Capacities, NodeInfo};
 use cxlkv_core::lock::{LeaseConfig, Manager};
-use cxlkv_core::mem::Region;
+use cxlkv_core::mem::View;
 use cxlkv_core::node::{Node, NodeLocal};
-use cxlkv_core::region::{attach, format, NodeEnv, Store};
+use cxlkv_core::store::{attach, format, NodeEnv, Store};
 use cxlkv_core::Error;
 
 /// Capacities of the small regions the targets work on.
@@ -47,11 +47,11 @@ impl Buf {
         Buf(v)
     }
     /// A view of it.
-    pub fn region(&mut self) -> Region {
+    pub fn view(&mut self) -> View {
         let len = self.0.len() * 64;
         // SAFETY: the buffer is 64-aligned, `len` bytes, outlives every use of the
         // view (callers keep `self` alive), and is only accessed through Regions.
-        match unsafe { Region::new(self.0.as_mut_ptr().cast(), len) } {
+        match unsafe { View::new(self.0.as_mut_ptr().cast(), len) } {
             Ok(r) => r,
             Err(_) => unreachable!("line-aligned buffer"),
         }
@@ -61,7 +61,7 @@ impl Buf {
 /// A freshly formatted tiny region image.
 pub fn tiny_image() -> Vec<u8> {
     let mut b = Buf::with(&[], TINY);
-    let r = b.region();
+    let r = b.view();
     let _ = format(r, Coherent, tiny_caps(), 9);
     let mut out = vec![0u8; TINY];
     let _ = r.copy_out(0, &mut out);
@@ -85,7 +85,7 @@ pub fn attach_target(data: &[u8]) {
     } else {
         Buf::with(rest, rest.len().max(64))
     };
-    let r = buf.region();
+    let r = buf.view();
     let Ok(store) = attach(r, Coherent) else { return };
     let mut scratch = vec![0u64; scratch_words(&store)];
     let _ = check(&store, &mut scratch, &mut |_| {});
@@ -179,10 +179,10 @@ pub fn ops_target(data: &[u8]) -> usize {
     let seed = data.iter().fold(0x51u64, |h, &b| mix64(h ^ b as u64));
     let mem = SimMemory::new(TINY * 2, 3, seed, SimConfig::default());
     let caps = Capacities { max_nodes: 3, ..tiny_caps() };
-    if format(mem.region(0), mem.host(0), caps, 3).is_err() {
+    if format(mem.view(0), mem.host(0), caps, 3).is_err() {
         return 0;
     }
-    let stores: Vec<_> = (0..3).map(|h| attach(mem.region(h), mem.host(h)).expect("attach formatted region")).collect();
+    let stores: Vec<_> = (0..3).map(|h| attach(mem.view(h), mem.host(h)).expect("attach formatted region")).collect();
     for (h, st) in stores.iter().enumerate() {
         let who = Identity { pid: h as u32 + 1, host_id: h as u64 + 1, nonce: h as u64 + 1, now: 0, pid_ns: 0 };
         attach_node(st, Some(h as u32), who).expect("attach node");

@@ -19,8 +19,8 @@ use cxlkv_core::index::{Handle, Lru, ReserveItem};
 use cxlkv_core::layout::{Capacities, Entry, Layout, NodeInfo};
 use cxlkv_core::lock::{LeaseConfig, Manager};
 use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
-use cxlkv_core::region::{attach, format, read_header, NodeEnv, Store};
 use cxlkv_core::sim::{SimCoherence, SimConfig, SimMemory};
+use cxlkv_core::store::{attach, format, read_header, NodeEnv, Store};
 use cxlkv_core::Error;
 
 /// What one run does.
@@ -504,7 +504,7 @@ impl World {
     /// host `h`'s evictor has CLAIMED (as `h` sees it): the pin handshake's
     /// two halves at once.
     fn offer_claimed(&self, h: usize) {
-        let region = self.mem.region(h);
+        let region = self.mem.view(h);
         let Ok(l) = read_header(&region).and_then(|hd| Layout::from_header(&hd, region.len())) else { return };
         for st in 0..l.caps.n_stripes {
             for e in 0..l.caps.entries_per_stripe {
@@ -533,7 +533,7 @@ impl World {
     fn bury_in_order(&self, h: usize) {
         let Ok(st) = attach(self.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return };
         let dead = st
-            .region
+            .view
             .read::<NodeInfo>(st.layout.node_info(h as u32))
             .is_ok_and(|i| i.state == cxlkv_core::layout::NODE_DEAD);
         if dead {
@@ -561,7 +561,7 @@ impl World {
         let Some(i) = self.model.lock().unwrap().counter_lock else { return false };
         let Ok(st) = attach(self.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return false };
         let l = &st.layout;
-        st.region.read::<LockSlot>(l.lock_slot(l.locks().app(i), h as u32)).is_ok_and(|s| s.state == SLOT_LOCKED)
+        st.view.read::<LockSlot>(l.lock_slot(l.locks().app(i), h as u32)).is_ok_and(|s| s.state == SLOT_LOCKED)
     }
 
     /// Checks that no lock's grant sequence went back in memory.
@@ -571,7 +571,7 @@ impl World {
         let l = &st.layout;
         let mut m = self.model.lock().unwrap();
         for lock in 0..l.n_locks {
-            let Ok(ll) = st.region.read::<LockLine>(l.lock_line(lock)) else { continue };
+            let Ok(ll) = st.view.read::<LockLine>(l.lock_line(lock)) else { continue };
             let now = ll.grant_seq;
             let seen = m.grants_seen.entry(lock).or_insert(now);
             if now < *seen {
@@ -590,7 +590,7 @@ impl World {
         use cxlkv_core::layout::{LockSlot, SLOT_LOCKED, SLOT_WAITING};
         let Ok(st) = attach(self.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return false };
         let l = &st.layout;
-        let slot = |lock: u32, n: u32| st.region.read::<LockSlot>(l.lock_slot(lock, n)).map_or(0, |x| x.state);
+        let slot = |lock: u32, n: u32| st.view.read::<LockSlot>(l.lock_slot(lock, n)).map_or(0, |x| x.state);
         (0..l.n_locks).any(|lock| {
             slot(lock, h as u32) == SLOT_LOCKED
                 && (0..l.caps.max_nodes).any(|n| n != h as u32 && slot(lock, n) == SLOT_WAITING)
@@ -992,13 +992,13 @@ fn final_checks(w: &World) {
     // then reads the results.
     let crashed = w.crashed();
     for h in (0..w.hosts).filter(|&h| Some(h) != crashed) {
-        match attach(w.mem.region(h), w.mem.host(h)) {
+        match attach(w.mem.view(h), w.mem.host(h)) {
             Ok(s) => check_from(w, &s, h, "after the run"),
             Err(e) => w.violation(format!("final attach on host {h}: {e}")),
         }
     }
     let h = if crashed == Some(0) { 1 } else { 0 };
-    let store = match attach(w.mem.region(h), w.mem.host(h)) {
+    let store = match attach(w.mem.view(h), w.mem.host(h)) {
         Ok(s) => s,
         Err(e) => return w.violation(format!("final attach: {e}")),
     };
@@ -1128,7 +1128,7 @@ fn manager_actor(w: &World, h: usize) {
                 continue;
             }
             if let Err(e) = beat {
-                let seen: Result<NodeInfo, _> = store.region.read(store.layout.node_info(id));
+                let seen: Result<NodeInfo, _> = store.view.read(store.layout.node_info(id));
                 let mem: Result<NodeInfo, _> = w.mem.shared_region().read(store.layout.node_info(id));
                 return w.violation(format!(
                     "host {h} fenced at step {}: heartbeat {e}; its info {seen:?}, memory {mem:?}",
@@ -1175,7 +1175,7 @@ fn resign_checked(w: &World, h: usize, mgr: &mut Manager, store: &Store<SimCoher
     let line = || {
         attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent)
             .ok()
-            .and_then(|st| st.region.read::<cxlkv_core::layout::ManagerLine>(st.layout.manager.start).ok())
+            .and_then(|st| st.view.read::<cxlkv_core::layout::ManagerLine>(st.layout.manager.start).ok())
             .map_or(0, |ml| ml.manager)
     };
     let (before, begun, first) = {
@@ -1265,7 +1265,7 @@ fn locks_awaiting_repair(w: &World) -> Option<u32> {
     use cxlkv_core::layout::LockLine;
     let st = attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent).ok()?;
     let l = &st.layout;
-    (0..l.n_locks).find(|&k| st.region.read::<LockLine>(l.lock_line(k)).is_ok_and(|ll| ll.repair != 0))
+    (0..l.n_locks).find(|&k| st.view.read::<LockLine>(l.lock_line(k)).is_ok_and(|ll| ll.repair != 0))
 }
 
 /// Every lock's line and slots as memory holds them (for reports).
@@ -1274,20 +1274,20 @@ fn locks_in_memory(w: &World) -> String {
     let Ok(st) = attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return String::new() };
     let l = &st.layout;
     let mut out = String::new();
-    if let Ok(ml) = st.region.read::<cxlkv_core::layout::ManagerLine>(l.manager.start) {
+    if let Ok(ml) = st.view.read::<cxlkv_core::layout::ManagerLine>(l.manager.start) {
         out += &format!(" [manager {} lease {} dead {:b}]", ml.manager, ml.lease, ml.dead_mask);
     }
     for n in 0..l.caps.max_nodes {
-        if let Ok(r) = st.region.read::<cxlkv_core::layout::RequestLine>(l.requests(n)) {
+        if let Ok(r) = st.view.read::<cxlkv_core::layout::RequestLine>(l.requests(n)) {
             if r.want[0] != 0 {
                 out += &format!(" [node {n} wants {:b}]", r.want[0]);
             }
         }
     }
     for lock in 0..l.n_locks {
-        let ll = st.region.read::<LockLine>(l.lock_line(lock));
+        let ll = st.view.read::<LockLine>(l.lock_line(lock));
         let slots: Vec<u32> = (0..l.caps.max_nodes)
-            .map(|n| st.region.read::<LockSlot>(l.lock_slot(lock, n)).map_or(9, |x| x.state))
+            .map(|n| st.view.read::<LockSlot>(l.lock_slot(lock, n)).map_or(9, |x| x.state))
             .collect();
         if let Ok(ll) = ll {
             if ll.repair != 0 || slots.iter().any(|&x| x != 0) {
@@ -1314,7 +1314,7 @@ fn recovers_here(w: &World, h: usize) -> bool {
     };
     let manager = attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent)
         .ok()
-        .and_then(|st| st.region.read::<cxlkv_core::layout::ManagerLine>(st.layout.manager.start).ok())
+        .and_then(|st| st.view.read::<cxlkv_core::layout::ManagerLine>(st.layout.manager.start).ok())
         .map_or(0, |ml| ml.manager as usize);
     let live = (0..w.hosts).filter(|&x| !gone[x]);
     let pick = live.clone().find(|&x| x + 1 != manager).or_else(|| live.clone().next());
@@ -1323,7 +1323,7 @@ fn recovers_here(w: &World, h: usize) -> bool {
 
 fn attach_retry(w: &World, h: usize) -> Option<Store<SimCoherence<'_>>> {
     for _ in 0..10_000 {
-        match attach(w.mem.region(h), w.mem.host(h)) {
+        match attach(w.mem.view(h), w.mem.host(h)) {
             Ok(s) => return Some(s),
             Err(Error::NotInitialized) => w.yield_now(ACTOR.with(|a| a.get()), "attach-retry"),
             Err(e) => {
@@ -1444,7 +1444,7 @@ fn bury_predecessor<C: Coherence>(w: &World, store: &Store<C>, h: usize, scan: b
 
 fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
     if h == 0 && !restarted {
-        if let Err(e) = format(w.mem.region(0), w.mem.host(0), sim_caps(w.hosts), seed) {
+        if let Err(e) = format(w.mem.view(0), w.mem.host(0), sim_caps(w.hosts), seed) {
             return w.violation(format!("format: {e}"));
         }
         w.published_all(0, "format", None);
@@ -1943,7 +1943,7 @@ fn stall_in_release(w: &World, a: usize) -> bool {
     let Ok(st) = attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return false };
     let l = &st.layout;
     let held = (0..l.n_locks)
-        .filter(|&k| st.region.read::<LockSlot>(l.lock_slot(k, h as u32)).is_ok_and(|x| x.state == SLOT_LOCKED))
+        .filter(|&k| st.view.read::<LockSlot>(l.lock_slot(k, h as u32)).is_ok_and(|x| x.state == SLOT_LOCKED))
         .count();
     let local = w.sched.lock().unwrap().local.keys().filter(|&&(lh, _)| lh == h).count();
     if held != 1 || local != 1 {
@@ -2020,10 +2020,10 @@ fn always_invariants(w: &World, h: usize, op: u32) {
         let mut more = String::new();
         if f.kind == cxlkv_core::check::FindingKind::EntryPayload {
             // The entry and the chunk record its payload falls in.
-            if let Ok(e) = store.region.read::<cxlkv_core::layout::Entry>(store.layout.entry(f.a as u32, f.b as u32)) {
+            if let Ok(e) = store.view.read::<cxlkv_core::layout::Entry>(store.layout.entry(f.a as u32, f.b as u32)) {
                 let l = &store.layout;
                 let c = e.payload_off.saturating_sub(l.payload.start) / l.chunk_size();
-                let rec: Result<cxlkv_core::layout::ChunkRecord, _> = store.region.read(l.chunk(c as u32));
+                let rec: Result<cxlkv_core::layout::ChunkRecord, _> = store.view.read(l.chunk(c as u32));
                 let line = (l.chunk(c as u32) / 64) as usize;
                 more = format!(
                     "; entry {e:?}; chunk {c} record {rec:?} (line {line} last written by {:?})",
@@ -2047,7 +2047,7 @@ fn write_payload<C: Coherence>(
     data: &[u8],
     raw: bool,
 ) {
-    let r = if raw { node.store.region.copy_in(hd.off + at as u64, data) } else { node.write(hd, at as u64, data) };
+    let r = if raw { node.store.view.copy_in(hd.off + at as u64, data) } else { node.write(hd, at as u64, data) };
     if let Err(e) = r {
         w.violation(format!("host {h} write (raw {raw}): {e:?}"));
     }
@@ -2152,10 +2152,8 @@ fn raw_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
 fn fill_raw<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64, len: u64) {
     let st = node.store;
     w.model.lock().unwrap().raw_filling[h] = true;
-    let r = st
-        .region
-        .copy_in(off, &raw_pattern(off, len))
-        .and_then(|_| st.co.flush(&st.region, off, len, Site("harness.raw")));
+    let r =
+        st.view.copy_in(off, &raw_pattern(off, len)).and_then(|_| st.co.flush(&st.view, off, len, Site("harness.raw")));
     w.model.lock().unwrap().raw_filling[h] = false;
     st.co.store_fence(Site("harness.raw.fence"));
     if let Err(e) = r {
@@ -2201,10 +2199,8 @@ fn raw_free<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64) {
     };
     let st = node.store;
     let mut buf = vec![0u8; len as usize];
-    let r = st
-        .co
-        .invalidate(&st.region, off, len, Site("harness.raw.read"))
-        .and_then(|_| st.region.copy_out(off, &mut buf));
+    let r =
+        st.co.invalidate(&st.view, off, len, Site("harness.raw.read")).and_then(|_| st.view.copy_out(off, &mut buf));
     if r.is_err() || buf != raw_pattern(off, len) {
         w.violation(format!("host {h} raw block {off}+{len} changed while allocated ({r:?})"));
     }
@@ -2266,8 +2262,8 @@ fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
             bytes = vec![0u8; root.size as usize];
             let r = st
                 .co
-                .invalidate(&st.region, root.offset, root.size, Site("harness.root.read"))
-                .and_then(|_| st.region.copy_out(root.offset, &mut bytes));
+                .invalidate(&st.view, root.offset, root.size, Site("harness.root.read"))
+                .and_then(|_| st.view.copy_out(root.offset, &mut bytes));
             if r.is_err() {
                 bytes.clear();
             }
@@ -2493,7 +2489,7 @@ fn verify_pinned<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: &Han
     // zero-copy views are: made fresh once, then plain loads.
     let by_pointer = hd.gen.is_multiple_of(2);
     let read = if by_pointer {
-        node.fresh_payload(hd).and_then(|_| node.store.region.copy_out(hd.off, &mut buf))
+        node.fresh_payload(hd).and_then(|_| node.store.view.copy_out(hd.off, &mut buf))
     } else {
         node.read(hd, 0, &mut buf)
     };
@@ -2569,10 +2565,10 @@ fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
             }
         }
         let body = (|| {
-            st.co.invalidate(&st.region, off, 8, Site("harness.counter.read"))?;
-            let v = st.region.load_u64(off)?;
-            st.region.store_u64(off, v + 1)?;
-            st.co.flush(&st.region, off, 8, Site("harness.counter.write"))
+            st.co.invalidate(&st.view, off, 8, Site("harness.counter.read"))?;
+            let v = st.view.load_u64(off)?;
+            st.view.store_u64(off, v + 1)?;
+            st.co.flush(&st.view, off, 8, Site("harness.counter.write"))
         })();
         match node.unlock_app(held) {
             Err(Error::Revoked) => Err(Error::Revoked),
@@ -2666,7 +2662,7 @@ fn reformat_once(seed: u64, disable: Option<&'static str>, lazy: bool) -> Vec<St
     let cfg = if lazy { SimConfig::lazy() } else { chaos() };
     let mem = SimMemory::new(SIM_BYTES, 2, seed, cfg);
     let old = Capacities { n_stripes: 4, entries_per_stripe: 16, ..sim_caps(2) };
-    if let Err(e) = format(mem.region(0), mem.host(0), old, 1) {
+    if let Err(e) = format(mem.view(0), mem.host(0), old, 1) {
         return vec![format!("first format: {e}")];
     }
     mem.drain(0);
@@ -2681,14 +2677,14 @@ fn reformat_once(seed: u64, disable: Option<&'static str>, lazy: bool) -> Vec<St
             std::panic::resume_unwind(Box::new(Crashed));
         }
     }));
-    let crashed = std::panic::catch_unwind(AssertUnwindSafe(|| format(mem.region(0), mem.host(0), sim_caps(2), 2)));
+    let crashed = std::panic::catch_unwind(AssertUnwindSafe(|| format(mem.view(0), mem.host(0), sim_caps(2), 2)));
     mem.crash(0);
     if mix64(seed ^ 1).is_multiple_of(2) {
         mem.drain_zombies();
     }
     let mut out = Vec::new();
     // Not initialised, or a header that does not validate: refused, fine.
-    if let Ok(store) = attach(mem.region(1), mem.host(1)) {
+    if let Ok(store) = attach(mem.view(1), mem.host(1)) {
         let mut scratch = vec![0u64; cxlkv_core::check::scratch_words(&store)];
         let mut findings = Vec::new();
         let r = cxlkv_core::check::check(&store, &mut scratch, &mut |f| findings.push(f));

@@ -22,7 +22,7 @@ use crate::coherence::{Coherence, Site};
 use crate::layout::{ChunkRecord, Layout, CHUNK_CONT, CHUNK_FREE, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW};
 use crate::mutant::mutant;
 use crate::node::{Node, HINTS};
-use crate::region::Store;
+use crate::store::Store;
 use crate::{Error, Result};
 
 pub use map::ChunkMap;
@@ -101,12 +101,12 @@ pub fn read_map<C: Coherence>(st: &Store<C>, c: u32, site: Option<Site>) -> Resu
     let w = l.map_words();
     let off = l.chunk_map(c);
     if let Some(site) = site {
-        st.co.invalidate(&st.region, off, 2 * w as u64 * 8, site)?;
+        st.co.invalidate(&st.view, off, 2 * w as u64 * 8, site)?;
     }
     let mut m = ChunkMap::empty(l.granules());
     for i in 0..w {
-        m.used[i] = st.region.load_u64(off + 8 * i as u64)?;
-        m.start[i] = st.region.load_u64(off + 8 * (w + i) as u64)?;
+        m.used[i] = st.view.load_u64(off + 8 * i as u64)?;
+        m.start[i] = st.view.load_u64(off + 8 * (w + i) as u64)?;
     }
     Ok(m)
 }
@@ -129,13 +129,13 @@ pub fn write_map<C: Coherence>(
     }
     let off = l.chunk_map(c);
     for i in lo..hi {
-        st.region.store_u64(off + 8 * i as u64, m.used[i])?;
-        st.region.store_u64(off + 8 * (w + i) as u64, m.start[i])?;
+        st.view.store_u64(off + 8 * i as u64, m.used[i])?;
+        st.view.store_u64(off + 8 * (w + i) as u64, m.start[i])?;
     }
     if let Some(site) = site {
         let n = (hi - lo) as u64 * 8;
-        st.co.flush(&st.region, off + 8 * lo as u64, n, site)?;
-        st.co.flush(&st.region, off + 8 * (w + lo) as u64, n, site)?;
+        st.co.flush(&st.view, off + 8 * lo as u64, n, site)?;
+        st.co.flush(&st.view, off + 8 * (w + lo) as u64, n, site)?;
     }
     Ok(())
 }
@@ -268,7 +268,7 @@ impl<C: Coherence> Node<'_, C> {
             return Ok(None);
         };
         // Written just now by this thread, under the locks it still holds.
-        let rec: ChunkRecord = self.store.region.read(l.chunk(c))?;
+        let rec: ChunkRecord = self.store.view.read(l.chunk(c))?;
         Ok(self.take_in(c, rec, k)?.map(|off| (c, off)))
     }
 
@@ -357,7 +357,7 @@ impl<C: Coherence> Node<'_, C> {
             // A hint from this host's copy, however stale: the owner's heap
             // lock to take. The record read fresh under that lock decides
             // (and refreshes the hint when it was wrong).
-            let mut rec: ChunkRecord = self.store.region.read(l.chunk(c))?;
+            let mut rec: ChunkRecord = self.store.view.read(l.chunk(c))?;
             let bad = |r: &ChunkRecord| r.owner == 0 || r.owner > l.caps.max_nodes || r.kind == CHUNK_CONT;
             if bad(&rec) {
                 // SYNC: before refusing, a fresh look (writer: the owner's
@@ -476,7 +476,7 @@ impl<C: Coherence> Node<'_, C> {
         let l = &self.store.layout;
         let words = l.n_chunks.div_ceil(64);
         self.store.co.invalidate(
-            &self.store.region,
+            &self.store.view,
             l.chunk_bitmap.start,
             words as u64 * 8,
             Site("alloc.bitmap.read"),
@@ -484,7 +484,7 @@ impl<C: Coherence> Node<'_, C> {
         let mut run = 0u32;
         let mut c = 0u32;
         while c < l.n_chunks {
-            let w = self.store.region.load_u64(l.chunk_bitmap.start + (c / 64) as u64 * 8)?;
+            let w = self.store.view.load_u64(l.chunk_bitmap.start + (c / 64) as u64 * 8)?;
             if c.is_multiple_of(64) && w == u64::MAX {
                 run = 0;
                 c += 64;
@@ -561,16 +561,16 @@ impl<C: Coherence> Node<'_, C> {
 /// Caller holds the alloc lock.
 pub(crate) fn set_bitmap<C: Coherence>(store: &Store<C>, c: u32, used: bool) -> Result<()> {
     let off = store.layout.chunk_bitmap.start + (c / 64) as u64 * 8;
-    store.co.invalidate(&store.region, off, 8, Site("alloc.bitmap.rmw"))?;
-    let mut w = store.region.load_u64(off)?;
+    store.co.invalidate(&store.view, off, 8, Site("alloc.bitmap.rmw"))?;
+    let mut w = store.view.load_u64(off)?;
     if used {
         w |= 1 << (c % 64);
     } else {
         w &= !(1 << (c % 64));
     }
-    store.region.store_u64(off, w)?;
+    store.view.store_u64(off, w)?;
     // SYNC: bitmap word published under the alloc lock.
-    store.co.flush(&store.region, off, 8, Site("alloc.bitmap.publish"))
+    store.co.flush(&store.view, off, 8, Site("alloc.bitmap.publish"))
 }
 
 /// Allocation hint count (re-exported for tests).

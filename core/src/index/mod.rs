@@ -18,7 +18,7 @@ use crate::layout::{state, Entry, StripeHeader};
 use crate::mutant::mutant;
 use crate::node::Node;
 use crate::off::Off;
-use crate::region::Store;
+use crate::store::Store;
 use crate::{Error, Result};
 
 pub use evict::{EvictReport, Lru, Policy, Verdict};
@@ -103,10 +103,10 @@ pub(crate) fn format_stripes<C: Coherence>(st: &Store<C>) -> Result<()> {
     for s in 0..l.caps.n_stripes {
         for e in 0..eps {
             let ent = Entry { lru_prev: NIL, lru_next: if e + 1 < eps { e + 1 } else { NIL }, ..Entry::default() };
-            st.region.write(l.entry(s, e), &ent)?;
+            st.view.write(l.entry(s, e), &ent)?;
         }
         let h = StripeHeader { lru_head: NIL, lru_tail: NIL, free_head: 0, ..StripeHeader::default() };
-        st.region.write(l.stripe(s), &h)?;
+        st.view.write(l.stripe(s), &h)?;
     }
     Ok(())
 }
@@ -194,7 +194,7 @@ impl<C: Coherence> Store<C> {
         }
         // SYNC: fresh home bucket lines of the whole batch (writer: insert
         // and delete under the stripe lock).
-        self.co.invalidate_lines(&self.region, &lines[..n], Site("index.lookup.buckets"))?;
+        self.co.invalidate_lines(&self.view, &lines[..n], Site("index.lookup.buckets"))?;
         // Entry index of each key's first tag match; NIL: a miss.
         let mut cand = [NIL; PROBE_BATCH];
         let mut offs = [0u64; PROBE_BATCH];
@@ -208,7 +208,7 @@ impl<C: Coherence> Store<C> {
         }
         // SYNC: fresh candidate entry lines of the batch (writer: publish,
         // evict and recovery under the stripe lock).
-        self.co.invalidate_lines(&self.region, &offs[..m], Site("index.lookup.entries"))?;
+        self.co.invalidate_lines(&self.view, &offs[..m], Site("index.lookup.entries"))?;
         // The candidates' entries, then their checksums side by side (one
         // long multiply chain per entry: interleaved, they overlap).
         let mut words = [[0u64; 5]; PROBE_BATCH];
@@ -506,7 +506,7 @@ impl<C: Coherence> Node<'_, C> {
             return Err(Error::InvalidArgument);
         }
         self.check_payload(h)?;
-        self.store.co.write_payload(&self.store.region, h.off + at, data, Site("index.payload.write"))?;
+        self.store.co.write_payload(&self.store.view, h.off + at, data, Site("index.payload.write"))?;
         self.count(|c| c.bytes_written += data.len() as u64)
     }
 
@@ -518,7 +518,7 @@ impl<C: Coherence> Node<'_, C> {
     /// payloads written by plain stores through a pointer).
     pub fn publish(&self, h: &Handle) -> Result<()> {
         self.check_payload(h)?;
-        self.store.co.flush(&self.store.region, h.off, h.len, Site("index.publish.payload"))?;
+        self.store.co.flush(&self.store.view, h.off, h.len, Site("index.publish.payload"))?;
         self.publish_flushed(core::slice::from_ref(h), &mut [Ok(())])
     }
 
@@ -531,7 +531,7 @@ impl<C: Coherence> Node<'_, C> {
         }
         for h in hs {
             if self.check_payload(h).is_ok() {
-                self.store.co.flush(&self.store.region, h.off, h.len, Site("index.publish_batch.payload"))?;
+                self.store.co.flush(&self.store.view, h.off, h.len, Site("index.publish_batch.payload"))?;
             }
         }
         self.publish_flushed(hs, out)
@@ -542,7 +542,7 @@ impl<C: Coherence> Node<'_, C> {
     pub fn fresh_payload(&self, h: &Handle) -> Result<()> {
         self.check_payload(h)?;
         // SYNC: fresh payload lines (writer: publisher's payload flush).
-        self.store.co.invalidate(&self.store.region, h.off, h.len, Site("index.fresh.payload"))
+        self.store.co.invalidate(&self.store.view, h.off, h.len, Site("index.fresh.payload"))
     }
 
     /// Publishes reserved blocks whose payloads are already flushed (written
@@ -627,7 +627,7 @@ impl<C: Coherence> Node<'_, C> {
             // burying this process, should it die here, finds the block and
             // flushes it too; the heap lock taken to free it fences first
             // (see `Node::lock`).
-            st.co.flush(&st.region, e.payload_off, e.payload_len as u64, Site("index.abort.payload"))?;
+            st.co.flush(&st.view, e.payload_off, e.payload_len as u64, Site("index.abort.payload"))?;
             let tag = place(h.ns, h.key);
             let f = probe::find(st, s, tag, h.ns, h.key)?.ok_or(Error::Corrupt)?;
             let mut hdr = st.hdr(s)?;
@@ -889,8 +889,8 @@ impl<C: Coherence> Node<'_, C> {
         }
         self.check_payload(h)?;
         // SYNC: fresh payload lines (writer: publisher's payload flush).
-        self.store.co.invalidate(&self.store.region, h.off + at, buf.len() as u64, Site("index.payload.read"))?;
-        self.store.region.copy_out(h.off + at, buf)?;
+        self.store.co.invalidate(&self.store.view, h.off + at, buf.len() as u64, Site("index.payload.read"))?;
+        self.store.view.copy_out(h.off + at, buf)?;
         self.count(|c| c.bytes_read += buf.len() as u64)
     }
 
@@ -924,14 +924,14 @@ impl<C: Coherence> Node<'_, C> {
                 return Ok(Got::TooSmall(len));
             }
             let off = payload_of(self.store, f.e.payload_off, len)?;
-            self.store.co.invalidate(&self.store.region, off, len, Site("index.get.payload"))?;
+            self.store.co.invalidate(&self.store.view, off, len, Site("index.get.payload"))?;
             let mut at = 0u64;
             for p in parts.iter_mut() {
                 let n = (len - at).min(p.len() as u64);
                 if n == 0 {
                     break;
                 }
-                self.store.region.copy_out(off + at, &mut p[..n as usize])?;
+                self.store.view.copy_out(off + at, &mut p[..n as usize])?;
                 at += n;
             }
             // SYNC: re-validate after the copy (coherence rule 4); the entry's

@@ -6,7 +6,7 @@ use crate::coherence::{Coherence, Site};
 use crate::hash::Key;
 use crate::layout::{state, Bucket, Entry};
 use crate::mem::LINE;
-use crate::region::Store;
+use crate::store::Store;
 use crate::{Error, Result};
 
 /// Stripe of a placement hash.
@@ -40,10 +40,10 @@ fn bucket<C: Coherence>(st: &Store<C>, s: u32, b: u32, line: &mut u64) -> Result
     let l = off & !(LINE - 1);
     if *line != l {
         // SYNC: fresh bucket line (writer: insert/delete under the stripe lock).
-        st.co.invalidate(&st.region, l, LINE, Site("index.bucket.read"))?;
+        st.co.invalidate(&st.view, l, LINE, Site("index.bucket.read"))?;
         *line = l;
     }
-    st.region.read(off)
+    st.view.read(off)
 }
 
 /// Finds the entry holding (`ns`, `key`) in stripe `s` in any state but

@@ -304,13 +304,13 @@ fn lookup_reports_an_entry_whose_checksum_fails_as_missing() {
     // index's back: the checksum no longer matches.
     let (s, found) = f.store.find_ready(3, keys[35]).unwrap().unwrap();
     let off = f.store.layout.entry(s, found.entry) + 32;
-    let was = f.store.region.load_u64(off).unwrap();
-    f.store.region.store_u64(off, was ^ 0x40).unwrap();
+    let was = f.store.view.load_u64(off).unwrap();
+    f.store.view.store_u64(off, was ^ 0x40).unwrap();
     assert_eq!(sut.lookup(3, &keys).unwrap(), 35);
     let mut present = std::vec![false; keys.len()];
     sut.presence(3, &keys, &mut present).unwrap();
     assert_eq!(present.iter().filter(|&&p| !p).count(), 1);
     assert!(!present[35]);
-    f.store.region.store_u64(off, was).unwrap();
+    f.store.view.store_u64(off, was).unwrap();
     assert_eq!(sut.lookup(3, &keys).unwrap(), 40);
 }

@@ -26,7 +26,7 @@ pub mod x86;
 use core::str::FromStr;
 
 use cxlkv_core::coherence::{line_span, Coherence, Site};
-use cxlkv_core::mem::{Region, LINE};
+use cxlkv_core::mem::{View, LINE};
 
 use crate::{Error, Result};
 
@@ -152,7 +152,7 @@ impl Flush {
         self.nt_payload
     }
 
-    fn lines(region: &Region, off: u64, len: u64) -> cxlkv_core::Result<(*mut u8, usize)> {
+    fn lines(region: &View, off: u64, len: u64) -> cxlkv_core::Result<(*mut u8, usize)> {
         region.check(off, len, 1)?;
         let (start, end) = line_span(off, len);
         let end = end.min(region.len().div_ceil(LINE) * LINE);
@@ -163,7 +163,7 @@ impl Flush {
 }
 
 impl Coherence for Flush {
-    fn flush(&self, region: &Region, off: u64, len: u64, _site: Site) -> cxlkv_core::Result<()> {
+    fn flush(&self, region: &View, off: u64, len: u64, _site: Site) -> cxlkv_core::Result<()> {
         let (p, n) = Self::lines(region, off, len)?;
         match self.mode {
             FlushMode::Coherent => {}
@@ -181,7 +181,7 @@ impl Coherence for Flush {
         Ok(())
     }
 
-    fn invalidate(&self, region: &Region, off: u64, len: u64, _site: Site) -> cxlkv_core::Result<()> {
+    fn invalidate(&self, region: &View, off: u64, len: u64, _site: Site) -> cxlkv_core::Result<()> {
         let (p, n) = Self::lines(region, off, len)?;
         match self.mode {
             // Nothing to drop; loads stay ordered as the contract says.
@@ -210,7 +210,7 @@ impl Coherence for Flush {
         Ok(())
     }
 
-    fn invalidate_lines(&self, region: &Region, lines: &[u64], _site: Site) -> cxlkv_core::Result<()> {
+    fn invalidate_lines(&self, region: &View, lines: &[u64], _site: Site) -> cxlkv_core::Result<()> {
         for &l in lines {
             let (p, n) = Self::lines(region, l, 1)?;
             match self.mode {
@@ -265,7 +265,7 @@ impl Coherence for Flush {
         }
     }
 
-    fn write_payload(&self, region: &Region, off: u64, src: &[u8], site: Site) -> cxlkv_core::Result<()> {
+    fn write_payload(&self, region: &View, off: u64, src: &[u8], site: Site) -> cxlkv_core::Result<()> {
         #[cfg(target_arch = "x86_64")]
         if self.nt_payload {
             let p = region.ptr(off, src.len() as u64, 1)?;

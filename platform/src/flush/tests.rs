@@ -5,7 +5,7 @@ use cxlkv_core::coherence::{Coherence, Coherent, Site};
 use cxlkv_core::hash::Key;
 use cxlkv_core::layout::Capacities;
 use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
-use cxlkv_core::region::{attach, format, NodeEnv};
+use cxlkv_core::store::{attach, format, NodeEnv};
 
 use super::{Flush, FlushMode};
 use crate::map::Mapping;
@@ -30,7 +30,7 @@ fn impls() -> Vec<Box<dyn Coherence + Sync>> {
 #[test]
 fn every_impl_rejects_ranges_outside_the_region() {
     let m = Mapping::memfd(1 << 20, false).unwrap();
-    let r = m.region();
+    let r = m.view();
     for co in impls() {
         assert!(co.flush(&r, (1 << 20) - 32, 64, S).is_err(), "{}", co.name());
         assert!(co.invalidate(&r, u64::MAX - 10, 64, S).is_err(), "{}", co.name());
@@ -49,20 +49,20 @@ fn every_impl_publishes_what_another_mapping_reads_fresh() {
     let b = Mapping::open_file(&p).unwrap();
     for (k, co) in impls().into_iter().enumerate() {
         let v = 0x1000 + k as u64;
-        a.region().store_u64(8192 + 64 * k as u64, v).unwrap();
-        co.flush(&a.region(), 8192 + 64 * k as u64, 8, S).unwrap();
+        a.view().store_u64(8192 + 64 * k as u64, v).unwrap();
+        co.flush(&a.view(), 8192 + 64 * k as u64, 8, S).unwrap();
         co.store_fence(S);
-        co.invalidate(&b.region(), 8192 + 64 * k as u64, 8, S).unwrap();
-        assert_eq!(b.region().load_u64(8192 + 64 * k as u64).unwrap(), v, "{}", co.name());
+        co.invalidate(&b.view(), 8192 + 64 * k as u64, 8, S).unwrap();
+        assert_eq!(b.view().load_u64(8192 + 64 * k as u64).unwrap(), v, "{}", co.name());
         // A payload-sized range (the bulk path of clflush mode).
         let base = 65536 + 8192 * k as u64;
         let bytes: Vec<u8> = (0..4096u32).map(|i| (i as u8) ^ k as u8).collect();
-        a.region().copy_in(base, &bytes).unwrap();
-        co.flush(&a.region(), base, 4096, S).unwrap();
+        a.view().copy_in(base, &bytes).unwrap();
+        co.flush(&a.view(), base, 4096, S).unwrap();
         co.store_fence(S);
-        co.invalidate(&b.region(), base, 4096, S).unwrap();
+        co.invalidate(&b.view(), base, 4096, S).unwrap();
         let mut got = vec![0u8; 4096];
-        b.region().copy_out(base, &mut got).unwrap();
+        b.view().copy_out(base, &mut got).unwrap();
         assert_eq!(got, bytes, "{}", co.name());
     }
     std::fs::remove_file(&p).unwrap();
@@ -71,7 +71,7 @@ fn every_impl_publishes_what_another_mapping_reads_fresh() {
 #[test]
 fn every_impl_writes_payloads_exactly_at_any_alignment() {
     let m = Mapping::memfd(1 << 20, false).unwrap();
-    let r = m.region();
+    let r = m.view();
     for co in impls() {
         for (off, len) in [(4096u64, 4096usize), (4099, 1), (4101, 77), (8191, 130), (12288 + 5, 9000)] {
             r.zero(off - 8, len as u64 + 16).unwrap();
@@ -88,7 +88,7 @@ fn every_impl_writes_payloads_exactly_at_any_alignment() {
 }
 
 struct Solo<'a, C: Coherence> {
-    store: &'a cxlkv_core::region::Store<C>,
+    store: &'a cxlkv_core::store::Store<C>,
     mgr: std::sync::Mutex<cxlkv_core::lock::Manager>,
     t: std::sync::Mutex<u64>,
 }
@@ -118,8 +118,8 @@ fn every_impl_runs_the_whole_protocol() {
         let m = Mapping::memfd(16 << 20, false).unwrap();
         let caps =
             Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 64, chunk_shift: 16, ..Capacities::default() };
-        format(m.region(), &*co, caps, 5).unwrap();
-        let store = attach(m.region(), &*co).unwrap();
+        format(m.view(), &*co, caps, 5).unwrap();
+        let store = attach(m.view(), &*co).unwrap();
         let id = attach_node(&store, None, Identity::default()).unwrap();
         let env = Solo { store: &store, mgr: std::sync::Mutex::new(cxlkv_core::lock::Manager::new(id)), t: 0.into() };
         let local = NodeLocal::default();

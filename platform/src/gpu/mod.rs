@@ -117,7 +117,7 @@ impl GpuState {
     /// Registers the whole mapped region of `cache` with device `device`.
     pub(crate) fn register(cache: &Cache, device: u32) -> Result<GpuState> {
         let cuda = Cuda::open(device)?;
-        let region = &cache.store().region;
+        let region = &cache.store().view;
         let len = usize::try_from(region.len()).map_err(|_| Error::Core(cxlkv_core::Error::InvalidArgument))?;
         // SAFETY: the region's mapping is owned by the cache, which drops this
         // state (unregistering) before it unmaps (`Cache::shutdown`).
@@ -188,7 +188,7 @@ impl<'a> CudaPath<'a> {
         for s in segs.iter().filter(|s| s.len > 0) {
             // SYNC: fresh payload lines for the device (writer: the
             // publisher's payload flush, or its completed DMA).
-            st.co.invalidate(&st.region, s.region_off, s.len, Site("gpu.read.invalidate"))?;
+            st.co.invalidate(&st.view, s.region_off, s.len, Site("gpu.read.invalidate"))?;
         }
         Ok(())
     }

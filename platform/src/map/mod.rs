@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
-use cxlkv_core::mem::Region;
+use cxlkv_core::mem::View;
 
 use crate::{Error, Result};
 
@@ -80,7 +80,7 @@ const MADV_POPULATE_WRITE: libc::c_int = 23;
 /// closing node waits at most a few milliseconds for it.
 const POPULATE_STEP: usize = 32 << 20;
 
-// SAFETY: the mapping is plain shared memory; all access goes through Region
+// SAFETY: the mapping is plain shared memory; all access goes through View
 // views, whose accesses are atomic or validated copies.
 unsafe impl Send for Mapping {}
 // SAFETY: as above.
@@ -231,11 +231,11 @@ impl Mapping {
     }
 
     /// A core view of the mapping.
-    pub fn region(&self) -> Region {
+    pub fn view(&self) -> View {
         // SAFETY: `ptr..ptr+len` stays mapped until `self` drops, callers keep the
         // Mapping alive while they use the view (Cache owns both), and the shared
-        // memory is only accessed through Region views.
-        match unsafe { Region::new(self.ptr, self.len) } {
+        // memory is only accessed through View views.
+        match unsafe { View::new(self.ptr, self.len) } {
             Ok(r) => r,
             // mmap returns page-aligned non-null addresses.
             Err(_) => unreachable!("mmap returned an unaligned address"),
@@ -369,8 +369,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("cxlkv-map-{}", std::process::id()));
         let a = Mapping::create_file(&dir, 1 << 20, 0o600, true).unwrap();
         let b = Mapping::open_file(&dir).unwrap();
-        a.region().store_u64(4096, 0xfeed).unwrap();
-        assert_eq!(b.region().load_u64(4096).unwrap(), 0xfeed);
+        a.view().store_u64(4096, 0xfeed).unwrap();
+        assert_eq!(b.view().load_u64(4096).unwrap(), 0xfeed);
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o600);
         assert!(Mapping::create_file(&dir, 1 << 20, 0o600, false).is_err(), "no silent overwrite");
@@ -389,7 +389,7 @@ mod tests {
     #[test]
     fn hugetlb_memfd_maps_or_reports_a_typed_error() {
         match Mapping::memfd(2 << 20, true) {
-            Ok(m) => assert_eq!(m.region().base() as usize % (2 << 20), 0),
+            Ok(m) => assert_eq!(m.view().base() as usize % (2 << 20), 0),
             Err(Error::Io { .. }) => {} // no huge pages configured on this host
             Err(e) => panic!("unexpected {e}"),
         }
@@ -417,7 +417,7 @@ mod tests {
     #[test]
     fn background_population_maps_every_page_and_changes_no_byte() {
         let m = Arc::new(Mapping::memfd(96 << 20, false).unwrap());
-        let r = m.region();
+        let r = m.view();
         r.copy_in(5 << 20, b"kept").unwrap();
         let addr = m.ptr as usize;
         assert!(resident(addr) < 1 << 20, "a fresh mapping is lazy");

@@ -275,8 +275,8 @@ fn hostile(path: &Path, seed: u64, until: std::time::Instant) -> i32 {
             return 3;
         }
     };
-    let region = map.region();
-    let meta_end = match cxlkv_core::region::attach(region, cxlkv_core::coherence::Coherent) {
+    let region = map.view();
+    let meta_end = match cxlkv_core::store::attach(region, cxlkv_core::coherence::Coherent) {
         Ok(s) => s.layout.payload.start,
         Err(e) => {
             eprintln!("attach: {e}");

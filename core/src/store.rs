@@ -10,13 +10,13 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{Capacities, Entry, Header, Layout, MAGIC};
-use crate::mem::{Region, LINE};
+use crate::mem::{View, LINE};
 use crate::{Error, Result};
 
 /// An attached region: view, layout, coherence.
 pub struct Store<C: Coherence> {
     /// The region view.
-    pub region: Region,
+    pub view: View,
     /// The validated layout.
     pub layout: Layout,
     /// Cache maintenance for this participant.
@@ -51,15 +51,15 @@ impl<C: Coherence> Store<C> {
     /// Reads lines fresh: invalidates `T`'s lines at `off`, then loads them.
     #[inline]
     pub fn fresh<T: FromBytes + IntoBytes + KnownLayout + Immutable>(&self, off: u64, site: Site) -> Result<T> {
-        self.co.invalidate(&self.region, off, size_of::<T>() as u64, site)?;
-        self.region.read(off)
+        self.co.invalidate(&self.view, off, size_of::<T>() as u64, site)?;
+        self.view.read(off)
     }
 
     /// Stores `v` at `off` and flushes its lines (visible after a store fence).
     #[inline]
     pub fn publish<T: IntoBytes + Immutable>(&self, off: u64, v: &T, site: Site) -> Result<()> {
-        self.region.write(off, v)?;
-        self.co.flush(&self.region, off, size_of::<T>() as u64, site)
+        self.view.write(off, v)?;
+        self.co.flush(&self.view, off, size_of::<T>() as u64, site)
     }
 
     /// Stores `v` with its first word (the state word) stored last, after a
@@ -67,7 +67,7 @@ impl<C: Coherence> Store<C> {
     /// and then the rest never pairs a new state with old fields.
     pub fn publish_state_last<T: IntoBytes + Immutable>(&self, off: u64, v: &T, site: Site) -> Result<()> {
         self.write_state_last(off, v)?;
-        self.co.flush(&self.region, off, size_of::<T>() as u64, site)
+        self.co.flush(&self.view, off, size_of::<T>() as u64, site)
     }
 
     /// [`Store::publish_state_last`] without the flush, for a line that this
@@ -75,14 +75,14 @@ impl<C: Coherence> Store<C> {
     pub fn write_state_last<T: IntoBytes + Immutable>(&self, off: u64, v: &T) -> Result<()> {
         let bytes = v.as_bytes();
         let n = bytes.len() / 8;
-        self.region.check(off, bytes.len() as u64, 8)?;
+        self.view.check(off, bytes.len() as u64, 8)?;
         for i in 1..n {
             let mut w = [0u8; 8];
             w.copy_from_slice(&bytes[8 * i..8 * i + 8]);
-            self.region.store_u64(off + 8 * i as u64, u64::from_ne_bytes(w))?;
+            self.view.store_u64(off + 8 * i as u64, u64::from_ne_bytes(w))?;
         }
         crate::mem::fence_seq_cst();
-        self.region.store_u64(off, u64::from_ne_bytes(first_word(bytes)))
+        self.view.store_u64(off, u64::from_ne_bytes(first_word(bytes)))
     }
 
     /// Reads a struct whose first word is its state word: that word first,
@@ -92,16 +92,16 @@ impl<C: Coherence> Store<C> {
         off: u64,
         site: Site,
     ) -> Result<T> {
-        self.co.invalidate(&self.region, off, size_of::<T>() as u64, site)?;
+        self.co.invalidate(&self.view, off, size_of::<T>() as u64, site)?;
         self.state_first_invalidated(off)
     }
 
     /// [`Store::fresh_state_first`] of lines the caller invalidated already
     /// (a batch, [`Coherence::invalidate_lines`]).
     pub fn state_first_invalidated<T: FromBytes + IntoBytes + KnownLayout + Immutable>(&self, off: u64) -> Result<T> {
-        let w0 = self.region.load_u64(off)?;
+        let w0 = self.view.load_u64(off)?;
         crate::mem::fence_seq_cst();
-        let mut v: T = self.region.read(off)?;
+        let mut v: T = self.view.read(off)?;
         v.as_mut_bytes()[..8].copy_from_slice(&w0.to_ne_bytes());
         Ok(v)
     }
@@ -114,17 +114,17 @@ impl<C: Coherence> Store<C> {
         e.ver = stable.wrapping_add(1);
         let words: &[u8] = e.as_bytes();
         let w0 = u64::from_ne_bytes(first_word(words));
-        self.region.store_u64(off, w0)?;
+        self.view.store_u64(off, w0)?;
         crate::mem::fence_seq_cst();
         for i in 1..(size_of::<Entry>() / 8) {
             let mut w = [0u8; 8];
             w.copy_from_slice(&words[8 * i..8 * i + 8]);
-            self.region.store_u64(off + 8 * i as u64, u64::from_ne_bytes(w))?;
+            self.view.store_u64(off + 8 * i as u64, u64::from_ne_bytes(w))?;
         }
         crate::mem::fence_seq_cst();
         e.ver = stable.wrapping_add(2);
-        self.region.store_u64(off, u64::from_ne_bytes(first_word(e.as_bytes())))?;
-        self.co.flush(&self.region, off, LINE, site)
+        self.view.store_u64(off, u64::from_ne_bytes(first_word(e.as_bytes())))?;
+        self.co.flush(&self.view, off, LINE, site)
     }
 
     /// Reads an entry line fresh and consistent (retries while a same-host
@@ -143,16 +143,16 @@ impl<C: Coherence> Store<C> {
     fn entry_validated(&self, off: u64, site: Option<Site>, tries: u32) -> Result<Entry> {
         for _ in 0..tries {
             if let Some(site) = site {
-                self.co.invalidate(&self.region, off, LINE, site)?;
+                self.co.invalidate(&self.view, off, LINE, site)?;
             }
             // A seqlock read: the first word, the entry, the first word
             // again; acquire fences keep the three loads in order (loads
             // only, so no store-load fence is needed).
-            let a = self.region.load_u64(off)?;
+            let a = self.view.load_u64(off)?;
             crate::mem::fence_acquire();
-            let e: Entry = self.region.read(off)?;
+            let e: Entry = self.view.read(off)?;
             crate::mem::fence_acquire();
-            let b = self.region.load_u64(off)?;
+            let b = self.view.load_u64(off)?;
             if a == b && e.ver & 1 == 0 && u64::from_ne_bytes(first_word(e.as_bytes())) == a {
                 return Ok(e);
             }
@@ -170,7 +170,7 @@ fn first_word(b: &[u8]) -> [u8; 8] {
 
 /// Formats `region` as an empty cxlkv region. Everything is written and
 /// flushed before the header; the magic is written last of all.
-pub fn format<C: Coherence>(region: Region, co: C, caps: Capacities, creation_id: u64) -> Result<Store<C>> {
+pub fn format<C: Coherence>(region: View, co: C, caps: Capacities, creation_id: u64) -> Result<Store<C>> {
     let layout = Layout::compute(caps, region.len())?;
     let meta_end = layout.payload.start;
     // SYNC: clear the magic first and make that visible, so a peer attaching
@@ -179,35 +179,35 @@ pub fn format<C: Coherence>(region: Region, co: C, caps: Capacities, creation_id
     co.flush(&region, 0, LINE, Site("format.unmagic"))?;
     co.store_fence(Site("format.unmagic.fence"));
     region.zero(0, meta_end)?;
-    let store = Store { region, layout, co, creation_id };
+    let store = Store { view: region, layout, co, creation_id };
     crate::index::format_stripes(&store)?;
     // Completed (with the header) by the header fence, before the magic.
-    store.co.flush(&store.region, 0, meta_end, Site("format.meta"))?;
+    store.co.flush(&store.view, 0, meta_end, Site("format.meta"))?;
     let mut h = layout.header(creation_id, 0);
     store.publish(0, &h, Site("format.header"))?;
     store.co.store_fence(Site("format.header.fence"));
     h.magic = MAGIC;
     // SYNC: the magic publishes the whole region (reader: attach).
-    store.region.store_u64(0, h.magic)?;
-    store.co.flush(&store.region, 0, LINE, Site("format.magic"))?;
+    store.view.store_u64(0, h.magic)?;
+    store.co.flush(&store.view, 0, LINE, Site("format.magic"))?;
     store.co.full_fence(Site("format.magic.fence"));
     Ok(store)
 }
 
 /// Attaches to a formatted region: reads the header fresh and validates all of
 /// it against `region`'s length.
-pub fn attach<C: Coherence>(region: Region, co: C) -> Result<Store<C>> {
+pub fn attach<C: Coherence>(region: View, co: C) -> Result<Store<C>> {
     if region.len() < size_of::<Header>() as u64 {
         return Err(Error::TooSmall);
     }
     co.invalidate(&region, 0, size_of::<Header>() as u64, Site("attach.header"))?;
     let h: Header = region.read(0)?;
     let layout = Layout::from_header(&h, region.len())?;
-    Ok(Store { region, layout, co, creation_id: h.creation_id })
+    Ok(Store { view: region, layout, co, creation_id: h.creation_id })
 }
 
 /// Reads and validates only the header (for tools that inspect bytes).
-pub fn read_header(region: &Region) -> Result<Header> {
+pub fn read_header(region: &View) -> Result<Header> {
     if region.len() < size_of::<Header>() as u64 {
         return Err(Error::TooSmall);
     }
