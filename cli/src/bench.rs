@@ -6,8 +6,8 @@
 //! - flush cost per line of each primitive against a plain store;
 //! - per-block cost of the cache operations in one process (a 8192-block,
 //!   128K-token key chain by default), through the calls the C API makes
-//!   (`Cache::get`, `Cache::acquire_views`, ...);
-//! - between two processes: QD1 `Cache::get` of blocks of 16 KiB, 256 KiB
+//!   (`Node::get`, `Node::acquire_views`, ...);
+//! - between two processes: QD1 `Node::get` of blocks of 16 KiB, 256 KiB
 //!   and 2 MiB in random order over a working set of 4x the last-level
 //!   cache (at least 512 MiB), by a reader whose page tables start empty
 //!   (cold) and again (warm), against same-run memcpys of data as cold (a
@@ -28,7 +28,7 @@ use cxlkv_core::index::{Handle, ReserveItem};
 use cxlkv_core::layout::Capacities;
 use cxlkv_core::Error;
 use cxlkv_platform::local::LocalTier;
-use cxlkv_platform::{Cache, Flush, FlushMode, GetItem, Mapping, Options};
+use cxlkv_platform::{Flush, FlushMode, GetItem, Mapping, Node, Options};
 use serde_json::{json, Value};
 
 /// Settings of one bench run.
@@ -59,11 +59,11 @@ fn one_mode(mode: FlushMode, cfg: &Config) -> Result<Vec<(&'static str, f64)>, c
         Capacities { max_nodes: 4, n_stripes: 16, entries_per_stripe: entries / 16 * 2, ..Capacities::default() };
     let size = (n * cfg.block_bytes * 2 + (256 << 20)) as u64;
     let opts = Options { mode, ..Options::default() };
-    let cache = Cache::create(&path, size, caps, opts)?;
+    let cache = Node::create(&path, size, caps, opts)?;
     let _cleanup = Cleanup(path);
     // Measure the protocol, not first-touch page faults of fresh shm pages.
     cache.prefault()?;
-    let node = cache.node();
+    let node = cache.core();
     let mut rows = Vec::new();
     let ns = 1;
     let keys: Vec<Key> = (0..n as u64).map(key).collect();
@@ -140,7 +140,7 @@ fn one_mode(mode: FlushMode, cfg: &Config) -> Result<Vec<(&'static str, f64)>, c
     // cost should not grow with either.
     let wide = std::path::PathBuf::from(format!("/dev/shm/cxlkv-bench-w-{}-{}", std::process::id(), mode.name()));
     let caps = Capacities { max_nodes: 64, n_stripes: 64, app_locks: 62, ..Capacities::default() };
-    let cache = Cache::create(&wide, 256 << 20, caps, Options { mode, ..Options::default() })?;
+    let cache = Node::create(&wide, 256 << 20, caps, Options { mode, ..Options::default() })?;
     let _cleanup_wide = Cleanup(wide);
     // The first grant waits for the new region's manager to settle.
     lock_loop(&cache, 1)?;
@@ -150,8 +150,8 @@ fn one_mode(mode: FlushMode, cfg: &Config) -> Result<Vec<(&'static str, f64)>, c
 }
 
 /// Takes and releases lock 0 `m` times; ns per lock+unlock.
-fn lock_loop(cache: &Cache, m: usize) -> Result<f64, cxlkv_platform::Error> {
-    let node = cache.node();
+fn lock_loop(cache: &Node, m: usize) -> Result<f64, cxlkv_platform::Error> {
+    let node = cache.core();
     let t = Instant::now();
     for _ in 0..m {
         let h = node.lock(0)?;
@@ -278,7 +278,7 @@ fn working_set(quick: bool) -> usize {
     }
 }
 
-/// QD1 gets of one block size by a second process, through [`Cache::get`]
+/// QD1 gets of one block size by a second process, through [`Node::get`]
 /// (what `cxlkv_get` and Python's `Node.get` call): one process publishes
 /// blocks filling the working set, the other reads every one of them in a
 /// random order twice — first with its page tables unpopulated (a cold
@@ -304,8 +304,8 @@ fn cross_get(mode: FlushMode, size: usize, ws: usize, tag: &str) -> Result<Value
         ..Options::default()
     };
     let region = (n * size) as u64 + (n as u64 * 256) + (64 << 20);
-    let cache = Cache::create(&path, region + region / 8, caps, opts)?;
-    let node = cache.node();
+    let cache = Node::create(&path, region + region / 8, caps, opts)?;
+    let node = cache.core();
     let payload = vec![0x3cu8; size];
     let mut batch = Vec::with_capacity(64);
     for i in 0..n as u64 {
@@ -338,9 +338,9 @@ fn cross_process(mode: FlushMode, quick: bool) -> Result<Value, cxlkv_platform::
     }
     let caps = Capacities { max_nodes: 4, n_stripes: 16, entries_per_stripe: 256, ..Capacities::default() };
     let opts = Options { mode, local_dir: local.clone(), lock_timeout: Duration::from_secs(60), ..Options::default() };
-    let cache = Cache::create(&path, 64 << 20, caps, opts)?;
+    let cache = Node::create(&path, 64 << 20, caps, opts)?;
     cache.prefault()?;
-    let node = cache.node();
+    let node = cache.core();
 
     // RPC round trips; the peer records each request's one-way latency.
     let calls = if quick { 200 } else { 5000 };
@@ -445,7 +445,7 @@ fn spawn_peer(
     path: &Path,
     local: &Path,
     mode: FlushMode,
-    cache: &Cache,
+    cache: &Node,
 ) -> Result<std::process::Child, cxlkv_platform::Error> {
     let exe = std::env::current_exe().map_err(|err| cxlkv_platform::Error::Io { what: "current_exe", err })?;
     Command::new(exe)
@@ -465,7 +465,7 @@ fn peer(
     path: &Path,
     local: &Path,
     mode: FlushMode,
-    cache: &Cache,
+    cache: &Node,
 ) -> Result<Value, cxlkv_platform::Error> {
     let mut child = spawn_peer(args, path, local, mode, cache)?;
     last_json(&mut child)
@@ -484,7 +484,7 @@ fn last_json(child: &mut std::process::Child) -> Result<Value, cxlkv_platform::E
 }
 
 /// Waits for the peer's READY message; returns its node id.
-fn wait_ready(cache: &Cache) -> Result<u32, cxlkv_platform::Error> {
+fn wait_ready(cache: &Node) -> Result<u32, cxlkv_platform::Error> {
     loop {
         let (m, _) = cache.recv(Duration::from_secs(30))?;
         if m.kind == READY {
@@ -512,7 +512,7 @@ pub fn peer_main(args: &[String]) -> Result<(), String> {
         println!("{out}");
         return Ok(());
     }
-    let cache = Cache::open(Path::new(path), opts).map_err(|e| e.to_string())?;
+    let cache = Node::open(Path::new(path), opts).map_err(|e| e.to_string())?;
     let out = match role.as_str() {
         "get" => peer_get(&cache, num(0), num(1)),
         "echo" => peer_echo(&cache, parent),
@@ -524,7 +524,7 @@ pub fn peer_main(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-fn peer_get(cache: &Cache, size: usize, n: usize) -> Result<Value, String> {
+fn peer_get(cache: &Node, size: usize, n: usize) -> Result<Value, String> {
     let mut rng = mix64(size as u64 ^ 0x5eed);
     let mut order: Vec<u64> = (0..n as u64).collect();
     let mut shuffle = |v: &mut Vec<u64>| {
@@ -634,7 +634,7 @@ fn peer_wake(local: &Path, n: usize, id_a: u64, id_b: u64) -> Result<Value, Stri
     Ok(json!({"p50": quantile(&mut lat, 0.5), "p99": quantile(&mut lat, 0.99)}))
 }
 
-fn peer_echo(cache: &Cache, parent: u32) -> Result<Value, String> {
+fn peer_echo(cache: &Node, parent: u32) -> Result<Value, String> {
     cache.send(parent, &Message { kind: READY, ..Message::default() }, &[]).map_err(|e| e.to_string())?;
     let mut one_way = Vec::new();
     loop {
@@ -651,7 +651,7 @@ fn peer_echo(cache: &Cache, parent: u32) -> Result<Value, String> {
     Ok(json!({"handoff_ns": {"p50": quantile(&mut one_way, 0.5), "p99": quantile(&mut one_way, 0.99)}}))
 }
 
-fn peer_lock(cache: &Cache, parent: u32, n: usize) -> Result<Value, String> {
+fn peer_lock(cache: &Node, parent: u32, n: usize) -> Result<Value, String> {
     cache.send(parent, &Message { kind: READY, ..Message::default() }, &[]).map_err(|e| e.to_string())?;
     loop {
         let (m, _) = cache.recv(Duration::from_secs(60)).map_err(|e| e.to_string())?;
@@ -659,7 +659,7 @@ fn peer_lock(cache: &Cache, parent: u32, n: usize) -> Result<Value, String> {
             break;
         }
     }
-    let node = cache.node();
+    let node = cache.core();
     let mut lat = Vec::with_capacity(n);
     let t = Instant::now();
     for _ in 0..n {
@@ -710,7 +710,7 @@ pub fn print_table(r: &Value) {
     println!();
     let ws = modes.first().map_or(0, |m| m["cross_process"]["working_set_bytes"].as_u64().unwrap_or(0));
     println!(
-        "between two processes (QD1; gets through Cache::get, as cxlkv_get; random keys over {} MiB, LLC {} MiB)",
+        "between two processes (QD1; gets through Node::get, as cxlkv_get; random keys over {} MiB, LLC {} MiB)",
         ws >> 20,
         llc_bytes() >> 20
     );

@@ -23,7 +23,7 @@ use cxlkv_core::index::{Handle, Lru};
 use cxlkv_core::layout::Capacities;
 use cxlkv_core::Error as CoreError;
 use cxlkv_platform::size::human;
-use cxlkv_platform::{Cache, FlushMode, Options, Populate, KIND_RESPONSE};
+use cxlkv_platform::{FlushMode, Node, Options, Populate, KIND_RESPONSE};
 use serde_json::{json, Value};
 
 const NS: u32 = 1;
@@ -299,7 +299,7 @@ pub fn worker(args: &[String]) -> Result<(), String> {
         "decode" => index as u32,
         _ => (cfg.decode + index) as u32,
     };
-    let cache = Cache::open(Path::new(path), worker_opts(&cfg, Path::new(local), node)).map_err(|e| e.to_string())?;
+    let cache = Node::open(Path::new(path), worker_opts(&cfg, Path::new(local), node)).map_err(|e| e.to_string())?;
     let r = match role.as_str() {
         "prefill" => prefill(&cache, &cfg, index),
         "decode" => decode(&cache, &cfg),
@@ -311,11 +311,11 @@ pub fn worker(args: &[String]) -> Result<(), String> {
 
 /// Records, once, how full the region was when this worker's reserves
 /// first had to evict (the share of payload capacity live just after).
-fn note_first_eviction(cache: &Cache, c: &mut Counters) {
+fn note_first_eviction(cache: &Node, c: &mut Counters) {
     if c.live_at_first_eviction.is_some() {
         return;
     }
-    if cache.node().stats().is_ok_and(|s| s.evictions > 0) {
+    if cache.core().stats().is_ok_and(|s| s.evictions > 0) {
         if let Ok(s) = cache.stats() {
             c.live_at_first_eviction = Some(s.live_bytes as f64 / s.payload_bytes.max(1) as f64);
         }
@@ -330,8 +330,8 @@ struct Inflight {
     pins: Vec<Handle>,
 }
 
-fn prefill(cache: &Cache, cfg: &Config, index: usize) -> Result<(), String> {
-    let node = cache.node();
+fn prefill(cache: &Node, cfg: &Config, index: usize) -> Result<(), String> {
+    let node = cache.core();
     let mut c = Counters::default();
     let mut rng = Rng(cfg.seed ^ mix64(index as u64 + 1));
     let start = Instant::now();
@@ -395,7 +395,7 @@ fn prefill(cache: &Cache, cfg: &Config, index: usize) -> Result<(), String> {
 /// Takes decode workers' answers (waiting up to `wait` for the first) and
 /// releases the pins of the requests they finished.
 fn take_answers(
-    cache: &Cache,
+    cache: &Node,
     inflight: &mut HashMap<u64, Inflight>,
     c: &mut Counters,
     wait: Duration,
@@ -415,7 +415,7 @@ fn take_answers(
         let Some((m, _)) = got else { return Ok(()) };
         if m.kind == HANDOFF | KIND_RESPONSE {
             if let Some(f) = inflight.remove(&m.request_id) {
-                if let Err(e) = cache.node().release(&f.pins) {
+                if let Err(e) = cache.core().release(&f.pins) {
                     c.error(format!("release: {e}"));
                 }
             }
@@ -426,14 +426,14 @@ fn take_answers(
 /// Pins every block of `chain`: the cached prefix as found, the rest
 /// computed and published. Returns the pins.
 fn prefill_one(
-    cache: &Cache,
+    cache: &Node,
     cfg: &Config,
     chain: &[Key],
     buf: &mut [u8],
     c: &mut Counters,
     inflight: &mut HashMap<u64, Inflight>,
 ) -> Result<Vec<Handle>, String> {
-    let node = cache.node();
+    let node = cache.core();
     let hit = node.lookup(NS, chain).map_err(|e| e.to_string())?;
     let mut out = vec![Err(CoreError::NotFound); chain.len()];
     node.acquire(NS, &chain[..hit], &mut out[..hit]).map_err(|e| e.to_string())?;
@@ -496,10 +496,10 @@ fn prefill_one(
     Ok(pins)
 }
 
-fn decode(cache: &Cache, cfg: &Config) -> Result<(), String> {
+fn decode(cache: &Node, cfg: &Config) -> Result<(), String> {
     // Attached just before; population started then.
     let attached = Instant::now();
-    let node = cache.node();
+    let node = cache.core();
     let mut c = Counters::default();
     let mut buf = vec![0u8; cfg.block_bytes as usize];
     let mut stops = 0;
@@ -610,7 +610,7 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Value, bool), String> {
     let caps = caps(cfg);
     {
         let opts = Options { mode: cfg.mode, local_dir: local.clone(), ..Options::default() };
-        let fmt = Cache::create(&path, cfg.region, caps, opts).map_err(|e| format!("format: {e}"))?;
+        let fmt = Node::create(&path, cfg.region, caps, opts).map_err(|e| format!("format: {e}"))?;
         fmt.close().map_err(|e| e.to_string())?;
     }
     let conf = json!({
@@ -686,7 +686,7 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Value, bool), String> {
     // The region is whole after the run: check it and its stats.
     let (findings, evictions_region) = {
         let opts = Options { mode: cfg.mode, local_dir: local.clone(), ..Options::default() };
-        let cache = Cache::open(&path, opts).map_err(|e| e.to_string())?;
+        let cache = Node::open(&path, opts).map_err(|e| e.to_string())?;
         let f = cache.check().map_err(|e| e.to_string())?;
         let ev = cache.stats().map_err(|e| e.to_string())?.evictions;
         cache.close().map_err(|e| e.to_string())?;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use cxlkv_core::hash::Key;
 use cxlkv_core::layout::Capacities;
 use cxlkv_platform::gpu::{Cuda, CudaPath, DeviceBuffer, Segment};
-use cxlkv_platform::{Cache, Error, FlushMode, Mapping, Options, Region, Result};
+use cxlkv_platform::{Error, FlushMode, Mapping, Node, Options, Region, Result};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -93,10 +93,10 @@ fn opts(mode: FlushMode) -> Options {
     Options { mode, local_dir: std::env::temp_dir(), lock_timeout: Duration::from_secs(30), ..Options::default() }
 }
 
-fn region(size: usize, chunk_shift: u32, mode: FlushMode) -> Result<Cache> {
+fn region(size: usize, chunk_shift: u32, mode: FlushMode) -> Result<Node> {
     let caps =
         Capacities { max_nodes: 2, n_stripes: 4, entries_per_stripe: 1024, chunk_shift, ..Capacities::default() };
-    let cache = Cache::format_new(Region::memfd(size as u64, false)?, caps, opts(mode))?;
+    let cache = Node::format_new(Region::memfd(size as u64, false)?, caps, opts(mode))?;
     cache.prefault()?;
     Ok(cache)
 }
@@ -170,7 +170,7 @@ fn correctness(a: &Args, cuda: &Cuda, c: &mut Checks) -> Result<()> {
 /// Random blocks: device → region by DMA, published after completion, read
 /// back by the CPU and by DMA into another device buffer.
 fn round_trips(
-    cache: &Cache,
+    cache: &Node,
     path: &CudaPath<'_>,
     dev_a: &DeviceBuffer,
     dev_b: &DeviceBuffer,
@@ -178,7 +178,7 @@ fn round_trips(
     rng: &mut Rng,
     c: &mut Checks,
 ) -> Result<()> {
-    let node = cache.node();
+    let node = cache.core();
     for (i, len) in [4 * KIB, 16 * KIB + 3, 256 * KIB, 2 * MIB, 1, 2 * MIB - 17].into_iter().enumerate() {
         let k = key(i as u64);
         let data = rng.bytes(len);
@@ -225,14 +225,14 @@ fn pieces(rng: &mut Rng, n: usize, slot: usize, dev_slot: usize) -> Vec<(usize, 
 }
 
 fn gather_scatter(
-    cache: &Cache,
+    cache: &Node,
     path: &CudaPath<'_>,
     cuda: &Cuda,
     s: usize,
     rng: &mut Rng,
     c: &mut Checks,
 ) -> Result<()> {
-    let node = cache.node();
+    let node = cache.core();
     let block = 2 * MIB;
     for (round, n_pieces) in [128usize, 300].into_iter().enumerate() {
         let slot = (block / n_pieces) & !15;

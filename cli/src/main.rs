@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use args::{Args, Usage};
 use cxlkv_core::layout::Capacities;
 use cxlkv_platform::inspect::Observed;
-use cxlkv_platform::{Cache, FlushMode, Options, Region};
+use cxlkv_platform::{FlushMode, Node, Options, Region};
 use serde_json::json;
 
 const USAGE: &str = "\
@@ -267,7 +267,7 @@ fn cmd_recover(raw: &[String]) -> Result<(), Fail> {
         node: a.get("node").map(|v| v.parse()).transpose().map_err(|_| Usage("bad --node".into()))?,
         ..Options::default()
     };
-    let cache = Cache::open(Path::new(a.path()?), opts)?;
+    let cache = Node::open(Path::new(a.path()?), opts)?;
     let r = cache.recover()?;
     cache.close()?;
     if a.flag("json") {

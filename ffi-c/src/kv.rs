@@ -7,7 +7,7 @@ use core::ffi::{c_char, c_void, CStr};
 
 use cxlkv_core::hash::{chain_keys, Key, Namespace};
 use cxlkv_core::index::{Handle, ReserveItem};
-use cxlkv_platform::{Cache, GetItem, PutItem};
+use cxlkv_platform::{GetItem, Node, PutItem};
 
 use crate::region::{cxlkv_node, live};
 use crate::{cxlkv_result, guard, slice, slice_mut, Fail, Out, Res};
@@ -193,10 +193,10 @@ pub unsafe extern "C" fn cxlkv_lookup(
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
         let p = match bits {
-            None => c.node().lookup(ns, &ks)?,
+            None => c.core().lookup(ns, &ks)?,
             Some(bits) => {
                 let mut here = vec![false; n];
-                let p = c.node().presence(ns, &ks, &mut here)?;
+                let p = c.core().presence(ns, &ks, &mut here)?;
                 bits.fill(0);
                 for (i, _) in here.iter().enumerate().filter(|(_, &h)| h) {
                     bits[i / 8] |= 1 << (i % 8);
@@ -281,7 +281,7 @@ impl cxlkv_block {
         offset: 0,
     };
 
-    fn of(c: &Cache, h: &Handle) -> Res<cxlkv_block> {
+    fn of(c: &Node, h: &Handle) -> Res<cxlkv_block> {
         let data = c.payload_ptr(h.off, h.len)?;
         Ok(cxlkv_block {
             data: data.cast(),
@@ -338,7 +338,7 @@ impl BatchOut<'_> {
     }
 
     /// Fills slot `i` from a handle result.
-    fn set(&mut self, c: &Cache, i: usize, r: cxlkv_core::Result<Handle>) -> usize {
+    fn set(&mut self, c: &Node, i: usize, r: cxlkv_core::Result<Handle>) -> usize {
         let b = r.map_err(Fail::from).and_then(|h| cxlkv_block::of(c, &h));
         match b {
             Ok(b) => {
@@ -431,7 +431,7 @@ pub unsafe extern "C" fn cxlkv_release(node: *const cxlkv_node, blocks: *const c
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        Ok(c.node().release(&hs)?)
+        Ok(c.core().release(&hs)?)
     })
 }
 
@@ -488,7 +488,7 @@ pub unsafe extern "C" fn cxlkv_reserve(
         let req: Vec<ReserveItem> =
             its.iter().map(|i| ReserveItem { key: i.key.into(), len: i.len, tokens: i.tokens }).collect();
         let mut hs = vec![Err(cxlkv_core::Error::InvalidArgument); n];
-        c.node().reserve_batch(ns, &req, &mut hs)?;
+        c.core().reserve_batch(ns, &req, &mut hs)?;
         let mut got = 0;
         for (i, r) in hs.into_iter().enumerate() {
             got += out.set(&c, i, r);
@@ -511,7 +511,7 @@ pub(crate) unsafe fn finish(
     blocks: *const cxlkv_block,
     n: usize,
     status: *mut cxlkv_result,
-    op: impl FnOnce(&Cache, &[Handle], &mut [cxlkv_core::Result<()>]) -> Res<()>,
+    op: impl FnOnce(&Node, &[Handle], &mut [cxlkv_core::Result<()>]) -> Res<()>,
 ) -> cxlkv_result {
     guard(|| {
         // SAFETY:
@@ -553,7 +553,7 @@ pub unsafe extern "C" fn cxlkv_publish(
 ) -> cxlkv_result {
     // SAFETY:
     // - the pointers as the contract says; `finish` checks them.
-    unsafe { finish(node, blocks, n, status, |c, hs, res| Ok(c.node().publish_batch(hs, res)?)) }
+    unsafe { finish(node, blocks, n, status, |c, hs, res| Ok(c.core().publish_batch(hs, res)?)) }
 }
 
 /// Abandons reserved blocks: their entries and payload space are freed and
@@ -574,7 +574,7 @@ pub unsafe extern "C" fn cxlkv_abort(
     unsafe {
         finish(node, blocks, n, status, |c, hs, res| {
             for (h, r) in hs.iter().zip(res.iter_mut()) {
-                *r = c.node().abort(h);
+                *r = c.core().abort(h);
             }
             Ok(())
         })

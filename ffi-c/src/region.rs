@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cxlkv_core::index::Lru;
 use cxlkv_core::layout::{Capacities, NodeStats};
-use cxlkv_platform::{Cache, FlushMode, Options, Region};
+use cxlkv_platform::{FlushMode, Node, Options, Region};
 
 use crate::{cxlkv_result, guard, handle, slice_mut, text, Live, Out, Res, Shell};
 
@@ -19,7 +19,7 @@ pub struct cxlkv_region(Shell<Region>);
 
 /// An attached node (opaque): the handle of every cache operation. Made by
 /// `cxlkv_node_attach`, closed by `cxlkv_node_detach`.
-pub struct cxlkv_node(Shell<Cache>);
+pub struct cxlkv_node(Shell<Node>);
 
 const REGION_MAGIC: u64 = u64::from_le_bytes(*b"cxlkvREG");
 const NODE_MAGIC: u64 = u64::from_le_bytes(*b"cxlkvNOD");
@@ -27,7 +27,7 @@ const NODE_MAGIC: u64 = u64::from_le_bytes(*b"cxlkvNOD");
 /// Any free node slot (for `cxlkv_node_options.node_id`).
 pub const CXLKV_ANY_NODE: u32 = u32::MAX;
 
-/// Cache maintenance: the architecture's default (clflush on x86-64,
+/// Node maintenance: the architecture's default (clflush on x86-64,
 /// dc civac on aarch64), safe on non-coherent CXL memory.
 pub const CXLKV_FLUSH_DEFAULT: u32 = 0;
 /// No cache maintenance: only for memory that is coherent for every user
@@ -385,7 +385,7 @@ pub unsafe extern "C" fn cxlkv_node_detach(node: *mut cxlkv_node) -> cxlkv_resul
 ///
 /// # Safety
 /// `node` is NULL or a handle from this library.
-pub(crate) unsafe fn live<'a>(node: *const cxlkv_node) -> Res<Live<'a, Cache>> {
+pub(crate) unsafe fn live<'a>(node: *const cxlkv_node) -> Res<Live<'a, Node>> {
     // SAFETY:
     // - `node` is NULL or a handle from this library (caller's contract).
     unsafe { handle(node) }?.0.live(NODE_MAGIC)
@@ -522,7 +522,7 @@ pub unsafe extern "C" fn cxlkv_evict(
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        let r = c.node().evict(bytes, &mut Lru)?;
+        let r = c.core().evict(bytes, &mut Lru)?;
         if let Some(o) = out {
             o.write(cxlkv_evict_report { blocks: r.entries, bytes: r.bytes });
         }

@@ -41,7 +41,7 @@ pub unsafe extern "C" fn cxlkv_lock_alloc(node: *const cxlkv_node, out: *mut u32
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        out.write(c.node().lock_alloc()?);
+        out.write(c.core().lock_alloc()?);
         Ok(())
     })
 }
@@ -57,7 +57,7 @@ pub unsafe extern "C" fn cxlkv_lock_free(node: *const cxlkv_node, lock: u32) -> 
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        Ok(c.node().lock_free(lock)?)
+        Ok(c.core().lock_free(lock)?)
     })
 }
 
@@ -85,7 +85,7 @@ pub unsafe extern "C" fn cxlkv_lock_acquire(
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        let h = c.node().lock_app(lock)?;
+        let h = c.core().lock_app(lock)?;
         out.write(cxlkv_lock_ticket { lock, thread: tid(), seq: h.seq });
         Ok(())
     })
@@ -139,7 +139,7 @@ pub unsafe extern "C" fn cxlkv_alloc(node: *const cxlkv_node, size: u64, out: *m
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        out.write(c.node().alloc(size)?);
+        out.write(c.core().alloc(size)?);
         Ok(())
     })
 }
@@ -154,7 +154,7 @@ pub unsafe extern "C" fn cxlkv_free(node: *const cxlkv_node, offset: u64) -> cxl
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        Ok(c.node().free(offset)?)
+        Ok(c.core().free(offset)?)
     })
 }
 
@@ -207,7 +207,7 @@ pub unsafe extern "C" fn cxlkv_root_put(
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        Ok(c.node().root_put(name, Root { offset: v.offset, size: v.size, tag: v.tag })?)
+        Ok(c.core().root_put(name, Root { offset: v.offset, size: v.size, tag: v.tag })?)
     })
 }
 
@@ -260,7 +260,7 @@ pub unsafe extern "C" fn cxlkv_root_destroy(
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        let r = c.node().root_destroy(name)?;
+        let r = c.core().root_destroy(name)?;
         if let Some(o) = out {
             o.write(cxlkv_root { offset: r.offset, size: r.size, tag: r.tag, reserved: 0 });
         }

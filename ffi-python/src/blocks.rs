@@ -18,8 +18,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyMemoryView, PyTuple};
 
 use cxlkv_core::index::Handle;
-use cxlkv_platform::Cache;
 use cxlkv_platform::Code as R;
+use cxlkv_platform::Node as Attached;
 
 use crate::{key_bytes, raise, OrRaise};
 
@@ -60,7 +60,7 @@ enum Finish {
 /// did it before.
 struct Shared {
     kind: Kind,
-    cache: Mutex<Option<Arc<Cache>>>,
+    cache: Mutex<Option<Arc<Attached>>>,
     handles: Vec<Handle>,
 }
 
@@ -71,7 +71,7 @@ impl Shared {
         let Some(c) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return Err(cxlkv_core::Error::StaleHandle.into());
         };
-        let node = c.node();
+        let node = c.core();
         match (self.kind, how) {
             (Kind::Pinned, _) => node.release(&self.handles)?,
             (Kind::Reserved, Finish::Publish) => node.publish_batch(&self.handles, out)?,
@@ -176,7 +176,7 @@ struct Batch {
 }
 
 impl Batch {
-    fn new(py: Python<'_>, cache: Arc<Cache>, kind: Kind, hs: Vec<Option<Handle>>) -> PyResult<Batch> {
+    fn new(py: Python<'_>, cache: Arc<Attached>, kind: Kind, hs: Vec<Option<Handle>>) -> PyResult<Batch> {
         let keys = hs.iter().map(|h| h.map(|h| h.key).unwrap_or_default()).collect();
         let handles: Vec<Handle> = hs.iter().flatten().copied().collect();
         let node = cache.clone();
@@ -295,7 +295,7 @@ impl Batch {
 pub struct Pinned(Batch);
 
 impl Pinned {
-    pub(crate) fn new(py: Python<'_>, cache: Arc<Cache>, hs: Vec<Option<Handle>>) -> PyResult<Pinned> {
+    pub(crate) fn new(py: Python<'_>, cache: Arc<Attached>, hs: Vec<Option<Handle>>) -> PyResult<Pinned> {
         Ok(Pinned(Batch::new(py, cache, Kind::Pinned, hs)?))
     }
 }
@@ -371,7 +371,7 @@ impl Pinned {
 pub struct Reservation(Batch);
 
 impl Reservation {
-    pub(crate) fn new(py: Python<'_>, cache: Arc<Cache>, hs: Vec<Option<Handle>>) -> PyResult<Reservation> {
+    pub(crate) fn new(py: Python<'_>, cache: Arc<Attached>, hs: Vec<Option<Handle>>) -> PyResult<Reservation> {
         Ok(Reservation(Batch::new(py, cache, Kind::Reserved, hs)?))
     }
 }

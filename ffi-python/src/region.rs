@@ -13,7 +13,7 @@ use cxlkv_core::index::{Lru, ReserveItem};
 use cxlkv_core::layout::Capacities;
 use cxlkv_platform::gpu::{CudaPath, Segment};
 use cxlkv_platform::Code as R;
-use cxlkv_platform::{Cache, FlushMode, GetItem, Options, PutItem, Region as Mapped, ReserveRefused};
+use cxlkv_platform::{FlushMode, GetItem, Node as Attached, Options, PutItem, Region as Mapped, ReserveRefused};
 
 use crate::blocks::{self, Buffers, Pinned, Reservation};
 use crate::{key_of, keys_of, ns_of, raise, OrRaise};
@@ -178,7 +178,7 @@ impl Region {
 /// An attached node: every cache operation. A context manager that detaches.
 #[pyclass(frozen, module = "cxlkv._cxlkv")]
 pub struct Node {
-    cache: RwLock<Option<Arc<Cache>>>,
+    cache: RwLock<Option<Arc<Attached>>>,
 }
 
 impl Node {
@@ -195,7 +195,7 @@ impl Node {
         py.detach(|| op(&c.cuda()?, &segs, stream)).or_raise(py)
     }
 
-    pub(crate) fn cache(&self, py: Python<'_>) -> PyResult<Arc<Cache>> {
+    pub(crate) fn cache(&self, py: Python<'_>) -> PyResult<Arc<Attached>> {
         let g = self.cache.read().unwrap_or_else(|e| e.into_inner());
         g.clone().ok_or_else(|| raise(py, R::InvalidHandle, "the node is detached"))
     }
@@ -238,14 +238,14 @@ impl Node {
     /// Length of the longest prefix of `keys` whose blocks are stored.
     fn lookup(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>) -> PyResult<usize> {
         let (ns, keys, c) = (ns_of(ns)?, keys_of(keys)?, self.cache(py)?);
-        py.detach(|| c.node().lookup(ns, &keys)).or_raise(py)
+        py.detach(|| c.core().lookup(ns, &keys)).or_raise(py)
     }
 
     /// The longest cached prefix and whether each key is stored.
     fn presence(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>) -> PyResult<(usize, Vec<bool>)> {
         let (ns, keys, c) = (ns_of(ns)?, keys_of(keys)?, self.cache(py)?);
         let mut here = vec![false; keys.len()];
-        let p = py.detach(|| c.node().presence(ns, &keys, &mut here)).or_raise(py)?;
+        let p = py.detach(|| c.core().presence(ns, &keys, &mut here)).or_raise(py)?;
         Ok((p, here))
     }
 
@@ -355,7 +355,7 @@ impl Node {
     /// are freed or none is left; returns `(blocks, bytes)` freed.
     fn evict(&self, py: Python<'_>, nbytes: u64) -> PyResult<(u64, u64)> {
         let c = self.cache(py)?;
-        let r = py.detach(|| c.node().evict(nbytes, &mut Lru)).or_raise(py)?;
+        let r = py.detach(|| c.core().evict(nbytes, &mut Lru)).or_raise(py)?;
         Ok((r.entries, r.bytes))
     }
 

@@ -7,7 +7,7 @@ use cxlkv_core::index::{Got, Handle, ReserveItem};
 
 use cxlkv_core::Error as CoreError;
 
-use crate::cache::Cache;
+use crate::node::Node;
 use crate::Result;
 
 type CoreResult<T> = cxlkv_core::Result<T>;
@@ -33,7 +33,7 @@ pub struct GetItem<'a, 'b> {
     pub parts: &'a mut [&'b mut [u8]],
 }
 
-impl Cache {
+impl Node {
     /// Stores every item: `out[i]` is `Ok`, `Exists` when the key is stored
     /// already (nothing written), or why it failed. Returns an error only
     /// when the arguments are malformed or the region itself fails.
@@ -41,7 +41,7 @@ impl Cache {
         if out.len() < items.len() {
             return Err(CoreError::InvalidArgument.into());
         }
-        let node = self.node();
+        let node = self.core();
         let mut reserve = Vec::with_capacity(items.len());
         for it in items {
             let len = it.parts.iter().try_fold(0u64, |a, p| a.checked_add(p.len() as u64));
@@ -90,7 +90,7 @@ impl Cache {
         if out.len() < n || lens.len() < n {
             return Err(CoreError::InvalidArgument.into());
         }
-        let node = self.node();
+        let node = self.core();
         for (i, it) in items.iter_mut().enumerate() {
             lens[i] = 0;
             // No lock: a copy validated after the fact. Only a block that
@@ -111,9 +111,9 @@ impl Cache {
         Ok(())
     }
 
-    /// One item of [`Cache::get`] through a pin: acquire, copy, release.
+    /// One item of [`Node::get`] through a pin: acquire, copy, release.
     fn get_pinned(&self, ns: u32, it: &mut GetItem<'_, '_>, len: &mut u64) -> CoreResult<()> {
-        let node = self.node();
+        let node = self.core();
         let mut h = [Err(CoreError::InvalidArgument)];
         node.acquire(ns, &[it.key], &mut h)?;
         let h = h[0]?;
@@ -123,12 +123,12 @@ impl Cache {
     }
 }
 
-impl Cache {
+impl Node {
     /// [`Node::acquire`](cxlkv_core::node::Node), except that when the call
     /// as a whole fails (a lock timed out half way) the pins it took are
     /// dropped again, so an error leaves nothing pinned.
     pub fn acquire_all_or_none(&self, ns: u32, keys: &[Key], out: &mut [CoreResult<Handle>]) -> Result<usize> {
-        let node = self.node();
+        let node = self.core();
         match node.acquire(ns, keys, out) {
             Ok(n) => Ok(n),
             Err(e) => {
@@ -140,14 +140,14 @@ impl Cache {
     }
 }
 
-impl Cache {
+impl Node {
     /// Pins `keys` for zero-copy reads through pointers: as
-    /// [`Cache::acquire_all_or_none`], and each pinned payload is made fresh
+    /// [`Node::acquire_all_or_none`], and each pinned payload is made fresh
     /// in this host's cache (a block whose payload cannot be is released
     /// again and reported in `out`). Returns how many are pinned.
     pub fn acquire_views(&self, ns: u32, keys: &[Key], out: &mut [CoreResult<Handle>]) -> Result<usize> {
         self.acquire_all_or_none(ns, keys, out)?;
-        let node = self.node();
+        let node = self.core();
         let mut n = 0;
         for r in out.iter_mut().take(keys.len()) {
             if let Ok(h) = r {
@@ -164,8 +164,8 @@ impl Cache {
     }
 }
 
-fn write_parts(cache: &Cache, h: &Handle, parts: &[&[u8]]) -> CoreResult<()> {
-    let node = cache.node();
+fn write_parts(cache: &Node, h: &Handle, parts: &[&[u8]]) -> CoreResult<()> {
+    let node = cache.core();
     let mut at = 0u64;
     for p in parts {
         node.write(h, at, p)?;
@@ -174,12 +174,12 @@ fn write_parts(cache: &Cache, h: &Handle, parts: &[&[u8]]) -> CoreResult<()> {
     Ok(())
 }
 
-fn read_parts(cache: &Cache, h: &Handle, parts: &mut [&mut [u8]]) -> CoreResult<()> {
+fn read_parts(cache: &Node, h: &Handle, parts: &mut [&mut [u8]]) -> CoreResult<()> {
     let room = parts.iter().map(|p| p.len() as u64).sum::<u64>();
     if room < h.len {
         return Err(CoreError::TooLarge);
     }
-    let node = cache.node();
+    let node = cache.core();
     let mut at = 0u64;
     for p in parts.iter_mut() {
         let n = (h.len - at).min(p.len() as u64) as usize;
@@ -195,15 +195,15 @@ fn read_parts(cache: &Cache, h: &Handle, parts: &mut [&mut [u8]]) -> CoreResult<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::Options;
+    use crate::node::Options;
     use crate::region::Region;
     use cxlkv_core::layout::Capacities;
 
-    fn cache() -> Cache {
+    fn cache() -> Node {
         let caps =
             Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 64, chunk_shift: 16, ..Capacities::default() };
         let opts = Options { mode: crate::FlushMode::Coherent, ..Options::default() };
-        Cache::format_new(Region::memfd(8 << 20, false).unwrap(), caps, opts).unwrap()
+        Node::format_new(Region::memfd(8 << 20, false).unwrap(), caps, opts).unwrap()
     }
 
     #[test]

@@ -12,9 +12,9 @@ use cxlkv_core::layout::{
 use cxlkv_core::pins::journal_census;
 use cxlkv_core::store::{attach, Store};
 
-use crate::cache::{check_store, stranded, Stranded};
 use crate::flush::{Flush, FlushMode};
 use crate::host::{pid_alive, Locality};
+use crate::node::{check_store, stranded, Stranded};
 use crate::region::Region;
 use crate::Result;
 

@@ -9,7 +9,6 @@
 //! - [`copy`]: batch put and get through lists of buffers;
 //! - [`gpu`]: the region registered with CUDA, and DMA copies of KV blocks.
 
-pub mod cache;
 pub mod code;
 pub mod copy;
 pub mod error;
@@ -19,16 +18,17 @@ pub mod host;
 pub mod inspect;
 pub mod local;
 pub mod map;
+pub mod node;
 pub mod region;
 pub mod size;
 mod sync;
 pub mod user;
 
-pub use cache::{Cache, Options, Stats, KIND_RESPONSE};
 pub use code::{Code, Family};
 pub use copy::{GetItem, PutItem};
 pub use error::{Error, Result};
 pub use flush::{Flush, FlushMode};
 pub use map::{Mapping, Populate, Source};
+pub use node::{Node, Options, Stats, KIND_RESPONSE};
 pub use region::Region;
 pub use user::ReserveRefused;

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use cxlkv_core::layout::{Capacities, Layout};
 
-use crate::cache::{Cache, Options};
 use crate::flush::{Flush, FlushMode};
 use crate::host::random_u64;
 use crate::map::{Mapping, Source};
+use crate::node::{Node, Options};
 use crate::{Error, Result};
 
 /// A mapped region. Clones share the mapping; nodes attached through any
@@ -89,8 +89,8 @@ impl Region {
 
     /// Attaches a node to the formatted region and starts its background
     /// thread (heartbeat, lock manager).
-    pub fn attach(&self, opts: Options) -> Result<Cache> {
-        let mut cache = Cache::attach(self.0.map.clone(), opts)?;
+    pub fn attach(&self, opts: Options) -> Result<Node> {
+        let mut cache = Node::attach(self.0.map.clone(), opts)?;
         let mut n = self.0.attached.lock().unwrap_or_else(|e| e.into_inner());
         *n = n.saturating_add(1);
         cache.hold(Attachment(self.0.clone()));

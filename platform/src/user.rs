@@ -10,10 +10,10 @@ use cxlkv_core::lock::Held;
 use cxlkv_core::roots::{self, Root};
 use cxlkv_core::Error as CoreError;
 
-use crate::cache::Cache;
+use crate::node::Node;
 use crate::{Error, Result};
 
-/// Why [`Cache::reserve_all`] reserved nothing.
+/// Why [`Node::reserve_all`] reserved nothing.
 #[derive(Debug)]
 pub struct ReserveRefused {
     /// The first item that could not be reserved (`None`: the call as a
@@ -23,7 +23,7 @@ pub struct ReserveRefused {
     pub error: Error,
 }
 
-impl Cache {
+impl Node {
     /// Whether `key` is stored (published) in namespace `ns`. Takes no lock.
     pub fn exists(&self, ns: u32, key: Key) -> Result<bool> {
         Ok(self.store().find_ready(ns, key)?.is_some())
@@ -33,7 +33,7 @@ impl Cache {
     /// reservations already made are aborted and the first failing item is
     /// named (its key stays as it was; nothing is stored or lost).
     pub fn reserve_all(&self, ns: u32, items: &[ReserveItem]) -> core::result::Result<Vec<Handle>, ReserveRefused> {
-        let node = self.node();
+        let node = self.core();
         let mut hs = vec![Err(CoreError::InvalidArgument); items.len()];
         if let Err(e) = node.reserve_batch(ns, items, &mut hs) {
             let took: Vec<Handle> = hs.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
@@ -61,7 +61,7 @@ impl Cache {
         if i >= l.caps.app_locks {
             return Err(CoreError::InvalidArgument.into());
         }
-        Ok(self.node().unlock_app(Held { lock: l.locks().app(i), seq })?)
+        Ok(self.core().unlock_app(Held { lock: l.locks().app(i), seq })?)
     }
 
     /// The named root `name`, read without a lock.
@@ -124,15 +124,15 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::Options;
     use crate::flush::FlushMode;
+    use crate::node::Options;
     use crate::region::Region;
     use cxlkv_core::layout::Capacities;
 
-    fn node() -> Cache {
+    fn node() -> Node {
         let caps = Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 8, ..Capacities::default() };
         let opts = Options { mode: FlushMode::Coherent, populate: false, ..Options::default() };
-        Cache::format_new(Region::memfd(8 << 20, false).unwrap(), caps, opts).unwrap()
+        Node::format_new(Region::memfd(8 << 20, false).unwrap(), caps, opts).unwrap()
     }
 
     fn item(k: u128) -> ReserveItem {
@@ -143,7 +143,7 @@ mod tests {
     fn reserve_all_reserves_nothing_when_one_item_fails() {
         let c = node();
         let hs = c.reserve_all(1, &[item(1)]).unwrap();
-        c.node().publish(&hs[0]).unwrap();
+        c.core().publish(&hs[0]).unwrap();
         // Key 1 exists: the batch fails at index 1 and key 2 is left free.
         let e = c.reserve_all(1, &[item(2), item(1), item(3)]).unwrap_err();
         assert_eq!(e.index, Some(1));

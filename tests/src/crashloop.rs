@@ -15,7 +15,7 @@ use cxlkv_core::coherence::Coherence;
 use cxlkv_core::hash::mix64;
 use cxlkv_core::layout::{Capacities, ChunkRecord};
 use cxlkv_core::store::Store;
-use cxlkv_platform::{Cache, Options};
+use cxlkv_platform::{Node, Options};
 
 use crate::{key, shm_path, verify, NS};
 
@@ -96,7 +96,7 @@ pub fn run(worker: &Path, iterations: u64, workers: usize, seed: u64, hang_after
     let path = shm_path("crashloop");
     let mut t = Totals::default();
     let opts = Options { lock_timeout: Duration::from_secs(60), ..Options::default() };
-    drop(Cache::create(&path, 16 << 20, caps(), opts.clone()).expect("create region"));
+    drop(Node::create(&path, 16 << 20, caps(), opts.clone()).expect("create region"));
     let mut x = seed | 1;
     for it in 0..iterations {
         let mut kids: Vec<_> = (0..workers)
@@ -172,7 +172,7 @@ pub fn run(worker: &Path, iterations: u64, workers: usize, seed: u64, hang_after
             }
         }
         // A fresh process recovers, checks and verifies what is stored.
-        let c = Cache::open(&path, Options { auto_recover: false, ..opts.clone() }).expect("attach");
+        let c = Node::open(&path, Options { auto_recover: false, ..opts.clone() }).expect("attach");
         let _ = c.recover();
         let findings = c.check().unwrap_or_default();
         t.findings += findings.len() as u64;
@@ -186,7 +186,7 @@ pub fn run(worker: &Path, iterations: u64, workers: usize, seed: u64, hang_after
         }
         let mut buf = vec![0u8; 80 << 10];
         for i in 0..600 {
-            if let Ok(n) = c.node().get(NS, key(i), &mut buf) {
+            if let Ok(n) = c.core().get(NS, key(i), &mut buf) {
                 if !verify(key(i), &buf[..n]) {
                     t.wrong_payloads += 1;
                 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use cxlkv_core::layout::Capacities;
 use cxlkv_platform::host::pid_alive;
-use cxlkv_platform::{Cache, Options};
+use cxlkv_platform::{Node, Options};
 use cxlkv_tests::shm_path;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_cxlkv-test-worker");
@@ -120,7 +120,7 @@ fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 fn a_live_holder_in_another_pid_namespace_is_never_declared_dead() {
     require_unshare();
     let r = Region(shm_path("pidns-live"));
-    let parent = Cache::create(&r.0, 16 << 20, caps(), opts()).unwrap();
+    let parent = Node::create(&r.0, 16 << 20, caps(), opts()).unwrap();
     // The worker runs as a child of the namespace's first process, after a
     // few hundred others: its pid there names no process here (checked
     // below), which a probe from here would take for a dead one.
@@ -142,8 +142,8 @@ fn a_live_holder_in_another_pid_namespace_is_never_declared_dead() {
     assert!(status.success(), "{status} {out}");
     assert_eq!(out.trim(), r#"{"release":"ok","abort":"ok","unlock":"ok","close":"ok"}"#);
     // Its lock is free, its pins are gone: everything can be taken again.
-    let g = parent.node().lock_app(h.lock).unwrap();
-    parent.node().unlock_app(g).unwrap();
+    let g = parent.core().lock_app(h.lock).unwrap();
+    parent.core().unlock_app(g).unwrap();
     assert_eq!(parent.check().unwrap(), vec![]);
     parent.close().unwrap();
 }
@@ -152,7 +152,7 @@ fn a_live_holder_in_another_pid_namespace_is_never_declared_dead() {
 fn a_killed_holder_in_another_pid_namespace_is_declared_dead_by_its_silence() {
     require_unshare();
     let r = Region(shm_path("pidns-dead"));
-    let parent = Cache::create(&r.0, 16 << 20, caps(), opts()).unwrap();
+    let parent = Node::create(&r.0, 16 << 20, caps(), opts()).unwrap();
     // The worker is its namespace's first process: pid 1, which here is
     // this machine's init, alive forever. Only the heartbeat can tell.
     let mut h = Holder::start(true, r#"exec "$W" hold-for "$P" 600000"#, &r.0, 0);
@@ -161,8 +161,8 @@ fn a_killed_holder_in_another_pid_namespace_is_declared_dead_by_its_silence() {
     h.child.wait().unwrap();
     // The lock it held is granted here once it was declared dead and
     // recovered (the lock timeout is the watchdog).
-    let g = parent.node().lock_app(h.lock).expect("the dead holder's lock is granted again");
-    parent.node().unlock_app(g).unwrap();
+    let g = parent.core().lock_app(h.lock).expect("the dead holder's lock is granted again");
+    parent.core().unlock_app(g).unwrap();
     assert!(wait_for(Duration::from_secs(20), || parent.stats().is_ok_and(|s| s.alive.count_ones() == 1)));
     assert_eq!(parent.check().unwrap(), vec![]);
     parent.close().unwrap();
@@ -171,18 +171,18 @@ fn a_killed_holder_in_another_pid_namespace_is_declared_dead_by_its_silence() {
 #[test]
 fn a_stopped_holder_is_declared_dead_and_fails_with_revoked_when_it_wakes() {
     let r = Region(shm_path("sigstop"));
-    let parent = Cache::create(&r.0, 16 << 20, caps(), opts()).unwrap();
+    let parent = Node::create(&r.0, 16 << 20, caps(), opts()).unwrap();
     let h = Holder::start(false, r#"exec "$W" hold-for "$P" "$MS""#, &r.0, 5000);
     // SAFETY: stopping our own child.
     unsafe { libc::kill(h.child.id() as i32, libc::SIGSTOP) };
     // Its process exists, but its heartbeat stopped: declared dead, its lock
     // revoked, repaired by recovery and granted here.
-    let got = parent.node().lock_app(h.lock);
+    let got = parent.core().lock_app(h.lock);
     // SAFETY: waking our own child.
     unsafe { libc::kill(h.child.id() as i32, libc::SIGCONT) };
     let g = got.expect("the stopped holder's lock is granted again");
     let out = h.results(Duration::from_secs(30));
-    parent.node().unlock_app(g).unwrap();
+    parent.core().unlock_app(g).unwrap();
     for field in ["release", "abort", "unlock", "close"] {
         assert!(out.contains(&format!(r#""{field}":"lock revoked""#)), "{field} after waking: {out}");
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use cxlkv_core::layout::Capacities;
 use cxlkv_core::Error;
-use cxlkv_platform::{Cache, Mapping, Options};
+use cxlkv_platform::{Mapping, Node, Options};
 use cxlkv_tests::{key, shm_path, verify, NS};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_cxlkv-test-worker");
@@ -58,7 +58,7 @@ fn spawn_mixed(path: &Path, seed: u64, ops: u64) -> Child {
 fn concurrent_workers_verify_every_payload_byte() {
     let r = Region(shm_path("mixed"));
     // 12 MiB of payload for a ~20 MiB working set: eviction must happen.
-    let parent = Cache::create(&r.0, 16 << 20, caps(), opts()).unwrap();
+    let parent = Node::create(&r.0, 16 << 20, caps(), opts()).unwrap();
     let mut kids: Vec<Child> = (0..4).map(|i| spawn_mixed(&r.0, 11 + i, 1500)).collect();
     let mut evictions = 0u64;
     for k in &mut kids {
@@ -75,7 +75,7 @@ fn concurrent_workers_verify_every_payload_byte() {
     let mut buf = vec![0u8; 80 << 10];
     let mut present = 0;
     for i in 0..600 {
-        match parent.node().get(NS, key(i), &mut buf) {
+        match parent.core().get(NS, key(i), &mut buf) {
             Ok(n) => {
                 assert!(verify(key(i), &buf[..n]), "key {i}");
                 present += 1;
@@ -112,22 +112,22 @@ fn kill9(c: &mut Child) {
     let _ = c.wait();
 }
 
-fn survivor_continues_after_recovery(parent: &Cache) {
+fn survivor_continues_after_recovery(parent: &Node) {
     // Stripe 0's lock was held by the dead process; keys of every stripe
     // must be writable again, and its pinned keys evictable.
     let mut buf = Vec::new();
     for i in 3000..3064 {
         let k = key(i);
-        let h = parent.node().reserve(NS, k, cxlkv_tests::len_of(k) as u64, 16).unwrap();
+        let h = parent.core().reserve(NS, k, cxlkv_tests::len_of(k) as u64, 16).unwrap();
         buf.resize(h.len as usize, 0);
         cxlkv_tests::fill(k, &mut buf);
-        parent.node().write(&h, 0, &buf).unwrap();
-        parent.node().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+        parent.core().write(&h, 0, &buf).unwrap();
+        parent.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
     }
     let keys: Vec<_> = (3000..3064).map(key).collect();
-    assert_eq!(parent.node().lookup(NS, &keys).unwrap(), 64);
-    assert_eq!(parent.node().lookup(NS, &[key(2000)]).unwrap(), 0, "dead node's reservation never appears");
-    let rep = parent.node().evict(u64::MAX, &mut cxlkv_core::index::Lru).unwrap();
+    assert_eq!(parent.core().lookup(NS, &keys).unwrap(), 64);
+    assert_eq!(parent.core().lookup(NS, &[key(2000)]).unwrap(), 0, "dead node's reservation never appears");
+    let rep = parent.core().evict(u64::MAX, &mut cxlkv_core::index::Lru).unwrap();
     assert!(rep.entries >= 74, "dead node's pins no longer block eviction: {rep:?}");
 }
 
@@ -135,13 +135,13 @@ fn survivor_continues_after_recovery(parent: &Cache) {
 fn sigkill_while_holding_lock_and_pins_then_recover_lets_others_continue() {
     let r = Region(shm_path("kill"));
     // Recovery is what is under test: run it explicitly, not from the thread.
-    let parent = Cache::create(&r.0, 32 << 20, caps(), Options { auto_recover: false, ..opts() }).unwrap();
+    let parent = Node::create(&r.0, 32 << 20, caps(), Options { auto_recover: false, ..opts() }).unwrap();
     let mut holder = spawn_holder(&r.0);
     let mut busy = spawn_mixed(&r.0, 99, 400);
     kill9(&mut holder);
     // Before recovery, what `cxlkv check` reports beside its findings: the
     // gone process's node and everything it still holds.
-    let gone = cxlkv_platform::cache::stranded(parent.store()).unwrap();
+    let gone = cxlkv_platform::node::stranded(parent.store()).unwrap();
     let g = gone.iter().find(|g| g.pins >= 10).unwrap_or_else(|| panic!("the holder is not reported: {gone:?}"));
     // (Its lock may have been revoked already once it was declared dead.)
     assert!(g.reservations == 1 && (g.locks >= 1 || g.declared_dead), "{g:?}");
@@ -164,7 +164,7 @@ fn killed_lock_manager_is_replaced_and_its_locks_recovered() {
     }
     // The holder attaches first and so holds the manager lease.
     let mut holder = spawn_holder(&r.0);
-    let parent = Cache::open(&r.0, Options { auto_recover: false, ..opts() }).unwrap();
+    let parent = Node::open(&r.0, Options { auto_recover: false, ..opts() }).unwrap();
     kill9(&mut holder);
     let rep = parent.recover().unwrap();
     assert_eq!(rep.nodes_freed.count_ones(), 1, "{rep:?}");
@@ -177,7 +177,7 @@ fn killed_lock_manager_is_replaced_and_its_locks_recovered() {
 #[test]
 fn truncated_and_corrupted_regions_give_typed_errors() {
     let r = Region(shm_path("corrupt"));
-    drop(Cache::create(&r.0, 16 << 20, caps(), opts()).unwrap());
+    drop(Node::create(&r.0, 16 << 20, caps(), opts()).unwrap());
     let good = std::fs::read(&r.0).unwrap();
     let attach = |bytes: &[u8]| {
         std::fs::write(&r.0, bytes).unwrap();
@@ -226,7 +226,7 @@ fn hostile_worker() -> String {
 #[test]
 fn a_hostile_peer_scribbling_metadata_never_crashes_the_others() {
     let r = Region(shm_path("hostile"));
-    Cache::create(&r.0, 8 << 20, caps(), opts()).unwrap().close().unwrap();
+    Node::create(&r.0, 8 << 20, caps(), opts()).unwrap().close().unwrap();
     let w = hostile_worker();
     let path = r.0.to_str().unwrap();
     let spawn = |mode: &str, seed: u64, ms: u64| {

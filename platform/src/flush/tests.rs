@@ -136,7 +136,7 @@ fn every_impl_runs_the_whole_protocol() {
             assert_eq!(sut.get(1, *k, &mut buf).unwrap(), 5000);
             assert!(buf.iter().all(|&b| b == k.lo as u8), "{}", co.name());
         }
-        assert!(crate::cache::check_store(&store).unwrap().is_empty(), "{}", co.name());
+        assert!(crate::node::check_store(&store).unwrap().is_empty(), "{}", co.name());
     }
 }
 

@@ -347,7 +347,7 @@ impl Drop for Registration {
         for r in &self.ranges {
             // SAFETY: registered by `Cuda::register`, whose caller keeps the
             // memory mapped until now; copies on it have completed (callers
-            // synchronise before unregistering: documented on `Cache`).
+            // synchronise before unregistering: documented on `Node`).
             let _ = unsafe { sys::cuMemHostUnregister(r.host_ptr as *mut c_void) };
         }
     }

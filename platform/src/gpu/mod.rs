@@ -19,7 +19,7 @@
 //!
 //! Ownership: an acquired block must stay pinned, and a reserved one
 //! unpublished, until every copy touching it has completed; the region must
-//! stay registered (the `Cache` open) until then too.
+//! stay registered (the `Node` open) until then too.
 
 #[cfg(feature = "cuda")]
 mod driver;
@@ -36,7 +36,7 @@ use std::sync::Mutex;
 use cxlkv_core::coherence::{Coherence, Site};
 use cxlkv_core::index::Handle;
 
-use crate::{Cache, Error, Result};
+use crate::{Error, Node, Result};
 
 /// True when the value of `CXLKV_CUDA` turns the GPU path off.
 pub(crate) fn disabled_by(value: Option<&std::ffi::OsStr>) -> bool {
@@ -115,12 +115,12 @@ pub(crate) struct GpuState {
 
 impl GpuState {
     /// Registers the whole mapped region of `cache` with device `device`.
-    pub(crate) fn register(cache: &Cache, device: u32) -> Result<GpuState> {
+    pub(crate) fn register(cache: &Node, device: u32) -> Result<GpuState> {
         let cuda = Cuda::open(device)?;
         let region = &cache.store().view;
         let len = usize::try_from(region.len()).map_err(|_| Error::Core(cxlkv_core::Error::InvalidArgument))?;
         // SAFETY: the region's mapping is owned by the cache, which drops this
-        // state (unregistering) before it unmaps (`Cache::shutdown`).
+        // state (unregistering) before it unmaps (`Node::shutdown`).
         let reg = unsafe { cuda.register(region.base(), len, REGISTER_CHUNK) }?;
         Ok(GpuState { reg, cuda, counters: Mutex::new(Counters::default()) })
     }
@@ -134,13 +134,13 @@ impl GpuState {
     }
 }
 
-/// The GPU path of an attached, registered node: see [`Cache::register_cuda`].
+/// The GPU path of an attached, registered node: see [`Node::register_cuda`].
 ///
 /// Streams are raw `CUstream` handles of the device's primary context (what
 /// `torch.cuda.current_stream().cuda_stream` or `cudaStreamCreate` give),
 /// 0 for the legacy default stream. Every copy is asynchronous; thread-safe.
 pub struct CudaPath<'a> {
-    cache: &'a Cache,
+    cache: &'a Node,
     st: &'a GpuState,
 }
 
@@ -152,7 +152,7 @@ enum Dir {
 }
 
 impl<'a> CudaPath<'a> {
-    pub(crate) fn new(cache: &'a Cache, st: &'a GpuState) -> Self {
+    pub(crate) fn new(cache: &'a Node, st: &'a GpuState) -> Self {
         CudaPath { cache, st }
     }
 
@@ -316,7 +316,7 @@ impl<'a> CudaPath<'a> {
         self.synchronize(stream)?;
         // SYNC: the completed stream put the payload in memory; publishing
         // fences before the entry turns READY (see `publish_flushed`).
-        Ok(self.cache.node().publish_flushed(hs, out)?)
+        Ok(self.cache.core().publish_flushed(hs, out)?)
     }
 
     /// What this node's GPU path registered and moved.

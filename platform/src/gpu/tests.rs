@@ -39,11 +39,11 @@ fn a_cache_without_cuda_refuses_registration_and_keeps_its_blocks() {
     let caps =
         Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 64, chunk_shift: 16, ..Capacities::default() };
     let opts = Options { local_dir: std::env::temp_dir(), lock_timeout: Duration::from_secs(30), ..Options::default() };
-    let cache = Cache::format_new(Region::memfd(8 << 20, false).unwrap(), caps, opts).unwrap();
+    let cache = Node::format_new(Region::memfd(8 << 20, false).unwrap(), caps, opts).unwrap();
     let key = Key { lo: 7, hi: 9 };
-    let h = cache.node().reserve(1, key, 4096, 16).unwrap();
-    cache.node().write(&h, 0, &[0x5a; 4096]).unwrap();
-    cache.node().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+    let h = cache.core().reserve(1, key, 4096, 16).unwrap();
+    cache.core().write(&h, 0, &[0x5a; 4096]).unwrap();
+    cache.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
 
     assert!(matches!(cache.cuda(), Err(Error::CudaUnavailable(_))));
     if expect_unavailable() {
@@ -51,7 +51,7 @@ fn a_cache_without_cuda_refuses_registration_and_keeps_its_blocks() {
         assert!(matches!(cache.cuda(), Err(Error::CudaUnavailable(_))));
     }
     let mut buf = [0u8; 4096];
-    assert_eq!(cache.node().get(1, key, &mut buf).unwrap(), 4096);
+    assert_eq!(cache.core().get(1, key, &mut buf).unwrap(), 4096);
     assert!(buf.iter().all(|&b| b == 0x5a));
     assert!(cache.check().unwrap().is_empty());
     cache.close().unwrap();

@@ -233,7 +233,7 @@ impl Mapping {
     /// A core view of the mapping.
     pub fn view(&self) -> View {
         // SAFETY: `ptr..ptr+len` stays mapped until `self` drops, callers keep the
-        // Mapping alive while they use the view (Cache owns both), and the shared
+        // Mapping alive while they use the view (Node owns both), and the shared
         // memory is only accessed through View views.
         match unsafe { View::new(self.ptr, self.len) } {
             Ok(r) => r,

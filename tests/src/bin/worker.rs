@@ -29,7 +29,7 @@ use std::time::Duration;
 use cxlkv_core::hash::mix64;
 use cxlkv_core::index::Lru;
 use cxlkv_core::Error;
-use cxlkv_platform::{Cache, Options};
+use cxlkv_platform::{Node, Options};
 use cxlkv_tests::{fill, key, len_of, verify, NS};
 
 fn opts() -> Options {
@@ -87,15 +87,15 @@ const OP_NAMES: [&str; 20] = [
     "evict",
 ];
 
-fn publish(c: &Cache, i: u64, buf: &mut Vec<u8>) -> Result<bool, Error> {
+fn publish(c: &Node, i: u64, buf: &mut Vec<u8>) -> Result<bool, Error> {
     let k = key(i);
     let len = len_of(k);
-    match c.node().reserve(NS, k, len as u64, 16) {
+    match c.core().reserve(NS, k, len as u64, 16) {
         Ok(h) => {
             buf.resize(len, 0);
             fill(k, buf);
-            c.node().write(&h, 0, buf)?;
-            c.node().publish_flushed(&[h], &mut [Ok(())])?;
+            c.core().write(&h, 0, buf)?;
+            c.core().publish_flushed(&[h], &mut [Ok(())])?;
             Ok(true)
         }
         Err(Error::Exists) => Ok(false),
@@ -105,7 +105,7 @@ fn publish(c: &Cache, i: u64, buf: &mut Vec<u8>) -> Result<bool, Error> {
 
 fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
     let _ = writeln!(std::io::stderr(), "at attach");
-    let c = match Cache::open(path, opts()) {
+    let c = match Node::open(path, opts()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("attach: {e}");
@@ -136,7 +136,7 @@ fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
             8..=13 => {
                 let keys: Vec<_> = (i..i + 4).map(key).collect();
                 let mut out = vec![Err(Error::InvalidArgument); 4];
-                if c.node().acquire(NS, &keys, &mut out).is_err() {
+                if c.core().acquire(NS, &keys, &mut out).is_err() {
                     errors += 1;
                     continue;
                 }
@@ -144,18 +144,18 @@ fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
                 for (k, r) in keys.iter().zip(&out) {
                     if let Ok(h) = r {
                         let b = &mut rd[..h.len as usize];
-                        if c.node().read(h, 0, b).is_err() || !verify(*k, b) {
+                        if c.core().read(h, 0, b).is_err() || !verify(*k, b) {
                             bad += 1;
                         }
                         pinned += 1;
                         hs.push(*h);
                     }
                 }
-                if c.node().release(&hs).is_err() {
+                if c.core().release(&hs).is_err() {
                     errors += 1;
                 }
             }
-            14..=17 => match c.node().get(NS, key(i), &mut rd) {
+            14..=17 => match c.core().get(NS, key(i), &mut rd) {
                 Ok(n) => {
                     got += 1;
                     if !verify(key(i), &rd[..n]) {
@@ -170,18 +170,18 @@ fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
             },
             18 => {
                 let keys: Vec<_> = (i..i + 16).map(key).collect();
-                if c.node().lookup(NS, &keys).is_err() {
+                if c.core().lookup(NS, &keys).is_err() {
                     errors += 1;
                 }
             }
             _ => {
-                if (x >> 40).is_multiple_of(8) && c.node().evict(256 << 10, &mut Lru).is_err() {
+                if (x >> 40).is_multiple_of(8) && c.core().evict(256 << 10, &mut Lru).is_err() {
                     errors += 1;
                 }
             }
         }
     }
-    let ev = c.node().stats().map(|s| s.evictions).unwrap_or(0);
+    let ev = c.core().stats().map(|s| s.evictions).unwrap_or(0);
     // The reader may be gone (a killed test): never panic on a closed pipe.
     let _ = writeln!(
         std::io::stdout(),
@@ -198,7 +198,7 @@ fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
 }
 
 fn hold(path: &Path) -> i32 {
-    let c = match Cache::open(path, opts()) {
+    let c = match Node::open(path, opts()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("attach: {e}");
@@ -213,12 +213,12 @@ fn hold(path: &Path) -> i32 {
     }
     let keys: Vec<_> = (1000..1010).map(key).collect();
     let mut out = vec![Err(Error::InvalidArgument); keys.len()];
-    if c.node().acquire(NS, &keys, &mut out) != Ok(10) {
+    if c.core().acquire(NS, &keys, &mut out) != Ok(10) {
         return 5;
     }
-    let Ok(_w) = c.node().reserve(NS, key(2000), 4096, 16) else { return 6 };
-    let Ok(_raw) = c.node().alloc(10_000) else { return 7 };
-    let Ok(_held) = c.node().lock(0) else { return 8 };
+    let Ok(_w) = c.core().reserve(NS, key(2000), 4096, 16) else { return 6 };
+    let Ok(_raw) = c.core().alloc(10_000) else { return 7 };
+    let Ok(_held) = c.core().lock(0) else { return 8 };
     let _ = writeln!(std::io::stdout(), "ready");
     let _ = std::io::stdout().flush();
     loop {
@@ -230,7 +230,7 @@ fn hold_for(path: &Path, millis: u64) -> i32 {
     let lease = std::env::var("CXLKV_TEST_LEASE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
     let o =
         Options { lease: Duration::from_millis(lease), lock_timeout: Duration::from_secs(20), ..Options::default() };
-    let c = match Cache::open(path, o) {
+    let c = match Node::open(path, o) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("attach: {e}");
@@ -245,20 +245,20 @@ fn hold_for(path: &Path, millis: u64) -> i32 {
         }
     }
     let mut out = vec![Err(Error::InvalidArgument); keys.len()];
-    if c.node().acquire(NS, &keys, &mut out) != Ok(keys.len()) {
+    if c.core().acquire(NS, &keys, &mut out) != Ok(keys.len()) {
         return 5;
     }
     let pins: Vec<_> = out.iter().filter_map(|r| r.ok()).collect();
-    let Ok(w) = c.node().reserve(NS, key(4100), 4096, 16) else { return 6 };
-    let Ok(lock) = c.node().lock_alloc() else { return 7 };
-    let Ok(held) = c.node().lock_app(lock) else { return 8 };
+    let Ok(w) = c.core().reserve(NS, key(4100), 4096, 16) else { return 6 };
+    let Ok(lock) = c.core().lock_alloc() else { return 7 };
+    let Ok(held) = c.core().lock_app(lock) else { return 8 };
     let _ = writeln!(std::io::stdout(), "ready {} {lock}", std::process::id());
     let _ = std::io::stdout().flush();
     std::thread::sleep(Duration::from_millis(millis));
     let text = |r: Result<(), String>| r.err().unwrap_or_else(|| "ok".to_string());
-    let release = text(c.node().release(&pins).map_err(|e| e.to_string()));
-    let abort = text(c.node().abort(&w).map_err(|e| e.to_string()));
-    let unlock = text(c.node().unlock_app(held).map_err(|e| e.to_string()));
+    let release = text(c.core().release(&pins).map_err(|e| e.to_string()));
+    let abort = text(c.core().abort(&w).map_err(|e| e.to_string()));
+    let unlock = text(c.core().unlock_app(held).map_err(|e| e.to_string()));
     let close = text(c.close().map_err(|e| e.to_string()));
     let _ = writeln!(
         std::io::stdout(),
@@ -311,7 +311,7 @@ fn hostile(path: &Path, seed: u64, until: std::time::Instant) -> i32 {
 
 fn tolerant(path: &Path, seed: u64, until: std::time::Instant) -> i32 {
     let opts = Options { lock_timeout: Duration::from_millis(300), ..Options::default() };
-    let c = match Cache::open(path, opts) {
+    let c = match Node::open(path, opts) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("attach: {e}");
@@ -330,24 +330,24 @@ fn tolerant(path: &Path, seed: u64, until: std::time::Instant) -> i32 {
             2 => {
                 let keys: Vec<_> = (i..i + 4).map(key).collect();
                 let mut out = vec![Err(Error::InvalidArgument); 4];
-                c.node().acquire(NS, &keys, &mut out).and_then(|_| {
+                c.core().acquire(NS, &keys, &mut out).and_then(|_| {
                     let hs: Vec<_> = out.iter().filter_map(|r| r.ok()).collect();
                     for h in &hs {
                         let b = &mut rd[..(h.len as usize).min(80 << 10)];
-                        if c.node().read(h, 0, b).is_ok() && !verify(h.key, b) {
+                        if c.core().read(h, 0, b).is_ok() && !verify(h.key, b) {
                             wrong += 1;
                         }
                     }
-                    c.node().release(&hs)
+                    c.core().release(&hs)
                 })
             }
-            3 => c.node().get(NS, key(i), &mut rd).map(|n| {
+            3 => c.core().get(NS, key(i), &mut rd).map(|n| {
                 if !verify(key(i), &rd[..n]) {
                     wrong += 1;
                 }
             }),
-            4 => c.node().lookup(NS, &[key(i), key(i + 1)]).map(|_| ()),
-            _ => c.node().evict(128 << 10, &mut Lru).map(|_| ()),
+            4 => c.core().lookup(NS, &[key(i), key(i + 1)]).map(|_| ()),
+            _ => c.core().evict(128 << 10, &mut Lru).map(|_| ()),
         };
         match r {
             Ok(()) => ok += 1,

@@ -1,11 +1,11 @@
-//! A `Cache` end to end in one process: two nodes on one region file, each
+//! A `Node` end to end in one process: two nodes on one region file, each
 //! with its own thread; locks granted by whichever holds the manager lease.
 
 use std::time::Duration;
 
 use cxlkv_core::hash::Key;
 use cxlkv_core::layout::Capacities;
-use cxlkv_platform::{Cache, Options};
+use cxlkv_platform::{Node, Options};
 
 fn caps() -> Capacities {
     Capacities { max_nodes: 4, n_stripes: 4, entries_per_stripe: 256, chunk_shift: 18, ..Capacities::default() }
@@ -18,25 +18,25 @@ fn opts() -> Options {
 #[test]
 fn two_nodes_share_blocks_through_one_file() {
     let p = std::env::temp_dir().join(format!("cxlkv-cache-{}", std::process::id()));
-    let a = Cache::create(&p, 32 << 20, caps(), opts()).unwrap();
-    let b = Cache::open(&p, opts()).unwrap();
+    let a = Node::create(&p, 32 << 20, caps(), opts()).unwrap();
+    let b = Node::open(&p, opts()).unwrap();
     assert_ne!(a.id(), b.id());
     let keys: Vec<Key> = (0..50u64).map(|i| Key { lo: i * 7 + 1, hi: i }).collect();
     for k in &keys {
-        let h = a.node().reserve(3, *k, 10_000, 16).unwrap();
-        a.node().write(&h, 0, &vec![(k.lo % 251) as u8; 10_000]).unwrap();
-        a.node().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+        let h = a.core().reserve(3, *k, 10_000, 16).unwrap();
+        a.core().write(&h, 0, &vec![(k.lo % 251) as u8; 10_000]).unwrap();
+        a.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
     }
-    assert_eq!(b.node().lookup(3, &keys).unwrap(), 50);
+    assert_eq!(b.core().lookup(3, &keys).unwrap(), 50);
     let mut out = vec![Err(cxlkv_core::Error::InvalidArgument); keys.len()];
-    assert_eq!(b.node().acquire(3, &keys, &mut out).unwrap(), 50);
+    assert_eq!(b.core().acquire(3, &keys, &mut out).unwrap(), 50);
     let mut buf = vec![0u8; 10_000];
     for (k, h) in keys.iter().zip(&out) {
-        b.node().read(h.as_ref().unwrap(), 0, &mut buf).unwrap();
+        b.core().read(h.as_ref().unwrap(), 0, &mut buf).unwrap();
         assert!(buf.iter().all(|&x| x == (k.lo % 251) as u8));
     }
     let hs: Vec<_> = out.into_iter().map(|r| r.unwrap()).collect();
-    b.node().release(&hs).unwrap();
+    b.core().release(&hs).unwrap();
     assert!(a.check().unwrap().is_empty());
     b.close().unwrap();
     a.close().unwrap();
@@ -48,19 +48,19 @@ fn two_nodes_share_blocks_through_one_file() {
 #[test]
 fn lock_serialises_read_modify_write_across_nodes() {
     let p = std::env::temp_dir().join(format!("cxlkv-lock-{}", std::process::id()));
-    let a = std::sync::Arc::new(Cache::create(&p, 32 << 20, caps(), opts()).unwrap());
-    let b = std::sync::Arc::new(Cache::open(&p, opts()).unwrap());
+    let a = std::sync::Arc::new(Node::create(&p, 32 << 20, caps(), opts()).unwrap());
+    let b = std::sync::Arc::new(Node::open(&p, opts()).unwrap());
     let word = a.store().layout.payload.start;
     let mut threads = Vec::new();
     for c in [a.clone(), a.clone(), b.clone(), b.clone()] {
         threads.push(std::thread::spawn(move || {
             let r = c.store().view;
             for _ in 0..300 {
-                let h = c.node().lock(1).unwrap();
+                let h = c.core().lock(1).unwrap();
                 let v = r.load_u64(word).unwrap();
                 std::hint::spin_loop();
                 r.store_u64(word, v + 1).unwrap();
-                c.node().unlock(h).unwrap();
+                c.core().unlock(h).unwrap();
             }
         }));
     }
@@ -79,8 +79,8 @@ fn lock_serialises_read_modify_write_across_nodes() {
 fn channels_hand_off_and_answer_calls() {
     use cxlkv_core::channel::Message;
     let p = std::env::temp_dir().join(format!("cxlkv-chan-{}", std::process::id()));
-    let a = std::sync::Arc::new(Cache::create(&p, 32 << 20, caps(), opts()).unwrap());
-    let b = std::sync::Arc::new(Cache::open(&p, opts()).unwrap());
+    let a = std::sync::Arc::new(Node::create(&p, 32 << 20, caps(), opts()).unwrap());
+    let b = std::sync::Arc::new(Node::open(&p, opts()).unwrap());
     let short = Duration::from_millis(20);
     assert_eq!(b.recv(short).unwrap_err().core(), Some(cxlkv_core::Error::Timeout));
     let keys: Vec<Key> = (0..100u64).map(|i| Key { lo: i, hi: 7 }).collect();
@@ -125,8 +125,8 @@ fn the_last_node_to_leave_removes_the_host_local_lock_file() {
             .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("cxlkv-local-"))
             .count()
     };
-    let a = Cache::create(&p, 16 << 20, caps(), o.clone()).unwrap();
-    let b = Cache::open(&p, o).unwrap();
+    let a = Node::create(&p, 16 << 20, caps(), o.clone()).unwrap();
+    let b = Node::open(&p, o).unwrap();
     assert_eq!(files(), 1, "one host-local file for the region (this PID namespace)");
     a.close().unwrap();
     assert_eq!(files(), 1, "another node of this host still uses it");

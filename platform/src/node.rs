@@ -15,7 +15,7 @@ use cxlkv_core::coherence::Site;
 use cxlkv_core::hash::Key;
 use cxlkv_core::layout::{Capacities, NodeInfo, NodeStats, StripeHeader, NODE_ALIVE, NODE_DEAD};
 use cxlkv_core::lock::{LeaseConfig, Manager, StepReport};
-use cxlkv_core::node::{attach_node, bury, Identity, Node, NodeLocal};
+use cxlkv_core::node::{attach_node, bury, Identity, Node as CoreNode, NodeLocal};
 use cxlkv_core::recover::RecoverReport;
 use cxlkv_core::store::{attach, NodeEnv, Store};
 
@@ -33,7 +33,7 @@ use crate::{Error, Result};
 pub struct Options {
     /// Node id to claim; `None` takes the first free one.
     pub node: Option<u32>,
-    /// Cache maintenance.
+    /// Node maintenance.
     pub mode: FlushMode,
     /// Write payloads with non-temporal stores.
     pub nt_payload: bool,
@@ -213,8 +213,8 @@ impl Inner {
         Ok(n_buried)
     }
 
-    fn node(&self) -> Node<'_, Flush> {
-        Node::attached(&self.store, self.id, self, &self.local)
+    fn core(&self) -> CoreNode<'_, Flush> {
+        CoreNode::attached(&self.store, self.id, self, &self.local)
     }
 
     /// True when another node of this host and PID namespace is attached
@@ -229,7 +229,7 @@ impl Inner {
 }
 
 /// An attached node of a region. Dropping it stops its thread and detaches.
-pub struct Cache {
+pub struct Node {
     inner: Arc<Inner>,
     thread: Option<JoinHandle<()>>,
     gpu: OnceLock<GpuState>,
@@ -243,7 +243,7 @@ pub struct Cache {
     attachment: Option<Attachment>,
 }
 
-/// A snapshot of a node's and its region's counters ([`Cache::stats`]).
+/// A snapshot of a node's and its region's counters ([`Node::stats`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Stats {
     /// This node's counters.
@@ -274,7 +274,7 @@ struct InboxLocal {
     keys: Vec<Key>,
 }
 
-/// Bit of [`Message::kind`] that marks a response to [`Cache::call`];
+/// Bit of [`Message::kind`] that marks a response to [`Node::call`];
 /// application kinds stay below it.
 pub const KIND_RESPONSE: u32 = 1 << 31;
 
@@ -285,7 +285,7 @@ fn background(inner: Arc<Inner>) {
     while !inner.stop.get() {
         if last_beat.elapsed() >= beat_every {
             last_beat = Instant::now();
-            if inner.node().heartbeat(inner.nonce) == Err(cxlkv_core::Error::Revoked) {
+            if inner.core().heartbeat(inner.nonce) == Err(cxlkv_core::Error::Revoked) {
                 inner.fenced.set(true);
                 return;
             }
@@ -306,7 +306,7 @@ fn background(inner: Arc<Inner>) {
         if rep.dead != 0 && fresh && inner.opts.auto_recover && !inner.recovering.claim() {
             let i2 = inner.clone();
             std::thread::spawn(move || {
-                let _ = i2.node().recover(0);
+                let _ = i2.core().recover(0);
                 if let Ok(mut at) = i2.recovered_at.lock() {
                     *at = Some(i2.now_ms());
                 }
@@ -338,27 +338,27 @@ fn background(inner: Arc<Inner>) {
     }
 }
 
-impl Cache {
+impl Node {
     /// Creates (or overwrites) a region file of `size` bytes at `path`
     /// (owner-only), formats it with `caps` and attaches to it.
-    pub fn create(path: &Path, size: u64, caps: Capacities, opts: Options) -> Result<Cache> {
-        Cache::format_new(Region::create(path, size, true)?, caps, opts)
+    pub fn create(path: &Path, size: u64, caps: Capacities, opts: Options) -> Result<Node> {
+        Node::format_new(Region::create(path, size, true)?, caps, opts)
     }
 
     /// Formats `region` with `caps` in `opts`' mode and attaches to it.
-    pub fn format_new(region: Region, caps: Capacities, opts: Options) -> Result<Cache> {
+    pub fn format_new(region: Region, caps: Capacities, opts: Options) -> Result<Node> {
         region.format(caps, opts.mode)?;
         region.attach(opts)
     }
 
     /// Opens the region at `path` (file, /dev/shm or /dev/dax) and attaches.
-    pub fn open(path: &Path, opts: Options) -> Result<Cache> {
-        Cache::attach(Mapping::open(path)?, opts)
+    pub fn open(path: &Path, opts: Options) -> Result<Node> {
+        Node::attach(Mapping::open(path)?, opts)
     }
 
     /// Attaches a node to a mapped, formatted region and starts its thread.
     /// Several nodes of one process may share a mapping.
-    pub fn attach(map: impl Into<Arc<Mapping>>, opts: Options) -> Result<Cache> {
+    pub fn attach(map: impl Into<Arc<Mapping>>, opts: Options) -> Result<Node> {
         let map = map.into();
         let co = Flush::new(opts.mode, opts.nt_payload)?;
         let store = attach(map.view(), co)?;
@@ -403,7 +403,7 @@ impl Cache {
             .name(format!("cxlkv-node{id}"))
             .spawn(move || background(i2))
             .map_err(|err| Error::Io { what: "spawn node thread", err })?;
-        Ok(Cache {
+        Ok(Node {
             inner,
             thread: Some(thread),
             gpu: OnceLock::new(),
@@ -419,8 +419,8 @@ impl Cache {
     }
 
     /// The node handle: every cache operation.
-    pub fn node(&self) -> Node<'_, Flush> {
-        self.inner.node()
+    pub fn core(&self) -> CoreNode<'_, Flush> {
+        self.inner.core()
     }
 
     /// This node's counters, every node's summed, liveness and occupancy.
@@ -428,7 +428,7 @@ impl Cache {
     pub fn stats(&self) -> Result<Stats> {
         let st = self.store();
         let l = &st.layout;
-        let mut s = Stats { node: self.node().stats()?, payload_bytes: l.payload.len(), ..Stats::default() };
+        let mut s = Stats { node: self.core().stats()?, payload_bytes: l.payload.len(), ..Stats::default() };
         for n in 0..l.caps.max_nodes {
             let info: NodeInfo = st.fresh_state_first(l.node_info(n), Site("platform.stats.info"))?;
             match info.state {
@@ -495,7 +495,7 @@ impl Cache {
     /// first).
     pub fn recover(&self) -> Result<RecoverReport> {
         self.inner.bury_siblings()?;
-        Ok(self.node().recover(0)?)
+        Ok(self.core().recover(0)?)
     }
 
     /// Checks the region's invariants.
@@ -523,7 +523,7 @@ impl Cache {
         }
     }
 
-    /// The GPU path, once [`Cache::register_cuda`] succeeded.
+    /// The GPU path, once [`Node::register_cuda`] succeeded.
     pub fn cuda(&self) -> Result<CudaPath<'_>> {
         match self.gpu.get() {
             Some(st) => Ok(CudaPath::new(self, st)),
@@ -537,7 +537,7 @@ impl Cache {
         let start = Instant::now();
         let mut i = 0u32;
         loop {
-            match self.node().send(to, msg, keys) {
+            match self.core().send(to, msg, keys) {
                 Err(cxlkv_core::Error::InboxFull) if start.elapsed() < self.inner.opts.lock_timeout => {
                     backoff(i);
                     i = i.saturating_add(1);
@@ -562,7 +562,7 @@ impl Cache {
     fn recv_core(&self, buf: &mut Vec<Key>) -> Result<Option<(Message, Vec<Key>)>> {
         let cap = self.store().layout.caps.inbox_slots as usize * cxlkv_core::layout::KEYS_PER_SLOT;
         buf.resize(cap, Key::default());
-        Ok(self.node().try_recv(buf)?.map(|m| (m, buf[..m.n_keys as usize].to_vec())))
+        Ok(self.core().try_recv(buf)?.map(|m| (m, buf[..m.n_keys as usize].to_vec())))
     }
 
     /// Waits up to `timeout` for the next message; `Timeout` when none came.
@@ -585,7 +585,7 @@ impl Cache {
 
     /// A request/response round trip: sends `msg` (its `request_id` is set
     /// to a fresh one) to node `to` and waits up to `timeout` for the answer
-    /// made by [`Cache::reply`]. Messages arriving meanwhile stay queued for
+    /// made by [`Node::reply`]. Messages arriving meanwhile stay queued for
     /// `recv`.
     pub fn call(&self, to: u32, msg: &Message, keys: &[Key], timeout: Duration) -> Result<(Message, Vec<Key>)> {
         if msg.kind & KIND_RESPONSE != 0 {
@@ -633,7 +633,7 @@ impl Cache {
     /// Stops the thread and detaches (drops every pin this node holds).
     ///
     /// A node that holds an application lock cannot detach (the lock would
-    /// be stranded): check [`Cache::held_app_lock`] first. Closed anyway,
+    /// be stranded): check [`Node::held_app_lock`] first. Closed anyway,
     /// it fails with `Busy` and stays attached without a heartbeat, until
     /// its lease passes and it is declared dead and recovered (its locks
     /// revoked and repaired), as a crashed one is.
@@ -643,7 +643,7 @@ impl Cache {
 
     /// The first application lock this node holds, if any.
     pub fn held_app_lock(&self) -> Result<Option<u32>> {
-        Ok(self.node().held_app_lock()?)
+        Ok(self.core().held_app_lock()?)
     }
 
     fn shutdown(&mut self) -> Result<()> {
@@ -661,7 +661,7 @@ impl Cache {
         }
         // Detaching takes locks, which needs a manager: with `stop` set, its
         // waits step this node's manager inline (see `wait`).
-        let r = self.node().detach();
+        let r = self.core().detach();
         if let Ok(mut m) = self.inner.mgr.lock() {
             let _ = m.resign(&self.inner.store);
         }
@@ -672,7 +672,7 @@ impl Cache {
     }
 }
 
-impl Drop for Cache {
+impl Drop for Node {
     fn drop(&mut self) {
         let _ = self.shutdown();
     }
