@@ -121,7 +121,7 @@ typedef uint32_t cxlkv_result;
 // Any free node slot (for `cxlkv_node_options.node_id`).
 #define CXLKV_ANY_NODE UINT32_MAX
 
-// Node maintenance: the architecture's default (clflush on x86-64,
+// Cache maintenance: the architecture's default (clflush on x86-64,
 // dc civac on aarch64), safe on non-coherent CXL memory.
 #define CXLKV_FLUSH_DEFAULT 0
 

@@ -27,7 +27,7 @@ const NODE_MAGIC: u64 = u64::from_le_bytes(*b"cxlkvNOD");
 /// Any free node slot (for `cxlkv_node_options.node_id`).
 pub const CXLKV_ANY_NODE: u32 = u32::MAX;
 
-/// Node maintenance: the architecture's default (clflush on x86-64,
+/// Cache maintenance: the architecture's default (clflush on x86-64,
 /// dc civac on aarch64), safe on non-coherent CXL memory.
 pub const CXLKV_FLUSH_DEFAULT: u32 = 0;
 /// No cache maintenance: only for memory that is coherent for every user

@@ -33,7 +33,7 @@ use crate::{Error, Result};
 pub struct Options {
     /// Node id to claim; `None` takes the first free one.
     pub node: Option<u32>,
-    /// Node maintenance.
+    /// Cache maintenance.
     pub mode: FlushMode,
     /// Write payloads with non-temporal stores.
     pub nt_payload: bool,
