@@ -8,7 +8,7 @@ use crate::coherence::{Coherence, Site};
 use crate::hash::{place, Key};
 use crate::index::{entry_checksum, probe, NIL};
 use crate::layout::{
-    state, Bucket, ChunkRecord, LockSlot, NodeInfo, PinRecord, PinSummary, RootRecord, StripeHeader, CHUNK_FREE,
+    state, Bucket, ChunkRecord, Entry, LockSlot, NodeInfo, PinRecord, PinSummary, RootRecord, StripeHeader, CHUNK_FREE,
     CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, NODE_FREE, SLOT_CANCEL, SLOT_IDLE, SLOT_LOCKED,
     SLOT_WAITING,
 };
@@ -139,198 +139,293 @@ pub fn scratch_words<C: Coherence>(store: &Store<C>) -> usize {
 /// Checks `store`. `scratch` (zeroed, [`scratch_words`] long) lets it find
 /// shared and leaked blocks; a shorter one skips those checks. Returns the
 /// number of findings; `report` gets each.
+///
+/// Seven passes, in this order (each reads what it checks fresh): nodes,
+/// locks, chunks, stripes (entries, buckets, lists, counters), journals,
+/// roots, leaks.
 pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut dyn FnMut(Finding)) -> Result<u64> {
-    let mut n = 0u64;
-    let mut rep = |kind, a: u64, b: u64| {
-        n += 1;
-        report(Finding { kind, a, b });
-    };
-    let st = store;
-    let l = &st.layout;
-    let mw = l.map_words();
-    let track = scratch.len() >= l.n_chunks as usize * mw;
-    let bitmap_len = l.chunk_bitmap.len();
-    st.co.invalidate(&st.view, l.chunk_bitmap.start, bitmap_len, Site("check.bitmap"))?;
+    let l = &store.layout;
+    let track = scratch.len() >= l.n_chunks as usize * l.map_words();
+    store.co.invalidate(&store.view, l.chunk_bitmap.start, l.chunk_bitmap.len(), Site("check.bitmap"))?;
     if track {
         scratch.iter_mut().for_each(|w| *w = 0);
     }
-
-    let (mut alive, mut dead) = (0u64, 0u64);
-    for node in 0..l.caps.max_nodes {
-        let info: NodeInfo = st.fresh(l.node_info(node), Site("check.node"))?;
-        match info.state {
-            NODE_ALIVE => alive |= 1 << node,
-            NODE_FREE => {}
-            NODE_DEAD => {
-                dead |= 1 << node;
-                rep(FindingKind::NodeDead, node as u64, 0)
-            }
-            _ => rep(FindingKind::NodeState, node as u64, info.state as u64),
-        }
-    }
-    // SYNC: fresh journals of live nodes, read by the entry and journal
-    // passes below (writers: the nodes themselves).
-    for node in (0..l.caps.max_nodes).filter(|n| alive & (1 << n) != 0) {
-        st.co.invalidate(&st.view, l.journal(node), l.journal_len(), Site("check.journal"))?;
-    }
-
-    for lock in 0..l.n_locks {
-        // SYNC: fresh lock line and slots (writers: the manager, holders,
-        // requesters, recovery).
-        let span = (1 + l.caps.max_nodes as u64) * 64;
-        st.co.invalidate(&st.view, l.lock_line(lock), span, Site("check.lock"))?;
-        let ll: crate::layout::LockLine = st.view.read(l.lock_line(lock))?;
-        if ll.repair != 0 {
-            rep(FindingKind::NeedsRepair, lock as u64, 0);
-        }
-        let mut holders = 0u64;
-        for node in 0..l.caps.max_nodes {
-            let s: LockSlot = st.view.read(l.lock_slot(lock, node))?;
-            match s.state {
-                SLOT_LOCKED => {
-                    holders += 1;
-                    if alive & (1 << node) == 0 {
-                        rep(FindingKind::HeldByDead, lock as u64, node as u64);
-                    }
-                }
-                SLOT_IDLE | SLOT_WAITING | SLOT_CANCEL => {}
-                _ => rep(FindingKind::SlotState, lock as u64, node as u64),
-            }
-        }
-        if holders > 1 {
-            rep(FindingKind::TwoHolders, lock as u64, holders);
-        }
-    }
-
-    // Chunks: records, maps and bitmap.
-    let g = l.granules();
-    for c in 0..l.n_chunks {
-        let rec: ChunkRecord = st.fresh(l.chunk(c), Site("check.chunk"))?;
-        let m = read_map(st, c, Some(Site("check.chunk.map")))?;
-        let sum = m.summary();
-        let word = st.view.load_u64(l.chunk_bitmap.start + (c / 64) as u64 * 8)?;
-        let bit = word & (1 << (c % 64)) != 0;
-        if bit != (rec.kind != CHUNK_FREE) {
-            rep(FindingKind::ChunkBitmap, c as u64, 0);
-        }
-        let empty = sum.used == 0 && sum.blocks == 0 && sum.well_formed;
-        let bad = !kind_valid(rec.kind)
-            || rec.owner > l.caps.max_nodes
-            || match rec.kind {
-                CHUNK_FREE => rec != ChunkRecord::default() || !empty,
-                CHUNK_KV | CHUNK_RAW => {
-                    rec.owner == 0
-                        || rec.run != 1
-                        || rec.large_kind != 0
-                        || rec.granules != g
-                        || rec.block_size != 0
-                        || !sum.well_formed
-                        || rec.used != sum.used
-                        || rec.blocks != sum.blocks
-                        || rec.blocks == 0
-                        || rec.free_max != sum.free_max
-                }
-                CHUNK_LARGE => {
-                    rec.owner == 0
-                        || rec.run < 2
-                        || c as u64 + rec.run as u64 > l.n_chunks as u64
-                        || !matches!(rec.large_kind, CHUNK_KV | CHUNK_RAW)
-                        || rec.block_size != rec.run as u64 * l.chunk_size()
-                        || rec.used != g
-                        || rec.blocks != 1
-                        || !empty
-                }
-                _ => rec.owner == 0 || rec.run >= c || !empty,
-            };
-        if bad {
-            rep(FindingKind::ChunkRecord, c as u64, rec.kind as u64);
-        }
-    }
-
-    // Stripes.
-    let eps = l.caps.entries_per_stripe;
-    let bps = l.buckets_per_stripe;
+    let mut c = Checker { st: store, scratch, track, alive: 0, dead: 0, n: 0, report };
+    c.nodes()?;
+    c.locks()?;
+    c.chunks()?;
     for s in 0..l.caps.n_stripes {
-        let h: StripeHeader = st.fresh(l.stripe(s), Site("check.stripe"))?;
-        let (mut ready, mut live, mut empty, mut bytes) = (0u32, 0u32, 0u32, 0u64);
-        for e in 0..eps {
-            let ent = match st.ent(s, e) {
-                Ok(x) => x,
-                Err(_) => {
-                    rep(FindingKind::EntryState, s as u64, e as u64);
-                    continue;
+        c.stripe(s)?;
+    }
+    c.journals()?;
+    c.roots()?;
+    if track {
+        c.leaks()?;
+    }
+    Ok(c.n)
+}
+
+/// The state of one run of [`check`] across its passes.
+struct Checker<'a, C: Coherence> {
+    st: &'a Store<C>,
+    /// One bit per allocator granule: blocks referenced so far.
+    scratch: &'a mut [u64],
+    /// `scratch` is long enough to find shared and leaked blocks.
+    track: bool,
+    /// Nodes attached, and declared dead, at the node pass.
+    alive: u64,
+    dead: u64,
+    /// Findings so far.
+    n: u64,
+    report: &'a mut dyn FnMut(Finding),
+}
+
+/// Whether granule `i` of chunk `c` is marked in `scratch` (`mw` words a
+/// chunk).
+fn marked(scratch: &[u64], mw: usize, c: u32, i: u32) -> bool {
+    scratch[c as usize * mw + (i / 64) as usize] & (1 << (i % 64)) != 0
+}
+
+/// What the entry pass of one stripe counted.
+#[derive(Default)]
+struct EntryCounts {
+    ready: u32,
+    live: u32,
+    empty: u32,
+    bytes: u64,
+}
+
+impl<C: Coherence> Checker<'_, C> {
+    fn rep(&mut self, kind: FindingKind, a: u64, b: u64) {
+        self.n += 1;
+        (self.report)(Finding { kind, a, b });
+    }
+
+    fn alive(&self, node: u32) -> bool {
+        self.alive & (1 << node) != 0
+    }
+
+    /// Node slots: attached, free, or dead awaiting recovery.
+    fn nodes(&mut self) -> Result<()> {
+        let (st, l) = (self.st, &self.st.layout);
+        for node in 0..l.caps.max_nodes {
+            let info: NodeInfo = st.fresh(l.node_info(node), Site("check.node"))?;
+            match info.state {
+                NODE_ALIVE => self.alive |= 1 << node,
+                NODE_FREE => {}
+                NODE_DEAD => {
+                    self.dead |= 1 << node;
+                    self.rep(FindingKind::NodeDead, node as u64, 0)
                 }
+                _ => self.rep(FindingKind::NodeState, node as u64, info.state as u64),
+            }
+        }
+        // SYNC: fresh journals of live nodes, read by the entry and journal
+        // passes below (writers: the nodes themselves).
+        for node in (0..l.caps.max_nodes).filter(|&n| self.alive(n)) {
+            st.co.invalidate(&st.view, l.journal(node), l.journal_len(), Site("check.journal"))?;
+        }
+        Ok(())
+    }
+
+    /// Locks: at most one holder, alive; none awaiting repair.
+    fn locks(&mut self) -> Result<()> {
+        let (st, l) = (self.st, &self.st.layout);
+        for lock in 0..l.n_locks {
+            // SYNC: fresh lock line and slots (writers: the manager, holders,
+            // requesters, recovery).
+            let span = (1 + l.caps.max_nodes as u64) * 64;
+            st.co.invalidate(&st.view, l.lock_line(lock), span, Site("check.lock"))?;
+            let ll: crate::layout::LockLine = st.view.read(l.lock_line(lock))?;
+            if ll.repair != 0 {
+                self.rep(FindingKind::NeedsRepair, lock as u64, 0);
+            }
+            let mut holders = 0u64;
+            for node in 0..l.caps.max_nodes {
+                let s: LockSlot = st.view.read(l.lock_slot(lock, node))?;
+                match s.state {
+                    SLOT_LOCKED => {
+                        holders += 1;
+                        if !self.alive(node) {
+                            self.rep(FindingKind::HeldByDead, lock as u64, node as u64);
+                        }
+                    }
+                    SLOT_IDLE | SLOT_WAITING | SLOT_CANCEL => {}
+                    _ => self.rep(FindingKind::SlotState, lock as u64, node as u64),
+                }
+            }
+            if holders > 1 {
+                self.rep(FindingKind::TwoHolders, lock as u64, holders);
+            }
+        }
+        Ok(())
+    }
+
+    /// Chunks: records, maps and bitmap agree.
+    fn chunks(&mut self) -> Result<()> {
+        let (st, l) = (self.st, &self.st.layout);
+        let g = l.granules();
+        for c in 0..l.n_chunks {
+            let rec: ChunkRecord = st.fresh(l.chunk(c), Site("check.chunk"))?;
+            let m = read_map(st, c, Some(Site("check.chunk.map")))?;
+            let sum = m.summary();
+            let word = st.view.load_u64(l.chunk_bitmap.start + (c / 64) as u64 * 8)?;
+            let bit = word & (1 << (c % 64)) != 0;
+            if bit != (rec.kind != CHUNK_FREE) {
+                self.rep(FindingKind::ChunkBitmap, c as u64, 0);
+            }
+            let empty = sum.used == 0 && sum.blocks == 0 && sum.well_formed;
+            let bad = !kind_valid(rec.kind)
+                || rec.owner > l.caps.max_nodes
+                || match rec.kind {
+                    CHUNK_FREE => rec != ChunkRecord::default() || !empty,
+                    CHUNK_KV | CHUNK_RAW => {
+                        rec.owner == 0
+                            || rec.run != 1
+                            || rec.large_kind != 0
+                            || rec.granules != g
+                            || rec.block_size != 0
+                            || !sum.well_formed
+                            || rec.used != sum.used
+                            || rec.blocks != sum.blocks
+                            || rec.blocks == 0
+                            || rec.free_max != sum.free_max
+                    }
+                    CHUNK_LARGE => {
+                        rec.owner == 0
+                            || rec.run < 2
+                            || c as u64 + rec.run as u64 > l.n_chunks as u64
+                            || !matches!(rec.large_kind, CHUNK_KV | CHUNK_RAW)
+                            || rec.block_size != rec.run as u64 * l.chunk_size()
+                            || rec.used != g
+                            || rec.blocks != 1
+                            || !empty
+                    }
+                    _ => rec.owner == 0 || rec.run >= c || !empty,
+                };
+            if bad {
+                self.rep(FindingKind::ChunkRecord, c as u64, rec.kind as u64);
+            }
+        }
+        Ok(())
+    }
+
+    /// One stripe: its entries, buckets, lists and counters.
+    fn stripe(&mut self, s: u32) -> Result<()> {
+        let h: StripeHeader = self.st.fresh(self.st.layout.stripe(s), Site("check.stripe"))?;
+        let counts = self.entries(s)?;
+        self.buckets(s, counts.live)?;
+        self.lists(s, &h, &counts);
+        if h.live != counts.ready || h.bytes != counts.bytes {
+            self.rep(FindingKind::StripeCounters, s as u64, 0);
+        }
+        Ok(())
+    }
+
+    /// Entries of stripe `s`: well-formed, reachable, each with exactly the
+    /// block its length needs, a writer that journaled its reservation.
+    fn entries(&mut self, s: u32) -> Result<EntryCounts> {
+        let (st, l) = (self.st, &self.st.layout);
+        let eps = l.caps.entries_per_stripe;
+        let mut k = EntryCounts::default();
+        for e in 0..eps {
+            let Ok(ent) = st.ent(s, e) else {
+                self.rep(FindingKind::EntryState, s as u64, e as u64);
+                continue;
             };
             match ent.state {
                 state::EMPTY => {
-                    empty += 1;
+                    k.empty += 1;
                     continue;
                 }
                 state::WRITING | state::READY => {}
                 _ => {
-                    rep(FindingKind::EntryState, s as u64, e as u64);
+                    self.rep(FindingKind::EntryState, s as u64, e as u64);
                     continue;
                 }
             }
-            live += 1;
+            k.live += 1;
             if ent.checksum != entry_checksum(&ent) {
-                rep(FindingKind::EntryChecksum, s as u64, e as u64);
+                self.rep(FindingKind::EntryChecksum, s as u64, e as u64);
             }
             if ent.state == state::READY {
-                ready += 1;
-                bytes += ent.payload_len as u64;
+                k.ready += 1;
+                k.bytes += ent.payload_len as u64;
                 if ent.pinners != 0 {
-                    rep(FindingKind::Writer, s as u64, e as u64);
+                    self.rep(FindingKind::Writer, s as u64, e as u64);
                 }
-            } else if ent.pinners.count_ones() != 1 || ent.pinners & alive == 0 {
-                rep(FindingKind::Writer, s as u64, e as u64);
+            } else if ent.pinners.count_ones() != 1 || ent.pinners & self.alive == 0 {
+                self.rep(FindingKind::Writer, s as u64, e as u64);
             }
             let key = Key { lo: ent.key_lo, hi: ent.key_hi };
             match probe::find(st, s, place(ent.ns, key), ent.ns, key) {
                 Ok(Some(f)) if f.entry == e => {}
-                _ => rep(FindingKind::Unreachable, s as u64, e as u64),
+                _ => self.rep(FindingKind::Unreachable, s as u64, e as u64),
             }
-            // Payload block: exactly the block its length needs.
-            let placed = chunk_of(l, ent.payload_off).ok().and_then(|c| {
-                let rec: ChunkRecord = st.view.read(l.chunk(c)).ok()?;
-                let m = read_map(st, c, None).ok()?;
-                let ok_kind = rec.kind == CHUNK_KV || (rec.kind == CHUNK_LARGE && rec.large_kind == CHUNK_KV);
-                let (i, bytes) = block_of(l, c, &rec, &m, ent.payload_off)?;
-                let need = crate::alloc::block_size(l, ent.payload_len as u64).ok()?;
-                (ok_kind && bytes == need).then_some((c, i))
-            });
-            match placed {
-                None => rep(FindingKind::EntryPayload, s as u64, e as u64),
-                Some((c, i)) if track => {
-                    let w = &mut scratch[c as usize * mw + (i / 64) as usize];
-                    if *w & (1 << (i % 64)) != 0 {
-                        rep(FindingKind::SharedBlock, s as u64, e as u64);
-                    }
-                    *w |= 1 << (i % 64);
-                }
-                _ => {}
-            }
-            // Journal of the writer.
-            for node in 0..l.caps.max_nodes {
-                if ent.state == state::WRITING && ent.pinners & (1 << node) != 0 && alive & (1 << node) != 0 {
-                    let g = s as u64 * eps as u64 + e as u64;
-                    let mut found = false;
-                    for i in 0..l.caps.pin_slots {
-                        let r: PinRecord = st.view.read(l.pin_record(node, i))?;
-                        if r.entry as u64 == g + 1 && r.gen == ent.gen as u64 && r.count > 0 {
-                            found = true;
-                            break;
-                        }
-                    }
-                    if !found {
-                        rep(FindingKind::Unjournaled, node as u64, g);
-                    }
-                }
+            self.entry_payload(s, e, &ent);
+            if ent.state == state::WRITING {
+                self.writer_journaled(s, e, &ent)?;
             }
         }
-        // Buckets.
+        Ok(k)
+    }
+
+    /// The payload block of entry `e` of stripe `s`: exactly the block its
+    /// length needs, and no other entry's.
+    fn entry_payload(&mut self, s: u32, e: u32, ent: &Entry) {
+        let (st, l) = (self.st, &self.st.layout);
+        let placed = chunk_of(l, ent.payload_off).ok().and_then(|c| {
+            let rec: ChunkRecord = st.view.read(l.chunk(c)).ok()?;
+            let m = read_map(st, c, None).ok()?;
+            let ok_kind = rec.kind == CHUNK_KV || (rec.kind == CHUNK_LARGE && rec.large_kind == CHUNK_KV);
+            let (i, bytes) = block_of(l, c, &rec, &m, ent.payload_off)?;
+            let need = crate::alloc::block_size(l, ent.payload_len as u64).ok()?;
+            (ok_kind && bytes == need).then_some((c, i))
+        });
+        match placed {
+            None => self.rep(FindingKind::EntryPayload, s as u64, e as u64),
+            Some((c, i)) if self.track => {
+                let w = &mut self.scratch[c as usize * l.map_words() + (i / 64) as usize];
+                let shared = *w & (1 << (i % 64)) != 0;
+                *w |= 1 << (i % 64);
+                if shared {
+                    self.rep(FindingKind::SharedBlock, s as u64, e as u64);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A WRITING entry's live writer has a journal record of it.
+    fn writer_journaled(&mut self, s: u32, e: u32, ent: &Entry) -> Result<()> {
+        let (st, l) = (self.st, &self.st.layout);
+        for node in 0..l.caps.max_nodes {
+            if ent.pinners & (1 << node) == 0 || !self.alive(node) {
+                continue;
+            }
+            let g = s as u64 * l.caps.entries_per_stripe as u64 + e as u64;
+            let mut found = false;
+            for i in 0..l.caps.pin_slots {
+                let r: PinRecord = st.view.read(l.pin_record(node, i))?;
+                if r.entry as u64 == g + 1 && r.gen == ent.gen as u64 && r.count > 0 {
+                    found = true;
+                    break;
+                }
+            }
+            if !found {
+                self.rep(FindingKind::Unjournaled, node as u64, g);
+            }
+        }
+        Ok(())
+    }
+
+    /// Buckets of stripe `s`: each names a live entry of its key and lies
+    /// in the key's stripe; as many as live entries.
+    fn buckets(&mut self, s: u32, live: u32) -> Result<()> {
+        let (st, l) = (self.st, &self.st.layout);
+        let eps = l.caps.entries_per_stripe;
         let mut used = 0u32;
-        for b in 0..bps {
+        for b in 0..l.buckets_per_stripe {
             let bk: Bucket = st.fresh(l.bucket(s, b), Site("check.bucket"))?;
             if bk.entry == 0 {
                 continue;
@@ -342,16 +437,23 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
                 })
                 && probe::stripe_of(bk.tag, l.caps.n_stripes) == s;
             if !ok {
-                rep(FindingKind::BadBucket, s as u64, b as u64);
+                self.rep(FindingKind::BadBucket, s as u64, b as u64);
             }
         }
         if used != live {
-            rep(FindingKind::BucketCount, s as u64, used as u64);
+            self.rep(FindingKind::BucketCount, s as u64, used as u64);
         }
-        // LRU list: a consistent doubly linked list of exactly the READY ones.
-        let (mut prev, mut cur, mut k, mut ok) = (NIL, h.lru_head, 0u32, true);
+        Ok(())
+    }
+
+    /// Lists of stripe `s`: the LRU list is a consistent doubly linked list
+    /// of exactly the READY entries; the free list holds exactly the EMPTY.
+    fn lists(&mut self, s: u32, h: &StripeHeader, k: &EntryCounts) {
+        let st = self.st;
+        let eps = st.layout.caps.entries_per_stripe;
+        let (mut prev, mut cur, mut n, mut ok) = (NIL, h.lru_head, 0u32, true);
         while cur != NIL {
-            if k >= ready || cur >= eps {
+            if n >= k.ready || cur >= eps {
                 ok = false;
                 break;
             }
@@ -359,7 +461,7 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
                 Ok(e) if e.state == state::READY && e.lru_prev == prev => {
                     prev = cur;
                     cur = e.lru_next;
-                    k += 1;
+                    n += 1;
                 }
                 _ => {
                     ok = false;
@@ -367,19 +469,19 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
                 }
             }
         }
-        if !ok || k != ready || prev != h.lru_tail {
-            rep(FindingKind::LruList, s as u64, 0);
+        if !ok || n != k.ready || prev != h.lru_tail {
+            self.rep(FindingKind::LruList, s as u64, 0);
         }
-        let (mut cur, mut k, mut ok) = (h.free_head, 0u32, true);
+        let (mut cur, mut n, mut ok) = (h.free_head, 0u32, true);
         while cur != NIL {
-            if k >= empty || cur >= eps {
+            if n >= k.empty || cur >= eps {
                 ok = false;
                 break;
             }
             match st.ent(s, cur) {
                 Ok(e) if e.state == state::EMPTY => {
                     cur = e.lru_next;
-                    k += 1;
+                    n += 1;
                 }
                 _ => {
                     ok = false;
@@ -387,81 +489,100 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
                 }
             }
         }
-        if !ok || k != empty {
-            rep(FindingKind::FreeList, s as u64, 0);
-        }
-        if h.live != ready || h.bytes != bytes {
-            rep(FindingKind::StripeCounters, s as u64, 0);
+        if !ok || n != k.empty {
+            self.rep(FindingKind::FreeList, s as u64, 0);
         }
     }
 
-    // Journals: each record of a live node names an entry published at its
-    // generation (a pin) or reserved by the node, and its summary covers it;
-    // a dead node's pins await recovery.
-    for node in 0..l.caps.max_nodes {
-        if alive & (1 << node) == 0 {
-            if dead & (1 << node) != 0 {
-                // SYNC: fresh journal of a dead node (its host flushed it
-                // when it buried it, or recovery's bury did).
-                st.co.invalidate(&st.view, l.journal(node), l.journal_len(), Site("check.dead_pins.report"))?;
-                for i in 0..l.caps.pin_slots {
-                    let r: PinRecord = st.view.read(l.pin_record(node, i))?;
-                    let g = r.entry.wrapping_sub(1);
-                    let (s, e) = (g / eps, g % eps);
-                    if r.entry != 0
-                        && r.count > 0
-                        && s < l.caps.n_stripes
-                        && st.ent(s, e).is_ok_and(|x| x.state == state::READY && x.gen as u64 == r.gen)
-                    {
-                        rep(FindingKind::PinnedByDead, node as u64, g as u64);
+    /// Journals: each record of a live node names an entry published at
+    /// its generation (a pin) or reserved by the node, and its summary
+    /// covers it; a dead node's pins await recovery.
+    fn journals(&mut self) -> Result<()> {
+        let (st, l) = (self.st, &self.st.layout);
+        let eps = l.caps.entries_per_stripe;
+        for node in 0..l.caps.max_nodes {
+            if !self.alive(node) {
+                if self.dead & (1 << node) != 0 {
+                    self.dead_pins(node)?;
+                }
+                continue;
+            }
+            let sum: PinSummary = st.view.read(l.pin_summary(node))?;
+            for i in 0..l.caps.pin_slots {
+                let r: PinRecord = st.view.read(l.pin_record(node, i))?;
+                if r.entry == 0 {
+                    continue;
+                }
+                let g = r.entry - 1;
+                let (s, e) = (g / eps, g % eps);
+                let ok = s < l.caps.n_stripes
+                    && r.count > 0
+                    && st.ent(s, e).is_ok_and(|x| {
+                        x.gen as u64 == r.gen
+                            && (x.state == state::READY || x.state == state::WRITING && x.pinners & (1 << node) != 0)
+                    });
+                if !ok {
+                    self.rep(FindingKind::Journal, node as u64, g as u64);
+                }
+                if !sum.covers(g) {
+                    self.rep(FindingKind::PinSummary, node as u64, g as u64);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The published blocks a dead node still pins (recovery drops them).
+    fn dead_pins(&mut self, node: u32) -> Result<()> {
+        let (st, l) = (self.st, &self.st.layout);
+        let eps = l.caps.entries_per_stripe;
+        // SYNC: fresh journal of a dead node (its host flushed it when it
+        // buried it, or recovery's bury did).
+        st.co.invalidate(&st.view, l.journal(node), l.journal_len(), Site("check.dead_pins.report"))?;
+        for i in 0..l.caps.pin_slots {
+            let r: PinRecord = st.view.read(l.pin_record(node, i))?;
+            let g = r.entry.wrapping_sub(1);
+            let (s, e) = (g / eps, g % eps);
+            if r.entry != 0
+                && r.count > 0
+                && s < l.caps.n_stripes
+                && st.ent(s, e).is_ok_and(|x| x.state == state::READY && x.gen as u64 == r.gen)
+            {
+                self.rep(FindingKind::PinnedByDead, node as u64, g as u64);
+            }
+        }
+        Ok(())
+    }
+
+    /// Roots: well-formed; the raw blocks they name count as referenced.
+    fn roots(&mut self) -> Result<()> {
+        let (st, l) = (self.st, &self.st.layout);
+        for i in 0..l.caps.n_roots {
+            let r: RootRecord = st.fresh(l.root(i), Site("check.root"))?;
+            if r.state != 0 && !record_valid(&r) {
+                self.rep(FindingKind::Root, i as u64, 0);
+            }
+            if self.track && record_valid(&r) {
+                if let Ok(c) = chunk_of(l, r.offset) {
+                    let rec: ChunkRecord = st.view.read(l.chunk(c))?;
+                    let m = read_map(st, c, None)?;
+                    if let Some((bi, _)) = block_of(l, c, &rec, &m, r.offset) {
+                        self.scratch[c as usize * l.map_words() + (bi / 64) as usize] |= 1 << (bi % 64);
                     }
                 }
             }
-            continue;
         }
-        let sum: PinSummary = st.view.read(l.pin_summary(node))?;
-        for i in 0..l.caps.pin_slots {
-            let r: PinRecord = st.view.read(l.pin_record(node, i))?;
-            if r.entry == 0 {
-                continue;
-            }
-            let g = r.entry - 1;
-            let (s, e) = (g / eps, g % eps);
-            let ok = s < l.caps.n_stripes
-                && r.count > 0
-                && st.ent(s, e).is_ok_and(|x| {
-                    x.gen as u64 == r.gen
-                        && (x.state == state::READY || x.state == state::WRITING && x.pinners & (1 << node) != 0)
-                });
-            if !ok {
-                rep(FindingKind::Journal, node as u64, g as u64);
-            }
-            if !sum.covers(g) {
-                rep(FindingKind::PinSummary, node as u64, g as u64);
-            }
-        }
+        Ok(())
     }
 
-    // Roots keep raw blocks; then leaks.
-    for i in 0..l.caps.n_roots {
-        let r: RootRecord = st.fresh(l.root(i), Site("check.root"))?;
-        if r.state != 0 && !record_valid(&r) {
-            rep(FindingKind::Root, i as u64, 0);
-        }
-        if track && record_valid(&r) {
-            if let Ok(c) = chunk_of(l, r.offset) {
-                let rec: ChunkRecord = st.view.read(l.chunk(c))?;
-                let m = read_map(st, c, None)?;
-                if let Some((bi, _)) = block_of(l, c, &rec, &m, r.offset) {
-                    scratch[c as usize * mw + (bi / 64) as usize] |= 1 << (bi % 64);
-                }
-            }
-        }
-    }
-    if track {
+    /// Leaks: allocated KV blocks no entry references, and raw blocks of a
+    /// node no longer attached that no root references.
+    fn leaks(&mut self) -> Result<()> {
+        let (st, l) = (self.st, &self.st.layout);
+        let (g, mw) = (l.granules(), l.map_words());
         for c in 0..l.n_chunks {
             let rec: ChunkRecord = st.view.read(l.chunk(c))?;
-            let owner_alive = rec.owner != 0 && rec.owner <= l.caps.max_nodes && alive & (1 << (rec.owner - 1)) != 0;
+            let owner_alive = rec.owner != 0 && rec.owner <= l.caps.max_nodes && self.alive(rec.owner - 1);
             let (kv, raw) = match rec.kind {
                 CHUNK_KV => (true, false),
                 CHUNK_RAW => (false, true),
@@ -472,18 +593,19 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
                 continue;
             }
             let kind = if kv { FindingKind::LeakedBlock } else { FindingKind::LeakedRaw };
-            let referenced = |i: u32| scratch[c as usize * mw + (i / 64) as usize] & (1 << (i % 64)) != 0;
             if rec.kind == CHUNK_LARGE {
-                if rec.blocks == 1 && !referenced(0) {
-                    rep(kind, c as u64, 0);
+                if rec.blocks == 1 && !marked(self.scratch, mw, c, 0) {
+                    self.rep(kind, c as u64, 0);
                 }
                 continue;
             }
             let m = read_map(st, c, None)?;
-            for i in (0..g).filter(|&i| m.is_start(i) && !referenced(i)) {
-                rep(kind, c as u64, i as u64);
+            for i in (0..g).filter(|&i| m.is_start(i)) {
+                if !marked(self.scratch, mw, c, i) {
+                    self.rep(kind, c as u64, i as u64);
+                }
             }
         }
+        Ok(())
     }
-    Ok(n)
 }
