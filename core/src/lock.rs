@@ -341,6 +341,20 @@ pub struct Manager {
     listed: u64,
 }
 
+/// What one manager step learned before it walks the locks.
+struct StepCx {
+    /// A full step: every node's doorbells and slots, every lock.
+    full: bool,
+    /// Every node slot of the region.
+    all: u64,
+    /// The nodes whose doorbells this step read.
+    ringers: u64,
+    /// Nodes dead at the last liveness scan.
+    dead: u64,
+    /// Each node's doorbells as this step read them.
+    bells: [[u64; 4]; MAX_NODES as usize],
+}
+
 impl Manager {
     /// Manager state for node `me`.
     pub fn new(me: u32) -> Manager {
@@ -387,31 +401,7 @@ impl Manager {
         // SYNC: fresh manager line (writer: the current manager).
         let mut ml: ManagerLine = store.fresh(moff, Site("mgr.line"))?;
         if ml.manager != self.me + 1 {
-            self.claimed_at = None;
-            self.full_scan = true;
-            self.liveness_at = u64::MAX;
-            if ml.lease != self.seen_lease || ml.manager != self.seen_manager {
-                self.seen_lease = ml.lease;
-                self.seen_manager = ml.manager;
-                self.lease_moved_at = now;
-            }
-            let holder_dead = ml.manager != 0 && {
-                let m = ml.manager - 1;
-                m >= l.caps.max_nodes || {
-                    let info: NodeInfo = store.fresh_state_first(l.node_info(m), Site("mgr.contest.info"))?;
-                    info.state != NODE_ALIVE || probe(m, &info) == Some(false)
-                }
-            };
-            let stale = now.saturating_sub(self.lease_moved_at) >= cfg.lease || mutant!("lease.claim_live");
-            if ml.manager == 0 || holder_dead || stale {
-                ml.manager = self.me + 1;
-                ml.epoch = ml.epoch.wrapping_add(1);
-                ml.lease = ml.lease.wrapping_add(1);
-                // SYNC: claim visible to other contenders before we act.
-                store.publish(moff, &ml, Site("mgr.claim"))?;
-                store.co.full_fence(Site("mgr.claim.fence"));
-                self.claimed_at = Some(now);
-            }
+            self.contest(store, ml, now, cfg, probe)?;
             return Ok(rep);
         }
         let claimed = *self.claimed_at.get_or_insert(now.saturating_sub(cfg.settle));
@@ -429,15 +419,9 @@ impl Manager {
             // Completed by the fence that ends the step.
             store.publish(moff, &ml, Site("mgr.renew"))?;
         }
-        let dead = ml.dead_mask;
-        rep.dead = dead;
+        rep.dead = ml.dead_mask;
         rep.scanned_at = self.liveness_at;
 
-        // Locks: those someone asks for (request lines) or holds.
-        let nn = l.caps.max_nodes;
-        let mut want = self.held;
-        // Each node's doorbells as this step read them: a request is granted
-        // only while its bell rings (a withdrawal silences it first).
         // A full step now and then (at most every 1024 steps and a
         // sixteenth of a lease) is the safety net for whatever the narrow
         // steps leave unread.
@@ -447,178 +431,272 @@ impl Manager {
         if full {
             self.full_at = now;
         }
+        let nn = l.caps.max_nodes;
         let all = if nn >= 64 { u64::MAX } else { (1u64 << nn) - 1 };
         // Whose doorbells: every node's in a full step; else the nodes not
         // FREE at the last liveness scan (a node attached since is heard
         // from at the next one, within a tick), and this one.
         let ringers = if full { all } else { (self.listed | 1 << self.me) & all };
-        let mut bells = [[0u64; 4]; MAX_NODES as usize];
-        let mut lines = [0u64; MAX_NODES as usize + 1];
+        let mut cx = StepCx { full, all, ringers, dead: ml.dead_mask, bells: [[0; 4]; MAX_NODES as usize] };
+        // Locks: those someone asks for (request lines) or holds.
+        let want = self.doorbells(store, &mut cx)?;
+        // The locks to look at: every one in a full step, else those asked
+        // for or held (the set bits of `want`).
+        let words = if full { [u64::MAX; 4] } else { want };
+        let locks = (0..words.len() as u32).flat_map(|w| bits(words[w as usize]).map(move |b| w * 64 + b));
+        for lock in locks.take_while(|&lock| lock < l.n_locks) {
+            self.step_lock(store, &cx, lock, &mut rep)?;
+        }
+        store.co.store_fence(Site("mgr.step.fence"));
+        Ok(rep)
+    }
+
+    /// Not the manager: contests the role when it is vacant, its holder is
+    /// dead, or its lease has not moved for a whole lease.
+    fn contest<C: Coherence>(
+        &mut self,
+        store: &Store<C>,
+        mut ml: ManagerLine,
+        now: u64,
+        cfg: LeaseConfig,
+        probe: LivenessProbe<'_>,
+    ) -> Result<()> {
+        let l = &store.layout;
+        self.claimed_at = None;
+        self.full_scan = true;
+        self.liveness_at = u64::MAX;
+        if ml.lease != self.seen_lease || ml.manager != self.seen_manager {
+            self.seen_lease = ml.lease;
+            self.seen_manager = ml.manager;
+            self.lease_moved_at = now;
+        }
+        let holder_dead = ml.manager != 0 && {
+            let m = ml.manager - 1;
+            m >= l.caps.max_nodes || {
+                let info: NodeInfo = store.fresh_state_first(l.node_info(m), Site("mgr.contest.info"))?;
+                info.state != NODE_ALIVE || probe(m, &info) == Some(false)
+            }
+        };
+        let stale = now.saturating_sub(self.lease_moved_at) >= cfg.lease || mutant!("lease.claim_live");
+        if ml.manager == 0 || holder_dead || stale {
+            ml.manager = self.me + 1;
+            ml.epoch = ml.epoch.wrapping_add(1);
+            ml.lease = ml.lease.wrapping_add(1);
+            // SYNC: claim visible to other contenders before we act.
+            store.publish(l.manager.start, &ml, Site("mgr.claim"))?;
+            store.co.full_fence(Site("mgr.claim.fence"));
+            self.claimed_at = Some(now);
+        }
+        Ok(())
+    }
+
+    /// Reads the doorbells of `cx.ringers` into `cx.bells`; returns every
+    /// lock asked for or held.
+    fn doorbells<C: Coherence>(&self, store: &Store<C>, cx: &mut StepCx) -> Result<[u64; 4]> {
+        let l = &store.layout;
+        let mut want = self.held;
+        let mut lines = [0u64; MAX_NODES as usize];
         let mut nb = 0;
-        for n in bits(ringers) {
+        for n in bits(cx.ringers) {
             lines[nb] = l.requests(n);
             nb += 1;
         }
         // SYNC: the doorbell lines fresh, dropped together with one ordering
         // so their loads miss in parallel (writer: `bell`).
         store.co.invalidate_lines(&store.view, &lines[..nb], Site("mgr.doorbell"))?;
-        for n in bits(ringers) {
+        // Each node's doorbells as this step read them: a request is granted
+        // only while its bell rings (a withdrawal silences it first).
+        for n in bits(cx.ringers) {
             let off = l.requests(n);
             for (i, w) in want.iter_mut().enumerate() {
                 let x = store.view.load_u64(off + 8 * i as u64)?;
-                bells[n as usize][i] = x;
+                cx.bells[n as usize][i] = x;
                 *w |= x;
             }
         }
-        // The locks to look at: every one in a full step, else those asked
-        // for or held (the set bits of `want`).
-        let words = if full { [u64::MAX; 4] } else { want };
-        let locks = (0..words.len() as u32).flat_map(|w| bits(words[w as usize]).map(move |b| w * 64 + b));
-        for lock in locks.take_while(|&lock| lock < l.n_locks) {
-            let (wi, bit) = ((lock / 64) as usize, 1u64 << (lock % 64));
-            let loff = l.lock_line(lock);
-            // The slots this step reads: every one in a full scan; else those
-            // whose bell rings for the lock, and the last grant's holder
-            // unless this manager saw that grant released. The holder is
-            // known from the line, read in the same batch: a guess (the
-            // last holder this manager saw) goes in, and a wrong guess reads
-            // the batch again with the holder's slot.
-            let mut mask = if full { all } else { 0 };
-            for n in bits(ringers) {
-                if bells[n as usize][wi] & bit != 0 {
-                    mask |= 1 << n;
-                }
+        Ok(want)
+    }
+
+    /// Lock `lock` in this step: reads its line and the slots that matter,
+    /// revokes a dead holder's grant, answers withdrawals, drops strangers'
+    /// requests, and grants the next waiter round-robin when it is free.
+    fn step_lock<C: Coherence>(
+        &mut self,
+        store: &Store<C>,
+        cx: &StepCx,
+        lock: u32,
+        rep: &mut StepReport,
+    ) -> Result<()> {
+        let l = &store.layout;
+        let (wi, bit) = ((lock / 64) as usize, 1u64 << (lock % 64));
+        let loff = l.lock_line(lock);
+        let (mut ll, mask) = self.read_lock(store, cx, lock)?;
+        let mut holder = None;
+        let mut changed = false;
+        // Each slot's (state, flags) as this step read it; the grant below
+        // works from this snapshot (and the bells read before it). A
+        // withdrawing node writes CANCEL and waits for the answer in its
+        // slot, so a grant racing its withdrawal is seen by it and given
+        // back.
+        let mut seen = [(SLOT_IDLE, 0u32); MAX_NODES as usize];
+        // The largest ticket a slot shows (granted, or being given back).
+        let mut max_seq = 0u64;
+        for n in bits(mask) {
+            let soff = l.lock_slot(lock, n);
+            let s: LockSlot = store.state_first_invalidated(soff)?;
+            seen[n as usize] = (s.state, s.flags);
+            if s.state == SLOT_LOCKED {
+                max_seq = max_seq.max(s.seq);
             }
-            let guess = self.last_holder[lock as usize];
-            if self.held[wi] & bit != 0 && guess != 0 && guess <= nn {
-                mask |= 1 << (guess - 1);
-            }
-            let mut ll: LockLine = loop {
-                lines[0] = loff;
-                let mut nb = 1;
-                for n in bits(mask) {
-                    lines[nb] = l.lock_slot(lock, n);
-                    nb += 1;
+            // A LOCKED slot of a node dead at this step's liveness scan is
+            // the dead one's: recovery (which could free the node for a
+            // newcomer) needs every lock, and this step has not revoked
+            // this one yet.
+            let is_dead = cx.dead & (1 << n) != 0;
+            match s.state {
+                SLOT_LOCKED if is_dead => {
+                    store.publish_state_last(soff, &LockSlot::default(), Site("mgr.revoke"))?;
+                    ll.repair = if mutant!("revoke.no_repair") { 0 } else { 1 };
+                    ll.holder = 0;
+                    changed = true;
+                    rep.revoked += 1;
                 }
-                // SYNC: the lock line and the slots read below fresh, in one
-                // batch (writers: grants, requests, withdrawals, releases).
-                store.co.invalidate_lines(&store.view, &lines[..nb], Site("mgr.lock"))?;
-                let ll: LockLine = store.view.read(loff)?;
-                let unknown = ll.holder != 0 && self.released[lock as usize] != ll.grant_seq;
-                let need = match ll.holder {
-                    0 => 0,
-                    h if h <= nn => 1u64 << (h - 1),
-                    _ => all,
-                };
-                if !unknown || mask & need == need {
-                    break ll;
+                SLOT_LOCKED => holder = Some(n),
+                SLOT_CANCEL if !mutant!("lock.manager_ignores_cancel") => {
+                    // SYNC: the answer to a withdrawal (reader: its poll).
+                    store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_withdrawn"))?;
                 }
-                mask |= need;
-            };
-            let mut holder = None;
-            let mut changed = false;
-            // Each slot's (state, flags) as this step read it; the grant below
-            // works from this snapshot (and the bells read before it). A
-            // withdrawing node writes CANCEL and waits for the answer in its
-            // slot, so a grant racing its withdrawal is seen by it and given
-            // back.
-            let mut seen = [(SLOT_IDLE, 0u32); MAX_NODES as usize];
-            // The largest ticket a slot shows (granted, or being given back).
-            let mut max_seq = 0u64;
-            for n in bits(mask) {
-                let soff = l.lock_slot(lock, n);
-                let s: LockSlot = store.state_first_invalidated(soff)?;
-                seen[n as usize] = (s.state, s.flags);
-                if s.state == SLOT_LOCKED {
-                    max_seq = max_seq.max(s.seq);
+                SLOT_WAITING if self.alive & (1 << n) == 0 && !mutant!("lock.grant_to_stranger") => {
+                    // Not ALIVE at the last scan: dead, attached since
+                    // (maybe as a dead one's successor, after recovery
+                    // freed it), or a node recovery already freed (it
+                    // stalled, was declared dead, and woke up). Read
+                    // fresh: drop all but the newly attached.
+                    let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("mgr.waiter.info"))?;
+                    if info.state == NODE_ALIVE {
+                        self.alive |= 1 << n;
+                    } else {
+                        store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_stranger"))?;
+                        seen[n as usize] = (SLOT_IDLE, 0);
+                    }
                 }
-                // A LOCKED slot of a node dead at this step's liveness scan is
-                // the dead one's: recovery (which could free the node for a
-                // newcomer) needs every lock, and this step has not revoked
-                // this one yet.
-                let is_dead = dead & (1 << n) != 0;
-                match s.state {
-                    SLOT_LOCKED if is_dead => {
-                        store.publish_state_last(soff, &LockSlot::default(), Site("mgr.revoke"))?;
-                        ll.repair = if mutant!("revoke.no_repair") { 0 } else { 1 };
-                        ll.holder = 0;
-                        changed = true;
-                        rep.revoked += 1;
-                    }
-                    SLOT_LOCKED => holder = Some(n),
-                    SLOT_CANCEL if !mutant!("lock.manager_ignores_cancel") => {
-                        // SYNC: the answer to a withdrawal (reader: its poll).
-                        store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_withdrawn"))?;
-                    }
-                    SLOT_WAITING if self.alive & (1 << n) == 0 && !mutant!("lock.grant_to_stranger") => {
-                        // Not ALIVE at the last scan: dead, attached since
-                        // (maybe as a dead one's successor, after recovery
-                        // freed it), or a node recovery already freed (it
-                        // stalled, was declared dead, and woke up). Read
-                        // fresh: drop all but the newly attached.
-                        let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("mgr.waiter.info"))?;
-                        if info.state == NODE_ALIVE {
-                            self.alive |= 1 << n;
-                        } else {
-                            store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_stranger"))?;
-                            seen[n as usize] = (SLOT_IDLE, 0);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            self.held[wi] &= !bit;
-            if let Some(n) = holder {
-                self.last_holder[lock as usize] = n + 1;
-                self.released[lock as usize] = u64::MAX;
-            } else {
-                // No slot of those read is LOCKED, and the holder's (if any
-                // grant is not known released) was among them.
-                self.released[lock as usize] = ll.grant_seq;
-            }
-            if holder.is_some() && !mutant!("lock.grant_while_held") {
-                self.held[wi] |= bit;
-            } else {
-                let start = if ll.last < nn { ll.last + 1 } else { 0 };
-                for k in 0..nn {
-                    let n = (start + k) % nn;
-                    if dead & (1 << n) != 0 {
-                        continue;
-                    }
-                    let soff = l.lock_slot(lock, n);
-                    let (state, flags) = seen[n as usize];
-                    let rang = bells[n as usize][wi] & bit != 0;
-                    if state != SLOT_WAITING || !rang || (ll.repair != 0 && flags & SLOT_RECOVERY == 0) {
-                        continue;
-                    }
-                    // The count goes on from the largest ticket out there, in
-                    // case a line with it never landed (its manager crashed
-                    // after the grant landed).
-                    ll.grant_seq = ll.grant_seq.max(max_seq).wrapping_add(1);
-                    ll.holder = n + 1;
-                    ll.last = n;
-                    // SYNC: the fields a grant changes (holder, last,
-                    // grant_seq) are the manager's own bookkeeping: it reads
-                    // the line fresh each step, and a grant's count never
-                    // falls behind a ticket anyone holds (see `max_seq`).
-                    // The step's closing fence completes this write-back.
-                    store.publish(loff, &ll, Site("mgr.grant.line"))?;
-                    let g = LockSlot { state: SLOT_LOCKED, flags, seq: ll.grant_seq, reserved: [0; 6] };
-                    // SYNC: LOCKED visible to the polling node (reader: lock_with).
-                    store.publish_state_last(soff, &g, Site("mgr.grant"))?;
-                    self.held[wi] |= bit;
-                    self.last_holder[lock as usize] = n + 1;
-                    rep.grants += 1;
-                    changed = false;
-                    break;
-                }
-            }
-            if changed {
-                store.publish(loff, &ll, Site("mgr.lock.update"))?;
+                _ => {}
             }
         }
-        store.co.store_fence(Site("mgr.step.fence"));
-        Ok(rep)
+        self.held[wi] &= !bit;
+        if let Some(n) = holder {
+            self.last_holder[lock as usize] = n + 1;
+            self.released[lock as usize] = u64::MAX;
+        } else {
+            // No slot of those read is LOCKED, and the holder's (if any
+            // grant is not known released) was among them.
+            self.released[lock as usize] = ll.grant_seq;
+        }
+        if holder.is_some() && !mutant!("lock.grant_while_held") {
+            self.held[wi] |= bit;
+        } else if self.grant(store, cx, lock, &mut ll, &seen, max_seq)? {
+            rep.grants += 1;
+            changed = false;
+        }
+        if changed {
+            store.publish(loff, &ll, Site("mgr.lock.update"))?;
+        }
+        Ok(())
+    }
+
+    /// Reads lock `lock`'s line and, in the same batch, the slots this step
+    /// needs: every one in a full scan; else those whose bell rings for the
+    /// lock, and the last grant's holder unless this manager saw that grant
+    /// released. The holder is known from the line: a guess (the last holder
+    /// this manager saw) goes in, and a wrong guess reads the batch again
+    /// with the holder's slot. Returns the line and the slots read.
+    fn read_lock<C: Coherence>(&self, store: &Store<C>, cx: &StepCx, lock: u32) -> Result<(LockLine, u64)> {
+        let l = &store.layout;
+        let nn = l.caps.max_nodes;
+        let (wi, bit) = ((lock / 64) as usize, 1u64 << (lock % 64));
+        let loff = l.lock_line(lock);
+        let mut mask = if cx.full { cx.all } else { 0 };
+        for n in bits(cx.ringers) {
+            if cx.bells[n as usize][wi] & bit != 0 {
+                mask |= 1 << n;
+            }
+        }
+        let guess = self.last_holder[lock as usize];
+        if self.held[wi] & bit != 0 && guess != 0 && guess <= nn {
+            mask |= 1 << (guess - 1);
+        }
+        let mut lines = [0u64; MAX_NODES as usize + 1];
+        loop {
+            lines[0] = loff;
+            let mut nb = 1;
+            for n in bits(mask) {
+                lines[nb] = l.lock_slot(lock, n);
+                nb += 1;
+            }
+            // SYNC: the lock line and the slots read below fresh, in one
+            // batch (writers: grants, requests, withdrawals, releases).
+            store.co.invalidate_lines(&store.view, &lines[..nb], Site("mgr.lock"))?;
+            let ll: LockLine = store.view.read(loff)?;
+            let unknown = ll.holder != 0 && self.released[lock as usize] != ll.grant_seq;
+            let need = match ll.holder {
+                0 => 0,
+                h if h <= nn => 1u64 << (h - 1),
+                _ => cx.all,
+            };
+            if !unknown || mask & need == need {
+                return Ok((ll, mask));
+            }
+            mask |= need;
+        }
+    }
+
+    /// Grants free lock `lock` to the next waiting node after the last one
+    /// granted (round-robin) whose slot this step saw WAITING and whose bell
+    /// rings; a lock awaiting repair only to recovery. True when granted.
+    fn grant<C: Coherence>(
+        &mut self,
+        store: &Store<C>,
+        cx: &StepCx,
+        lock: u32,
+        ll: &mut LockLine,
+        seen: &[(u32, u32); MAX_NODES as usize],
+        max_seq: u64,
+    ) -> Result<bool> {
+        let l = &store.layout;
+        let nn = l.caps.max_nodes;
+        let (wi, bit) = ((lock / 64) as usize, 1u64 << (lock % 64));
+        let start = if ll.last < nn { ll.last + 1 } else { 0 };
+        for k in 0..nn {
+            let n = (start + k) % nn;
+            if cx.dead & (1 << n) != 0 {
+                continue;
+            }
+            let soff = l.lock_slot(lock, n);
+            let (state, flags) = seen[n as usize];
+            let rang = cx.bells[n as usize][wi] & bit != 0;
+            if state != SLOT_WAITING || !rang || (ll.repair != 0 && flags & SLOT_RECOVERY == 0) {
+                continue;
+            }
+            // The count goes on from the largest ticket out there, in
+            // case a line with it never landed (its manager crashed
+            // after the grant landed).
+            ll.grant_seq = ll.grant_seq.max(max_seq).wrapping_add(1);
+            ll.holder = n + 1;
+            ll.last = n;
+            // SYNC: the fields a grant changes (holder, last, grant_seq) are
+            // the manager's own bookkeeping: it reads the line fresh each
+            // step, and a grant's count never falls behind a ticket anyone
+            // holds (see `max_seq`). The step's closing fence completes this
+            // write-back.
+            store.publish(l.lock_line(lock), ll, Site("mgr.grant.line"))?;
+            let g = LockSlot { state: SLOT_LOCKED, flags, seq: ll.grant_seq, reserved: [0; 6] };
+            // SYNC: LOCKED visible to the polling node (reader: lock_with).
+            store.publish_state_last(soff, &g, Site("mgr.grant"))?;
+            self.held[wi] |= bit;
+            self.last_holder[lock as usize] = n + 1;
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     /// Watches every node's info and heartbeat; declares dead the silent ones
