@@ -128,9 +128,33 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     fn recover_locked(&self, dead_in: u64) -> Result<RecoverReport> {
+        let l = &self.store.layout;
+        let mut rep = RecoverReport::default();
+        let (dead, alive) = self.census(dead_in)?;
+        let reset_blocks = self.forget_claims(alive)?;
+        let mut claimed = self.claim_roots(alive)?;
+        // 3. Entries: fix states, re-claim their blocks, rebuild each stripe.
+        for s in 0..l.caps.n_stripes {
+            claimed += self.rebuild_stripe(s, dead, alive, &mut rep)?;
+        }
+        rep.blocks_reclaimed = reset_blocks.saturating_sub(claimed);
+        self.settle_chunks(alive, &mut rep)?;
+        // 5. Live nodes' journals are theirs alone: each node writes its own
+        // from its cache, never re-reading it, so a record recovery changed
+        // there would come back with the node's next write of that line.
+        // Step 3 already dropped every pin its node's journal does not
+        // record; a record naming no pin (only corruption leaves one) holds
+        // a journal slot until its node detaches, and `check` reports it.
+        self.free_dead(dead, &mut rep)?;
+        self.repair_core_locks(&mut rep)?;
+        Ok(rep)
+    }
+
+    /// Step 0: Which nodes are dead (declared, or named by the caller; never
+    /// this one) and which alive (attached, and this one).
+    fn census(&self, dead_in: u64) -> Result<(u64, u64)> {
         let st = self.store;
         let l = &st.layout;
-        let mut rep = RecoverReport::default();
         let mut dead = dead_in;
         let mut attached = 0u64;
         for n in 0..l.caps.max_nodes {
@@ -142,11 +166,15 @@ impl<C: Coherence> Node<'_, C> {
             }
         }
         dead &= !(1 << self.id);
-        let alive = (attached | 1 << self.id) & !dead;
-        let mut reset_blocks = 0u64;
-        let mut claimed = 0u64;
+        Ok((dead, (attached | 1 << self.id) & !dead))
+    }
 
-        // 1. Forget every block claim that recovery can re-derive.
+    /// Step 1: Forgets every block claim that recovery can re-derive; returns
+    /// how many blocks the forgotten claims counted.
+    fn forget_claims(&self, alive: u64) -> Result<u64> {
+        let st = self.store;
+        let l = &st.layout;
+        let mut reset_blocks = 0u64;
         let words = l.map_words();
         for c in 0..l.n_chunks {
             let mut rec: ChunkRecord = st.fresh(l.chunk(c), Site("recover.chunk.read"))?;
@@ -182,7 +210,14 @@ impl<C: Coherence> Node<'_, C> {
             st.view.write(l.chunk(c), &rec)?;
             write_map(st, c, &ChunkMap::empty(l.granules()), 0, words, None)?;
         }
-        // 2. Named roots keep raw blocks alive.
+        Ok(reset_blocks)
+    }
+
+    /// Step 2: Named roots keep raw blocks alive; returns how many they claimed.
+    fn claim_roots(&self, alive: u64) -> Result<u64> {
+        let st = self.store;
+        let l = &st.layout;
+        let mut claimed = 0;
         for i in 0..l.caps.n_roots {
             let r: RootRecord = st.fresh(l.root(i), Site("recover.root"))?;
             if record_valid(&r)
@@ -192,13 +227,15 @@ impl<C: Coherence> Node<'_, C> {
                 claimed += 1;
             }
         }
-        // 3. Entries: fix states, re-claim their blocks, rebuild each stripe.
-        for s in 0..l.caps.n_stripes {
-            claimed += self.rebuild_stripe(s, dead, alive, &mut rep)?;
-        }
-        rep.blocks_reclaimed = reset_blocks.saturating_sub(claimed);
-        // 4. Chunks nothing claims go back to the bitmap; the others get
-        // their record's counts from their maps.
+        Ok(claimed)
+    }
+
+    /// Step 4: Chunks nothing claims go back to the bitmap; the others get their
+    /// record's counts from their maps.
+    fn settle_chunks(&self, alive: u64, rep: &mut RecoverReport) -> Result<()> {
+        let st = self.store;
+        let l = &st.layout;
+        let words = l.map_words();
         for c in 0..l.n_chunks {
             // Fresh since step 1: only recovery, holding every lock, writes it.
             let mut rec: ChunkRecord = st.view.read(l.chunk(c))?;
@@ -235,20 +272,20 @@ impl<C: Coherence> Node<'_, C> {
             }
             set_bitmap(st, c, true)?;
         }
-        // 5. Live nodes' journals are theirs alone: each node writes its own
-        // from its cache, never re-reading it, so a record recovery changed
-        // there would come back with the node's next write of that line.
-        // Step 3 already dropped every pin its node's journal does not
-        // record; a record naming no pin (only corruption leaves one) holds
-        // a journal slot until its node detaches, and `check` reports it.
-        // 6. Dead nodes: free slots. Their journals, heartbeats and request
-        // lines are left as they are: nothing reads a free node's journal or
-        // heartbeat, its stale request bits only make the manager look at a
-        // lock, and whoever attaches the slot clears them all before turning
-        // it ALIVE (see `attach_node`). Clearing them here would race that:
-        // a clearing landing after FREE could wipe what the next attacher
-        // wrote. Their pins are gone already (step 3 cleared their bits in
-        // every entry).
+        Ok(())
+    }
+
+    /// Step 6: Dead nodes: free slots. Their journals, heartbeats and request
+    /// lines are left as they are: nothing reads a free node's journal or
+    /// heartbeat, its stale request bits only make the manager look at a
+    /// lock, and whoever attaches the slot clears them all before turning
+    /// it ALIVE (see `attach_node`). Clearing them here would race that: a
+    /// clearing landing after FREE could wipe what the next attacher wrote.
+    /// Their pins are gone already (step 3 cleared their bits in every
+    /// entry).
+    fn free_dead(&self, dead: u64, rep: &mut RecoverReport) -> Result<()> {
+        let st = self.store;
+        let l = &st.layout;
         for n in 0..l.caps.max_nodes {
             if dead & (1 << n) == 0 {
                 continue;
@@ -260,7 +297,13 @@ impl<C: Coherence> Node<'_, C> {
             st.publish_state_last(l.node_info(n), &free, Site("recover.node.free"))?;
             rep.nodes_freed |= 1 << n;
         }
-        // 7. Every lock of core is repaired now.
+        Ok(())
+    }
+
+    /// Step 7: Every lock of core is repaired now.
+    fn repair_core_locks(&self, rep: &mut RecoverReport) -> Result<()> {
+        let st = self.store;
+        let l = &st.layout;
         for lock in 0..l.locks().n_core() {
             let mut ll: LockLine = st.fresh(l.lock_line(lock), Site("recover.lock.read"))?;
             if ll.repair != 0 {
@@ -273,7 +316,7 @@ impl<C: Coherence> Node<'_, C> {
                 st.publish(l.lock_line(lock), &ll, Site("recover.lock.repaired"))?;
             }
         }
-        Ok(rep)
+        Ok(())
     }
 
     /// Marks the block of `len` bytes at `off` in use. Caller holds every
@@ -336,111 +379,27 @@ impl<C: Coherence> Node<'_, C> {
 
     /// Rebuilds stripe `s`; returns how many blocks its entries claimed.
     fn rebuild_stripe(&self, s: u32, dead: u64, alive: u64, rep: &mut RecoverReport) -> Result<u64> {
-        let mut claimed = 0u64;
         let st = self.store;
         let l = &st.layout;
-        let eps = l.caps.entries_per_stripe;
         let old: StripeHeader = st.fresh(l.stripe(s), Site("recover.stripe.read"))?;
         for b in 0..l.buckets_per_stripe {
             st.view.write(l.bucket(s, b), &Bucket::default())?;
         }
         let blen = l.buckets_per_stripe as u64 * core::mem::size_of::<Bucket>() as u64;
         st.co.flush(&st.view, l.bucket(s, 0), blen, Site("recover.buckets.clear"))?;
-
-        let mut ready = 0u32;
-        let mut bytes = 0u64;
-        for e in 0..eps {
-            let mut ent = match st.ent(s, e) {
-                Ok(x) => x,
-                Err(Error::Changed) => Entry { ver: 0, state: u16::MAX, ..Entry::default() },
-                Err(err) => return Err(err),
-            };
-            let before = ent;
-            if ent.state == state::CLAIMED && !mutant!("recover.drop_claimed") {
-                // Its evictor died looking for pins: it may be pinned.
-                ent.state = state::READY;
-            }
-            let mut keep = false;
-            if ent.state == state::WRITING || ent.state == state::READY {
-                // A live writer counts only if its journal records the
-                // reservation. (No mutant here: the protocol never leaves one
-                // without, since a node journals a reservation before it
-                // sets the bit, under the same stripe lock; only damage to
-                // the region does, which this repairs and `check` reports.)
-                let g = s * eps + e;
-                for n in 0..l.caps.max_nodes {
-                    if ent.pinners & alive & (1 << n) != 0 && !self.journaled(n, g, ent.gen)? {
-                        ent.pinners &= !(1 << n);
-                        rep.pins_dropped += 1;
-                    }
-                }
-                let intact = ent.checksum == entry_checksum(&ent) && ent.payload_len > 0;
-                let writer_gone = ent.state == state::WRITING && (ent.pinners & alive == 0 || ent.pinners & dead != 0);
-                if ent.state == state::READY {
-                    // Pins live in journals only; a published entry names no
-                    // node (a bit here is damage, which `check` reports).
-                    ent.pinners = 0;
-                }
-                if !intact {
-                    rep.entries_dropped += 1;
-                } else if writer_gone {
-                    rep.writes_aborted += 1;
-                } else if self.claim_block(ent.payload_off, ent.payload_len as u64, false, alive)? != Claim::New {
-                    rep.entries_dropped += 1;
-                } else {
+        let (mut claimed, mut ready, mut bytes) = (0u64, 0u32, 0u64);
+        for e in 0..l.caps.entries_per_stripe {
+            match self.rebuild_entry(s, e, dead, alive, rep)? {
+                Rebuilt::Dropped => {}
+                Rebuilt::Writing => claimed += 1,
+                Rebuilt::Ready(len) => {
                     claimed += 1;
-                    let key = Key { lo: ent.key_lo, hi: ent.key_hi };
-                    let tag = place(ent.ns, key);
-                    if probe::find(st, s, tag, ent.ns, key)?.is_some() {
-                        // A duplicate of a key already rebuilt: drop this one
-                        // and give back the block it just claimed.
-                        rep.entries_dropped += 1;
-                        claimed -= 1;
-                        self.unclaim_block(ent.payload_off, ent.payload_len as u64)?;
-                    } else {
-                        probe::insert(st, s, tag, e)?;
-                        keep = true;
-                    }
+                    ready += 1;
+                    bytes += len;
                 }
-            }
-            if !keep {
-                // A dropped entry keeps its generation: nothing matches an
-                // EMPTY entry, and whoever takes it next advances the
-                // generation (reserve), so no handle or reader of what it
-                // held can match what it holds next. (A bump here was a
-                // mutant that changed no outcome.)
-                ent = Entry { ver: ent.ver & !1, gen: ent.gen, lru_prev: NIL, lru_next: NIL, ..Entry::default() };
-            } else if ent.state == state::READY {
-                ready += 1;
-                bytes += ent.payload_len as u64;
-            }
-            if ent != before {
-                st.put_ent(s, e, &mut ent)?;
             }
         }
-        // LRU: keep the old order when it is a consistent list of exactly the
-        // READY entries; otherwise relink them in index order.
-        let lru_ok = {
-            let mut ok = true;
-            let mut prev = NIL;
-            let mut cur = old.lru_head;
-            let mut n = 0u32;
-            while cur != NIL {
-                if n >= ready || cur >= eps {
-                    ok = false;
-                    break;
-                }
-                let ent = st.ent(s, cur)?;
-                if ent.state != state::READY || ent.lru_prev != prev {
-                    ok = false;
-                    break;
-                }
-                n += 1;
-                prev = cur;
-                cur = ent.lru_next;
-            }
-            ok && n == ready && prev == old.lru_tail
-        };
+        let lru_ok = self.lru_consistent(s, &old, ready)?;
         let mut h = StripeHeader {
             live: ready,
             bytes,
@@ -450,10 +409,117 @@ impl<C: Coherence> Node<'_, C> {
         };
         h.lru_head = if lru_ok { old.lru_head } else { NIL };
         h.lru_tail = if lru_ok { old.lru_tail } else { NIL };
+        self.relink(s, &mut h, lru_ok)?;
+        st.publish(l.stripe(s), &h, Site("recover.stripe.write"))?;
+        Ok(claimed)
+    }
+
+    /// Entry `e` of stripe `s`: kept (its block re-claimed, its bucket
+    /// inserted) when intact, its writer alive and journaled, and its key
+    /// not kept already; emptied otherwise.
+    fn rebuild_entry(&self, s: u32, e: u32, dead: u64, alive: u64, rep: &mut RecoverReport) -> Result<Rebuilt> {
+        let st = self.store;
+        let l = &st.layout;
+        let mut ent = match st.ent(s, e) {
+            Ok(x) => x,
+            Err(Error::Changed) => Entry { ver: 0, state: u16::MAX, ..Entry::default() },
+            Err(err) => return Err(err),
+        };
+        let before = ent;
+        if ent.state == state::CLAIMED && !mutant!("recover.drop_claimed") {
+            // Its evictor died looking for pins: it may be pinned.
+            ent.state = state::READY;
+        }
+        let mut keep = false;
+        if ent.state == state::WRITING || ent.state == state::READY {
+            // A live writer counts only if its journal records the
+            // reservation. (No mutant here: the protocol never leaves one
+            // without, since a node journals a reservation before it sets
+            // the bit, under the same stripe lock; only damage to the region
+            // does, which this repairs and `check` reports.)
+            let g = s * l.caps.entries_per_stripe + e;
+            for n in 0..l.caps.max_nodes {
+                if ent.pinners & alive & (1 << n) != 0 && !self.journaled(n, g, ent.gen)? {
+                    ent.pinners &= !(1 << n);
+                    rep.pins_dropped += 1;
+                }
+            }
+            let intact = ent.checksum == entry_checksum(&ent) && ent.payload_len > 0;
+            let writer_gone = ent.state == state::WRITING && (ent.pinners & alive == 0 || ent.pinners & dead != 0);
+            if ent.state == state::READY {
+                // Pins live in journals only; a published entry names no
+                // node (a bit here is damage, which `check` reports).
+                ent.pinners = 0;
+            }
+            if !intact {
+                rep.entries_dropped += 1;
+            } else if writer_gone {
+                rep.writes_aborted += 1;
+            } else if self.claim_block(ent.payload_off, ent.payload_len as u64, false, alive)? != Claim::New {
+                rep.entries_dropped += 1;
+            } else {
+                let key = Key { lo: ent.key_lo, hi: ent.key_hi };
+                let tag = place(ent.ns, key);
+                if probe::find(st, s, tag, ent.ns, key)?.is_some() {
+                    // A duplicate of a key already rebuilt: drop this one
+                    // and give back the block it just claimed.
+                    rep.entries_dropped += 1;
+                    self.unclaim_block(ent.payload_off, ent.payload_len as u64)?;
+                } else {
+                    probe::insert(st, s, tag, e)?;
+                    keep = true;
+                }
+            }
+        }
+        let out = if !keep {
+            // A dropped entry keeps its generation: nothing matches an EMPTY
+            // entry, and whoever takes it next advances the generation
+            // (reserve), so no handle or reader of what it held can match
+            // what it holds next. (A bump here was a mutant that changed no
+            // outcome.)
+            ent = Entry { ver: ent.ver & !1, gen: ent.gen, lru_prev: NIL, lru_next: NIL, ..Entry::default() };
+            Rebuilt::Dropped
+        } else if ent.state == state::READY {
+            Rebuilt::Ready(ent.payload_len as u64)
+        } else {
+            Rebuilt::Writing
+        };
+        if ent != before {
+            st.put_ent(s, e, &mut ent)?;
+        }
+        Ok(out)
+    }
+
+    /// Whether the stripe's old LRU list is a consistent list of exactly its
+    /// `ready` READY entries (then recovery keeps its order).
+    fn lru_consistent(&self, s: u32, old: &StripeHeader, ready: u32) -> Result<bool> {
+        let st = self.store;
+        let eps = st.layout.caps.entries_per_stripe;
+        let (mut prev, mut cur, mut n) = (NIL, old.lru_head, 0u32);
+        while cur != NIL {
+            if n >= ready || cur >= eps {
+                return Ok(false);
+            }
+            let ent = st.ent(s, cur)?;
+            if ent.state != state::READY || ent.lru_prev != prev {
+                return Ok(false);
+            }
+            n += 1;
+            prev = cur;
+            cur = ent.lru_next;
+        }
+        Ok(n == ready && prev == old.lru_tail)
+    }
+
+    /// Links the stripe's EMPTY entries into the free list in index order,
+    /// and its READY ones into the LRU list in index order unless `lru_ok`
+    /// (the old list stands); WRITING entries are on no list.
+    fn relink(&self, s: u32, h: &mut StripeHeader, lru_ok: bool) -> Result<()> {
+        let st = self.store;
         let mut free_prev = NIL;
         h.free_head = NIL;
         let mut last_ready = NIL;
-        for e in 0..eps {
+        for e in 0..st.layout.caps.entries_per_stripe {
             let mut ent = st.ent(s, e)?;
             let before = ent;
             match ent.state {
@@ -492,8 +558,7 @@ impl<C: Coherence> Node<'_, C> {
                 st.put_ent(s, e, &mut ent)?;
             }
         }
-        st.publish(l.stripe(s), &h, Site("recover.stripe.write"))?;
-        Ok(claimed)
+        Ok(())
     }
 
     /// How many records of node `n`'s journal pin a published entry at its
@@ -558,6 +623,16 @@ impl<C: Coherence> Node<'_, C> {
 }
 
 /// Outcome of claiming a block during recovery.
+/// What recovery made of one entry.
+enum Rebuilt {
+    /// Emptied.
+    Dropped,
+    /// Kept, still being written by a live node (its block claimed).
+    Writing,
+    /// Kept, published (its block claimed), with this many payload bytes.
+    Ready(u64),
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Claim {
     /// Claimed now.
