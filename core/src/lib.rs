@@ -18,6 +18,7 @@ pub mod channel;
 pub mod check;
 pub mod coherence;
 pub mod error;
+pub mod format;
 pub mod hash;
 pub mod index;
 pub mod layout;

@@ -24,10 +24,22 @@ pub const LINE: u64 = 64;
 pub struct View {
     base: NonNull<u8>,
     len: u64,
-    /// The simulated host whose cache this view is: stores mark its lines
-    /// dirty, as a real cache does on any store.
+    /// Who watches this view's stores (a simulated host's cache: stores mark
+    /// its lines dirty, as a real cache does on any store).
     #[cfg(feature = "sim")]
-    sim: Option<(NonNull<crate::sim::SimMemory>, usize)>,
+    watch: Option<Watch>,
+}
+
+/// A watcher of a view's stores: `hook(ctx, arg, off, len)` runs after each.
+#[cfg(feature = "sim")]
+#[derive(Clone, Copy, Debug)]
+pub struct Watch {
+    /// Called with `ctx`, `arg` and the stored range.
+    pub hook: unsafe fn(ctx: *const (), arg: usize, off: u64, len: u64),
+    /// The watcher's state, as `hook` expects it.
+    pub ctx: *const (),
+    /// A word for the watcher (which of its views this is).
+    pub arg: usize,
 }
 
 // SAFETY: a View is an address range in shared memory; every access through
@@ -54,27 +66,29 @@ impl View {
             base,
             len: len as u64,
             #[cfg(feature = "sim")]
-            sim: None,
+            watch: None,
         })
     }
 
-    /// This view with stores reported to simulated host `host` of `mem`.
+    /// This view with every store reported to `watch`.
     ///
     /// # Safety
-    /// - `mem` outlives every use of the returned view and its copies.
+    /// - calling `watch.hook` with `watch.ctx` and any range of the view is
+    ///   sound for as long as the returned view or any copy of it is used.
     #[cfg(feature = "sim")]
-    pub(crate) unsafe fn observed(mut self, mem: &crate::sim::SimMemory, host: usize) -> View {
-        self.sim = Some((NonNull::from(mem), host));
+    pub unsafe fn watched(mut self, watch: Watch) -> View {
+        self.watch = Some(watch);
         self
     }
 
-    /// Reports a store to `off..off+len` (simulator only; nothing otherwise).
+    /// Reports a store to `off..off+len` (to a watcher; nothing otherwise).
     #[inline(always)]
     fn stored(&self, _off: u64, _len: u64) {
         #[cfg(feature = "sim")]
-        if let Some((mem, host)) = self.sim {
-            // SAFETY: `observed`'s contract: the simulator outlives the view.
-            unsafe { mem.as_ref() }.mark_dirty(host, _off, _len);
+        if let Some(w) = self.watch {
+            // SAFETY: `watched`'s contract: the hook may be called with its
+            // context for any range of this view while the view is used.
+            unsafe { (w.hook)(w.ctx, w.arg, _off, _len) };
         }
     }
 

@@ -23,7 +23,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::coherence::{Coherence, Site};
-use crate::mem::{View, LINE};
+use crate::mem::{View, Watch, LINE};
 use crate::{Error, Result};
 
 const L: usize = LINE as usize;
@@ -193,6 +193,16 @@ pub struct SimMemory {
     lines: usize,
 }
 
+/// The store hook of a host's view: `ctx` is the `SimMemory`, `h` the host.
+///
+/// # Safety
+/// `ctx` points to a live `SimMemory` with more than `h` hosts.
+unsafe fn stored_hook(ctx: *const (), h: usize, off: u64, len: u64) {
+    // SAFETY: the caller's contract (set up by `SimMemory::view`).
+    let mem = unsafe { &*ctx.cast::<SimMemory>() };
+    mem.mark_dirty(h, off, len);
+}
+
 impl SimMemory {
     /// A memory of `len` bytes (rounded up to lines) seen by `hosts` hosts.
     pub fn new(len: usize, hosts: usize, seed: u64, cfg: SimConfig) -> SimMemory {
@@ -268,13 +278,15 @@ impl SimMemory {
             Ok(r) => r,
             Err(_) => unreachable!("line-aligned buffer"),
         };
-        // SAFETY: callers keep the SimMemory alive while they use its views
-        // (documented on `SimMemory`).
-        unsafe { r.observed(self, h) }
+        let watch = Watch { hook: stored_hook, ctx: (self as *const SimMemory).cast(), arg: h };
+        // SAFETY: callers keep the SimMemory alive (and in place) while they
+        // use its views (documented on `SimMemory`), and `stored_hook` with
+        // this context marks host `h`'s lines under the simulator's lock.
+        unsafe { r.watched(watch) }
     }
 
     /// Marks host `h`'s lines overlapping `off..off+len` dirty (a store).
-    pub(crate) fn mark_dirty(&self, h: usize, off: u64, len: u64) {
+    fn mark_dirty(&self, h: usize, off: u64, len: u64) {
         if len == 0 {
             return;
         }

@@ -5,11 +5,12 @@ use std::boxed::Box;
 use std::vec::Vec;
 
 use crate::coherence::Coherent;
+use crate::format::format;
 use crate::layout::{Capacities, NodeInfo};
 use crate::lock::{LeaseConfig, Manager};
 use crate::mem::View;
 use crate::node::{attach_node, Identity, Node, NodeLocal};
-use crate::store::{format, NodeEnv, Store};
+use crate::store::{NodeEnv, Store};
 use crate::Result;
 
 #[repr(C, align(64))]

@@ -83,7 +83,7 @@ impl Region {
             return Err(Error::Core(cxlkv_core::Error::Busy));
         }
         let co = Flush::new(mode, false)?;
-        let store = cxlkv_core::store::format(self.0.map.view(), co, caps, random_u64())?;
+        let store = cxlkv_core::format::format(self.0.map.view(), co, caps, random_u64())?;
         Ok(store.layout)
     }
 

@@ -4,13 +4,14 @@
 
 use cxlkv_core::check::{check, scratch_words};
 use cxlkv_core::coherence::{Coherence, Coherent};
+use cxlkv_core::format::format;
 use cxlkv_core::hash::{mix64, Key};
 use cxlkv_core::index::Lru;
 use cxlkv_core::layout::{Capacities, NodeInfo};
 use cxlkv_core::lock::{LeaseConfig, Manager};
 use cxlkv_core::mem::View;
 use cxlkv_core::node::{Node, NodeLocal};
-use cxlkv_core::store::{attach, format, NodeEnv, Store};
+use cxlkv_core::store::{attach, NodeEnv, Store};
 use cxlkv_core::Error;
 
 /// Capacities of the small regions the targets work on.

@@ -14,13 +14,14 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use cxlkv_core::channel::Message;
 use cxlkv_core::coherence::{Coherence, Site};
+use cxlkv_core::format::format;
 use cxlkv_core::hash::{mix64, Key};
 use cxlkv_core::index::{Handle, Lru, ReserveItem};
 use cxlkv_core::layout::{Capacities, Entry, Layout, NodeInfo};
 use cxlkv_core::lock::{LeaseConfig, Manager};
 use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
 use cxlkv_core::sim::{SimCoherence, SimConfig, SimMemory};
-use cxlkv_core::store::{attach, format, read_header, NodeEnv, Store};
+use cxlkv_core::store::{attach, read_header, NodeEnv, Store};
 use cxlkv_core::Error;
 
 /// What one run does.

@@ -160,7 +160,7 @@ fn killed_lock_manager_is_replaced_and_its_locks_recovered() {
     let r = Region(shm_path("mgr"));
     {
         let m = Mapping::create_file(&r.0, 32 << 20, 0o600, true).unwrap();
-        cxlkv_core::store::format(m.view(), cxlkv_core::coherence::Coherent, caps(), 77).unwrap();
+        cxlkv_core::format::format(m.view(), cxlkv_core::coherence::Coherent, caps(), 77).unwrap();
     }
     // The holder attaches first and so holds the manager lease.
     let mut holder = spawn_holder(&r.0);

@@ -2,10 +2,11 @@
 //! machine can execute (and core's `Coherent`).
 
 use cxlkv_core::coherence::{Coherence, Coherent, Site};
+use cxlkv_core::format::format;
 use cxlkv_core::hash::Key;
 use cxlkv_core::layout::Capacities;
 use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
-use cxlkv_core::store::{attach, format, NodeEnv};
+use cxlkv_core::store::{attach, NodeEnv};
 
 use super::{Flush, FlushMode};
 use crate::map::Mapping;
