@@ -30,8 +30,6 @@ pub mod off;
 pub mod pins;
 pub mod recover;
 pub mod roots;
-#[cfg(feature = "sim")]
-pub mod sim;
 pub mod store;
 
 #[cfg(test)]

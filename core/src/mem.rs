@@ -26,12 +26,12 @@ pub struct View {
     len: u64,
     /// Who watches this view's stores (a simulated host's cache: stores mark
     /// its lines dirty, as a real cache does on any store).
-    #[cfg(feature = "sim")]
+    #[cfg(feature = "watch")]
     watch: Option<Watch>,
 }
 
 /// A watcher of a view's stores: `hook(ctx, arg, off, len)` runs after each.
-#[cfg(feature = "sim")]
+#[cfg(feature = "watch")]
 #[derive(Clone, Copy, Debug)]
 pub struct Watch {
     /// Called with `ctx`, `arg` and the stored range.
@@ -65,7 +65,7 @@ impl View {
         Ok(View {
             base,
             len: len as u64,
-            #[cfg(feature = "sim")]
+            #[cfg(feature = "watch")]
             watch: None,
         })
     }
@@ -75,7 +75,7 @@ impl View {
     /// # Safety
     /// - calling `watch.hook` with `watch.ctx` and any range of the view is
     ///   sound for as long as the returned view or any copy of it is used.
-    #[cfg(feature = "sim")]
+    #[cfg(feature = "watch")]
     pub unsafe fn watched(mut self, watch: Watch) -> View {
         self.watch = Some(watch);
         self
@@ -84,7 +84,7 @@ impl View {
     /// Reports a store to `off..off+len` (to a watcher; nothing otherwise).
     #[inline(always)]
     fn stored(&self, _off: u64, _len: u64) {
-        #[cfg(feature = "sim")]
+        #[cfg(feature = "watch")]
         if let Some(w) = self.watch {
             // SAFETY: `watched`'s contract: the hook may be called with its
             // context for any range of this view while the view is used.

@@ -8,7 +8,7 @@
 # so any CARGO_TARGET_DIR works.
 mutants_build_sim() {
   local flags=$1 dir=$2 exe
-  local args=(build --release --locked -q -p cxlkv-tests --bin cxlkv-sim --message-format=json)
+  local args=(build --release --locked -q -p cxlkv-sim --bin cxlkv-sim --message-format=json)
   if [ -n "$dir" ]; then args+=(--target-dir "$dir"); fi
   exe=$(RUSTFLAGS="$flags" cargo "${args[@]}" |
     python3 -c 'import json, sys

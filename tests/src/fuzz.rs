@@ -176,7 +176,7 @@ fn payload(k: Key, len: usize) -> Vec<u8> {
 /// Returns how many blocks were published (so replays can tell it did work).
 pub fn ops_target(data: &[u8]) -> usize {
     use cxlkv_core::node::{attach_node, Identity};
-    use cxlkv_core::sim::{SimConfig, SimMemory};
+    use cxlkv_sim::memory::{SimConfig, SimMemory};
     let seed = data.iter().fold(0x51u64, |h, &b| mix64(h ^ b as u64));
     let mem = SimMemory::new(TINY * 2, 3, seed, SimConfig::default());
     let caps = Capacities { max_nodes: 3, ..tiny_caps() };

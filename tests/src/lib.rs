@@ -4,7 +4,6 @@
 pub mod capi;
 pub mod crashloop;
 pub mod fuzz;
-pub mod sim;
 
 use cxlkv_core::hash::{mix64, Key};
 

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Condvar, Mutex};
 
+use crate::memory::{SimCoherence, SimConfig, SimMemory};
 use cxlkv_core::channel::Message;
 use cxlkv_core::coherence::{Coherence, Site};
 use cxlkv_core::format::format;
@@ -20,7 +21,6 @@ use cxlkv_core::index::{Handle, Lru, ReserveItem};
 use cxlkv_core::layout::{Capacities, Entry, Layout, NodeInfo};
 use cxlkv_core::lock::{LeaseConfig, Manager};
 use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
-use cxlkv_core::sim::{SimCoherence, SimConfig, SimMemory};
 use cxlkv_core::store::{attach, read_header, NodeEnv, Store};
 use cxlkv_core::Error;
 

@@ -15,7 +15,7 @@
 //! (printing the seed, the violations and the last scheduler events); 2 for
 //! a usage error. Scripts count a mutant as killed on status 1 only.
 
-use cxlkv_tests::sim::{reformat_run, run, RunConfig};
+use cxlkv_sim::harness::{reformat_run, run, RunConfig};
 
 /// Exit status of a run that found a violation.
 const VIOLATION: i32 = 1;

@@ -1,9 +1,9 @@
 //! The simulator suite: seeded runs of several simulated hosts on
 //! non-coherent memory, with and without a crash, checked against the
 //! reference model. A failure prints its seed and the last scheduler events;
-//! `cargo run -p cxlkv-tests --bin cxlkv-sim -- run --seed N` replays it.
+//! `cargo run -p cxlkv-sim --bin cxlkv-sim -- run --seed N` replays it.
 
-use cxlkv_tests::sim::{run, RunConfig};
+use cxlkv_sim::harness::{run, RunConfig};
 
 fn must_pass(cfg: RunConfig) -> u64 {
     let r = run(&cfg);
@@ -111,7 +111,7 @@ fn a_disabled_publish_flush_is_caught() {
 #[test]
 fn a_crash_during_reformat_never_leaves_a_region_that_attaches_inconsistent() {
     for seed in 1..=16 {
-        let v = cxlkv_tests::sim::reformat_run(seed, None, seed % 2 == 0);
+        let v = cxlkv_sim::harness::reformat_run(seed, None, seed % 2 == 0);
         assert!(v.is_empty(), "seed {seed}: {v:?}");
     }
 }
@@ -121,5 +121,5 @@ fn a_reformat_without_clearing_the_magic_first_is_caught() {
     // The teeth of the reformat scenario: without the unmagic fence, some
     // crash leaves the old header over half-written metadata.
     assert!((1..=16)
-        .any(|seed| !cxlkv_tests::sim::reformat_run(seed, Some("format.unmagic.fence"), seed % 2 == 0).is_empty()));
+        .any(|seed| !cxlkv_sim::harness::reformat_run(seed, Some("format.unmagic.fence"), seed % 2 == 0).is_empty()));
 }

@@ -1,4 +1,4 @@
-//! Simulated non-coherent memory (feature `sim`): every simulated host works
+//! Simulated non-coherent memory: every simulated host works
 //! on its own private copy of the region — its cache — and the only way data
 //! moves between copies is what real hardware does:
 //!
@@ -22,9 +22,9 @@ use alloc::collections::BTreeMap;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::coherence::{Coherence, Site};
-use crate::mem::{View, Watch, LINE};
-use crate::{Error, Result};
+use cxlkv_core::coherence::{Coherence, Site};
+use cxlkv_core::mem::{View, Watch, LINE};
+use cxlkv_core::{Error, Result};
 
 const L: usize = LINE as usize;
 
