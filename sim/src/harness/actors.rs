@@ -1,0 +1,948 @@
+//! The actors of each simulated host: the manager (heartbeat, lock
+//! manager, recovery) and the op actor (random cache operations, each
+//! checked against the model).
+
+use super::*;
+
+pub(crate) fn manager_actor(w: &World, h: usize) {
+    let store = match attach_retry(w, h) {
+        Some(s) => s,
+        None => return,
+    };
+    // Wait until the op actor attached the node.
+    let id = h as u32;
+    let mut mgr = Manager::new(id);
+    let nonce = identity(w, h).nonce;
+    let env = Env { w };
+    let local = NodeLocal::default();
+    let node = Node::attached(&store, id, &env, &local);
+    let mut active = false;
+    let mut was_attached = false;
+    let crashed_probe = |n: u32, _i: &NodeInfo| {
+        if w.sched.lock().unwrap().host_crashed.get(n as usize).copied().unwrap_or(false) {
+            Some(false)
+        } else {
+            None
+        }
+    };
+    loop {
+        if w.settled() {
+            // Every node detached: hand the manager role on.
+            resign_checked(w, h, &mut mgr, &store);
+            return;
+        }
+        let attached = w.model.lock().unwrap().attached[h];
+        if was_attached && !attached {
+            // The process detached: it resigns the manager role, as the
+            // platform's close does.
+            resign_checked(w, h, &mut mgr, &store);
+        }
+        was_attached = attached;
+        if attached {
+            // Only a heartbeat begun after the stall tells whether it noticed.
+            let stalled = {
+                let m = w.model.lock().unwrap();
+                m.stall == Some(h) && m.stalled
+            };
+            // What memory says of the slot before the beat: once it is not
+            // ours any more, a heartbeat (which reads the slot fresh) must
+            // say so.
+            let before: Result<NodeInfo, _> = w.mem.shared_region().read(store.layout.node_info(id));
+            let beat = node.heartbeat(nonce);
+            if let (Ok(b), Ok(_)) = (&before, &beat) {
+                if b.state != cxlkv_core::layout::NODE_ALIVE || b.nonce != nonce {
+                    w.violation(format!("host {h}: heartbeat passed although its slot was no longer its own: {b:?}"));
+                }
+            }
+            if stalled && std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+                let mem: Result<NodeInfo, _> = w.mem.shared_region().read(store.layout.node_info(id));
+                eprintln!("step {}: host {h} beats after the stall: {beat:?}; memory {mem:?}", w.now());
+            }
+            {
+                let mut m = w.model.lock().unwrap();
+                let stalled_now = m.stall == Some(h) && m.stalled;
+                if stalled_now && beat == Err(Error::Revoked) {
+                    // Fenced: this process stops, as the platform's does.
+                    m.fenced = true;
+                    return;
+                }
+            }
+            if beat.is_err() && !w.model.lock().unwrap().attached[h] {
+                // Our own op actor detached meanwhile: not a fencing.
+                w.yield_now(3 * h + 1, "mgr");
+                continue;
+            }
+            if let Err(e) = beat {
+                let seen: Result<NodeInfo, _> = store.view.read(store.layout.node_info(id));
+                let mem: Result<NodeInfo, _> = w.mem.shared_region().read(store.layout.node_info(id));
+                return w.violation(format!(
+                    "host {h} fenced at step {}: heartbeat {e}; its info {seen:?}, memory {mem:?}",
+                    w.now()
+                ));
+            }
+            match mgr.step(&store, w.now(), LEASE, &crashed_probe) {
+                Ok(r) => {
+                    active = r.active;
+                    if r.newly_dead != 0 {
+                        let now = w.now();
+                        let (stalled, killed) = {
+                            let m = w.model.lock().unwrap();
+                            // (A killed process's node is silent once it died.)
+                            let killed = (0..w.hosts).filter(|&x| m.killed && !m.attached[x]);
+                            (m.stall.map_or(0, |s| 1u64 << s), killed.fold(0u64, |k, x| k | 1 << x))
+                        };
+                        let crashed = w.crashed().map_or(0, |c| 1u64 << c) | stalled | killed;
+                        if r.newly_dead & !crashed != 0 {
+                            w.violation(format!("step {now}: manager {h} declared live nodes {:b} dead", r.newly_dead));
+                        }
+                    }
+                    if r.dead != 0 {
+                        w.model.lock().unwrap().need_recovery = true;
+                    }
+                }
+                Err(e) => return w.violation(format!("manager {h} step: {e}")),
+            }
+            w.published_all(3 * h + 1, "heartbeat and manager step", None);
+            w.grants_monotonic(3 * h + 1);
+        }
+        stall_here(w, h, active);
+        w.model.lock().unwrap().mgr_idle[h] = !active;
+        w.yield_now(3 * h + 1, "mgr");
+        w.model.lock().unwrap().mgr_idle[h] = false;
+    }
+}
+
+/// Host `h` resigns the manager role. By now another node may have taken
+/// the role over (a detached manager's node is not ALIVE): the resignation
+/// must leave that claim alone (checked when no other node resigned
+/// meanwhile).
+pub(crate) fn resign_checked(w: &World, h: usize, mgr: &mut Manager, store: &Store<SimCoherence<'_>>) {
+    let line = || {
+        attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent)
+            .ok()
+            .and_then(|st| st.view.read::<cxlkv_core::layout::ManagerLine>(st.layout.manager.start).ok())
+            .map_or(0, |ml| ml.manager)
+    };
+    let (before, begun, first) = {
+        let mut m = w.model.lock().unwrap();
+        m.resigns.0 += 1;
+        m.resigns.1 += 1;
+        (line(), m.resigns.1, m.resigns.0 == 1)
+    };
+    if let Err(e) = mgr.resign(store) {
+        w.violation(format!("manager {h} resign: {e}"));
+    }
+    let (after, alone) = {
+        let mut m = w.model.lock().unwrap();
+        m.resigns.0 -= 1;
+        (line(), first && m.resigns.0 == 0 && m.resigns.1 == begun)
+    };
+    if alone && before != 0 && before != h as u32 + 1 && after == 0 {
+        w.violation(format!("step {}: host {h} resigned node {}'s manager role", w.now(), before - 1));
+    }
+    w.published_all(3 * h + 1, "resign", None);
+}
+
+/// Recovers crashed peers once the manager has declared them dead (on the
+/// first live host). A separate actor, like platform's recovery thread: the
+/// op actor may be waiting on a lock that only recovery can repair.
+pub(crate) fn recovery_actor(w: &World, h: usize) {
+    let Some(store) = attach_retry(w, h) else { return };
+    let env = Env { w };
+    let local = NodeLocal::default();
+    let node = Node::attached(&store, h as u32, &env, &local);
+    loop {
+        let (need, recovered) = {
+            let m = w.model.lock().unwrap();
+            (m.need_recovery, m.recovered)
+        };
+        if w.settled() {
+            return;
+        }
+        // Recovery runs in an attached process (as the platform's does).
+        if need && !recovered && w.model.lock().unwrap().attached[h] && recovers_here(w, h) {
+            {
+                let mut m = w.model.lock().unwrap();
+                m.recovering += 1;
+                m.recoveries += 1;
+                // Recovery may drop pins (a dead node's): from now on only
+                // pins taken later count as held.
+                m.pinned.clear();
+                m.recovering_on |= 1 << h;
+            }
+            // A dead host's write-backs in flight complete (or are lost)
+            // within the lease that had to pass before it was declared dead:
+            // none lands over what recovery rebuilds.
+            w.mem.drain_zombies();
+            let r = node.recover(0);
+            if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+                eprintln!("step {}: host {h} recovered: {r:?}", w.now());
+            }
+            {
+                let mut m = w.model.lock().unwrap();
+                m.recovering -= 1;
+                m.recovering_on &= !(1 << h);
+            }
+            match r {
+                Ok(_) => {
+                    w.published_all(3 * h + 2, "recover", None);
+                    // One death per run: once its recovery returned, no lock
+                    // awaits repair (an application lock left so would be
+                    // refused to everyone until the next recovery).
+                    if let Some(lock) = locks_awaiting_repair(w) {
+                        w.violation(format!("host {h} recovered, but lock {lock} still awaits repair"));
+                    }
+                    let mut m = w.model.lock().unwrap();
+                    m.need_recovery = false;
+                    m.recovered = true;
+                }
+                Err(e) => {
+                    return w.violation(format!("host {h} recover: {e:?}; locks in memory: {}", locks_in_memory(w)))
+                }
+            }
+        }
+        w.yield_now(3 * h + 2, "recovery");
+    }
+}
+
+/// The first thing host `h`'s next process does after its predecessor was
+/// killed (a supervisor restarts it at once): it finds the predecessor's
+/// node alive with a dead pid, and buries it. Everything the killed process
+/// left in the host's cache must then be in memory. Then it waits for
+/// recovery to free the slot, and attaches it.
+pub(crate) fn bury_predecessor<C: Coherence>(w: &World, store: &Store<C>, h: usize, scan: bool) -> Option<u32> {
+    let me = 3 * h;
+    if w.model.lock().unwrap().kill_late {
+        // Restarted late: the node was declared dead by its silence and
+        // (most likely) recovered meanwhile; there is nothing to bury.
+        let t = w.now();
+        while w.now() < t + 2 * LEASE.lease {
+            w.yield_now(me, "restart");
+        }
+    }
+    match cxlkv_core::node::bury(store, h as u32) {
+        Ok(true) if w.model.lock().unwrap().recovered => {
+            w.violation(format!("host {h} bury declared its node DEAD after recovery had freed it"));
+        }
+        Ok(_) => {}
+        Err(e) => {
+            w.violation(format!("host {h} bury: {e}"));
+            return None;
+        }
+    }
+    let old = w.orphaned_lines(h);
+    if let Some(&(i, site)) = old.first() {
+        w.violation(format!(
+            "step {}: host {h} buried its dead process, but {} line(s) it stored are not in memory; first line {i}, stored after {site}",
+            w.now(),
+            old.len()
+        ));
+    }
+    w.published_all(me, "bury", None);
+    // Some seeds take the first free slot instead of naming theirs: it is
+    // this host's own, slot 0, once recovered.
+    loop {
+        match attach_node(store, (!scan).then_some(h as u32), identity(w, h)) {
+            Ok(id) if id == h as u32 => return Some(id),
+            Ok(id) => {
+                w.violation(format!("host {h} attached node {id}, another host's slot"));
+                return None;
+            }
+            Err(Error::NodeBusy | Error::NoFreeNode) => w.yield_now(me, "reattach"),
+            Err(e) => {
+                w.violation(format!("host {h} attach after its process was killed: {e}"));
+                return None;
+            }
+        }
+    }
+}
+
+pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
+    if h == 0 && !restarted {
+        if let Err(e) = format(w.mem.view(0), w.mem.host(0), sim_caps(w.hosts), seed) {
+            return w.violation(format!("format: {e}"));
+        }
+        w.published_all(0, "format", None);
+    }
+    let Some(store) = attach_retry(w, h) else { return };
+    let who = identity(w, h);
+    let attached = if restarted {
+        bury_predecessor(w, &store, h, kill_scans(seed)).ok_or(Error::Revoked)
+    } else {
+        attach_node(&store, Some(h as u32), who)
+    };
+    let id = match attached {
+        Ok(id) => id,
+        Err(e) => return w.violation(format!("attach node {h}: {e}")),
+    };
+    chan_attached(w, id);
+    if restarted {
+        w.model.lock().unwrap().inserts[h] = 0;
+    }
+    let me = 3 * h;
+    w.model.lock().unwrap().attached[h] = true;
+    w.published_all(me, "attach_node", None);
+    let env = Env { w };
+    let local = NodeLocal::default();
+    let node = Node::attached(&store, id, &env, &local);
+    let mut x = seed ^ mix64(h as u64 + 1) ^ mix64(who.pid as u64);
+    let mut pins: Vec<Pin> = Vec::new();
+    // The block being written: its handle, the op that finishes it, and
+    // whether its payload goes in by plain stores (flushed by `publish`).
+    let mut writing: Option<(Handle, u32, bool)> = None;
+    let check_err = |what: &str, e: Error, ok: &[Error]| {
+        if !ok.contains(&e) && !revoked_ok(w, h, e) {
+            w.violation(format!("host {h} {what}: unexpected {e:?}"));
+        }
+    };
+    if h == 0 && !restarted {
+        // The lock-counter word, published as a named root.
+        // (Recovering: a crashed host holds the allocator; retry once it is
+        // repaired.)
+        let mut a = node.alloc(64);
+        while a == Err(Error::Recovering) {
+            w.yield_now(me, "alloc-retry");
+            a = node.alloc(64);
+        }
+        match a {
+            Ok(off) => {
+                let r = cxlkv_core::roots::Root { offset: off, size: 64, tag: 1 };
+                if let Err(e) = node.root_put(b"counter", r) {
+                    w.violation(format!("root_put: {e}"));
+                }
+                w.model.lock().unwrap().counter_root = off;
+            }
+            Err(e) => w.violation(format!("alloc counter: {e}")),
+        }
+        let mut l = node.lock_alloc();
+        while l == Err(Error::Recovering) {
+            w.yield_now(me, "lock-alloc-retry");
+            l = node.lock_alloc();
+        }
+        match l {
+            Ok(i) => w.model.lock().unwrap().counter_lock = Some(i),
+            Err(e) => w.violation(format!("lock_alloc: {e}")),
+        }
+        w.published_all(me, "root_put", None);
+    }
+    let first = w.model.lock().unwrap().op_at[h];
+    for op in first..ops {
+        {
+            let mut m = w.model.lock().unwrap();
+            m.op_at[h] = op;
+            m.raw_writing[h] = writing.is_some_and(|(_, _, raw)| raw);
+        }
+        let fenced = {
+            let m = w.model.lock().unwrap();
+            m.stall == Some(h) && (m.fenced || m.revoked_ops > 0)
+        };
+        if h == 0 && op == ops / 2 && ops >= 8 && !fenced {
+            // A restart: the process detaches cleanly, stays away for longer
+            // than a lease (managers must not take its silence for death; if
+            // it was the manager, another takes over), then attaches again.
+            // (Not for a process that learnt it was declared dead: it stops.)
+            if let Some((hd, _, raw)) = writing.take() {
+                finish_write(w, &node, h, hd, raw, rnd(&mut x));
+            }
+            for p in pins.drain(..) {
+                unpin_model(w, &p);
+                verify_pinned(w, &node, h, &p.h);
+                if let Err(e) = node.release(&[p.h]) {
+                    check_err("release", e, &[]);
+                }
+            }
+            let mine: Vec<u64> = w.model.lock().unwrap().raw.iter().filter(|b| b.2 == h).map(|b| b.0).collect();
+            for off in mine {
+                raw_free(w, &node, h, off);
+            }
+            // The process closes: its recovery thread finishes first.
+            while w.model.lock().unwrap().recovering_on & (1 << h) != 0 {
+                w.yield_now(me, "close");
+            }
+            w.model.lock().unwrap().attached[h] = false;
+            if let Err(e) = node.detach() {
+                check_err("detach", e, &[]);
+            }
+            w.published_all(me, "detach", None);
+            let t = w.now();
+            while w.now() < t + LEASE.lease + 5_000 {
+                w.yield_now(me, "restart");
+            }
+            if let Err(e) = attach_node(&store, Some(h as u32), identity(w, h)) {
+                return w.violation(format!("host {h} re-attach: {e}"));
+            }
+            chan_attached(w, h as u32);
+            {
+                let mut m = w.model.lock().unwrap();
+                m.inserts[h] = 0;
+                m.attached[h] = true;
+            }
+            w.published_all(me, "attach_node again", None);
+        }
+        // Woken from a stall, the node was declared dead and recovered
+        // meanwhile: operations taking a lock fail with Revoked until its
+        // heartbeat notices and the process stops (as the platform's does).
+        if stall_now(w, h, op, ops, pins.is_empty() && writing.is_none()) {
+            woken_pins_nothing(w, &node, h);
+        }
+        {
+            let mut m = w.model.lock().unwrap();
+            if m.stall == Some(h) && (m.fenced || m.revoked_ops > 0) {
+                m.raw.retain(|b| b.2 != h);
+                if m.fenced {
+                    return;
+                }
+            }
+        }
+        // (A restarted process skips a barrier its predecessor passed.)
+        if op == ops / 4 && w.model.lock().unwrap().barrier[1] & (1 << h) == 0 {
+            // Quiescent mid-run: every host checks through its own cache, so
+            // the end checks meet copies that went stale since.
+            if let Some((hd, _, raw)) = writing.take() {
+                finish_write(w, &node, h, hd, raw, rnd(&mut x));
+            }
+            barrier(w, me, 0);
+            check_from(w, &store, h, "at the mid-run barrier");
+            barrier(w, me, 1);
+        }
+        // Verify and drop pins whose time has come.
+        let mut k = 0;
+        while k < pins.len() {
+            if pins[k].until <= op {
+                let p = pins.swap_remove(k);
+                unpin_model(w, &p);
+                verify_pinned(w, &node, h, &p.h);
+                if let Err(e) = node.release(&[p.h]) {
+                    check_err("release", e, &[]);
+                }
+            } else {
+                k += 1;
+            }
+        }
+        if let Some((hd, due, raw)) = writing {
+            if due <= op {
+                writing = None;
+                finish_write(w, &node, h, hd, raw, rnd(&mut x));
+            }
+        }
+        let r = rnd(&mut x);
+        let mut i = r % KEYS;
+        let hot = {
+            let mut m = w.model.lock().unwrap();
+            match m.hot {
+                Some((k, by)) if by != h => m.hot.take().map(|_| k),
+                _ => None,
+            }
+        };
+        let r = match hot {
+            // An acquire of the key an evictor elsewhere is deciding on.
+            Some(k) => {
+                i = k;
+                (r & 0xf_ffff) | 5 << 20
+            }
+            None => r,
+        };
+        match (r >> 20) % 18 {
+            0..=4 if writing.is_none() => {
+                let k = key(i);
+                match node.reserve(NS, k, len_of(k), 16) {
+                    Ok(hd) => {
+                        counted_insert(w, h);
+                        log(w, hd.off, format!("host {h} reserve key {} len {}", k.hi, hd.len));
+                        // Write half now, the rest (and publish) a few ops later,
+                        // so readers run while the block is WRITING.
+                        let p = payload(k, hd.len as usize);
+                        let half = p.len() / 2;
+                        let raw = (r >> 44) % 2 == 0;
+                        write_payload(w, &node, h, &hd, 0, &p[..half], raw);
+                        writing = Some((hd, op + 1 + (r >> 40) as u32 % 3, raw));
+                    }
+                    Err(e) => check_err(
+                        "reserve",
+                        e,
+                        &[Error::Exists, Error::OutOfSpace, Error::TableFull, Error::Recovering],
+                    ),
+                }
+            }
+            5..=7 => {
+                let keys: Vec<Key> = (i..i + 3).map(key).collect();
+                let mut out = vec![Err(Error::InvalidArgument); keys.len()];
+                IN_ACQUIRE.with(|c| c.set(true));
+                let got = node.acquire(NS, &keys, &mut out);
+                IN_ACQUIRE.with(|c| c.set(false));
+                match got {
+                    Ok(_) => {
+                        for (k, r) in keys.iter().zip(out) {
+                            match r {
+                                Ok(hd) => {
+                                    if !w.model.lock().unwrap().published.contains(k) {
+                                        w.violation(format!("host {h} acquired key {} never published", k.hi));
+                                    }
+                                    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+                                        let line = node.store.layout.entry(hd.stripe, hd.entry) / 64;
+                                        eprintln!(
+                                            "step {}: host {h} pinned key {} entry {}/{} gen {} line {line}",
+                                            w.now(),
+                                            k.hi,
+                                            hd.stripe,
+                                            hd.entry,
+                                            hd.gen
+                                        );
+                                    }
+                                    verify_pinned(w, &node, h, &hd);
+                                    let id = {
+                                        let mut m = w.model.lock().unwrap();
+                                        m.pin_ids += 1;
+                                        let id = m.pin_ids;
+                                        m.pinned.entry(*k).or_default().insert(id);
+                                        id
+                                    };
+                                    pins.push(Pin { h: hd, until: op + 1 + (rnd(&mut x) % 4) as u32, id });
+                                }
+                                Err(Error::NotFound) => {}
+                                Err(e) => check_err("acquire item", e, &[Error::JournalFull]),
+                            }
+                        }
+                    }
+                    Err(e) => check_err("acquire", e, &[]),
+                }
+            }
+            8..=10 => {
+                let k = key(i);
+                let mut buf = vec![0u8; (2 << sim_caps(2).chunk_shift) + 64];
+                match node.get(NS, k, &mut buf) {
+                    Ok(n) => {
+                        if !w.model.lock().unwrap().published.contains(&k) {
+                            w.violation(format!("host {h} got key {} never published", k.hi));
+                        } else if buf[..n] != payload(k, n)[..] || n as u64 != len_of(k) {
+                            w.violation(format!("host {h} get key {}: wrong payload", k.hi));
+                        }
+                    }
+                    Err(e) => check_err("get", e, &[Error::NotFound, Error::Changed]),
+                }
+            }
+            11 => {
+                let keys: Vec<Key> = (i..i + 4).map(key).collect();
+                let pinned_before = pins_of(w, &keys);
+                let mut present = vec![false; keys.len()];
+                let got = if r % 2 == 0 {
+                    node.lookup(NS, &keys).map(|n| present[..n].fill(true))
+                } else {
+                    node.presence(NS, &keys, &mut present).map(|_| ())
+                };
+                match got {
+                    Ok(()) => {
+                        let m = w.model.lock().unwrap();
+                        if let Some(k) = keys.iter().zip(&present).find(|(k, p)| **p && !m.published.contains(k)) {
+                            let k = k.0.hi;
+                            drop(m);
+                            w.violation(format!("host {h} lookup hit key {k} never published"));
+                        } else {
+                            drop(m);
+                            // A key pinned by the same pin from before to after
+                            // the call was READY all along: a miss is a stale
+                            // read. Lookup reports a prefix: only the pinned
+                            // keys before its first unpinned one count.
+                            let pinned_after = pins_of(w, &keys);
+                            let held = |j: usize| match (&pinned_before[j], &pinned_after[j]) {
+                                (Some((r0, a)), Some((r1, b))) => r0 == r1 && !a.is_disjoint(b),
+                                _ => false,
+                            };
+                            let upto =
+                                if r % 2 == 0 { (0..keys.len()).take_while(|&j| held(j)).count() } else { keys.len() };
+                            if let Some(j) = (0..upto).find(|&j| held(j) && !present[j]) {
+                                w.violation(format!("host {h} lookup missed key {} pinned all along", keys[j].hi));
+                            }
+                        }
+                    }
+                    Err(e) => check_err("lookup", e, &[]),
+                }
+            }
+            12 => match node.evict(2048 + r % 8192, &mut Lru) {
+                Ok(_) => {}
+                Err(e) => check_err("evict", e, &[]),
+            },
+            13 if (r >> 50) % 4 == 0 && writing.is_none() => stale_handle_misuse(w, &node, h, key(i)),
+            13 => {
+                let items: Vec<ReserveItem> =
+                    (i..i + 3).map(|j| ReserveItem { key: key(j), len: len_of(key(j)), tokens: 16 }).collect();
+                let mut out = vec![Err(Error::InvalidArgument); items.len()];
+                if let Err(e) = node.reserve_batch(NS, &items, &mut out) {
+                    check_err("reserve_batch", e, &[]);
+                    // Items a failed call did not reach keep their placeholder.
+                    out.iter_mut().for_each(|r| {
+                        if *r == Err(Error::InvalidArgument) {
+                            *r = Err(e);
+                        }
+                    });
+                }
+                let mut done = Vec::new();
+                for (it, r) in items.iter().zip(out) {
+                    match r {
+                        Ok(hd) => {
+                            counted_insert(w, h);
+                            log(w, hd.off, format!("host {h} batch-reserve key {} len {}", hd.key.hi, hd.len));
+                            if let Err(e) = node.write(&hd, 0, &payload(it.key, hd.len as usize)) {
+                                check_err("write", e, &[]);
+                            }
+                            done.push(hd);
+                        }
+                        Err(e) => check_err(
+                            "reserve batch item",
+                            e,
+                            &[
+                                Error::Exists,
+                                Error::OutOfSpace,
+                                Error::TableFull,
+                                Error::JournalFull,
+                                Error::Recovering,
+                            ],
+                        ),
+                    }
+                }
+                let mut st = vec![Ok(()); done.len()];
+                {
+                    let mut m = w.model.lock().unwrap();
+                    for hd in &done {
+                        m.published.insert(hd.key);
+                    }
+                }
+                if let Err(e) = node.publish_flushed(&done, &mut st) {
+                    check_err("publish batch", e, &[]);
+                }
+                for s in st {
+                    if let Err(e) = s {
+                        check_err("publish batch item", e, &[]);
+                    }
+                }
+            }
+            14 if (r >> 50) % 4 == 0 => app_lock_churn(w, &node, h),
+            14 => lock_counter(w, &node, h, r),
+            16 | 17 => channel_op(w, &node, h, r),
+            _ if (r >> 56) % 2 == 0 => roots_op(w, &node, h, r),
+            _ => raw_op(w, &node, h, r),
+        }
+        {
+            let mut m = w.model.lock().unwrap();
+            m.ops += 1;
+            m.release_armed = false;
+            if m.stall == Some(h) && m.stalled_in_release && m.revoked_ops == 0 {
+                m.revoked_ops = 1;
+                drop(m);
+                w.violation(format!(
+                    "host {h}: an unlock interrupted by a stall past the lease (its lock revoked) did not fail with Revoked"
+                ));
+            }
+        }
+        w.published_all(me, "an operation", writing.map(|(hd, _, _)| (hd.off, hd.len)));
+        always_invariants(w, h, op);
+    }
+    w.model.lock().unwrap().op_at[h] = ops;
+    if let Some((hd, _, raw)) = writing {
+        finish_write(w, &node, h, hd, raw, rnd(&mut x));
+    }
+    let mine: Vec<u64> = w.model.lock().unwrap().raw.iter().filter(|b| b.2 == h).map(|b| b.0).collect();
+    for off in mine {
+        raw_free(w, &node, h, off);
+    }
+    maintenance_recovery(w, &node, h);
+    // Quiescent, with pins still held: every host checks the region through
+    // its own cache (stale copies of others' lines included).
+    barrier(w, me, 2);
+    check_from(w, &store, h, "at the end barrier");
+    barrier(w, me, 3);
+    adopt_unrooted(w, &node, h);
+    channel_end(w, &node, h, me);
+    for p in pins.drain(..) {
+        unpin_model(w, &p);
+        verify_pinned(w, &node, h, &p.h);
+        if let Err(e) = node.release(&[p.h]) {
+            check_err("release", e, &[]);
+        }
+    }
+    // The process closes: its recovery thread finishes first.
+    while w.model.lock().unwrap().recovering_on & (1 << h) != 0 {
+        w.yield_now(me, "close");
+    }
+    w.model.lock().unwrap().attached[h] = false;
+    if let Err(e) = node.detach() {
+        check_err("detach", e, &[]);
+    }
+    w.published_all(me, "detach", None);
+}
+
+/// Host `h` woke from a stall: if it was declared dead meanwhile (as memory
+/// shows), operations that take no lock must refuse too. A pin taken now
+/// would be dropped by recovery under the reader; a release would write a
+/// journal that may be another node's.
+pub(crate) fn woken_pins_nothing<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
+    let info: Result<NodeInfo, _> = w.mem.shared_region().read(node.store.layout.node_info(h as u32));
+    if info.is_ok_and(|i| i.state == cxlkv_core::layout::NODE_ALIVE) {
+        return;
+    }
+    let keys: Vec<Key> = (0..KEYS).map(key).collect();
+    let mut out = vec![Err(Error::InvalidArgument); keys.len()];
+    let r = node.acquire(NS, &keys, &mut out);
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!("step {}: host {h} woke declared dead; acquire: {r:?}", w.now());
+    }
+    match r {
+        Err(Error::Revoked) | Ok(0) => {}
+        r => w.violation(format!("host {h} woke declared dead, and acquire gave {r:?}")),
+    }
+}
+
+/// Stalls host `h` once, at an operation boundary with nothing pinned or
+/// being written: the op actor asks, and its manager actor (the heartbeat
+/// thread) parks all three of the host's actors between two steps, when it
+/// is not the active manager and no recovery is pending (a manager or a
+/// recovery stalled half way is outside what the protocol can fence).
+/// Returns true after the stall.
+/// A Revoked error is the right answer for the stalled host once it woke
+/// (its node was freed meanwhile); counted.
+pub(crate) fn revoked_ok(w: &World, h: usize, e: Error) -> bool {
+    let mut m = w.model.lock().unwrap();
+    let ok = e == Error::Revoked && m.stall == Some(h) && m.stalled;
+    m.revoked_ops += ok as u64;
+    ok
+}
+
+/// Writes payload bytes into a reserved block: through `Node::write` (which
+/// flushes), or by plain stores through the mapping as a user holding a
+/// pointer would (published later by `publish`, which flushes).
+pub(crate) fn write_payload<C: Coherence>(
+    w: &World,
+    node: &Node<'_, C>,
+    h: usize,
+    hd: &Handle,
+    at: usize,
+    data: &[u8],
+    raw: bool,
+) {
+    let r = if raw { node.store.view.copy_in(hd.off + at as u64, data) } else { node.write(hd, at as u64, data) };
+    if let Err(e) = r {
+        w.violation(format!("host {h} write (raw {raw}): {e:?}"));
+    }
+}
+
+/// After its operations, the first host to finish runs a recovery with no
+/// node dead, while the others may still work: it rebuilds everything under
+/// every lock, and nothing any live node holds or stored may change.
+pub(crate) fn maintenance_recovery<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
+    {
+        let mut m = w.model.lock().unwrap();
+        if m.maintained {
+            return;
+        }
+        m.maintained = true;
+        m.recovering += 1;
+        m.recoveries += 1;
+        // Recovery may drop pins (a dead node's): from now on only
+        // pins taken later count as held.
+        m.pinned.clear();
+        m.recovering_on |= 1 << h;
+    }
+    let r = node.recover(0);
+    {
+        let mut m = w.model.lock().unwrap();
+        m.recovering -= 1;
+        m.recovering_on &= !(1 << h);
+    }
+    match r {
+        Ok(_) => w.published_all(3 * h, "maintenance recovery", None),
+        Err(e) if revoked_ok(w, h, e) => {}
+        Err(e) => w.violation(format!("host {h} maintenance recovery: {e:?}")),
+    }
+}
+
+pub(crate) fn finish_write<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: Handle, raw: bool, r: u64) {
+    let p = payload(hd.key, hd.len as usize);
+    let half = p.len() / 2;
+    write_payload(w, node, h, &hd, half, &p[half..], raw);
+    log(w, hd.off, format!("host {h} finish-write key {} (abort: {})", hd.key.hi, r.is_multiple_of(7)));
+    if r.is_multiple_of(7) {
+        if let Err(e) = node.abort(&hd) {
+            w.violation(format!("host {h} abort: {e:?}"));
+        }
+        return;
+    }
+    w.model.lock().unwrap().published.insert(hd.key);
+    let r = if raw && r % 4 == 1 {
+        // The batch form, as the C and Python doors publish.
+        let mut out = [Ok(())];
+        node.publish_batch(&[hd], &mut out).and(out[0])
+    } else if raw || r.is_multiple_of(2) {
+        node.publish(&hd)
+    } else {
+        node.publish_flushed(&[hd], &mut [Ok(())])
+    };
+    if let Err(e) = r {
+        w.violation(format!("host {h} publish: {e:?}"));
+    }
+}
+
+pub(crate) fn verify_pinned<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: &Handle) {
+    let mut buf = vec![0u8; hd.len as usize];
+    // Half the pins are read through a pointer, as the C and Python doors'
+    // zero-copy views are: made fresh once, then plain loads.
+    let by_pointer = hd.gen.is_multiple_of(2);
+    let read = if by_pointer {
+        node.fresh_payload(hd).and_then(|_| node.store.view.copy_out(hd.off, &mut buf))
+    } else {
+        node.read(hd, 0, &mut buf)
+    };
+    match read {
+        Ok(()) => {
+            if hd.len != len_of(hd.key) || buf != payload(hd.key, buf.len()) {
+                let want = payload(hd.key, buf.len());
+                let at = buf.iter().zip(&want).position(|(a, b)| a != b);
+                let mut mem = vec![0u8; buf.len()];
+                let _ = w.mem.shared_region().copy_out(hd.off, &mut mem);
+                let mem_ok = mem == want;
+                let mut who = String::new();
+                if let Some(at) = at {
+                    let a = at & !63;
+                    let end = (a + 64).min(mem.len());
+                    for j in 0..KEYS {
+                        let pj = payload(key(j), 4096);
+                        for o in (0..4096 - 64).step_by(64) {
+                            if pj[o..o + (end - a)] == mem[a..end] {
+                                who += &format!(" key {j}@{o}");
+                            }
+                        }
+                    }
+                    if mem[a..end].iter().all(|&b| b == 0) {
+                        who += " zeros";
+                    }
+                    let (wh, how) = w.mem.provenance(((hd.off as usize) + a) / 64);
+                    who += &format!("; last written back by host {wh} ({how})");
+                }
+                let mut hist = String::new();
+                let logged = w.model.lock().unwrap().log.clone();
+                for (o, st, what) in &logged {
+                    if (*o & !4095) == (hd.off & !4095) {
+                        hist += &format!("\n      step {st} off {o}: {what}");
+                    }
+                }
+                who += &hist;
+                let e: Result<cxlkv_core::layout::Entry, _> =
+                    w.mem.shared_region().read(node.store.layout.entry(hd.stripe, hd.entry));
+                let counter_at = w.model.lock().unwrap().counter_root;
+                w.violation(format!(
+                    "host {h} pinned key {} (off {} len {}; counter at {}): payload differs at byte {at:?}; memory holds the right bytes: {mem_ok} (line there matches:{who}); entry in memory {e:?}; step {}",
+                    hd.key.hi, hd.off, hd.len, counter_at, w.now()
+                ));
+            }
+        }
+        Err(e) => w.violation(format!("host {h} read pinned: {e:?}")),
+    }
+}
+
+/// Increments the lock-protected counter. Half the time the caller gives up
+/// after a few waits: a request that times out withdraws, and a grant racing
+/// the withdrawal must be given back, never stranded.
+pub(crate) fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
+    let (off, lock) = {
+        let m = w.model.lock().unwrap();
+        (m.counter_root, m.counter_lock)
+    };
+    let (true, Some(lock)) = (off != 0, lock) else { return };
+    let st = node.store;
+    let patient = (r >> 36).is_multiple_of(2);
+    WAIT_LIMIT.with(|l| l.set(if patient { 200_000 } else { 2 + (r >> 37) as u32 % 40 }));
+    // The application lock's API, with `with_lock`'s rule: a revoked lock
+    // outranks what ran under it.
+    let r = node.lock_app(lock).and_then(|held| {
+        let stale = w.model.lock().unwrap().old_tickets.insert(h, held.seq);
+        if let Some(seq) = stale.filter(|&s| s != held.seq) {
+            // An old ticket of this lock, presented while holding a newer
+            // grant: refused, and the grant stays held.
+            match node.unlock_app(cxlkv_core::lock::Held { lock: held.lock, seq }) {
+                Err(Error::Revoked) => {}
+                r => w.violation(format!("host {h}: releasing a stale ticket of lock {} gave {r:?}", held.lock)),
+            }
+        }
+        let body = (|| {
+            st.co.invalidate(&st.view, off, 8, Site("harness.counter.read"))?;
+            let v = st.view.load_u64(off)?;
+            st.view.store_u64(off, v + 1)?;
+            st.co.flush(&st.view, off, 8, Site("harness.counter.write"))
+        })();
+        match node.unlock_app(held) {
+            Err(Error::Revoked) => Err(Error::Revoked),
+            u => body.and(u),
+        }
+    });
+    WAIT_LIMIT.with(|l| l.set(200_000));
+    match r {
+        Ok(()) => w.model.lock().unwrap().counter += 1,
+        Err(Error::Timeout) if !patient => {}
+        // The increment ran; the unlock found the lock revoked.
+        Err(e) if revoked_ok(w, h, e) => w.model.lock().unwrap().counter_maybe += 1,
+        Err(e) => w.violation(format!("host {h} counter lock: {e:?}")),
+    }
+}
+
+/// A caller's mistake: reserves `k`, aborts it, reserves it again, and
+/// publishes the first (stale) handle. Refused; the new reservation is then
+/// written and published as usual.
+pub(crate) fn stale_handle_misuse<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, k: Key) {
+    let ok = [Error::Exists, Error::OutOfSpace, Error::TableFull, Error::Recovering];
+    let old = match node.reserve(NS, k, len_of(k), 16) {
+        Ok(hd) => hd,
+        Err(e) if ok.contains(&e) || revoked_ok(w, h, e) => return,
+        Err(e) => return w.violation(format!("host {h} reserve (misuse): {e:?}")),
+    };
+    counted_insert(w, h);
+    if let Err(e) = node.abort(&old) {
+        if !revoked_ok(w, h, e) {
+            w.violation(format!("host {h} abort (misuse): {e:?}"));
+        }
+        return;
+    }
+    let new = match node.reserve(NS, k, len_of(k), 16) {
+        Ok(hd) => hd,
+        Err(e) if ok.contains(&e) || revoked_ok(w, h, e) => return,
+        Err(e) => return w.violation(format!("host {h} reserve again (misuse): {e:?}")),
+    };
+    counted_insert(w, h);
+    let mut out = [Ok(())];
+    match node.publish_flushed(&[old], &mut out).and(out[0]) {
+        Err(Error::StaleHandle) => {}
+        Err(e) if revoked_ok(w, h, e) => return,
+        r => return w.violation(format!("host {h}: publishing a stale handle of key {} gave {r:?}", k.hi)),
+    }
+    write_payload(w, node, h, &new, 0, &payload(k, new.len as usize), false);
+    w.model.lock().unwrap().published.insert(k);
+    if let Err(e) = node.publish_flushed(&[new], &mut [Ok(())]) {
+        if !revoked_ok(w, h, e) {
+            w.violation(format!("host {h} publish (misuse): {e:?}"));
+        }
+    }
+}
+
+/// Allocates an application lock and frees it again: never one allocated
+/// already (TableFull when every one is), freed exactly once.
+pub(crate) fn app_lock_churn<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
+    match node.lock_alloc() {
+        Ok(i) => {
+            {
+                let mut m = w.model.lock().unwrap();
+                if m.counter_lock == Some(i) || !m.churned.insert(i) {
+                    drop(m);
+                    return w.violation(format!("host {h} lock_alloc handed out lock {i}, allocated already"));
+                }
+            }
+            w.yield_now(3 * h, "churn");
+            w.model.lock().unwrap().churned.remove(&i);
+            match node.lock_free(i) {
+                Ok(()) => {}
+                Err(e) if revoked_ok(w, h, e) || e == Error::Recovering => {}
+                Err(e) => w.violation(format!("host {h} lock_free {i}: {e:?}")),
+            }
+        }
+        Err(Error::TableFull | Error::RootsFull | Error::Recovering) => {}
+        Err(e) if revoked_ok(w, h, e) => {}
+        Err(e) => w.violation(format!("host {h} lock_alloc: {e:?}")),
+    }
+}

@@ -1,0 +1,126 @@
+//! Invariants checked during and after a run: the region's own `check`
+//! and the model's agreement with what the region holds.
+
+use super::*;
+
+pub(crate) fn final_checks(w: &World) {
+    // Every live host checks the region through its own cache; host 0 (or 1)
+    // then reads the results.
+    let crashed = w.crashed();
+    for h in (0..w.hosts).filter(|&h| Some(h) != crashed) {
+        match attach(w.mem.view(h), w.mem.host(h)) {
+            Ok(s) => check_from(w, &s, h, "after the run"),
+            Err(e) => w.violation(format!("final attach on host {h}: {e}")),
+        }
+    }
+    let h = if crashed == Some(0) { 1 } else { 0 };
+    let store = match attach(w.mem.view(h), w.mem.host(h)) {
+        Ok(s) => s,
+        Err(e) => return w.violation(format!("final attach: {e}")),
+    };
+    let m = w.model.lock().unwrap();
+    let (want, maybe, root) = (m.counter, m.counter_maybe, m.counter_root);
+    let inserts = m.inserts.clone();
+    drop(m);
+    if root != 0 {
+        let got = store.fresh::<[u64; 8]>(root, Site("harness.counter")).map(|l| l[0]);
+        if !got.is_ok_and(|g| g >= want && g <= want + maybe) {
+            w.violation(format!("lock counter: {got:?} after {want} increments (a lost update)"));
+        }
+    }
+    let stripes: Result<u64, _> = (0..store.layout.caps.n_stripes)
+        .map(|s| {
+            store
+                .fresh::<cxlkv_core::layout::StripeHeader>(store.layout.stripe(s), Site("harness.stripe"))
+                .map(|x| x.inserts)
+        })
+        .sum();
+    let total = w.model.lock().unwrap().total_inserts;
+    // A crashed host may have counted reserves (one batch of three) that the
+    // model never saw return.
+    let (stalled_any, killed) = {
+        let m = w.model.lock().unwrap();
+        (m.stalled, m.killed)
+    };
+    let slack = 3 * (crashed.is_some() as u64 + stalled_any as u64 + killed as u64);
+    if !stripes.as_ref().is_ok_and(|&n| n >= total && n <= total + slack) {
+        w.violation(format!("stripe insert counters {stripes:?}, harness counted {total}"));
+    }
+    for n in 0..w.hosts as u32 {
+        let info = store.fresh_state_first::<NodeInfo>(store.layout.node_info(n), Site("harness.final.info"));
+        if info.map(|i| i.state) != Ok(cxlkv_core::layout::NODE_FREE) {
+            let line = (store.layout.node_info(n) / 64) as usize;
+            w.violation(format!(
+                "node {n} not free after the run: {info:?} (line {line} last written by {:?})",
+                w.mem.provenance(line)
+            ));
+        }
+    }
+    let (stalled, was, fenced) = {
+        let m = w.model.lock().unwrap();
+        (m.stall, m.stalled, m.fenced)
+    };
+    if was && !fenced {
+        w.violation(format!("host {stalled:?} stalled past its lease, but its heartbeat never noticed it was fenced"));
+    }
+    for (n, want) in inserts.iter().enumerate() {
+        if Some(n) == crashed || Some(n) == stalled {
+            continue;
+        }
+        let got =
+            store.fresh::<cxlkv_core::layout::NodeStats>(store.layout.node_stats(n as u32), Site("harness.stats"));
+        if got.map(|s| s.inserts) != Ok(*want) {
+            w.violation(format!("node {n} stats: inserts {:?}, harness counted {want}", got.map(|s| s.inserts)));
+        }
+    }
+}
+
+/// Invariants that hold in memory at every moment, whatever is in flight
+/// (but a recovery, which rebuilds under every lock):
+/// no two live entries share a payload block, every live entry's block is
+/// allocated, no lock has two holders.
+pub(crate) fn always_invariants(w: &World, h: usize, op: u32) {
+    if w.model.lock().unwrap().recovering > 0 {
+        // Mid-rebuild under every lock: memory is consistent again when the
+        // recovery returns.
+        return;
+    }
+    let Ok(store) = attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return };
+    let mut scratch = vec![0u64; cxlkv_core::check::scratch_words(&store)];
+    let mut bad = Vec::new();
+    let _ = cxlkv_core::check::check(&store, &mut scratch, &mut |f| {
+        use cxlkv_core::check::FindingKind as K;
+        if matches!(f.kind, K::SharedBlock | K::EntryPayload | K::TwoHolders) {
+            bad.push(f);
+        }
+    });
+    for f in bad.iter().take(3) {
+        let mut more = String::new();
+        if f.kind == cxlkv_core::check::FindingKind::EntryPayload {
+            // The entry and the chunk record its payload falls in.
+            if let Ok(e) = store.view.read::<cxlkv_core::layout::Entry>(store.layout.entry(f.a as u32, f.b as u32)) {
+                let l = &store.layout;
+                let c = e.payload_off.saturating_sub(l.payload.start) / l.chunk_size();
+                let rec: Result<cxlkv_core::layout::ChunkRecord, _> = store.view.read(l.chunk(c as u32));
+                let line = (l.chunk(c as u32) / 64) as usize;
+                more = format!(
+                    "; entry {e:?}; chunk {c} record {rec:?} (line {line} last written by {:?})",
+                    w.mem.provenance(line)
+                );
+            }
+        }
+        w.violation(format!("step {} (host {h} after op {op}): in memory: {f}{more}", w.now()));
+    }
+}
+
+/// Runs `check` on host `h`'s view; every finding is a violation.
+pub(crate) fn check_from<C: Coherence>(w: &World, store: &Store<C>, h: usize, when: &str) {
+    let mut findings = Vec::new();
+    let mut scratch = vec![0u64; cxlkv_core::check::scratch_words(store)];
+    if let Err(e) = cxlkv_core::check::check(store, &mut scratch, &mut |f| findings.push(f)) {
+        w.violation(format!("host {h} check {when} failed: {e}"));
+    }
+    for f in findings.iter().take(5) {
+        w.violation(format!("host {h} check {when}: {f}"));
+    }
+}

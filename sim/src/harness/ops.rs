@@ -1,0 +1,509 @@
+//! The op actor's operations beyond the KV cache: raw allocations, named
+//! roots, and inbox messages.
+
+use super::*;
+
+/// Raw allocations, large ones spanning several chunks included: a block
+/// never overlaps another live one, and keeps the bytes its owner wrote
+/// until freed.
+pub(crate) fn raw_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
+    let mine: Vec<u64> = w.model.lock().unwrap().raw.iter().filter(|b| b.2 == h).map(|b| b.0).collect();
+    if mine.len() >= 2 || (r >> 30).is_multiple_of(3) {
+        if let Some(&off) = mine.first() {
+            return raw_free(w, node, h, off);
+        }
+    }
+    let len = 64 + (r >> 8) % 12_000;
+    let off = match node.alloc(len) {
+        Ok(off) => off,
+        Err(Error::OutOfSpace | Error::Recovering) => return,
+        Err(e) if revoked_ok(w, h, e) => return,
+        Err(e) => return w.violation(format!("host {h} alloc {len}: {e:?}")),
+    };
+    if !track_raw(w, h, off, len) {
+        return;
+    }
+    log(w, off, format!("host {h} alloc raw {off}+{len}"));
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!("step {}: host {h} alloc raw {off}+{len}", w.now());
+    }
+    fill_raw(w, node, h, off, len);
+}
+
+/// Stores a raw block's pattern, flushed and fenced.
+pub(crate) fn fill_raw<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64, len: u64) {
+    let st = node.store;
+    w.model.lock().unwrap().raw_filling[h] = true;
+    let r =
+        st.view.copy_in(off, &raw_pattern(off, len)).and_then(|_| st.co.flush(&st.view, off, len, Site("harness.raw")));
+    w.model.lock().unwrap().raw_filling[h] = false;
+    st.co.store_fence(Site("harness.raw.fence"));
+    if let Err(e) = r {
+        w.violation(format!("host {h} raw write: {e:?}"));
+    }
+}
+
+/// Enters a new raw block of host `h` in the model: it must not overlap any
+/// live block. False (a violation) when it does.
+pub(crate) fn track_raw(w: &World, h: usize, off: u64, len: u64) -> bool {
+    let crashed = w.crashed();
+    let mut m = w.model.lock().unwrap();
+    let stalled = m.stall.filter(|_| m.stalled);
+    if let Some(b) =
+        m.raw.iter().find(|b| Some(b.2) != crashed && Some(b.2) != stalled && b.0 < off + len && off < b.0 + b.1)
+    {
+        let b = *b;
+        let hist: String = m
+            .log
+            .iter()
+            .filter(|x| x.0 == b.0 || x.0 == off)
+            .map(|x| format!("\n      step {}: {}", x.1, x.2))
+            .collect();
+        drop(m);
+        w.violation(format!(
+            "step {}: host {h} alloc {off}+{len} overlaps host {}'s block {}+{}{hist}",
+            w.now(),
+            b.2,
+            b.0,
+            b.1
+        ));
+        return false;
+    }
+    m.raw.push((off, len, h));
+    true
+}
+
+pub(crate) fn raw_free<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64) {
+    let len = {
+        let mut m = w.model.lock().unwrap();
+        let Some(i) = m.raw.iter().position(|b| b.0 == off && b.2 == h) else { return };
+        m.raw.swap_remove(i).1
+    };
+    let st = node.store;
+    let mut buf = vec![0u8; len as usize];
+    let r =
+        st.co.invalidate(&st.view, off, len, Site("harness.raw.read")).and_then(|_| st.view.copy_out(off, &mut buf));
+    if r.is_err() || buf != raw_pattern(off, len) {
+        w.violation(format!("host {h} raw block {off}+{len} changed while allocated ({r:?})"));
+    }
+    log(w, off, format!("host {h} free raw {off}+{len}"));
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!("step {}: host {h} free raw {off}+{len}", w.now());
+    }
+    // Recovering: the allocator lock awaits repair; nothing was freed, so
+    // retry once it is repaired (a raw block is not recovery's to reclaim
+    // while its owner lives).
+    let mut r = node.free(off);
+    while r == Err(Error::Recovering) {
+        w.yield_now(3 * h, "free-retry");
+        r = node.free(off);
+    }
+    match r {
+        Ok(()) => {}
+        Err(e) if revoked_ok(w, h, e) => {}
+        Err(e) => w.violation(format!("host {h} free {off}: {e:?}")),
+    }
+}
+
+/// Named roots `r0`..: any host puts, destroys or reads any of them. An
+/// operation that ran alone on its name (no other put or destroy of it began
+/// or was under way meanwhile) must agree with what the model knows: put
+/// fails with Exists exactly when present, destroy with NotFound exactly when
+/// absent, and a read returns exactly the state.
+pub(crate) fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
+    let g = (r >> 50) as usize % w.hosts;
+    let name = format!("r{g}");
+    let begin = |write: bool| {
+        let mut m = w.model.lock().unwrap();
+        let x = m.roots[g];
+        if write {
+            m.roots[g].inflight += 1;
+            m.roots[g].begun += 1;
+        }
+        x
+    };
+    if !(r >> 40).is_multiple_of(2) {
+        let before = begin(false);
+        let got = cxlkv_core::roots::get(node.store, name.as_bytes());
+        // The block it names, read while no put or destroy of it runs.
+        let mut bytes = Vec::new();
+        if let Ok(root) = got {
+            let st = node.store;
+            bytes = vec![0u8; root.size as usize];
+            let r = st
+                .co
+                .invalidate(&st.view, root.offset, root.size, Site("harness.root.read"))
+                .and_then(|_| st.view.copy_out(root.offset, &mut bytes));
+            if r.is_err() {
+                bytes.clear();
+            }
+        }
+        let after = w.model.lock().unwrap().roots[g];
+        let alone = before.inflight == 0 && after.inflight == 0 && before.begun == after.begun;
+        if let (Ok(root), true) = (got, alone) {
+            if bytes != raw_pattern(root.offset, root.size) {
+                w.violation(format!(
+                    "host {h} root {name} names block {}+{} whose bytes changed",
+                    root.offset, root.size
+                ));
+            }
+        }
+        let got = match got {
+            Ok(root) => Some(root.size),
+            Err(Error::NotFound) => None,
+            Err(e) => return w.violation(format!("host {h} get root {name}: {e:?}")),
+        };
+        if let (Some(want), true) = (before.state, alone) {
+            if got != want {
+                w.violation(format!("host {h} read root {name} as {got:?}; it is {want:?}"));
+            }
+        }
+        return;
+    }
+    let put = (r >> 20).is_multiple_of(2);
+    let size = 64 + r % 1000;
+    let before = begin(true);
+    // A put names a raw block of its own, which the root then keeps alive
+    // (its allocator may die: recovery must not reclaim it); a destroy
+    // frees the block its root named.
+    let block = if put { rooted_alloc(w, node, h, size) } else { None };
+    if put && block.is_none() {
+        w.model.lock().unwrap().roots[g].inflight -= 1;
+        return;
+    }
+    let res = if let Some(off) = block {
+        node.root_put(name.as_bytes(), cxlkv_core::roots::Root { offset: off, size, tag: h as u32 })
+    } else {
+        node.root_destroy(name.as_bytes()).map(|root| {
+            if root.offset != 0 {
+                unroot(w, node, h, root.offset);
+            }
+        })
+    };
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!(
+            "step {}: host {h} root {} {name} block {block:?}: {res:?}",
+            w.now(),
+            if put { "put" } else { "destroy" }
+        );
+    }
+    if let Some(off) = block {
+        match res {
+            Ok(()) => {
+                let mut m = w.model.lock().unwrap();
+                if let Some(b) = m.raw.iter_mut().find(|b| b.0 == off && b.2 == h) {
+                    b.2 = ROOTED;
+                }
+            }
+            Err(Error::Exists) => raw_free(w, node, h, off),
+            // Revoked: the root may or may not name it; the block stays.
+            Err(_) => {}
+        }
+    }
+    let mut m = w.model.lock().unwrap();
+    m.roots[g].inflight -= 1;
+    let alone = before.inflight == 0 && m.roots[g].inflight == 0 && m.roots[g].begun == before.begun + 1;
+    let next = match (put, res) {
+        (true, Ok(())) => Some(Some(size)),
+        (false, Ok(())) | (false, Err(Error::NotFound)) => Some(None),
+        (true, Err(Error::Exists)) => None,
+        (_, Err(e)) => {
+            // Revoked after the change was made: the state is unknown.
+            m.roots[g].state = None;
+            drop(m);
+            if !revoked_ok(w, h, e) {
+                w.violation(format!("host {h} {} root {name}: {e:?}", if put { "put" } else { "destroy" }));
+            }
+            return;
+        }
+    };
+    if !alone {
+        m.roots[g].state = None;
+        return;
+    }
+    if let Some(was) = before.state {
+        let agrees = match (put, res) {
+            (true, Ok(())) | (false, Err(Error::NotFound)) => was.is_none(),
+            _ => was.is_some(),
+        };
+        if !agrees {
+            drop(m);
+            return w.violation(format!(
+                "host {h} {} root {name} gave {res:?}; it was {was:?}",
+                if put { "put" } else { "destroy" }
+            ));
+        }
+    }
+    // An Exists leaves the size unknown unless the model knew it.
+    m.roots[g].state = next.or(before.state);
+}
+
+/// Allocates and fills a raw block for a root to name (tracked as host
+/// `h`'s until the root names it). None when there is no room now.
+pub(crate) fn rooted_alloc<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, size: u64) -> Option<u64> {
+    let off = match node.alloc(size) {
+        Ok(off) => off,
+        Err(Error::OutOfSpace | Error::Recovering) => return None,
+        Err(e) if revoked_ok(w, h, e) => return None,
+        Err(e) => {
+            w.violation(format!("host {h} alloc {size} for a root: {e:?}"));
+            return None;
+        }
+    };
+    if !track_raw(w, h, off, size) {
+        return None;
+    }
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!("step {}: host {h} alloc rooted {off}+{size}", w.now());
+    }
+    fill_raw(w, node, h, off, size);
+    Some(off)
+}
+
+/// Once, when every operation is done: blocks the model still takes for
+/// rooted that no root names any more are freed by host `h`. A destroy whose
+/// unlock was interrupted by a stall past the lease returns Revoked after it
+/// took the root away, so its caller never learnt the block; a live process
+/// cleaning up frees it, as an application would.
+pub(crate) fn adopt_unrooted<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
+    {
+        let mut m = w.model.lock().unwrap();
+        if m.adopted {
+            return;
+        }
+        m.adopted = true;
+    }
+    let named: Vec<u64> = (0..w.hosts)
+        .filter_map(|g| cxlkv_core::roots::get(node.store, format!("r{g}").as_bytes()).ok())
+        .map(|r| r.offset)
+        .collect();
+    let lost: Vec<u64> = {
+        let mut m = w.model.lock().unwrap();
+        let counter = m.counter_root;
+        m.raw
+            .iter_mut()
+            .filter(|b| b.2 == ROOTED && b.0 != counter && !named.contains(&b.0))
+            .map(|b| {
+                b.2 = h;
+                b.0
+            })
+            .collect()
+    };
+    for off in lost {
+        raw_free(w, node, h, off);
+    }
+}
+
+/// The block a destroyed root named becomes host `h`'s, which frees it
+/// (checking it kept its bytes).
+pub(crate) fn unroot<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64) {
+    let known = {
+        let mut m = w.model.lock().unwrap();
+        m.raw.iter_mut().find(|b| b.0 == off && b.2 == ROOTED).map(|b| b.2 = h).is_some()
+    };
+    if known {
+        raw_free(w, node, h, off);
+    } else {
+        // Named by a put the model lost track of (its host died): free it.
+        let mut r = node.free(off);
+        while r == Err(Error::Recovering) {
+            w.yield_now(3 * h, "free-retry");
+            r = node.free(off);
+        }
+        if let Err(e) = r {
+            if !revoked_ok(w, h, e) {
+                w.violation(format!("host {h} free of an unrooted block {off}: {e:?}"));
+            }
+        }
+    }
+}
+
+pub(crate) fn chan_attached(w: &World, id: u32) {
+    *w.model.lock().unwrap().node_epoch.entry(id).or_default() += 1;
+}
+
+pub(crate) fn chan_err(w: &World, h: usize, what: &str, e: Error, ok: &[Error]) {
+    if !ok.contains(&e) && !revoked_ok(w, h, e) {
+        w.violation(format!("host {h} {what}: unexpected {e:?}"));
+    }
+}
+
+/// Sends message `n` keys long to node `to`, recorded in the model. Returns
+/// whether the send returned Ok, and the error otherwise.
+pub(crate) fn chan_send<C: Coherence>(w: &World, node: &Node<'_, C>, to: u32, n: usize) -> Result<(), Error> {
+    let (id, epoch0) = {
+        let mut m = w.model.lock().unwrap();
+        m.next_msg += 1;
+        let id = m.next_msg;
+        let epoch0 = m.node_epoch.get(&to).copied().unwrap_or(0);
+        m.msgs.insert(id, ChanMsg { from: node.id, to, keys: n, acked: false, received: false, epoch: None });
+        (id, epoch0)
+    };
+    let r = node.send(to, &msg_of(id, n), &msg_keys(id, n));
+    let mut m = w.model.lock().unwrap();
+    let epoch1 = m.node_epoch.get(&to).copied().unwrap_or(0);
+    match r {
+        Ok(()) => {
+            if let Some(c) = m.msgs.get_mut(&id) {
+                c.acked = true;
+                c.epoch = (epoch0 == epoch1).then_some(epoch1);
+            }
+        }
+        // Refused before anything was written.
+        Err(Error::BadNode | Error::InboxFull | Error::TooLarge) => {
+            m.msgs.remove(&id);
+        }
+        // May or may not have landed.
+        Err(_) => {}
+    }
+    r
+}
+
+/// Takes every message waiting in this node's inbox and checks each against
+/// the model: sent to this node, once, whole, and none of the same sender's
+/// acknowledged earlier ones skipped.
+pub(crate) fn chan_drain<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
+    let mut buf = vec![Key::default(); 64];
+    loop {
+        match node.try_recv(&mut buf) {
+            Ok(None) => return,
+            Ok(Some(msg)) => chan_verify(w, node.id, h, &msg, &buf[..(msg.n_keys as usize).min(buf.len())]),
+            Err(e) => return chan_err(w, h, "try_recv", e, &[]),
+        }
+    }
+}
+
+pub(crate) fn chan_verify(w: &World, me: u32, h: usize, msg: &Message, keys: &[Key]) {
+    let id = msg.request_id;
+    let mut m = w.model.lock().unwrap();
+    let epoch = m.node_epoch.get(&me).copied().unwrap_or(0);
+    let bad = match m.msgs.get(&id) {
+        None => Some(format!("host {h} received message {id}, never sent")),
+        Some(c) if c.to != me => Some(format!("host {h} node {me} received message {id} sent to node {}", c.to)),
+        Some(c) if c.received => Some(format!("host {h} received message {id} twice")),
+        Some(c) if c.epoch.is_some_and(|e| e != epoch) => Some(format!(
+            "host {h} node {me} (incarnation {epoch}) received message {id}, sent to its incarnation {:?}",
+            c.epoch
+        )),
+        Some(c)
+            if *msg != Message { from: c.from, n_keys: c.keys as u32, ..msg_of(id, c.keys) }
+                || keys != &msg_keys(id, c.keys)[..] =>
+        {
+            Some(format!("host {h} received message {id} altered: {msg:?}"))
+        }
+        Some(c) => {
+            let from = c.from;
+            m.msgs
+                .range(..id)
+                .find(|(_, o)| o.from == from && o.to == me && o.acked && !o.received && o.epoch == Some(epoch))
+                .map(|(oid, _)| format!("host {h} received message {id} from node {from} but not its earlier {oid}"))
+        }
+    };
+    if let Some(c) = m.msgs.get_mut(&id) {
+        c.received = true;
+    }
+    drop(m);
+    if let Some(v) = bad {
+        w.violation(v);
+    }
+}
+
+/// A channel operation: drain this node's inbox, then (mostly) send a
+/// message of 0 to 39 keys to a random node (itself included).
+pub(crate) fn channel_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
+    chan_drain(w, node, h);
+    if (r >> 8).is_multiple_of(4) {
+        return;
+    }
+    let to = ((r >> 12) % w.hosts as u64) as u32;
+    let n = ((r >> 16) % 40) as usize;
+    if let Err(e) = chan_send(w, node, to, n) {
+        chan_err(w, h, "send", e, &[Error::BadNode, Error::InboxFull, Error::Recovering]);
+    }
+}
+
+/// Every acknowledged message for this incarnation of the node was received.
+pub(crate) fn chan_complete(w: &World, me: u32, h: usize, when: &str) {
+    let m = w.model.lock().unwrap();
+    let epoch = m.node_epoch.get(&me).copied().unwrap_or(0);
+    let lost: Vec<u64> = m
+        .msgs
+        .iter()
+        .filter(|(_, c)| c.to == me && c.acked && !c.received && c.epoch == Some(epoch))
+        .map(|(id, _)| *id)
+        .collect();
+    drop(m);
+    if !lost.is_empty() {
+        w.violation(format!("host {h} node {me} {when}: acknowledged messages never delivered: {lost:?}"));
+    }
+}
+
+/// At the end, quiescent: every node drains its inbox (nothing acknowledged
+/// may be missing), then fills its neighbour's emptied ring (exactly as many
+/// one-slot messages as it has slots must fit: a stale head refuses sooner),
+/// then drains again.
+pub(crate) fn channel_end<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, me: usize) {
+    chan_drain(w, node, h);
+    chan_complete(w, node.id, h, "at the end");
+    barrier(w, me, 4);
+    let to = (node.id + 1) % w.hosts as u32;
+    let cap = node.store.layout.caps.inbox_slots as usize;
+    let mut sent = 0;
+    let mut refused = None;
+    for i in 0..=cap {
+        match chan_send(w, node, to, i % 12 + 1) {
+            Ok(()) => sent += 1,
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    match refused {
+        Some(Error::InboxFull) if sent == cap => {}
+        // Its host crashed or stalled: no node there.
+        Some(Error::BadNode) if sent == 0 => {}
+        Some(Error::InboxFull) => {
+            w.violation(format!("host {h}: node {to}'s empty inbox of {cap} slots took {sent} one-slot messages"))
+        }
+        Some(e) => chan_err(w, h, "send at the end", e, &[Error::Recovering]),
+        None => w.violation(format!("host {h}: node {to}'s inbox of {cap} slots took {sent} one-slot messages")),
+    }
+    barrier(w, me, 5);
+    chan_drain(w, node, h);
+    chan_complete(w, node.id, h, "after the fill");
+    channel_stream(w, node, h, me);
+}
+
+/// Node 0 streams multi-slot messages to node 1, which polls all along:
+/// a first header that lands before the rest of its message is caught.
+pub(crate) fn channel_stream<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, me: usize) {
+    const MSGS: usize = 6;
+    if node.id == 0 {
+        'msgs: for i in 0..MSGS {
+            loop {
+                match chan_send(w, node, 1, 25 + 4 * i) {
+                    Ok(()) => break,
+                    Err(Error::InboxFull) => w.yield_now(me, "stream-full"),
+                    Err(Error::BadNode) => break 'msgs,
+                    Err(e) => {
+                        chan_err(w, h, "stream send", e, &[Error::Recovering]);
+                        break 'msgs;
+                    }
+                }
+            }
+        }
+        w.model.lock().unwrap().stream_done = true;
+    } else if node.id == 1 {
+        // (Bounded: node 0's host may have crashed.)
+        for _ in 0..20_000 {
+            chan_drain(w, node, h);
+            if w.model.lock().unwrap().stream_done {
+                chan_drain(w, node, h);
+                chan_complete(w, node.id, h, "after the stream");
+                return;
+            }
+            w.yield_now(me, "stream-poll");
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The seeded deterministic scheduler: actors are OS threads of which one
+//! runs at a time, handing a baton at every coherence call; stalls, parks
+//! and barriers.
+
+use super::*;
+
+/// Unwinds the threads of a crashed host (its actors stop where they are).
+pub(crate) struct Crashed;
+
+/// Unwinds the threads of a killed process; each starts again as a thread of
+/// its host's next process.
+pub(crate) struct Killed;
+
+/// A run taking more scheduler steps than this is livelocked.
+pub(crate) const STEP_LIMIT: u64 = 3_000_000;
+
+#[derive(Default)]
+pub(crate) struct Sched {
+    pub(crate) turn: usize,
+    pub(crate) runnable: Vec<bool>,
+    pub(crate) finished: Vec<bool>,
+    pub(crate) host_crashed: Vec<bool>,
+    pub(crate) rng: u64,
+    pub(crate) steps: u64,
+    pub(crate) crash_at: Option<(usize, u64)>,
+    pub(crate) crashed: Option<usize>,
+    /// Kill the process of a host (SIGKILL; the host lives on) at a step.
+    pub(crate) kill_at: Option<(usize, u64)>,
+    /// Each host's process generation, and the generation each actor runs in.
+    pub(crate) gen: Vec<u32>,
+    pub(crate) actor_gen: Vec<u32>,
+    pub(crate) trace: VecDeque<String>,
+    pub(crate) stop: bool,
+    pub(crate) watch_dirty: Vec<bool>,
+    /// An actor parked (descheduled, as a preempted thread is) until this step.
+    pub(crate) sleep_until: Vec<u64>,
+    /// Host-local lock tier: (host, lock) → holding actor.
+    pub(crate) local: std::collections::HashMap<(usize, u32), usize>,
+}
+
+/// Park actors now and then (`CXLKV_SIM_PARK=1`): long windows in which a
+/// host's half-done work is visible, which kill far more coherence mutants.
+/// Off by default while some parked runs still exceed the step limit.
+pub(crate) fn park() -> bool {
+    std::env::var("CXLKV_SIM_PARK").is_ok_and(|v| v == "1")
+}
+
+/// Scheduler events kept for a failure report (`CXLKV_SIM_TRACE`, default 64).
+pub(crate) fn trace_len() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::env::var("CXLKV_SIM_TRACE").ok().and_then(|v| v.parse().ok()).unwrap_or(64))
+}
+
+/// Entry line whose state and generation in memory are traced
+/// (`CXLKV_SIM_ENTRY_LINE`).
+pub(crate) fn entry_line() -> Option<u64> {
+    static N: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::env::var("CXLKV_SIM_ENTRY_LINE").ok().and_then(|v| v.parse().ok()))
+}
+
+pub(crate) fn watch_line() -> Option<usize> {
+    std::env::var("CXLKV_SIM_WATCH_LINE").ok().and_then(|v| v.parse().ok())
+}
+
+/// The cache tag of an actor's stores: its index, and its process
+/// generation (a killed process's stores keep theirs).
+pub(crate) fn tag_of(s: &Sched, actor: usize) -> u32 {
+    actor as u32 + 1000 * s.actor_gen.get(actor).copied().unwrap_or(0)
+}
+
+pub(crate) fn rnd(x: &mut u64) -> u64 {
+    *x = mix64(x.wrapping_add(0x9e37_79b9_7f4a_7c15));
+    *x
+}
+
+pub(crate) fn stall_now(w: &World, h: usize, op: u32, ops: u32, idle: bool) -> bool {
+    {
+        let mut m = w.model.lock().unwrap();
+        if m.stall != Some(h) || m.stalled || op < ops / 3 || !idle {
+            return false;
+        }
+        if m.stall_in_release {
+            m.release_armed = true;
+            return false;
+        }
+        m.stall_req = true;
+    }
+    let t = w.now();
+    while w.now() < t + 20_000 {
+        if w.model.lock().unwrap().stalled {
+            return true;
+        }
+        w.yield_now(3 * h, "stall-wait");
+    }
+    let mut m = w.model.lock().unwrap();
+    m.stall_req = false;
+    m.stalled
+}
+
+/// Stalls the host of op actor `a` inside an unlock (called as it is about
+/// to read its slot back): the critical section is done and fenced, and the
+/// host holds no other lock, nothing pinned or being written; its manager
+/// actor is between steps and not the active manager, and no recovery is
+/// pending. The node is declared dead and its lock revoked meanwhile: the
+/// unlock must report Revoked when the host wakes. True when it stalled.
+pub(crate) fn stall_in_release(w: &World, a: usize) -> bool {
+    use cxlkv_core::layout::{LockSlot, SLOT_LOCKED};
+    let h = a / 3;
+    {
+        let m = w.model.lock().unwrap();
+        if !a.is_multiple_of(3)
+            || m.stall != Some(h)
+            || !m.release_armed
+            || m.stalled
+            || m.need_recovery
+            || !m.mgr_idle[h]
+        {
+            return false;
+        }
+        if m.recovering_on & (1 << h) != 0 {
+            return false;
+        }
+    }
+    let Ok(st) = attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return false };
+    let l = &st.layout;
+    let held = (0..l.n_locks)
+        .filter(|&k| st.view.read::<LockSlot>(l.lock_slot(k, h as u32)).is_ok_and(|x| x.state == SLOT_LOCKED))
+        .count();
+    let local = w.sched.lock().unwrap().local.keys().filter(|&&(lh, _)| lh == h).count();
+    if held != 1 || local != 1 {
+        return false;
+    }
+    {
+        let mut m = w.model.lock().unwrap();
+        m.stalled = true;
+        m.stalled_in_release = true;
+        m.raw.retain(|b| b.2 != h);
+    }
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!("step {}: host {h} stalls inside an unlock", w.now());
+    }
+    park_host(w, h);
+    true
+}
+
+/// Deschedules all three actors of host `h` for three leases; on some seeds
+/// the heartbeat (manager actor) wakes a while after the others, as a
+/// process's threads do after SIGCONT in any order.
+pub(crate) fn park_host(w: &World, h: usize) {
+    let late = if w.model.lock().unwrap().worker_first { 2000 } else { 0 };
+    let mut s = w.sched.lock().unwrap();
+    let until = s.steps + 3 * LEASE.lease;
+    if s.sleep_until.len() != s.runnable.len() {
+        s.sleep_until = vec![0; s.runnable.len()];
+    }
+    for a in 3 * h..3 * h + 3 {
+        s.sleep_until[a] = until + if a == 3 * h + 1 { late } else { 0 };
+    }
+}
+
+/// The manager actor's side of [`stall_now`]: parks the host if asked and
+/// it is safe. True when it parked.
+pub(crate) fn stall_here(w: &World, h: usize, active: bool) -> bool {
+    {
+        let mut m = w.model.lock().unwrap();
+        if m.stall != Some(h) || !m.stall_req || m.stalled || active || m.need_recovery {
+            return false;
+        }
+        m.stall_req = false;
+        m.stalled = true;
+    }
+    // Recovery will reclaim the stalled node's raw blocks.
+    w.model.lock().unwrap().raw.retain(|b| b.2 != h);
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!("step {}: host {h} stalls", w.now());
+    }
+    park_host(w, h);
+    true
+}
+
+/// Waits until every op actor of a live host reached `phase` of the end
+/// barrier (and a crashed host was recovered, and no recovery runs).
+pub(crate) fn barrier(w: &World, me: usize, phase: usize) {
+    w.model.lock().unwrap().barrier[phase] |= 1 << (me / 3);
+    loop {
+        let mut gone = {
+            let s = w.sched.lock().unwrap();
+            (0..w.hosts).filter(|&h| s.host_crashed[h]).fold(0u64, |g, h| g | 1 << h)
+        };
+        let m = w.model.lock().unwrap();
+        if m.fenced {
+            gone |= m.stall.map_or(0, |h| 1 << h);
+        }
+        let all = (1u64 << w.hosts) - 1;
+        if (m.barrier[phase] | gone) == all && !m.awaits_recovery() && m.recovering == 0 {
+            return;
+        }
+        drop(m);
+        w.yield_now(me, "barrier");
+    }
+}
