@@ -33,25 +33,6 @@ struct Args {
     quick: bool,
 }
 
-fn parse(args: &[String]) -> std::result::Result<Args, String> {
-    let mut a = Args { device: 0, mode: FlushMode::default_for_arch(), quick: false };
-    let mut it = args.iter().cloned();
-    while let Some(k) = it.next() {
-        match k.as_str() {
-            "--device" => a.device = it.next().and_then(|v| v.parse().ok()).ok_or("--device needs a number")?,
-            "--mode" => {
-                a.mode = it.next().and_then(|v| v.parse().ok()).ok_or("--mode needs a flush mode")?;
-            }
-            "--quick" => a.quick = true,
-            "-h" | "--help" => {
-                return Err("usage: cxlkv gpu-check [--device N] [--mode MODE] [--quick]".into());
-            }
-            other => return Err(format!("unknown argument {other}")),
-        }
-    }
-    Ok(a)
-}
-
 /// splitmix64: deterministic test data.
 struct Rng(u64);
 
@@ -450,16 +431,10 @@ fn human(n: usize) -> String {
     }
 }
 
-/// Runs `cxlkv gpu-check ARGS`.
-pub fn main(args: &[String]) -> ExitCode {
-    let a = match parse(args) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(64);
-        }
-    };
-    match run(&a) {
+/// Runs `cxlkv gpu-check`: on device `device`, cache maintenance `mode`,
+/// `quick` for fewer sizes and repetitions.
+pub fn main(device: u32, mode: FlushMode, quick: bool) -> ExitCode {
+    match run(&Args { device, mode, quick }) {
         Ok(c) if c.failed == 0 => ExitCode::SUCCESS,
         Ok(_) => ExitCode::FAILURE,
         Err(Error::CudaUnavailable(why)) => {

@@ -1,45 +1,216 @@
-//! `cxlkv`: format, inspect, check and recover cxlkv regions.
+//! `cxlkv`: run the demo, format, inspect, check and recover regions,
+//! measure the data path and check the GPU path. The command line is
+//! declared with clap (help generated from it); exit status 0 success, 1 a
+//! failure (or findings: `check`; a failed check: `gpu-check`), 2 a usage
+//! error or a region that cannot be opened (`check`), or CUDA unavailable
+//! (`gpu-check`).
 
-mod args;
 mod bench;
 mod demo;
 mod gpucheck;
 mod inspect;
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use args::{Args, Usage};
+use clap::{Args, Parser, Subcommand};
 use cxlkv_core::layout::Capacities;
 use cxlkv_platform::inspect::Observed;
 use cxlkv_platform::{FlushMode, Node, Options, Region};
 use serde_json::json;
 
-const USAGE: &str = "\
-cxlkv — a shared-memory KV-cache block store
+/// cxlkv — a shared-memory KV-cache block store.
+#[derive(Parser)]
+#[command(name = "cxlkv", version, arg_required_else_help = true, after_help = "Sizes take units: 64M, 2G, 512K.")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
 
-usage:
-  cxlkv demo [--prefill N] [--decode N] [--duration SECONDS] [--block-size SIZE|MIN-MAX]
-             [--region SIZE] [--mode MODE] [--seed N] [--inflight N] [--json]
-  cxlkv format PATH --size SIZE [--nodes N] [--stripes N] [--entries N]
-               [--chunk SIZE] [--roots N] [--pins N] [--inbox N] [--app-locks N]
-               [--force] [--json]
-  cxlkv inspect PATH [--json]
-  cxlkv check PATH [--json]        exit 0 clean, 1 findings, 2 cannot open
-  cxlkv recover PATH [--json]
-  cxlkv bench [--modes coherent,clflush,...] [--blocks N] [--block-bytes SIZE] [--quick] [--json]
-  cxlkv gpu-check [--device N] [--mode MODE] [--quick]
-                                   exit 0 checks passed, 1 a check failed, 2 CUDA unavailable
+#[derive(Subcommand)]
+enum Cmd {
+    /// Runs the main job: prefill processes store KV blocks of prompts into
+    /// one region and hand them to decode processes, which look up, pin and
+    /// verify every byte; reports throughput and latencies.
+    Demo(DemoArgs),
+    /// Creates (or overwrites, with --force) a region file and formats it;
+    /// a device-DAX path is formatted in place.
+    Format(FormatArgs),
+    /// Shows what a region holds, read without attaching a node.
+    Inspect(PathArgs),
+    /// Checks a region's invariants: exit 0 clean, 1 findings, 2 cannot open.
+    Check(PathArgs),
+    /// Frees dead nodes and reclaims what they held.
+    Recover(RecoverArgs),
+    /// Measures the data path through the calls the C API makes, beside
+    /// same-run references.
+    Bench(BenchArgs),
+    /// Checks and measures the GPU path: exit 0 passed, 1 a check failed,
+    /// 2 CUDA unavailable.
+    GpuCheck(GpuArgs),
+    /// A process the bench starts (not for people).
+    #[command(hide = true)]
+    BenchPeer(Helper),
+    /// A process the demo starts (not for people).
+    #[command(hide = true)]
+    DemoWorker(Helper),
+}
 
---mode coherent|clflush|clflushopt|clwb|auto: cache maintenance (format, inspect, check,
-recover, gpu-check: default auto, the architecture's safe choice; demo: default coherent,
-its processes share one host)
-sizes take units: 64M, 2G, 512K";
+/// Cache maintenance: coherent, clflush, clflushopt, clwb, dc-civac or
+/// auto (the architecture's safe choice).
+fn flush_mode(s: &str) -> Result<FlushMode, String> {
+    let m: FlushMode = s.parse().map_err(|_| format!("not a flush mode: {s}"))?;
+    if !m.available() {
+        return Err(format!("flush mode {} not available on this CPU", m.name()));
+    }
+    Ok(m)
+}
+
+/// A size with units (64M, 2G, 512K).
+fn size(s: &str) -> Result<u64, String> {
+    cxlkv_platform::size::parse_size(s).map_err(|_| format!("not a size: {s}"))
+}
+
+#[derive(Args)]
+struct ModeArg {
+    /// Cache maintenance (coherent, clflush, clflushopt, clwb, auto).
+    #[arg(long, value_parser = flush_mode, default_value = "auto")]
+    mode: FlushMode,
+}
+
+#[derive(Args)]
+struct PathArgs {
+    /// The region: a file, /dev/shm, hugetlbfs or /dev/daxX.Y.
+    path: PathBuf,
+    #[command(flatten)]
+    mode: ModeArg,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct RecoverArgs {
+    #[command(flatten)]
+    at: PathArgs,
+    /// Attach as this node slot (default: the first free one).
+    #[arg(long)]
+    node: Option<u32>,
+}
+
+#[derive(Args)]
+struct FormatArgs {
+    /// The region file to create, or a device-DAX device.
+    path: PathBuf,
+    /// Region size.
+    #[arg(long, value_parser = size)]
+    size: u64,
+    /// Node slots (1 to 64).
+    #[arg(long)]
+    nodes: Option<u32>,
+    /// Index stripes (a power of two, at most 128).
+    #[arg(long)]
+    stripes: Option<u32>,
+    /// Index entries in all (spread over the stripes).
+    #[arg(long)]
+    entries: Option<u32>,
+    /// Allocator chunk size (a power of two).
+    #[arg(long, value_parser = size)]
+    chunk: Option<u64>,
+    /// Named roots.
+    #[arg(long)]
+    roots: Option<u32>,
+    /// Pins each node may hold at once (a multiple of 4).
+    #[arg(long)]
+    pins: Option<u32>,
+    /// Slots of each node's inbox (a power of two).
+    #[arg(long)]
+    inbox: Option<u32>,
+    /// Application locks (at most 128).
+    #[arg(long)]
+    app_locks: Option<u32>,
+    /// Overwrite an existing file.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    mode: ModeArg,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Prefill worker processes (1 to 16).
+    #[arg(long, default_value_t = 2)]
+    prefill: usize,
+    /// Decode worker processes (1 to 16).
+    #[arg(long, default_value_t = 2)]
+    decode: usize,
+    /// How long to run, in seconds (0.1 to 86400; a trailing s is allowed).
+    #[arg(long, default_value = "30")]
+    duration: String,
+    /// Block size, or a range MIN-MAX each block's length is drawn from.
+    #[arg(long, default_value = "2M")]
+    block_size: String,
+    /// Region size.
+    #[arg(long, value_parser = size, default_value = "4G")]
+    region: u64,
+    /// Cache maintenance (default coherent: the demo's processes share one
+    /// host).
+    #[arg(long, value_parser = flush_mode, default_value = "coherent")]
+    mode: FlushMode,
+    /// Seed of the prompts.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Requests each decode worker keeps in flight (1 to 64).
+    #[arg(long, default_value_t = 2)]
+    inflight: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Comma-separated flush modes (default: every one this CPU has).
+    #[arg(long, value_delimiter = ',', value_parser = flush_mode)]
+    modes: Vec<FlushMode>,
+    /// Blocks of the one-process rows (at least 64).
+    #[arg(long, default_value_t = 8192)]
+    blocks: usize,
+    /// Block size of the one-process rows (64 to 64M).
+    #[arg(long, value_parser = size, default_value = "16K")]
+    block_bytes: u64,
+    /// A short run (a cache-resident working set, fewer repetitions).
+    #[arg(long)]
+    quick: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct GpuArgs {
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: u32,
+    #[command(flatten)]
+    mode: ModeArg,
+    /// Fewer sizes and repetitions.
+    #[arg(long)]
+    quick: bool,
+}
+
+#[derive(Args)]
+struct Helper {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
     // Never let a panic escape as an abort with a backtrace: report and exit 2.
-    match std::panic::catch_unwind(|| run(&argv)) {
+    match std::panic::catch_unwind(run) {
         Ok(code) => code,
         Err(_) => {
             eprintln!("cxlkv: internal error");
@@ -48,36 +219,23 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(argv: &[String]) -> ExitCode {
-    let Some((cmd, rest)) = argv.split_first() else {
-        eprintln!("{USAGE}");
-        return ExitCode::from(2);
-    };
-    if rest.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    let r = match cmd.as_str() {
-        "format" => cmd_format(rest),
-        "inspect" => cmd_inspect(rest),
-        "check" => return cmd_check(rest),
-        "recover" => cmd_recover(rest),
-        "bench" => cmd_bench(rest),
-        "demo" => return cmd_demo(rest),
-        "gpu-check" => return gpucheck::main(rest),
-        // Processes the demo and the bench start; not for people.
-        "bench-peer" => return helper_exit("bench-peer", bench::peer_main(rest)),
-        "demo-worker" => return helper_exit("demo-worker", demo::worker(rest)),
-        "help" | "--help" | "-h" => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        other => Err(Fail::Usage(Usage(format!("unknown command {other}")))),
+fn run() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Format(a) => cmd_format(&a),
+        Cmd::Inspect(a) => cmd_inspect(&a),
+        Cmd::Check(a) => return cmd_check(&a),
+        Cmd::Recover(a) => cmd_recover(&a),
+        Cmd::Bench(a) => cmd_bench(a),
+        Cmd::Demo(a) => return cmd_demo(&a),
+        Cmd::GpuCheck(a) => return gpucheck::main(a.device, a.mode.mode, a.quick),
+        Cmd::BenchPeer(h) => return helper_exit("bench-peer", bench::peer_main(&h.args)),
+        Cmd::DemoWorker(h) => return helper_exit("demo-worker", demo::worker(&h.args)),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Fail::Usage(Usage(m))) => {
-            eprintln!("cxlkv: {m}\n\n{USAGE}");
+        Err(Fail::Usage(m)) => {
+            eprintln!("cxlkv: {m}");
             ExitCode::from(2)
         }
         Err(Fail::Run(m)) => {
@@ -99,14 +257,10 @@ fn helper_exit(name: &str, r: Result<(), String>) -> ExitCode {
 }
 
 enum Fail {
-    Usage(Usage),
+    /// Arguments that parse but make no sense together: exit 2.
+    Usage(String),
+    /// The command failed: exit 1.
     Run(String),
-}
-
-impl From<Usage> for Fail {
-    fn from(u: Usage) -> Self {
-        Fail::Usage(u)
-    }
 }
 
 impl From<cxlkv_platform::Error> for Fail {
@@ -121,55 +275,39 @@ impl From<cxlkv_core::Error> for Fail {
     }
 }
 
-fn mode(a: &Args) -> Result<FlushMode, Fail> {
-    let m: FlushMode = a.get("mode").unwrap_or("auto").parse().map_err(|_| Usage("bad --mode".into()))?;
-    if !m.available() {
-        return Err(Fail::Run(format!("flush mode {} not available on this CPU", m.name())));
-    }
-    Ok(m)
-}
-
-const COMMON: [&str; 1] = ["mode"];
-
-fn cmd_format(raw: &[String]) -> Result<(), Fail> {
-    let valued =
-        [COMMON.as_slice(), &["size", "nodes", "stripes", "entries", "chunk", "roots", "pins", "inbox", "app-locks"]]
-            .concat();
-    let a = Args::parse(raw, &valued, &["force", "json"])?;
-    let path = a.path()?;
-    let size = a.size("size", 0)?;
-    if size == 0 {
-        return Err(Usage("--size is required".into()).into());
+fn cmd_format(a: &FormatArgs) -> Result<(), Fail> {
+    let path = a.path.to_string_lossy();
+    if a.size == 0 {
+        return Err(Fail::Usage("--size must not be 0".into()));
     }
     let d = Capacities::default();
-    let chunk = a.size("chunk", 1 << d.chunk_shift)?;
+    let chunk = a.chunk.unwrap_or(1 << d.chunk_shift);
     if !chunk.is_power_of_two() {
-        return Err(Usage("--chunk must be a power of two".into()).into());
+        return Err(Fail::Usage("--chunk must be a power of two".into()));
     }
     let caps = Capacities {
-        max_nodes: a.num("nodes", d.max_nodes)?,
-        n_stripes: a.num("stripes", d.n_stripes)?,
+        max_nodes: a.nodes.unwrap_or(d.max_nodes),
+        n_stripes: a.stripes.unwrap_or(d.n_stripes),
         entries_per_stripe: 0,
-        n_roots: a.num("roots", d.n_roots)?,
-        pin_slots: a.num("pins", d.pin_slots)?,
+        n_roots: a.roots.unwrap_or(d.n_roots),
+        pin_slots: a.pins.unwrap_or(d.pin_slots),
         chunk_shift: chunk.trailing_zeros(),
-        inbox_slots: a.num("inbox", d.inbox_slots)?,
-        app_locks: a.num("app-locks", d.app_locks)?,
+        inbox_slots: a.inbox.unwrap_or(d.inbox_slots),
+        app_locks: a.app_locks.unwrap_or(d.app_locks),
     };
-    let total: u32 = a.num("entries", caps.n_stripes.saturating_mul(d.entries_per_stripe))?;
+    let total = a.entries.unwrap_or(caps.n_stripes.saturating_mul(d.entries_per_stripe));
     let caps = Capacities { entries_per_stripe: total.div_ceil(caps.n_stripes.max(1)), ..caps };
-    caps.validate().map_err(|_| Usage("capacities out of range".into()))?;
+    caps.validate().map_err(|_| Fail::Usage("capacities out of range".into()))?;
     let dax = path.starts_with("/dev/dax");
     if !dax {
         // Refuse impossible sizes before touching an existing file.
-        Region::plan(caps, size)?;
+        Region::plan(caps, a.size)?;
     }
-    let p = Path::new(path);
-    if p.exists() && !a.flag("force") && !dax {
+    if a.path.exists() && !a.force && !dax {
         return Err(Fail::Run(format!("{path} exists (use --force to overwrite)")));
     }
-    let l = Region::create(p, size, true)?.format(caps, mode(&a)?)?;
-    if a.flag("json") {
+    let l = Region::create(&a.path, a.size, true)?.format(caps, a.mode.mode)?;
+    if a.json {
         println!(
             "{}",
             json!({"path": path, "size": l.region_size, "chunks": l.n_chunks, "chunk_size": l.chunk_size(),
@@ -189,14 +327,13 @@ fn cmd_format(raw: &[String]) -> Result<(), Fail> {
     Ok(())
 }
 
-fn observe(a: &Args) -> Result<Observed, Fail> {
-    Ok(Region::open(Path::new(a.path()?))?.observe(mode(a)?)?)
+fn observe(a: &PathArgs) -> Result<Observed, Fail> {
+    Ok(Region::open(&a.path)?.observe(a.mode.mode)?)
 }
 
-fn cmd_inspect(raw: &[String]) -> Result<(), Fail> {
-    let a = Args::parse(raw, &COMMON, &["json"])?;
-    let r = observe(&a)?.inspect()?;
-    if a.flag("json") {
+fn cmd_inspect(a: &PathArgs) -> Result<(), Fail> {
+    let r = observe(a)?.inspect()?;
+    if a.json {
         println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
     } else {
         inspect::print_human(&r);
@@ -204,18 +341,11 @@ fn cmd_inspect(raw: &[String]) -> Result<(), Fail> {
     Ok(())
 }
 
-fn cmd_check(raw: &[String]) -> ExitCode {
-    let a = match Args::parse(raw, &COMMON, &["json"]) {
-        Ok(a) => a,
-        Err(Usage(m)) => {
-            eprintln!("cxlkv: {m}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    let observed = match observe(&a) {
+fn cmd_check(a: &PathArgs) -> ExitCode {
+    let observed = match observe(a) {
         Ok(x) => x,
-        Err(Fail::Run(m) | Fail::Usage(Usage(m))) => {
-            if a.flag("json") {
+        Err(Fail::Run(m) | Fail::Usage(m)) => {
+            if a.json {
                 println!("{}", json!({"ok": false, "error": m}));
             }
             eprintln!("cxlkv check: cannot open: {m}");
@@ -225,7 +355,7 @@ fn cmd_check(raw: &[String]) -> ExitCode {
     match observed.check().and_then(|f| Ok((f, observed.stranded()?))) {
         Ok((f, gone)) => {
             let clean = f.is_empty() && gone.is_empty();
-            if a.flag("json") {
+            if a.json {
                 let list: Vec<_> = f.iter().map(|x| json!({"kind": x.kind.as_str(), "a": x.a, "b": x.b})).collect();
                 let gone: Vec<_> = gone
                     .iter()
@@ -259,18 +389,12 @@ fn cmd_check(raw: &[String]) -> ExitCode {
     }
 }
 
-fn cmd_recover(raw: &[String]) -> Result<(), Fail> {
-    let a = Args::parse(raw, &[COMMON.as_slice(), &["node"]].concat(), &["json"])?;
-    let opts = Options {
-        mode: mode(&a)?,
-        auto_recover: false,
-        node: a.get("node").map(|v| v.parse()).transpose().map_err(|_| Usage("bad --node".into()))?,
-        ..Options::default()
-    };
-    let cache = Node::open(Path::new(a.path()?), opts)?;
-    let r = cache.recover()?;
-    cache.close()?;
-    if a.flag("json") {
+fn cmd_recover(a: &RecoverArgs) -> Result<(), Fail> {
+    let opts = Options { mode: a.at.mode.mode, auto_recover: false, node: a.node, ..Options::default() };
+    let node = Node::open(&a.at.path, opts)?;
+    let r = node.recover()?;
+    node.close()?;
+    if a.at.json {
         println!(
             "{}",
             json!({"nodes_freed": r.nodes_freed.count_ones(), "pins_dropped": r.pins_dropped,
@@ -293,80 +417,15 @@ fn cmd_recover(raw: &[String]) -> Result<(), Fail> {
     Ok(())
 }
 
-fn cmd_demo(raw: &[String]) -> ExitCode {
-    let parsed = (|| -> Result<(demo::Config, bool), Fail> {
-        let valued = ["prefill", "decode", "duration", "block-size", "region", "mode", "seed", "inflight"];
-        let a = Args::parse(raw, &valued, &["json"])?;
-        if !a.pos.is_empty() {
-            return Err(Usage("demo takes no PATH".into()).into());
-        }
-        let secs: f64 = a
-            .get("duration")
-            .map(|v| v.trim_end_matches('s').parse().map_err(|_| Usage(format!("--duration: not seconds: {v}"))))
-            .transpose()?
-            .unwrap_or(30.0);
-        if !(0.1..=86_400.0).contains(&secs) {
-            return Err(Usage("--duration must be between 0.1 and 86400 seconds".into()).into());
-        }
-        // One size, or a range MIN-MAX (each block's length drawn from it).
-        let sizes = match a.get("block-size") {
-            None => (2 << 20, 2 << 20),
-            Some(v) => {
-                let one = |s: &str| {
-                    cxlkv_platform::size::parse_size(s).map_err(|_| Usage(format!("--block-size: not a size: {s}")))
-                };
-                match v.split_once('-') {
-                    Some((lo, hi)) => (one(lo)?, one(hi)?),
-                    None => (one(v)?, one(v)?),
-                }
-            }
-        };
-        let cfg = demo::Config {
-            prefill: a.num("prefill", 2usize)?,
-            decode: a.num("decode", 2usize)?,
-            duration: std::time::Duration::from_secs_f64(secs),
-            block_bytes: sizes.1,
-            block_min: sizes.0,
-            region: a.size("region", 4 << 30)?,
-            mode: match a.get("mode") {
-                Some(_) => mode(&a)?,
-                None => FlushMode::Coherent,
-            },
-            seed: a.num("seed", 1u64)?,
-            inflight: a.num("inflight", 2usize)?,
-        };
-        if !(1..=16).contains(&cfg.prefill) || !(1..=16).contains(&cfg.decode) {
-            return Err(Usage("--prefill and --decode take 1 to 16 workers".into()).into());
-        }
-        let fits = |b: u64| (4096..=256 << 20).contains(&b) && b.is_multiple_of(64);
-        if !fits(cfg.block_bytes) || !fits(cfg.block_min) || cfg.block_min > cfg.block_bytes {
-            return Err(
-                Usage("--block-size must be 4K to 256M, a multiple of 64 (or a range MIN-MAX of such)".into()).into()
-            );
-        }
-        if !(1..=64).contains(&cfg.inflight) {
-            return Err(Usage("--inflight takes 1 to 64".into()).into());
-        }
-        // The longest request (16384 tokens) twice over, pinned at once.
-        let need = cfg.block_bytes * 2048;
-        if cfg.region < need {
-            return Err(
-                Usage(format!("--region must be at least {need} bytes for {} byte blocks", cfg.block_bytes)).into()
-            );
-        }
-        Ok((cfg, a.flag("json")))
-    })();
-    let (cfg, json_out) = match parsed {
-        Ok(x) => x,
-        Err(Fail::Usage(Usage(m))) => {
-            eprintln!("cxlkv: {m}\n\n{USAGE}");
+fn cmd_demo(a: &DemoArgs) -> ExitCode {
+    let cfg = match demo_config(a) {
+        Ok(c) => c,
+        Err(m) => {
+            eprintln!("cxlkv demo: {m}");
             return ExitCode::from(2);
         }
-        Err(Fail::Run(m)) => {
-            eprintln!("cxlkv demo: {m}");
-            return ExitCode::from(1);
-        }
     };
+    let json_out = a.json;
     match demo::run(&cfg, !json_out) {
         Ok((report, ok)) => {
             if json_out {
@@ -387,26 +446,59 @@ fn cmd_demo(raw: &[String]) -> ExitCode {
     }
 }
 
-fn cmd_bench(raw: &[String]) -> Result<(), Fail> {
-    let a = Args::parse(raw, &["modes", "blocks", "block-bytes"], &["json", "quick"])?;
-    let modes = match a.get("modes") {
-        Some(list) => list
-            .split(',')
-            .map(|m| m.parse::<FlushMode>().map_err(|_| Fail::Usage(Usage(format!("bad mode {m}")))))
-            .collect::<Result<Vec<_>, _>>()?,
-        None => FlushMode::ALL.into_iter().filter(|m| m.available()).collect(),
-    };
-    if let Some(m) = modes.iter().find(|m| !m.available()) {
-        return Err(Fail::Run(format!("flush mode {} not available on this CPU", m.name())));
+/// The demo's configuration, or why the arguments make none.
+fn demo_config(a: &DemoArgs) -> Result<demo::Config, String> {
+    let secs: f64 =
+        a.duration.trim_end_matches('s').parse().map_err(|_| format!("--duration: not seconds: {}", a.duration))?;
+    if !(0.1..=86_400.0).contains(&secs) {
+        return Err("--duration must be between 0.1 and 86400 seconds".into());
     }
+    // One size, or a range MIN-MAX (each block's length drawn from it).
+    let one = |s: &str| size(s).map_err(|e| format!("--block-size: {e}"));
+    let (block_min, block_bytes) = match a.block_size.split_once('-') {
+        Some((lo, hi)) => (one(lo)?, one(hi)?),
+        None => (one(&a.block_size)?, one(&a.block_size)?),
+    };
+    let cfg = demo::Config {
+        prefill: a.prefill,
+        decode: a.decode,
+        duration: std::time::Duration::from_secs_f64(secs),
+        block_bytes,
+        block_min,
+        region: a.region,
+        mode: a.mode,
+        seed: a.seed,
+        inflight: a.inflight,
+    };
+    if !(1..=16).contains(&cfg.prefill) || !(1..=16).contains(&cfg.decode) {
+        return Err("--prefill and --decode take 1 to 16 workers".into());
+    }
+    let fits = |b: u64| (4096..=256 << 20).contains(&b) && b.is_multiple_of(64);
+    if !fits(cfg.block_bytes) || !fits(cfg.block_min) || cfg.block_min > cfg.block_bytes {
+        return Err("--block-size must be 4K to 256M, a multiple of 64 (or a range MIN-MAX of such)".into());
+    }
+    if !(1..=64).contains(&cfg.inflight) {
+        return Err("--inflight takes 1 to 64".into());
+    }
+    // The longest request (16384 tokens) twice over, pinned at once.
+    let need = cfg.block_bytes * 2048;
+    if cfg.region < need {
+        return Err(format!("--region must be at least {need} bytes for {} byte blocks", cfg.block_bytes));
+    }
+    Ok(cfg)
+}
+
+fn cmd_bench(a: BenchArgs) -> Result<(), Fail> {
+    let modes =
+        if a.modes.is_empty() { FlushMode::ALL.into_iter().filter(|m| m.available()).collect() } else { a.modes };
     let cfg = bench::Config {
         modes,
-        blocks: a.num("blocks", 8192usize)?.max(64),
-        block_bytes: a.size("block-bytes", 16 << 10)?.clamp(64, 64 << 20) as usize,
-        quick: a.flag("quick"),
+        blocks: a.blocks.max(64),
+        block_bytes: a.block_bytes.clamp(64, 64 << 20) as usize,
+        quick: a.quick,
     };
     let r = bench::run(&cfg)?;
-    if a.flag("json") {
+    if a.json {
         println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
     } else {
         bench::print_table(&r);
