@@ -29,6 +29,9 @@ use cxlkv_core::layout::Capacities;
 use cxlkv_core::Error;
 use cxlkv_platform::local::LocalTier;
 use cxlkv_platform::{Flush, FlushMode, GetItem, Mapping, Node, Options};
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
 use serde_json::{json, Value};
 
 /// Settings of one bench run.
@@ -525,14 +528,9 @@ pub fn peer_main(args: &[String]) -> Result<(), String> {
 }
 
 fn peer_get(cache: &Node, size: usize, n: usize) -> Result<Value, String> {
-    let mut rng = mix64(size as u64 ^ 0x5eed);
+    let mut rng = SmallRng::seed_from_u64(size as u64 ^ 0x5eed);
     let mut order: Vec<u64> = (0..n as u64).collect();
-    let mut shuffle = |v: &mut Vec<u64>| {
-        for i in (1..v.len()).rev() {
-            rng = mix64(rng);
-            v.swap(i, (rng % (i as u64 + 1)) as usize);
-        }
-    };
+    let mut shuffle = |v: &mut Vec<u64>| v.shuffle(&mut rng);
     let mut dst = vec![0u8; size];
     let mut pass = |order: &[u64]| -> Result<Vec<u64>, String> {
         let mut lat = Vec::with_capacity(order.len());

@@ -23,8 +23,12 @@ use cxlkv_core::index::{Handle, Lru};
 use cxlkv_core::layout::Capacities;
 use cxlkv_core::Error as CoreError;
 use cxlkv_platform::size::human;
-use cxlkv_platform::{FlushMode, Node, Options, Populate, KIND_RESPONSE};
-use serde_json::{json, Value};
+use cxlkv_platform::{pattern, FlushMode, Node, Options, Populate, KIND_RESPONSE};
+use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::LogNormal;
+use serde::{Deserialize, Serialize};
 
 const NS: u32 = 1;
 const TOKENS_PER_BLOCK: usize = 16;
@@ -32,8 +36,8 @@ const MAX_TOKENS: usize = 16_384;
 const HANDOFF: u32 = 1;
 const STOP: u32 = 2;
 
-/// What the demo runs.
-#[derive(Clone, Debug)]
+/// What the demo runs (sent to each worker as JSON).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Config {
     pub prefill: usize,
     pub decode: usize,
@@ -44,90 +48,86 @@ pub struct Config {
     /// per key (models, layouts and layer-wise chunks mix sizes).
     pub block_min: u64,
     pub region: u64,
+    #[serde(with = "mode_name")]
     pub mode: FlushMode,
     pub seed: u64,
     /// Requests a prefill worker keeps handed off at once (their blocks pinned).
     pub inflight: usize,
 }
 
-/// A log-linear latency histogram: 16 buckets per power of two.
-#[derive(Clone, Debug, Default)]
-pub struct Hist(BTreeMap<u32, u64>);
+/// A flush mode as its name.
+mod mode_name {
+    use cxlkv_platform::FlushMode;
+    use serde::{Deserialize, Deserializer, Serializer};
 
-impl Hist {
-    fn bucket(v: u64) -> u32 {
-        if v < 16 {
-            return v as u32;
-        }
-        let e = 63 - v.leading_zeros();
-        (e - 3) * 16 + ((v >> (e - 4)) & 15) as u32
+    pub fn serialize<S: Serializer>(m: &FlushMode, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(m.name())
     }
-    fn floor(b: u32) -> u64 {
-        if b < 16 {
-            return b as u64;
-        }
-        let e = b / 16 + 3;
-        (16 + (b % 16) as u64) << (e - 4)
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<FlushMode, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(|_| serde::de::Error::custom(format!("not a flush mode: {name}")))
     }
-    pub fn add(&mut self, v: u64) {
-        *self.0.entry(Hist::bucket(v)).or_default() += 1;
+}
+
+/// Latencies in nanoseconds (an HDR histogram, 3 significant digits),
+/// carried between processes as `[value, count]` pairs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(into = "Vec<[u64; 2]>", from = "Vec<[u64; 2]>")]
+pub struct Hist(Histogram<u64>);
+
+impl From<Hist> for Vec<[u64; 2]> {
+    fn from(h: Hist) -> Self {
+        h.0.iter_recorded().map(|v| [v.value_iterated_to(), v.count_at_value()]).collect()
     }
-    pub fn count(&self) -> u64 {
-        self.0.values().sum()
-    }
-    pub fn merge(&mut self, o: &Hist) {
-        for (b, n) in &o.0 {
-            *self.0.entry(*b).or_default() += n;
-        }
-    }
-    /// The value below which a fraction `q` of the samples lie (bucket floor).
-    pub fn quantile(&self, q: f64) -> u64 {
-        let want = (self.count() as f64 * q).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (b, n) in &self.0 {
-            seen += n;
-            if seen >= want {
-                return Hist::floor(*b);
-            }
-        }
-        0
-    }
-    fn to_json(&self) -> Value {
-        json!(self.0.iter().map(|(b, n)| [*b as u64, *n]).collect::<Vec<_>>())
-    }
-    fn from_json(v: &Value) -> Hist {
+}
+
+impl From<Vec<[u64; 2]>> for Hist {
+    fn from(pairs: Vec<[u64; 2]>) -> Self {
         let mut h = Hist::default();
-        for p in v.as_array().into_iter().flatten() {
-            if let (Some(b), Some(n)) = (p.get(0).and_then(Value::as_u64), p.get(1).and_then(Value::as_u64)) {
-                *h.0.entry(b as u32).or_default() += n;
-            }
+        for [x, n] in pairs {
+            // A value the histogram cannot hold is dropped, never a panic.
+            let _ = h.0.record_n(x, n);
         }
         h
     }
 }
 
-fn now_ns() -> u64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+impl Default for Hist {
+    fn default() -> Hist {
+        // 3 significant digits, growing as needed: never refuses a value.
+        Hist(Histogram::new(3).unwrap_or_else(|_| unreachable!("3 significant digits are valid")))
+    }
 }
 
-/// splitmix64.
-struct Rng(u64);
+impl Hist {
+    pub fn add(&mut self, v: u64) {
+        // Grows to hold `v`; a value beyond any range it can grow to is
+        // counted at the largest it holds.
+        if self.0.record(v).is_err() {
+            self.0.saturating_record(v);
+        }
+    }
+    pub fn count(&self) -> u64 {
+        self.0.len()
+    }
+    pub fn merge(&mut self, o: &Hist) {
+        // Both auto-resize, so adding cannot fail for range.
+        let _ = self.0.add(&o.0);
+    }
+    /// The value below which a fraction `q` of the samples lie (within the
+    /// histogram's precision).
+    pub fn quantile(&self, q: f64) -> u64 {
+        self.0.value_at_quantile(q)
+    }
+    /// p50, p99 and the count.
+    fn summary(&self) -> Latency {
+        Latency { p50: self.quantile(0.5), p99: self.quantile(0.99), n: self.count() }
+    }
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix64(self.0)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        let (u, v) = (self.unit().max(1e-12), self.unit());
-        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
-    }
+fn now_ns() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Tokens of shared segment `id` (a system prompt, a document, a turn).
@@ -136,20 +136,20 @@ fn segment(id: u64, len: usize, out: &mut Vec<u32>) {
 }
 
 /// One synthetic request: its tokens, and how many of them are its own.
-fn request(rng: &mut Rng, worker: u64, n: u64, elapsed: Duration) -> (Vec<u32>, usize) {
+fn request(rng: &mut SmallRng, worker: u64, n: u64, elapsed: Duration) -> (Vec<u32>, usize) {
     let mut t = Vec::with_capacity(8192);
     // A system prompt, skewed towards the first few.
-    let s = rng.below(8) * rng.below(8) / 8;
+    let s = below(rng, 8) * below(rng, 8) / 8;
     segment(1 << 40 | s, 384 + 160 * s as usize, &mut t);
-    match rng.below(10) {
+    match below(rng, 10) {
         0..=3 => {
-            let d = rng.below(16) * rng.below(16) / 16;
+            let d = below(rng, 16) * below(rng, 16) / 16;
             segment(2 << 40 | d, 2048 + (mix64(d) % 4096) as usize, &mut t);
         }
         4..=7 => {
             // A conversation: its earlier turns, then this turn.
-            let c = rng.below(32);
-            let turns = rng.below(1 + (elapsed.as_secs() / 3).min(8));
+            let c = below(rng, 32);
+            let turns = below(rng, 1 + (elapsed.as_secs() / 3).min(8));
             for k in 0..turns {
                 segment(3 << 40 | c << 8 | k, 300 + (mix64(c << 8 | k) % 1200) as usize, &mut t);
             }
@@ -157,32 +157,21 @@ fn request(rng: &mut Rng, worker: u64, n: u64, elapsed: Duration) -> (Vec<u32>, 
         _ => {}
     }
     // The unique part: log-normal, mean about a thousand tokens.
-    let unique = (6.3 + 1.15 * rng.normal()).exp().clamp(16.0, 8192.0) as usize;
+    let unique = rng.sample(unique_tokens()).clamp(16.0, 8192.0) as usize;
     let unique = unique.min(MAX_TOKENS.saturating_sub(t.len()));
     segment(4 << 40 | worker << 32 | n, unique, &mut t);
     (t, unique)
 }
 
-/// The payload of block `key`: word `j` is a per-key seed mixed with `j`,
-/// so a byte from another block, another offset or another time differs.
-fn word(seed: u64, j: usize) -> u64 {
-    seed ^ (j as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29)
+/// A number below `n` (0 when `n` is 0).
+fn below(rng: &mut SmallRng, n: u64) -> u64 {
+    rng.random_range(0..n.max(1))
 }
 
-fn seed_of(key: Key) -> u64 {
-    mix64(key.lo ^ mix64(key.hi))
-}
-
-fn fill(key: Key, buf: &mut [u8]) {
-    let seed = seed_of(key);
-    for (j, w) in buf.chunks_exact_mut(8).enumerate() {
-        w.copy_from_slice(&word(seed, j).to_le_bytes());
-    }
-}
-
-fn verify(key: Key, buf: &[u8]) -> bool {
-    let seed = seed_of(key);
-    buf.chunks_exact(8).enumerate().all(|(j, w)| w == word(seed, j).to_le_bytes())
+/// The length of a request's own part, in tokens: log-normal, mean about a
+/// thousand.
+fn unique_tokens() -> LogNormal<f64> {
+    LogNormal::new(6.3, 1.15).unwrap_or_else(|_| unreachable!("a positive sigma"))
 }
 
 /// The payload length of `key`'s block: the configured size, or one fixed
@@ -192,7 +181,7 @@ fn len_of(cfg: &Config, key: Key) -> u64 {
         return cfg.block_bytes;
     }
     let span = cfg.block_bytes - cfg.block_min + 1;
-    ((cfg.block_min + mix64(seed_of(key) ^ 0x1e57) % span) & !63).max(cfg.block_min)
+    ((cfg.block_min + mix64(pattern::seed_of(key) ^ 0x1e57) % span) & !63).max(cfg.block_min)
 }
 
 fn caps(cfg: &Config) -> Capacities {
@@ -222,8 +211,10 @@ fn worker_opts(cfg: &Config, local: &Path, node: u32) -> Options {
 }
 
 /// Counters of one worker, sent as JSON lines to the parent.
-#[derive(Default)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 struct Counters {
+    /// The worker finished its run (its last line).
+    done: bool,
     requests: u64,
     blocks: u64,
     hit_blocks: u64,
@@ -255,25 +246,6 @@ impl Counters {
         self.errors += 1;
         self.first_error.get_or_insert(what);
     }
-    fn to_json(&self, done: bool) -> Value {
-        let mut v = json!({
-            "done": done, "requests": self.requests, "blocks": self.blocks, "hit_blocks": self.hit_blocks,
-            "published": self.published, "published_bytes": self.published_bytes,
-            "evictions": self.evictions, "evicted_bytes": self.evicted_bytes,
-            "read": self.read, "read_bytes": self.read_bytes, "verify_failures": self.verify_failures,
-            "missing": self.missing, "errors": self.errors, "first_error": self.first_error,
-            "live_at_first_eviction": self.live_at_first_eviction,
-        });
-        if done {
-            v["handoff"] = self.handoff.to_json();
-            v["get"] = self.get.to_json();
-            v["get_warmup"] = self.get_warmup.to_json();
-            v["populated_ms"] = json!(self.populated_after.map(|d| d.as_millis() as u64));
-            v["input_tokens"] = json!(self.input_tokens);
-            v["unique_tokens"] = json!(self.unique_tokens);
-        }
-        v
-    }
 }
 
 /// Runs one worker process: `cxlkv demo-worker ROLE INDEX PATH LOCAL CONFIG-JSON`.
@@ -282,19 +254,7 @@ pub fn worker(args: &[String]) -> Result<(), String> {
         return Err("demo-worker: bad arguments".into());
     };
     let index: usize = index.parse().map_err(|_| "demo-worker: bad index")?;
-    let c: Value = serde_json::from_str(cfg).map_err(|e| e.to_string())?;
-    let num = |k: &str| c.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let cfg = Config {
-        prefill: num("prefill") as usize,
-        decode: num("decode") as usize,
-        duration: Duration::from_millis(num("duration_ms")),
-        block_bytes: num("block_bytes"),
-        block_min: num("block_min"),
-        region: num("region"),
-        mode: c.get("mode").and_then(Value::as_str).unwrap_or("coherent").parse().map_err(|_| "bad mode")?,
-        seed: num("seed"),
-        inflight: num("inflight") as usize,
-    };
+    let cfg: Config = serde_json::from_str(cfg).map_err(|e| e.to_string())?;
     let node = match role.as_str() {
         "decode" => index as u32,
         _ => (cfg.decode + index) as u32,
@@ -322,8 +282,9 @@ fn note_first_eviction(cache: &Node, c: &mut Counters) {
     }
 }
 
-fn report(c: &Counters, done: bool) {
-    println!("{}", c.to_json(done));
+fn report(c: &mut Counters, done: bool) {
+    c.done = done;
+    println!("{}", serde_json::to_string(c).unwrap_or_default());
 }
 
 struct Inflight {
@@ -333,7 +294,7 @@ struct Inflight {
 fn prefill(cache: &Node, cfg: &Config, index: usize) -> Result<(), String> {
     let node = cache.core();
     let mut c = Counters::default();
-    let mut rng = Rng(cfg.seed ^ mix64(index as u64 + 1));
+    let mut rng = SmallRng::seed_from_u64(cfg.seed ^ mix64(index as u64 + 1));
     let start = Instant::now();
     let mut last = Instant::now();
     let mut buf = vec![0u8; cfg.block_bytes as usize];
@@ -371,7 +332,7 @@ fn prefill(cache: &Node, cfg: &Config, index: usize) -> Result<(), String> {
         }
         if last.elapsed() >= Duration::from_secs(1) {
             last = Instant::now();
-            report(&c, false);
+            report(&mut c, false);
         }
     }
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -388,7 +349,7 @@ fn prefill(cache: &Node, cfg: &Config, index: usize) -> Result<(), String> {
             c.error(format!("stop to decode {d}: {e}"));
         }
     }
-    report(&c, true);
+    report(&mut c, true);
     Ok(())
 }
 
@@ -454,7 +415,7 @@ fn prefill_one(
             match node.reserve(NS, *key, len, TOKENS_PER_BLOCK as u32) {
                 Ok(h) => {
                     let buf = &mut buf[..len as usize];
-                    fill(*key, buf);
+                    pattern::fill(*key, buf);
                     let published = node.write(&h, 0, buf).and_then(|_| node.publish_flushed(&[h], &mut [Ok(())]));
                     if let Err(e) = published {
                         let _ = node.abort(&h);
@@ -513,7 +474,7 @@ fn decode(cache: &Node, cfg: &Config) -> Result<(), String> {
         };
         if last.elapsed() >= Duration::from_secs(1) {
             last = Instant::now();
-            report(&c, false);
+            report(&mut c, false);
         }
         match m.kind {
             STOP => stops += 1,
@@ -535,7 +496,7 @@ fn decode(cache: &Node, cfg: &Config) -> Result<(), String> {
                     let len = h.len as usize;
                     let ok = len as u64 == len_of(cfg, *key)
                         && node.read(&h, 0, &mut buf[..len]).is_ok()
-                        && verify(*key, &buf[..len]);
+                        && pattern::verify(*key, &buf[..len]);
                     if let Err(e) = node.release(&[h]) {
                         c.error(format!("release: {e}"));
                     }
@@ -566,19 +527,14 @@ fn decode(cache: &Node, cfg: &Config) -> Result<(), String> {
     if stops < cfg.prefill {
         c.error("not every prefill worker said stop".into());
     }
-    report(&c, true);
+    report(&mut c, true);
     Ok(())
 }
 
 /// The merged reports of every worker.
-#[derive(Default)]
-struct Totals {
-    prefill: Vec<Value>,
-    decode: Vec<Value>,
-}
-
-fn sum(vs: &[Value], k: &str) -> u64 {
-    vs.iter().filter_map(|v| v.get(k).and_then(Value::as_u64)).sum()
+/// The sum of `f` over some workers' counters.
+fn sum(cs: &[Counters], f: impl Fn(&Counters) -> u64) -> u64 {
+    cs.iter().map(f).sum()
 }
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
@@ -601,7 +557,7 @@ impl Drop for Cleanup {
 }
 
 /// Runs the demo; returns the report as JSON and whether it passed.
-pub fn run(cfg: &Config, progress: bool) -> Result<(Value, bool), String> {
+pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
     let pid = std::process::id();
     let path = PathBuf::from(format!("/dev/shm/cxlkv-demo-{pid}"));
     let local = PathBuf::from(format!("/dev/shm/cxlkv-demo-{pid}.local"));
@@ -613,14 +569,9 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Value, bool), String> {
         let fmt = Node::create(&path, cfg.region, caps, opts).map_err(|e| format!("format: {e}"))?;
         fmt.close().map_err(|e| e.to_string())?;
     }
-    let conf = json!({
-        "prefill": cfg.prefill, "decode": cfg.decode, "duration_ms": cfg.duration.as_millis() as u64,
-        "block_bytes": cfg.block_bytes, "block_min": cfg.block_min, "region": cfg.region, "mode": cfg.mode.name(),
-        "seed": cfg.seed, "inflight": cfg.inflight,
-    })
-    .to_string();
+    let conf = serde_json::to_string(cfg).map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let latest: Arc<Mutex<BTreeMap<String, Value>>> = Arc::default();
+    let latest: Arc<Mutex<BTreeMap<String, Counters>>> = Arc::default();
     let mut children: Vec<(String, Child, std::thread::JoinHandle<()>)> = Vec::new();
     let roles = (0..cfg.decode).map(|i| ("decode", i)).chain((0..cfg.prefill).map(|i| ("prefill", i)));
     for (role, i) in roles {
@@ -637,7 +588,7 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Value, bool), String> {
         let (l2, n2) = (latest.clone(), name.clone());
         let reader = std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                if let Ok(v) = serde_json::from_str::<Counters>(&line) {
                     if let Ok(mut m) = l2.lock() {
                         m.insert(n2.clone(), v);
                     }
@@ -661,16 +612,16 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Value, bool), String> {
         }
         if progress && start.elapsed().as_millis() % 1000 < 250 {
             let m = latest.lock().map(|m| m.clone()).unwrap_or_default();
-            let (p, d): (Vec<Value>, Vec<Value>) = partition(&m);
+            let (p, d) = partition(&m);
             eprint!(
                 "\r[{:>4.0}s] requests {:>5} handed off, {:>5} decoded; blocks {:>7} published, {:>7} read; hit {:>5.1}%; evicted {:>6}   ",
                 start.elapsed().as_secs_f64(),
-                sum(&p, "requests"),
-                sum(&d, "requests"),
-                sum(&p, "published"),
-                sum(&d, "read"),
-                100.0 * sum(&p, "hit_blocks") as f64 / sum(&p, "blocks").max(1) as f64,
-                sum(&p, "evictions"),
+                sum(&p, |c| c.requests),
+                sum(&d, |c| c.requests),
+                sum(&p, |c| c.published),
+                sum(&d, |c| c.read),
+                100.0 * sum(&p, |c| c.hit_blocks) as f64 / sum(&p, |c| c.blocks).max(1) as f64,
+                sum(&p, |c| c.evictions),
             );
         }
     }
@@ -681,8 +632,7 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Value, bool), String> {
         let _ = reader.join();
     }
     let m = latest.lock().map(|m| m.clone()).unwrap_or_default();
-    let (p, d) = partition(&m);
-    let tot = Totals { prefill: p, decode: d };
+    let (pre, dec) = partition(&m);
     // The region is whole after the run: check it and its stats.
     let (findings, evictions_region) = {
         let opts = Options { mode: cfg.mode, local_dir: local.clone(), ..Options::default() };
@@ -692,34 +642,24 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Value, bool), String> {
         cache.close().map_err(|e| e.to_string())?;
         (f.len(), ev)
     };
-    let mut handoff = Hist::default();
-    let mut get = Hist::default();
-    let mut get_warmup = Hist::default();
-    for v in &tot.decode {
-        handoff.merge(&Hist::from_json(&v["handoff"]));
-        get.merge(&Hist::from_json(&v["get"]));
-        get_warmup.merge(&Hist::from_json(&v["get_warmup"]));
+    let (mut handoff, mut get, mut get_warmup) = (Hist::default(), Hist::default(), Hist::default());
+    for c in &dec {
+        handoff.merge(&c.handoff);
+        get.merge(&c.get);
+        get_warmup.merge(&c.get_warmup);
     }
-    let populated_ms = tot.decode.iter().filter_map(|v| v["populated_ms"].as_u64()).max();
-    let lens = |k: &str| -> Vec<f64> {
-        tot.prefill
-            .iter()
-            .flat_map(|v| v[k].as_array().cloned().unwrap_or_default())
-            .filter_map(|x| x.as_f64())
-            .collect()
+    let populated_ms = dec.iter().filter_map(|c| c.populated_after.map(|d| d.as_millis() as u64)).max();
+    let lens = |f: fn(&Counters) -> &Vec<u32>| -> Vec<f64> {
+        pre.iter().flat_map(|c| f(c).iter().map(|&x| x as f64)).collect()
     };
-    let (in_m, in_sd) = mean_sd(&lens("input_tokens"));
-    let (un_m, un_sd) = mean_sd(&lens("unique_tokens"));
-    let first_error = tot
-        .prefill
-        .iter()
-        .chain(&tot.decode)
-        .find_map(|v| v.get("first_error").and_then(Value::as_str).map(str::to_string));
-    let requests = sum(&tot.decode, "requests");
-    let verify_failures = sum(&tot.decode, "verify_failures");
-    let missing = sum(&tot.decode, "missing");
-    let errors = sum(&tot.prefill, "errors") + sum(&tot.decode, "errors");
-    let finished = tot.prefill.iter().chain(&tot.decode).filter(|v| v["done"] == json!(true)).count();
+    let (in_m, in_sd) = mean_sd(&lens(|c| &c.input_tokens));
+    let (un_m, un_sd) = mean_sd(&lens(|c| &c.unique_tokens));
+    let first_error = pre.iter().chain(&dec).find_map(|c| c.first_error.clone());
+    let requests = sum(&dec, |c| c.requests);
+    let verify_failures = sum(&dec, |c| c.verify_failures);
+    let missing = sum(&dec, |c| c.missing);
+    let errors = sum(&pre, |c| c.errors) + sum(&dec, |c| c.errors);
+    let finished = pre.iter().chain(&dec).filter(|c| c.done).count();
     let ok = failed.is_empty()
         && finished == cfg.prefill + cfg.decode
         && verify_failures == 0
@@ -727,99 +667,176 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Value, bool), String> {
         && errors == 0
         && findings == 0
         && requests > 0;
-    let report = json!({
-        "ok": ok,
-        "config": {"prefill": cfg.prefill, "decode": cfg.decode, "seconds": cfg.duration.as_secs_f64(),
-                   "block_bytes": cfg.block_bytes, "block_min": cfg.block_min, "region_bytes": cfg.region, "mode": cfg.mode.name(), "seed": cfg.seed},
-        "wall_seconds": start.elapsed().as_secs_f64(),
-        "requests": requests,
-        "requests_handed_off": sum(&tot.prefill, "requests"),
-        "input_tokens": {"mean": in_m, "sd": in_sd},
-        "unique_tokens": {"mean": un_m, "sd": un_sd},
-        "prefix_hit_rate": sum(&tot.prefill, "hit_blocks") as f64 / sum(&tot.prefill, "blocks").max(1) as f64,
-        "blocks_published": sum(&tot.prefill, "published"),
-        "bytes_published": sum(&tot.prefill, "published_bytes"),
-        "blocks_read": sum(&tot.decode, "read"),
-        "bytes_read": sum(&tot.decode, "read_bytes"),
-        "handoff_ns": {"p50": handoff.quantile(0.5), "p99": handoff.quantile(0.99), "n": handoff.count()},
-        "get_ns": {"p50": get.quantile(0.5), "p99": get.quantile(0.99), "n": get.count()},
-        "get_warmup_ns": {"p50": get_warmup.quantile(0.5), "p99": get_warmup.quantile(0.99), "n": get_warmup.count()},
-        "populated_ms": populated_ms,
-        "verify_failures": verify_failures,
-        "missing_blocks": missing,
-        "evictions": sum(&tot.prefill, "evictions").max(evictions_region),
-        "live_at_first_eviction": tot.prefill.iter().filter_map(|w| w["live_at_first_eviction"].as_f64()).reduce(f64::min),
-        "errors": errors,
-        "first_error": first_error,
-        "failed_workers": failed,
-        "check_findings": findings,
-    });
+    let report = Report {
+        ok,
+        config: ReportConfig {
+            prefill: cfg.prefill,
+            decode: cfg.decode,
+            seconds: cfg.duration.as_secs_f64(),
+            block_bytes: cfg.block_bytes,
+            block_min: cfg.block_min,
+            region_bytes: cfg.region,
+            mode: cfg.mode.name().to_string(),
+            seed: cfg.seed,
+        },
+        wall_seconds: start.elapsed().as_secs_f64(),
+        requests,
+        requests_handed_off: sum(&pre, |c| c.requests),
+        input_tokens: MeanSd { mean: in_m, sd: in_sd },
+        unique_tokens: MeanSd { mean: un_m, sd: un_sd },
+        prefix_hit_rate: sum(&pre, |c| c.hit_blocks) as f64 / sum(&pre, |c| c.blocks).max(1) as f64,
+        blocks_published: sum(&pre, |c| c.published),
+        bytes_published: sum(&pre, |c| c.published_bytes),
+        blocks_read: sum(&dec, |c| c.read),
+        bytes_read: sum(&dec, |c| c.read_bytes),
+        handoff_ns: handoff.summary(),
+        get_ns: get.summary(),
+        get_warmup_ns: get_warmup.summary(),
+        populated_ms,
+        verify_failures,
+        missing_blocks: missing,
+        evictions: sum(&pre, |c| c.evictions).max(evictions_region),
+        live_at_first_eviction: pre.iter().filter_map(|c| c.live_at_first_eviction).reduce(f64::min),
+        errors,
+        first_error,
+        failed_workers: failed,
+        check_findings: findings,
+    };
     Ok((report, ok))
 }
 
-fn partition(m: &BTreeMap<String, Value>) -> (Vec<Value>, Vec<Value>) {
+/// What `cxlkv demo` reports (printed, or as JSON with --json).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// Every check passed.
+    pub ok: bool,
+    pub config: ReportConfig,
+    pub wall_seconds: f64,
+    /// Requests decoded.
+    pub requests: u64,
+    pub requests_handed_off: u64,
+    /// Tokens per request.
+    pub input_tokens: MeanSd,
+    /// Tokens of a request's own part.
+    pub unique_tokens: MeanSd,
+    /// Share of prefill's blocks found cached.
+    pub prefix_hit_rate: f64,
+    pub blocks_published: u64,
+    pub bytes_published: u64,
+    pub blocks_read: u64,
+    pub bytes_read: u64,
+    /// Publish done to decode holding the request.
+    pub handoff_ns: Latency,
+    /// Gets once page tables were populated.
+    pub get_ns: Latency,
+    /// Gets while they were being populated.
+    pub get_warmup_ns: Latency,
+    /// When the last decode worker's page tables were populated.
+    pub populated_ms: Option<u64>,
+    pub verify_failures: u64,
+    pub missing_blocks: u64,
+    pub evictions: u64,
+    /// Share of payload capacity live when evictions began.
+    pub live_at_first_eviction: Option<f64>,
+    pub errors: u64,
+    pub first_error: Option<String>,
+    pub failed_workers: Vec<String>,
+    pub check_findings: usize,
+}
+
+/// The demo's configuration, as reported.
+#[derive(Debug, Serialize)]
+pub struct ReportConfig {
+    pub prefill: usize,
+    pub decode: usize,
+    pub seconds: f64,
+    pub block_bytes: u64,
+    pub block_min: u64,
+    pub region_bytes: u64,
+    pub mode: String,
+    pub seed: u64,
+}
+
+/// Mean and standard deviation.
+#[derive(Debug, Serialize)]
+pub struct MeanSd {
+    pub mean: f64,
+    pub sd: f64,
+}
+
+/// Latency quantiles in nanoseconds, and how many samples.
+#[derive(Debug, Serialize)]
+pub struct Latency {
+    pub p50: u64,
+    pub p99: u64,
+    pub n: u64,
+}
+
+fn partition(m: &BTreeMap<String, Counters>) -> (Vec<Counters>, Vec<Counters>) {
     let p = m.iter().filter(|(k, _)| k.starts_with("prefill")).map(|(_, v)| v.clone()).collect();
     let d = m.iter().filter(|(k, _)| k.starts_with("decode")).map(|(_, v)| v.clone()).collect();
     (p, d)
 }
 
 /// The report for people.
-pub fn print(r: &Value) {
-    let c = &r["config"];
-    let gib = |v: &Value| v.as_u64().unwrap_or(0) as f64 / (1u64 << 30) as f64;
-    let ms = |v: &Value| v.as_u64().unwrap_or(0) as f64 / 1e6;
-    let us = |v: &Value| v.as_u64().unwrap_or(0) as f64 / 1e3;
-    let (lo, hi) = (c["block_min"].as_u64().unwrap_or(0), c["block_bytes"].as_u64().unwrap_or(0));
-    let blocks = if lo < hi { format!("{}-{} blocks", human(lo), human(hi)) } else { format!("{} blocks", human(hi)) };
-    println!("cxlkv demo: {} prefill + {} decode worker processes, {:.0} s, {blocks}, {:.1} GiB region in /dev/shm, mode {}, seed {}",
-        c["prefill"], c["decode"], c["seconds"].as_f64().unwrap_or(0.0),
-        gib(&c["region_bytes"]), c["mode"].as_str().unwrap_or("?"), c["seed"]);
-    println!("  requests           {} decoded ({} handed off)", r["requests"], r["requests_handed_off"]);
+pub fn print(r: &Report) {
+    let c = &r.config;
+    let gib = |v: u64| v as f64 / (1u64 << 30) as f64;
+    let blocks = if c.block_min < c.block_bytes {
+        format!("{}-{} blocks", human(c.block_min), human(c.block_bytes))
+    } else {
+        format!("{} blocks", human(c.block_bytes))
+    };
+    println!(
+        "cxlkv demo: {} prefill + {} decode worker processes, {:.0} s, {blocks}, {:.1} GiB region in /dev/shm, mode {}, seed {}",
+        c.prefill,
+        c.decode,
+        c.seconds,
+        gib(c.region_bytes),
+        c.mode,
+        c.seed
+    );
+    println!("  requests           {} decoded ({} handed off)", r.requests, r.requests_handed_off);
     println!(
         "  input tokens       {:.0} ± {:.0} per request (unique part {:.0} ± {:.0})",
-        r["input_tokens"]["mean"].as_f64().unwrap_or(0.0),
-        r["input_tokens"]["sd"].as_f64().unwrap_or(0.0),
-        r["unique_tokens"]["mean"].as_f64().unwrap_or(0.0),
-        r["unique_tokens"]["sd"].as_f64().unwrap_or(0.0)
+        r.input_tokens.mean, r.input_tokens.sd, r.unique_tokens.mean, r.unique_tokens.sd
     );
-    println!("  prefix hit rate    {:.1}% of blocks", 100.0 * r["prefix_hit_rate"].as_f64().unwrap_or(0.0));
-    println!("  published          {} blocks, {:.2} GiB", r["blocks_published"], gib(&r["bytes_published"]));
-    println!("  read and verified  {} blocks, {:.2} GiB", r["blocks_read"], gib(&r["bytes_read"]));
+    println!("  prefix hit rate    {:.1}% of blocks", 100.0 * r.prefix_hit_rate);
+    println!("  published          {} blocks, {:.2} GiB", r.blocks_published, gib(r.bytes_published));
+    println!("  read and verified  {} blocks, {:.2} GiB", r.blocks_read, gib(r.bytes_read));
     println!(
         "  handoff latency    p50 {:.3} ms, p99 {:.3} ms (publish done -> decode has the request)",
-        ms(&r["handoff_ns"]["p50"]),
-        ms(&r["handoff_ns"]["p99"])
+        r.handoff_ns.p50 as f64 / 1e6,
+        r.handoff_ns.p99 as f64 / 1e6
     );
     println!(
         "  get latency        p50 {:.1} us, p99 {:.1} us per block, steady state (acquire, copy out, verify, release)",
-        us(&r["get_ns"]["p50"]),
-        us(&r["get_ns"]["p99"])
+        r.get_ns.p50 as f64 / 1e3,
+        r.get_ns.p99 as f64 / 1e3
     );
-    if r["get_warmup_ns"]["n"].as_u64().unwrap_or(0) > 0 {
+    if r.get_warmup_ns.n > 0 {
         println!(
             "  warm-up            p50 {:.1} us, p99 {:.1} us per block over {} gets while page tables were populated ({} ms after attach)",
-            us(&r["get_warmup_ns"]["p50"]),
-            us(&r["get_warmup_ns"]["p99"]),
-            r["get_warmup_ns"]["n"],
-            r["populated_ms"].as_u64().map_or("not finished".to_string(), |m| m.to_string())
+            r.get_warmup_ns.p50 as f64 / 1e3,
+            r.get_warmup_ns.p99 as f64 / 1e3,
+            r.get_warmup_ns.n,
+            r.populated_ms.map_or("not finished".to_string(), |m| m.to_string())
         );
     }
-    match r["live_at_first_eviction"].as_f64() {
-        Some(s) => println!(
-            "  evictions          {} (began with {:.1}% of the payload capacity live)",
-            r["evictions"],
-            100.0 * s
-        ),
-        None => println!("  evictions          {}", r["evictions"]),
+    match r.live_at_first_eviction {
+        Some(s) => {
+            println!("  evictions          {} (began with {:.1}% of the payload capacity live)", r.evictions, 100.0 * s)
+        }
+        None => println!("  evictions          {}", r.evictions),
     }
-    println!("  verify failures    {} (missing blocks {})", r["verify_failures"], r["missing_blocks"]);
+    println!("  verify failures    {} (missing blocks {})", r.verify_failures, r.missing_blocks);
     println!(
         "  errors             {}{}",
-        r["errors"],
-        r["first_error"].as_str().map(|e| format!(" (first: {e})")).unwrap_or_default()
+        r.errors,
+        r.first_error.as_ref().map(|e| format!(" (first: {e})")).unwrap_or_default()
     );
-    println!("  region check       {} findings", r["check_findings"]);
-    println!("  result             {}", if r["ok"] == json!(true) { "PASS" } else { "FAIL" });
+    println!("  region check       {} findings", r.check_findings);
+    println!("  result             {}", if r.ok { "PASS" } else { "FAIL" });
 }
 
 #[cfg(test)]
@@ -827,37 +844,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn histogram_quantiles_fall_in_their_bucket() {
+    fn histogram_quantiles_survive_the_trip_between_processes() {
         let mut h = Hist::default();
         for v in 1..=10_000u64 {
             h.add(v * 1000);
         }
         let p50 = h.quantile(0.5);
-        assert!((4_700_000..=5_000_000).contains(&p50), "{p50}");
+        assert!((4_990_000..=5_010_000).contains(&p50), "{p50}");
         let p99 = h.quantile(0.99);
-        assert!((9_400_000..=9_900_000).contains(&p99), "{p99}");
-        let back = Hist::from_json(&h.to_json());
+        assert!((9_880_000..=9_920_000).contains(&p99), "{p99}");
+        let back: Hist = serde_json::from_str(&serde_json::to_string(&h).unwrap()).unwrap();
         assert_eq!(back.count(), 10_000);
         assert_eq!(back.quantile(0.5), p50);
-        for v in [0u64, 1, 15, 16, 17, 1 << 20, u64::MAX / 2] {
-            assert!(Hist::floor(Hist::bucket(v)) <= v);
-        }
-    }
-
-    #[test]
-    fn a_payload_verifies_only_against_its_own_key() {
-        let (a, b) = (Key { lo: 1, hi: 2 }, Key { lo: 1, hi: 3 });
-        let mut buf = vec![0u8; 4096];
-        fill(a, &mut buf);
-        assert!(verify(a, &buf));
-        assert!(!verify(b, &buf));
-        buf[4000] ^= 1;
-        assert!(!verify(a, &buf));
+        let mut m = Hist::default();
+        m.merge(&back);
+        m.merge(&back);
+        assert_eq!((m.count(), m.quantile(0.99)), (20_000, p99));
     }
 
     #[test]
     fn requests_share_prefixes_and_look_like_serving_traffic() {
-        let mut rng = Rng(7);
+        let mut rng = SmallRng::seed_from_u64(7);
         let mut lens = Vec::new();
         let mut firsts = std::collections::HashSet::new();
         for n in 0..2000 {

@@ -22,6 +22,8 @@ use cxlkv_core::hash::Key;
 use cxlkv_core::layout::Capacities;
 use cxlkv_platform::gpu::{Cuda, CudaPath, DeviceBuffer, Segment};
 use cxlkv_platform::{Error, FlushMode, Mapping, Node, Options, Region, Result};
+use rand::rngs::SmallRng;
+use rand::{Rng as _, RngCore, SeedableRng};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -33,23 +35,19 @@ struct Args {
     quick: bool,
 }
 
-/// splitmix64: deterministic test data.
-struct Rng(u64);
+/// Deterministic test data.
+type Rng = SmallRng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
+/// A number below `n` (0 when `n` is 0).
+fn below(rng: &mut Rng, n: u64) -> u64 {
+    rng.random_range(0..n.max(1))
+}
+
+/// `n` random bytes.
+fn bytes(rng: &mut Rng, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    rng.fill_bytes(&mut v);
+    v
 }
 
 /// Counts checks and prints failures.
@@ -132,7 +130,7 @@ fn correctness(a: &Args, cuda: &Cuda, c: &mut Checks) -> Result<()> {
         "null device pointer refused",
         matches!(path.gather(&[null], s), Err(Error::Core(cxlkv_core::Error::InvalidArgument))),
     );
-    let mut rng = Rng(0x5eed);
+    let mut rng = Rng::seed_from_u64(0x5eed);
     round_trips(&cache, &path, &dev_a, &dev_b, s, &mut rng, c)?;
     gather_scatter(&cache, &path, cuda, s, &mut rng, c)?;
     let st = path.stats();
@@ -162,7 +160,7 @@ fn round_trips(
     let node = cache.core();
     for (i, len) in [4 * KIB, 16 * KIB + 3, 256 * KIB, 2 * MIB, 1, 2 * MIB - 17].into_iter().enumerate() {
         let k = key(i as u64);
-        let data = rng.bytes(len);
+        let data = bytes(rng, len);
         dev_a.upload(0, &data)?;
         let h = node.reserve(1, k, len as u64, 16)?;
         path.block_from_device(&h, dev_a.ptr(), s)?;
@@ -192,9 +190,9 @@ fn pieces(rng: &mut Rng, n: usize, slot: usize, dev_slot: usize) -> Vec<(usize, 
     (0..n)
         .map(|i| {
             let aligned = i % 2 == 0;
-            let mut start = rng.below(slot as u64 / 4) as usize;
-            let mut len = 1 + rng.below((slot - start) as u64 - 1) as usize;
-            let mut dst = rng.below((dev_slot - slot) as u64) as usize;
+            let mut start = below(rng, slot as u64 / 4) as usize;
+            let mut len = 1 + below(rng, (slot - start) as u64 - 1) as usize;
+            let mut dst = below(rng, (dev_slot - slot) as u64) as usize;
             if aligned {
                 start &= !15;
                 dst &= !15;
@@ -220,7 +218,7 @@ fn gather_scatter(
         let dev_slot = slot * 2;
         let dev = cuda.alloc(n_pieces * dev_slot)?;
         // Gather: a published block's pieces into device memory.
-        let data = rng.bytes(block);
+        let data = bytes(rng, block);
         let k = key(100 + round as u64);
         let h = node.reserve(2, k, block as u64, 16)?;
         node.write(&h, 0, &data)?;
@@ -246,7 +244,7 @@ fn gather_scatter(
         c.check(&format!("gather of {n_pieces} pieces matches the CPU reference"), got == want);
 
         // Scatter: device pieces into a reserved block, then published.
-        let src = rng.bytes(dev.len());
+        let src = bytes(rng, dev.len());
         dev.upload(0, &src)?;
         let k2 = key(200 + round as u64);
         let h2 = node.reserve(2, k2, block as u64, 16)?;

@@ -19,6 +19,7 @@ pub mod inspect;
 pub mod local;
 pub mod map;
 pub mod node;
+pub mod pattern;
 pub mod region;
 pub mod size;
 mod sync;

@@ -20,22 +20,13 @@ pub fn len_of(k: Key) -> usize {
     1024 + (mix64(k.lo) % (64 << 10)) as usize
 }
 
-/// Fills `buf` with the bytes key `k` must carry.
-pub fn fill(k: Key, buf: &mut [u8]) {
-    for (i, c) in buf.chunks_mut(8).enumerate() {
-        let w = mix64(k.lo ^ mix64(k.hi.wrapping_add(i as u64))).to_le_bytes();
-        c.copy_from_slice(&w[..c.len()]);
-    }
-}
+/// Fills `buf` with the bytes key `k` must carry (platform's payload
+/// pattern, as the demo writes it).
+pub use cxlkv_platform::pattern::fill;
 
-/// True when `buf` carries exactly key `k`'s bytes.
+/// Whether `buf` is block `k`'s whole payload: its length and pattern.
 pub fn verify(k: Key, buf: &[u8]) -> bool {
-    if buf.len() != len_of(k) {
-        return false;
-    }
-    let mut want = vec![0u8; buf.len()];
-    fill(k, &mut want);
-    want == buf
+    buf.len() == len_of(k) && cxlkv_platform::pattern::verify(k, buf)
 }
 
 /// A unique path in /dev/shm for one test.
