@@ -32,7 +32,8 @@ use cxlkv_platform::{Flush, FlushMode, GetItem, Mapping, Node, Options};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 /// Settings of one bench run.
 pub struct Config {
@@ -170,27 +171,145 @@ impl Drop for Cleanup {
     }
 }
 
+/// What `cxlkv bench` reports (printed as tables, or as JSON with --json).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub unix_time: u64,
+    /// Blocks and their size in the one-process rows.
+    pub blocks: usize,
+    pub block_bytes: usize,
+    /// Cost per line of each flush primitive.
+    pub flush: Vec<FlushRow>,
+    /// Every measure, per coherence mode.
+    pub modes: Vec<ModeReport>,
+}
+
+/// One flush primitive's cost per 64-byte line.
+#[derive(Debug, Serialize)]
+pub struct FlushRow {
+    pub primitive: &'static str,
+    pub ns_per_line: f64,
+    /// Against plain stores.
+    pub x_plain: f64,
+}
+
+/// The measures of one coherence mode.
+#[derive(Debug, Serialize)]
+pub struct ModeReport {
+    pub mode: &'static str,
+    /// Per-block costs in one process.
+    pub rows: Vec<OpRow>,
+    pub cross_process: CrossProcess,
+}
+
+/// One operation's cost per block.
+#[derive(Debug, Serialize)]
+pub struct OpRow {
+    pub op: &'static str,
+    pub ns_per_block: f64,
+}
+
+/// The measures between two processes.
+#[derive(Debug, Serialize)]
+pub struct CrossProcess {
+    pub working_set_bytes: usize,
+    /// Waking a sleeping thread of another process (the floor under a grant
+    /// by a sleeping manager there).
+    pub wake_reference_ns: Quantiles,
+    pub lock_other_process_uncontended: LockPeer,
+    /// Gets of each block size.
+    pub get: Vec<GetReport>,
+    pub rpc_round_trip_ns: Quantiles,
+    pub handoff_ns: Quantiles,
+    pub lock_contended: Contended,
+}
+
+/// Median and 99th percentile, nanoseconds.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Quantiles {
+    pub p50: u64,
+    pub p99: u64,
+}
+
+/// Lock+unlock by a process other than the manager's.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct LockPeer {
+    pub ns_per_op: f64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+}
+
+/// Two processes contending for one lock.
+#[derive(Debug, Serialize)]
+pub struct Contended {
+    pub ns_per_op: f64,
+    pub peer_ns_per_op: f64,
+}
+
+/// Gets of one block size by a second process.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct GetReport {
+    pub bytes: usize,
+    pub blocks: usize,
+    /// The reader's first pass (page tables empty).
+    pub cold: GetRow,
+    /// Its second pass.
+    pub warm: GetRow,
+    /// Same-run memcpy from a faulted-in pool.
+    pub memcpy: CopyRow,
+    /// Same-run memcpy from a freshly mapped file.
+    pub memcpy_cold: CopyRow,
+}
+
+/// One pass of gets.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct GetRow {
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub gb_per_s: f64,
+    /// Against the memcpy of data as cold or as warm.
+    pub pct_of_memcpy: f64,
+}
+
+/// A memcpy reference.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CopyRow {
+    pub p50_ns: f64,
+    pub gb_per_s: f64,
+}
+
+/// What the echo peer measured.
+#[derive(Debug, Serialize, Deserialize)]
+struct Echo {
+    handoff_ns: Quantiles,
+}
+
+/// What the lock peer measured.
+#[derive(Debug, Serialize, Deserialize)]
+struct LockRun {
+    ns_per_op: f64,
+    p50_ns: u64,
+    p99_ns: u64,
+}
+
 /// Runs the benchmark and returns its report.
-pub fn run(cfg: &Config) -> Result<Value, cxlkv_platform::Error> {
+pub fn run(cfg: &Config) -> Result<Report, cxlkv_platform::Error> {
     let flush = flush_costs(cfg.quick)?;
     let mut modes = Vec::new();
     for &mode in &cfg.modes {
         let rows = one_mode(mode, cfg)?;
-        let cross = cross_process(mode, cfg.quick)?;
-        modes.push(json!({
-            "mode": mode.name(),
-            "rows": rows.iter().map(|(k, v)| json!({"op": k, "ns_per_block": (v * 10.0).round() / 10.0})).collect::<Vec<_>>(),
-            "cross_process": cross,
-        }));
+        let cross_process = cross_process(mode, cfg.quick)?;
+        let rows = rows.into_iter().map(|(op, v)| OpRow { op, ns_per_block: (v * 10.0).round() / 10.0 }).collect();
+        modes.push(ModeReport { mode: mode.name(), rows, cross_process });
     }
-    let date = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    Ok(json!({"unix_time": date, "blocks": cfg.blocks, "block_bytes": cfg.block_bytes, "flush": flush, "modes": modes}))
+    let unix_time = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    Ok(Report { unix_time, blocks: cfg.blocks, block_bytes: cfg.block_bytes, flush, modes })
 }
 
 /// Cost per 64-byte line of writing a payload and making it reach memory,
 /// by each primitive this CPU has, against plain stores alone: 4 KiB at a
 /// time over 8 MiB, each 4 KiB followed by its fence.
-fn flush_costs(quick: bool) -> Result<Value, cxlkv_platform::Error> {
+fn flush_costs(quick: bool) -> Result<Vec<FlushRow>, cxlkv_platform::Error> {
     const CHUNK: usize = 4096;
     let len = 8usize << 20;
     let map = Mapping::memfd(len as u64, false)?;
@@ -215,7 +334,7 @@ fn flush_costs(quick: bool) -> Result<Value, cxlkv_platform::Error> {
         Ok(t.elapsed().as_secs_f64() * 1e9 / lines)
     };
     let plain = time_with(None)?;
-    let mut rows = vec![json!({"primitive": "plain store (reference)", "ns_per_line": plain, "x_plain": 1.0})];
+    let mut rows = vec![FlushRow { primitive: "plain store (reference)", ns_per_line: plain, x_plain: 1.0 }];
     let prims: [(&str, FlushMode, bool); 4] = [
         ("clflush", FlushMode::Clflush, false),
         ("clflushopt + sfence", FlushMode::Clflushopt, false),
@@ -225,9 +344,9 @@ fn flush_costs(quick: bool) -> Result<Value, cxlkv_platform::Error> {
     for (name, mode, nt) in prims {
         let Ok(co) = Flush::new(mode, nt) else { continue };
         let ns = time_with(Some(co))?;
-        rows.push(json!({"primitive": name, "ns_per_line": ns, "x_plain": ns / plain.max(1e-9)}));
+        rows.push(FlushRow { primitive: name, ns_per_line: ns, x_plain: ns / plain.max(1e-9) });
     }
-    Ok(json!(rows))
+    Ok(rows)
 }
 
 fn now_ns() -> u64 {
@@ -288,7 +407,7 @@ fn working_set(quick: bool) -> usize {
 /// reader: each first touch faults), then again (warm) — beside same-run
 /// memcpys of random blocks from a freshly mapped file and from a
 /// faulted-in private pool as large.
-fn cross_get(mode: FlushMode, size: usize, ws: usize, tag: &str) -> Result<Value, cxlkv_platform::Error> {
+fn cross_get(mode: FlushMode, size: usize, ws: usize, tag: &str) -> Result<GetReport, cxlkv_platform::Error> {
     let path = PathBuf::from(format!("/dev/shm/cxlkv-bench-g-{tag}"));
     let local = PathBuf::from(format!("/dev/shm/cxlkv-bench-g-{tag}.local"));
     std::fs::create_dir_all(&local).map_err(|err| cxlkv_platform::Error::Io { what: "bench local dir", err })?;
@@ -328,7 +447,7 @@ fn cross_get(mode: FlushMode, size: usize, ws: usize, tag: &str) -> Result<Value
 
 /// The cross-process rows of one mode: a second process (this binary's
 /// hidden `bench-peer` command) reads, answers or contends.
-fn cross_process(mode: FlushMode, quick: bool) -> Result<Value, cxlkv_platform::Error> {
+fn cross_process(mode: FlushMode, quick: bool) -> Result<CrossProcess, cxlkv_platform::Error> {
     let tag = format!("{}-{}", std::process::id(), mode.name());
     let path = PathBuf::from(format!("/dev/shm/cxlkv-bench-x-{tag}"));
     let local = PathBuf::from(format!("/dev/shm/cxlkv-bench-x-{tag}.local"));
@@ -358,7 +477,7 @@ fn cross_process(mode: FlushMode, quick: bool) -> Result<Value, cxlkv_platform::
             rtt.push(t.elapsed().as_nanos() as u64);
         }
         cache.send(to, &Message { kind: STOP, ..Message::default() }, &[])?;
-        last_json(&mut child)?
+        last_json::<Echo>(&mut child)?
     };
 
     // Lock+unlock, two processes contending for one lock.
@@ -373,8 +492,8 @@ fn cross_process(mode: FlushMode, quick: bool) -> Result<Value, cxlkv_platform::
             node.unlock(h)?;
         }
         let mine = t.elapsed().as_nanos() as f64 / n_locks as f64;
-        let theirs = last_json(&mut child)?;
-        json!({"ns_per_op": mine, "peer_ns_per_op": theirs["ns_per_op"]})
+        let theirs: LockRun = last_json(&mut child)?;
+        Contended { ns_per_op: mine, peer_ns_per_op: theirs.ns_per_op }
     };
     // Lock+unlock by the peer alone, the manager in this (idle) process:
     // each grant needs this process's background thread, woken by the
@@ -383,26 +502,27 @@ fn cross_process(mode: FlushMode, quick: bool) -> Result<Value, cxlkv_platform::
         let mut child = spawn_peer(&["lock", &n_locks.to_string()], &path, &local, mode, &cache)?;
         let to = wait_ready(&cache)?;
         cache.send(to, &Message { kind: GO, ..Message::default() }, &[])?;
-        last_json(&mut child)?
+        let r: LockRun = last_json(&mut child)?;
+        LockPeer { ns_per_op: r.ns_per_op, p50_ns: r.p50_ns, p99_ns: r.p99_ns }
     };
     cache.close()?;
     let wake = wake_reference(&path, &local, mode, if quick { 200 } else { 2000 })?;
-    Ok(json!({
-        "working_set_bytes": ws,
-        "wake_reference_ns": wake,
-        "lock_other_process_uncontended": alone,
-        "get": get,
-        "rpc_round_trip_ns": {"p50": quantile(&mut rtt, 0.5), "p99": quantile(&mut rtt, 0.99)},
-        "handoff_ns": rpc["handoff_ns"],
-        "lock_contended": contended,
-    }))
+    Ok(CrossProcess {
+        working_set_bytes: ws,
+        wake_reference_ns: wake,
+        lock_other_process_uncontended: alone,
+        get,
+        rpc_round_trip_ns: Quantiles { p50: quantile(&mut rtt, 0.5), p99: quantile(&mut rtt, 0.99) },
+        handoff_ns: rpc.handoff_ns,
+        lock_contended: contended,
+    })
 }
 
 /// The floor under a grant by a sleeping manager in another process: the
 /// peer rings a futex bell on which a thread of this process sleeps, and
 /// spins until that thread, woken, rings a second bell back. The peer pauses
 /// between rounds so the thread is asleep each time.
-fn wake_reference(path: &Path, local: &Path, mode: FlushMode, n: usize) -> Result<Value, cxlkv_platform::Error> {
+fn wake_reference(path: &Path, local: &Path, mode: FlushMode, n: usize) -> Result<Quantiles, cxlkv_platform::Error> {
     let ids = (mix64(std::process::id() as u64 ^ 0xa11), mix64(std::process::id() as u64 ^ 0xb22));
     let (a, b) = (LocalTier::open(local, ids.0, 0)?, LocalTier::open(local, ids.1, 0)?);
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
@@ -463,19 +583,19 @@ fn spawn_peer(
         .map_err(|err| cxlkv_platform::Error::Io { what: "spawn bench peer", err })
 }
 
-fn peer(
+fn peer<T: DeserializeOwned>(
     args: &[&str],
     path: &Path,
     local: &Path,
     mode: FlushMode,
     cache: &Node,
-) -> Result<Value, cxlkv_platform::Error> {
+) -> Result<T, cxlkv_platform::Error> {
     let mut child = spawn_peer(args, path, local, mode, cache)?;
     last_json(&mut child)
 }
 
 /// The peer's last stdout line, as JSON, once it exited successfully.
-fn last_json(child: &mut std::process::Child) -> Result<Value, cxlkv_platform::Error> {
+fn last_json<T: DeserializeOwned>(child: &mut std::process::Child) -> Result<T, cxlkv_platform::Error> {
     let out = child.stdout.take();
     let last = out.map(|o| BufReader::new(o).lines().map_while(Result::ok).last().unwrap_or_default());
     let st = child.wait().map_err(|err| cxlkv_platform::Error::Io { what: "wait for bench peer", err })?;
@@ -512,14 +632,15 @@ pub fn peer_main(args: &[String]) -> Result<(), String> {
     if role == "wake" {
         let id = |i: usize| rest.get(i).and_then(|v| v.parse::<u64>().ok()).ok_or("bench-peer: bad bell id");
         let out = peer_wake(Path::new(local), num(0), id(1)?, id(2)?)?;
-        println!("{out}");
+        println!("{}", serde_json::to_string(&out).map_err(|e| e.to_string())?);
         return Ok(());
     }
     let cache = Node::open(Path::new(path), opts).map_err(|e| e.to_string())?;
+    let json = |r: Result<String, serde_json::Error>| r.map_err(|e| e.to_string());
     let out = match role.as_str() {
-        "get" => peer_get(&cache, num(0), num(1)),
-        "echo" => peer_echo(&cache, parent),
-        "lock" => peer_lock(&cache, parent, num(0)),
+        "get" => json(serde_json::to_string(&peer_get(&cache, num(0), num(1))?)),
+        "echo" => json(serde_json::to_string(&peer_echo(&cache, parent)?)),
+        "lock" => json(serde_json::to_string(&peer_lock(&cache, parent, num(0))?)),
         other => Err(format!("bench-peer: unknown role {other}")),
     }?;
     cache.close().map_err(|e| e.to_string())?;
@@ -527,7 +648,7 @@ pub fn peer_main(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-fn peer_get(cache: &Node, size: usize, n: usize) -> Result<Value, String> {
+fn peer_get(cache: &Node, size: usize, n: usize) -> Result<GetReport, String> {
     let mut rng = SmallRng::seed_from_u64(size as u64 ^ 0x5eed);
     let mut order: Vec<u64> = (0..n as u64).collect();
     let mut shuffle = |v: &mut Vec<u64>| v.shuffle(&mut rng);
@@ -575,12 +696,21 @@ fn peer_get(cache: &Node, size: usize, n: usize) -> Result<Value, String> {
     let cold_p50 = quantile(&mut cold_copy, 0.5).max(1) as f64;
     let row = |lat: &mut Vec<u64>, reference: f64| {
         let p50 = quantile(lat, 0.5).max(1);
-        json!({"p50_ns": p50, "p99_ns": quantile(lat, 0.99), "gb_per_s": size as f64 / p50 as f64,
-            "pct_of_memcpy": 100.0 * reference / p50 as f64})
+        GetRow {
+            p50_ns: p50,
+            p99_ns: quantile(lat, 0.99),
+            gb_per_s: size as f64 / p50 as f64,
+            pct_of_memcpy: 100.0 * reference / p50 as f64,
+        }
     };
-    Ok(json!({"bytes": size, "blocks": n, "cold": row(&mut cold, cold_p50), "warm": row(&mut warm, memcpy_p50),
-        "memcpy": {"p50_ns": memcpy_p50, "gb_per_s": size as f64 / memcpy_p50},
-        "memcpy_cold": {"p50_ns": cold_p50, "gb_per_s": size as f64 / cold_p50}}))
+    Ok(GetReport {
+        bytes: size,
+        blocks: n,
+        cold: row(&mut cold, cold_p50),
+        warm: row(&mut warm, memcpy_p50),
+        memcpy: CopyRow { p50_ns: memcpy_p50, gb_per_s: size as f64 / memcpy_p50 },
+        memcpy_cold: CopyRow { p50_ns: cold_p50, gb_per_s: size as f64 / cold_p50 },
+    })
 }
 
 /// The cold reader's reference: memcpy of blocks in `order` out of a shared
@@ -612,7 +742,7 @@ fn cold_memcpy(size: usize, n: usize, order: &[u64], dst: &mut [u8]) -> Result<V
     Ok(lat)
 }
 
-fn peer_wake(local: &Path, n: usize, id_a: u64, id_b: u64) -> Result<Value, String> {
+fn peer_wake(local: &Path, n: usize, id_a: u64, id_b: u64) -> Result<Quantiles, String> {
     let a = LocalTier::open(local, id_a, 0).map_err(|e| e.to_string())?;
     let b = LocalTier::open(local, id_b, 0).map_err(|e| e.to_string())?;
     let mut lat = Vec::with_capacity(n);
@@ -629,10 +759,10 @@ fn peer_wake(local: &Path, n: usize, id_a: u64, id_b: u64) -> Result<Value, Stri
         }
         lat.push(t.elapsed().as_nanos() as u64);
     }
-    Ok(json!({"p50": quantile(&mut lat, 0.5), "p99": quantile(&mut lat, 0.99)}))
+    Ok(Quantiles { p50: quantile(&mut lat, 0.5), p99: quantile(&mut lat, 0.99) })
 }
 
-fn peer_echo(cache: &Node, parent: u32) -> Result<Value, String> {
+fn peer_echo(cache: &Node, parent: u32) -> Result<Echo, String> {
     cache.send(parent, &Message { kind: READY, ..Message::default() }, &[]).map_err(|e| e.to_string())?;
     let mut one_way = Vec::new();
     loop {
@@ -646,10 +776,10 @@ fn peer_echo(cache: &Node, parent: u32) -> Result<Value, String> {
             _ => {}
         }
     }
-    Ok(json!({"handoff_ns": {"p50": quantile(&mut one_way, 0.5), "p99": quantile(&mut one_way, 0.99)}}))
+    Ok(Echo { handoff_ns: Quantiles { p50: quantile(&mut one_way, 0.5), p99: quantile(&mut one_way, 0.99) } })
 }
 
-fn peer_lock(cache: &Node, parent: u32, n: usize) -> Result<Value, String> {
+fn peer_lock(cache: &Node, parent: u32, n: usize) -> Result<LockRun, String> {
     cache.send(parent, &Message { kind: READY, ..Message::default() }, &[]).map_err(|e| e.to_string())?;
     loop {
         let (m, _) = cache.recv(Duration::from_secs(60)).map_err(|e| e.to_string())?;
@@ -667,83 +797,89 @@ fn peer_lock(cache: &Node, parent: u32, n: usize) -> Result<Value, String> {
         lat.push(t.elapsed().as_nanos() as u64);
     }
     let mean = t.elapsed().as_nanos() as f64 / n as f64;
-    Ok(json!({"ns_per_op": mean, "p50_ns": quantile(&mut lat, 0.5), "p99_ns": quantile(&mut lat, 0.99)}))
+    Ok(LockRun { ns_per_op: mean, p50_ns: quantile(&mut lat, 0.5), p99_ns: quantile(&mut lat, 0.99) })
 }
 
 /// Prints the report as tables.
-pub fn print_table(r: &Value) {
+pub fn print_table(r: &Report) {
     println!("flush cost per 64-byte line (4 KiB payload writes, each fenced; 8 MiB), against plain stores");
     println!("{:<32}{:>12}{:>12}", "primitive", "ns/line", "x plain");
-    for row in r["flush"].as_array().into_iter().flatten() {
-        println!(
-            "{:<32}{:>12.2}{:>12.1}",
-            row["primitive"].as_str().unwrap_or("?"),
-            row["ns_per_line"].as_f64().unwrap_or(f64::NAN),
-            row["x_plain"].as_f64().unwrap_or(f64::NAN)
-        );
+    for row in &r.flush {
+        println!("{:<32}{:>12.2}{:>12.1}", row.primitive, row.ns_per_line, row.x_plain);
     }
     println!();
-    let modes = r["modes"].as_array().cloned().unwrap_or_default();
-    println!(
-        "per-block cost in one process, ns ({} blocks of {} bytes, /dev/shm)",
-        r["blocks"].as_u64().unwrap_or(0),
-        r["block_bytes"].as_u64().unwrap_or(0)
-    );
+    let modes = &r.modes;
+    println!("per-block cost in one process, ns ({} blocks of {} bytes, /dev/shm)", r.blocks, r.block_bytes);
     let header = |first: &str| {
         print!("{first:<40}");
-        for m in &modes {
-            print!("{:>12}", m["mode"].as_str().unwrap_or("?"));
+        for m in modes {
+            print!("{:>12}", m.mode);
         }
         println!();
     };
     header("operation");
-    let nrows = modes.first().and_then(|m| m["rows"].as_array().map(Vec::len)).unwrap_or(0);
+    let nrows = modes.first().map_or(0, |m| m.rows.len());
     for i in 0..nrows {
-        print!("{:<40}", modes[0]["rows"][i]["op"].as_str().unwrap_or("?"));
-        for m in &modes {
-            print!("{:>12.0}", m["rows"][i]["ns_per_block"].as_f64().unwrap_or(f64::NAN));
+        print!("{:<40}", modes[0].rows[i].op);
+        for m in modes {
+            print!("{:>12.0}", m.rows.get(i).map_or(f64::NAN, |x| x.ns_per_block));
         }
         println!();
     }
     println!();
-    let ws = modes.first().map_or(0, |m| m["cross_process"]["working_set_bytes"].as_u64().unwrap_or(0));
+    let ws = modes.first().map_or(0, |m| m.cross_process.working_set_bytes);
     println!(
         "between two processes (QD1; gets through Node::get, as cxlkv_get; random keys over {} MiB, LLC {} MiB)",
         ws >> 20,
         llc_bytes() >> 20
     );
     header("measure");
-    let row = |name: String, f: &dyn Fn(&Value) -> f64, prec: usize| {
+    let row = |name: String, f: &dyn Fn(&CrossProcess) -> f64, prec: usize| {
         print!("{name:<40}");
-        for m in &modes {
-            print!("{:>12.prec$}", f(&m["cross_process"]));
+        for m in modes {
+            print!("{:>12.prec$}", f(&m.cross_process));
         }
         println!();
     };
     for (i, size) in GET_SIZES.iter().enumerate() {
         let kib = size >> 10;
-        let at = move |x: &Value, w: &str, k: &str| x["get"][i][w][k].as_f64().unwrap_or(f64::NAN);
-        for w in ["cold", "warm"] {
-            row(format!("get {kib} KiB {w} reader p50, us"), &|x| at(x, w, "p50_ns") / 1e3, 1);
-            row(format!("get {kib} KiB {w} reader p99, us"), &|x| at(x, w, "p99_ns") / 1e3, 1);
-            row(format!("get {kib} KiB {w} at p50, % of {w} memcpy"), &|x| at(x, w, "pct_of_memcpy"), 0);
+        for (w, pass) in [("cold", (|g: &GetReport| &g.cold) as fn(&GetReport) -> &GetRow), ("warm", |g| &g.warm)] {
+            let at = move |x: &CrossProcess, f: fn(&GetRow) -> f64| x.get.get(i).map_or(f64::NAN, |g| f(pass(g)));
+            row(format!("get {kib} KiB {w} reader p50, us"), &|x| at(x, |r| r.p50_ns as f64) / 1e3, 1);
+            row(format!("get {kib} KiB {w} reader p99, us"), &|x| at(x, |r| r.p99_ns as f64) / 1e3, 1);
+            row(format!("get {kib} KiB {w} at p50, % of {w} memcpy"), &|x| at(x, |r| r.pct_of_memcpy), 0);
         }
-        row(format!("memcpy {kib} KiB p50, us (same run)"), &|x| at(x, "memcpy", "p50_ns") / 1e3, 1);
-        row(format!("memcpy {kib} KiB cold p50, us (same run)"), &|x| at(x, "memcpy_cold", "p50_ns") / 1e3, 1);
+        row(
+            format!("memcpy {kib} KiB p50, us (same run)"),
+            &|x| x.get.get(i).map_or(f64::NAN, |g| g.memcpy.p50_ns) / 1e3,
+            1,
+        );
+        row(
+            format!("memcpy {kib} KiB cold p50, us (same run)"),
+            &|x| x.get.get(i).map_or(f64::NAN, |g| g.memcpy_cold.p50_ns) / 1e3,
+            1,
+        );
     }
-    let us = |a: &'static str, b: &'static str| move |x: &Value| x[a][b].as_f64().unwrap_or(f64::NAN) / 1e3;
-    row("handoff (one way) p50, us".into(), &us("handoff_ns", "p50"), 1);
-    row("handoff (one way) p99, us".into(), &us("handoff_ns", "p99"), 1);
-    row("RPC round trip p50, us".into(), &us("rpc_round_trip_ns", "p50"), 1);
-    row("RPC round trip p99, us".into(), &us("rpc_round_trip_ns", "p99"), 1);
-    let other = |k: &'static str| move |x: &Value| x["lock_other_process_uncontended"][k].as_f64().unwrap_or(f64::NAN);
-    row("lock+unlock, other process than the manager, mean ns".into(), &other("ns_per_op"), 0);
-    row("lock+unlock, other process than the manager, p50 ns".into(), &other("p50_ns"), 0);
-    row("lock+unlock, other process than the manager, p99 ns".into(), &other("p99_ns"), 0);
-    row("wake a sleeping thread of another process p50, us".into(), &us("wake_reference_ns", "p50"), 1);
+    let us = |v: u64| v as f64 / 1e3;
+    row("handoff (one way) p50, us".into(), &|x| us(x.handoff_ns.p50), 1);
+    row("handoff (one way) p99, us".into(), &|x| us(x.handoff_ns.p99), 1);
+    row("RPC round trip p50, us".into(), &|x| us(x.rpc_round_trip_ns.p50), 1);
+    row("RPC round trip p99, us".into(), &|x| us(x.rpc_round_trip_ns.p99), 1);
     row(
-        "lock+unlock, 2 processes contending, ns".into(),
-        &|x| x["lock_contended"]["ns_per_op"].as_f64().unwrap_or(f64::NAN),
+        "lock+unlock, other process than the manager, mean ns".into(),
+        &|x| x.lock_other_process_uncontended.ns_per_op,
         0,
     );
+    row(
+        "lock+unlock, other process than the manager, p50 ns".into(),
+        &|x| x.lock_other_process_uncontended.p50_ns as f64,
+        0,
+    );
+    row(
+        "lock+unlock, other process than the manager, p99 ns".into(),
+        &|x| x.lock_other_process_uncontended.p99_ns as f64,
+        0,
+    );
+    row("wake a sleeping thread of another process p50, us".into(), &|x| us(x.wake_reference_ns.p50), 1);
+    row("lock+unlock, 2 processes contending, ns".into(), &|x| x.lock_contended.ns_per_op, 0);
 }
