@@ -37,7 +37,14 @@ pub fn print_human(r: &Inspection) {
     for x in &r.nodes {
         println!(
             "  node {:>2}  pid {:>7}  {:<24} beat {:>8}  hits {} misses {} inserts {} evictions {}",
-            x.id, x.pid, x.liveness, x.heartbeat, x.hits, x.misses, x.inserts, x.evictions
+            x.id,
+            x.pid,
+            x.liveness,
+            x.heartbeat,
+            x.counters.hits,
+            x.counters.misses,
+            x.counters.inserts,
+            x.counters.evictions
         );
     }
     println!("locks       {} held or waited for", r.locks.len());

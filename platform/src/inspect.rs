@@ -137,10 +137,18 @@ pub struct NodeReport {
     /// Reservations held.
     pub reservations: u32,
     /// Its counters.
+    #[serde(flatten)]
+    pub counters: Counters,
+}
+
+/// A node's counters (core's `NodeStats`, as reported).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Counters {
+    /// Blocks found (lookup, acquire, get).
     pub hits: u64,
-    /// Misses.
+    /// Blocks not found.
     pub misses: u64,
-    /// Blocks stored.
+    /// Blocks reserved.
     pub inserts: u64,
     /// Puts of keys already stored.
     pub exists: u64,
@@ -150,6 +158,20 @@ pub struct NodeReport {
     pub bytes_written: u64,
     /// Payload bytes read.
     pub bytes_read: u64,
+}
+
+impl From<NodeStats> for Counters {
+    fn from(s: NodeStats) -> Counters {
+        Counters {
+            hits: s.hits,
+            misses: s.misses,
+            inserts: s.inserts,
+            exists: s.exists,
+            evictions: s.evictions,
+            bytes_written: s.bytes_written,
+            bytes_read: s.bytes_read,
+        }
+    }
 }
 
 /// One lock slot held or waited for.
@@ -210,13 +232,7 @@ impl Observed {
                 incarnation: info.incarnation,
                 pins: held.pins,
                 reservations: held.reservations,
-                hits: st.hits,
-                misses: st.misses,
-                inserts: st.inserts,
-                exists: st.exists,
-                evictions: st.evictions,
-                bytes_written: st.bytes_written,
-                bytes_read: st.bytes_read,
+                counters: st.into(),
             });
         }
         let mut by_state = [0u64; 6];
