@@ -334,9 +334,6 @@ pub unsafe extern "C" fn cxlkv_node_attach(
             let c = unsafe { opts.read() };
             o.node = (c.node_id != CXLKV_ANY_NODE).then_some(c.node_id);
             o.mode = mode(c.flush_mode)?;
-            if c.lease_ms == 0 || c.lock_timeout_ms == 0 {
-                return Err(cxlkv_result::InvalidArgument.into());
-            }
             o.lease = Duration::from_millis(c.lease_ms as u64);
             o.lock_timeout = Duration::from_millis(c.lock_timeout_ms as u64);
             o.settle = Duration::from_millis(c.settle_ms as u64);

@@ -139,9 +139,6 @@ impl Region {
         auto_recover: bool,
         local_dir: Option<PathBuf>,
     ) -> PyResult<Node> {
-        if lease_ms == 0 || lock_timeout_ms == 0 {
-            return Err(raise(py, R::InvalidArgument, "lease_ms and lock_timeout_ms must be positive"));
-        }
         let map = self.mapping(py)?;
         let mut o = Options {
             node: node_id,

@@ -53,6 +53,18 @@ pub struct Options {
     pub populate: bool,
 }
 
+impl Options {
+    /// `InvalidArgument` for options no node can run with: a zero lease
+    /// (every node would be dead at once) or a zero lock timeout (every
+    /// lock would time out at once).
+    pub fn validate(&self) -> Result<()> {
+        if self.lease.is_zero() || self.lock_timeout.is_zero() {
+            return Err(Error::Core(cxlkv_core::Error::InvalidArgument));
+        }
+        Ok(())
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
@@ -359,6 +371,7 @@ impl Node {
     /// Attaches a node to a mapped, formatted region and starts its thread.
     /// Several nodes of one process may share a mapping.
     pub fn attach(map: impl Into<Arc<Mapping>>, opts: Options) -> Result<Node> {
+        opts.validate()?;
         let map = map.into();
         let co = Flush::new(opts.mode, opts.nt_payload)?;
         let store = attach(map.view(), co)?;

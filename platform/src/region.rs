@@ -121,6 +121,7 @@ impl Region {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn opts() -> Options {
         Options { mode: FlushMode::Coherent, ..Options::default() }
@@ -137,6 +138,18 @@ mod tests {
         node.close().unwrap();
         assert!(!r.in_use());
         r.format(caps, FlushMode::Coherent).unwrap();
+    }
+
+    #[test]
+    fn a_zero_lease_or_lock_timeout_is_refused_before_attaching() {
+        let r = Region::memfd(8 << 20, false).unwrap();
+        let caps = Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 64, ..Capacities::default() };
+        r.format(caps, FlushMode::Coherent).unwrap();
+        for o in [Options { lease: Duration::ZERO, ..opts() }, Options { lock_timeout: Duration::ZERO, ..opts() }] {
+            assert!(matches!(r.attach(o), Err(Error::Core(cxlkv_core::Error::InvalidArgument))));
+        }
+        assert!(!r.in_use());
+        r.attach(opts()).unwrap().close().unwrap();
     }
 
     #[test]
