@@ -1,4 +1,5 @@
 //! Keys, namespaces and the small hash functions the index and checksums use.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use xxhash_rust::xxh3::Xxh3;
 
@@ -68,7 +69,9 @@ pub fn checksum32_lanes<const W: usize>(words: &[[u64; W]], h: &mut [u64]) {
     }
     for j in 0..W {
         for (x, w) in h.iter_mut().zip(words) {
-            *x = mix64(*x ^ w[j]);
+            if let Some(v) = w.get(j) {
+                *x = mix64(*x ^ v);
+            }
         }
     }
 }
@@ -110,7 +113,7 @@ impl Namespace<'_> {
         let mut h = mix64(0x6e61_6d65_7370_6163 ^ self.model.len() as u64);
         for c in self.model.chunks(8) {
             let mut w = [0u8; 8];
-            w[..c.len()].copy_from_slice(c);
+            w.iter_mut().zip(c).for_each(|(d, s)| *d = *s);
             h = mix64(h ^ u64::from_le_bytes(w));
         }
         for v in [
@@ -142,22 +145,20 @@ pub fn chain_keys(parent: Key, tokens: &[u32], block: usize, out: &mut [Key]) ->
         return 0;
     }
     let mut prev = parent;
-    let mut n = 0;
+    let mut n = 0usize;
     let mut bytes = [0u8; 256];
     for (chunk, slot) in tokens.chunks_exact(block).zip(out.iter_mut()) {
         let mut h = Xxh3::new();
         h.update(&prev.to_bytes());
         for part in chunk.chunks(bytes.len() / 4) {
-            let mut used = 0;
             for (b, t) in bytes.chunks_exact_mut(4).zip(part) {
                 b.copy_from_slice(&t.to_le_bytes());
-                used += 4;
             }
-            h.update(bytes.get(..used).unwrap_or_default());
+            h.update(bytes.get(..part.len().saturating_mul(4)).unwrap_or_default());
         }
         prev = Key::from_u128(h.digest128());
         *slot = prev;
-        n += 1;
+        n = n.saturating_add(1);
     }
     n
 }

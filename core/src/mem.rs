@@ -7,6 +7,7 @@
 //! behaviour. Ordering across hosts is the job of [`crate::coherence`]; this
 //! module orders nothing beyond what it states.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)] // this module is the door the lints point to
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -115,7 +116,9 @@ impl View {
     #[inline]
     pub fn check(&self, off: u64, size: u64, align: u64) -> Result<()> {
         let end = off.checked_add(size).ok_or(Error::OutOfBounds)?;
-        if end > self.len || off & (align - 1) != 0 {
+        // `align` is a power of two: `align - 1` is its mask (0 would wrap to
+        // all ones and refuse every offset but 0).
+        if end > self.len || off & align.wrapping_sub(1) != 0 {
             return Err(Error::OutOfBounds);
         }
         Ok(())
@@ -201,7 +204,7 @@ impl View {
         let p = self.ptr(off, size, 8)?;
         let mut v = T::new_zeroed();
         for (i, chunk) in v.as_mut_bytes().chunks_exact_mut(8).enumerate() {
-            let wp = p.wrapping_add(8 * i).cast::<u64>();
+            let wp = p.wrapping_add(i.wrapping_mul(8)).cast::<u64>();
             // SAFETY: `wp` is an 8-aligned word of `off..off+size`, checked by
             // `ptr` (size is a multiple of 8); the mapping outlives `self`;
             // region words are only ever accessed atomically.
@@ -219,7 +222,8 @@ impl View {
         for (i, chunk) in v.as_bytes().chunks_exact(8).enumerate() {
             let mut w = [0u8; 8];
             w.copy_from_slice(chunk);
-            self.store_u64(off + 8 * i as u64, u64::from_ne_bytes(w))?;
+            // Inside `off..off+size`, checked above.
+            self.store_u64(off.wrapping_add((i as u64).wrapping_mul(8)), u64::from_ne_bytes(w))?;
         }
         Ok(())
     }

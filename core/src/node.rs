@@ -1,5 +1,6 @@
 //! Nodes: attach, detach, heartbeat, and the node-private state a process
 //! keeps beside the region.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{
@@ -192,7 +193,8 @@ pub fn bury<C: Coherence>(store: &Store<C>, n: u32) -> Result<bool> {
     let eps = l.caps.entries_per_stripe;
     for i in 0..l.caps.pin_slots {
         let r: PinRecord = store.view.read(l.pin_record(n, i))?;
-        let (s, e) = ((r.entry.wrapping_sub(1)) / eps, (r.entry.wrapping_sub(1)) % eps);
+        let g = r.entry.wrapping_sub(1);
+        let (Some(s), Some(e)) = (g.checked_div(eps), g.checked_rem(eps)) else { continue };
         if r.entry == 0 || s >= l.caps.n_stripes {
             continue;
         }
@@ -209,7 +211,7 @@ pub fn bury<C: Coherence>(store: &Store<C>, n: u32) -> Result<bool> {
         // This host's view of the record is the dead process's own (it may
         // have taken the chunk without the change landing yet).
         let rec: ChunkRecord = store.view.read(l.chunk(c))?;
-        if rec.owner == n + 1 && rec.kind != CHUNK_KV {
+        if rec.owner.checked_sub(1) == Some(n) && rec.kind != CHUNK_KV {
             // SYNC: payload the process stored into its own raw blocks and
             // had not flushed: the block may soon be another's.
             store.co.flush(&store.view, l.chunk_payload(c), l.chunk_size(), Site("bury.flush_payload"))?;

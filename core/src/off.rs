@@ -4,6 +4,7 @@
 //! pointer. An `Off` read from the region is untrusted; [`Off::resolve`]
 //! checks it lies inside the area it must point into, is aligned for `T` and
 //! leaves room for a whole `T`.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use core::marker::PhantomData;
 
@@ -37,7 +38,7 @@ pub struct Area {
 impl Area {
     /// Length in bytes.
     pub fn len(&self) -> u64 {
-        self.end - self.start
+        self.end.saturating_sub(self.start)
     }
     /// True when empty.
     pub fn is_empty(&self) -> bool {
@@ -77,7 +78,8 @@ impl<T> Off<T> {
 
     /// Like [`Off::resolve`] for a run of `len` bytes (payloads).
     pub fn resolve_len(self, area: Area, len: u64, align: u64) -> Result<u64> {
-        if self.raw == 0 || !align.is_power_of_two() || self.raw & (align - 1) != 0 {
+        // `align - 1` only once `align` is a power of two (at least 1).
+        if self.raw == 0 || !align.is_power_of_two() || self.raw & align.wrapping_sub(1) != 0 {
             return Err(Error::Corrupt);
         }
         if !area.contains(self.raw, len) {

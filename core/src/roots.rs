@@ -2,6 +2,7 @@
 //! size), so applications can publish their own structures in the region.
 //! Changes take the roots lock; `get` reads without it and validates each
 //! record's checksum.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::coherence::{Coherence, Site};
 use crate::hash::checksum32;
@@ -29,20 +30,19 @@ fn name_bytes(name: &[u8]) -> Result<[u8; MAX_NAME]> {
         return Err(Error::InvalidArgument);
     }
     let mut b = [0u8; MAX_NAME];
-    b[..name.len()].copy_from_slice(name);
+    b.iter_mut().zip(name).for_each(|(d, s)| *d = *s);
     Ok(b)
 }
 
 fn record_sum(r: &RootRecord) -> u64 {
     let mut w = [0u64; 7];
-    for (i, c) in r.name.chunks_exact(8).enumerate() {
+    for (x, c) in w.iter_mut().zip(r.name.chunks_exact(8)) {
         let mut a = [0u8; 8];
         a.copy_from_slice(c);
-        w[i] = u64::from_le_bytes(a);
+        *x = u64::from_le_bytes(a);
     }
-    w[4] = r.offset;
-    w[5] = r.size;
-    w[6] = (r.tag as u64) << 32 | r.state as u64;
+    let [.., off, size, tag] = &mut w;
+    (*off, *size, *tag) = (r.offset, r.size, (r.tag as u64) << 32 | r.state as u64);
     checksum32(&w) as u64 | 1 << 63
 }
 

@@ -3,6 +3,7 @@
 //! `Store` binds a region view, its validated layout and a coherence
 //! implementation, and offers the two primitive moves every protocol step is
 //! made of: read fresh (invalidate, load) and publish (store, flush).
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use core::mem::size_of;
 
@@ -74,12 +75,12 @@ impl<C: Coherence> Store<C> {
     /// host invalidates next (which writes it back).
     pub fn write_state_last<T: IntoBytes + Immutable>(&self, off: u64, v: &T) -> Result<()> {
         let bytes = v.as_bytes();
-        let n = bytes.len() / 8;
         self.view.check(off, bytes.len() as u64, 8)?;
-        for i in 1..n {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&bytes[8 * i..8 * i + 8]);
-            self.view.store_u64(off + 8 * i as u64, u64::from_ne_bytes(w))?;
+        // The view's check above bounds `off + len`: word offsets below it
+        // cannot overflow.
+        for (i, c) in bytes.chunks_exact(8).enumerate().skip(1) {
+            let w: [u8; 8] = c.try_into().map_err(|_| Error::InvalidArgument)?;
+            self.view.store_u64(off.wrapping_add((i as u64).wrapping_mul(8)), u64::from_ne_bytes(w))?;
         }
         crate::mem::fence_seq_cst();
         self.view.store_u64(off, u64::from_ne_bytes(first_word(bytes)))
@@ -102,7 +103,7 @@ impl<C: Coherence> Store<C> {
         let w0 = self.view.load_u64(off)?;
         crate::mem::fence_seq_cst();
         let mut v: T = self.view.read(off)?;
-        v.as_mut_bytes()[..8].copy_from_slice(&w0.to_ne_bytes());
+        v.as_mut_bytes().iter_mut().zip(w0.to_ne_bytes()).for_each(|(d, s)| *d = s);
         Ok(v)
     }
 
@@ -116,10 +117,10 @@ impl<C: Coherence> Store<C> {
         let w0 = u64::from_ne_bytes(first_word(words));
         self.view.store_u64(off, w0)?;
         crate::mem::fence_seq_cst();
-        for i in 1..(size_of::<Entry>() / 8) {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&words[8 * i..8 * i + 8]);
-            self.view.store_u64(off + 8 * i as u64, u64::from_ne_bytes(w))?;
+        for (i, c) in words.chunks_exact(8).enumerate().skip(1) {
+            let w: [u8; 8] = c.try_into().map_err(|_| Error::InvalidArgument)?;
+            // Within the line whose first word was stored above.
+            self.view.store_u64(off.wrapping_add((i as u64).wrapping_mul(8)), u64::from_ne_bytes(w))?;
         }
         crate::mem::fence_seq_cst();
         e.ver = stable.wrapping_add(2);
@@ -164,7 +165,7 @@ impl<C: Coherence> Store<C> {
 
 fn first_word(b: &[u8]) -> [u8; 8] {
     let mut w = [0u8; 8];
-    w.copy_from_slice(&b[..8]);
+    w.iter_mut().zip(b).for_each(|(d, s)| *d = *s);
     w
 }
 
