@@ -9,6 +9,7 @@
 //! cache operation, and recovery never needs them while it holds core's.
 //! A lock revoked from a dead holder is granted again once recovery ran; what
 //! it guarded may be half-updated, as with a robust mutex.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::coherence::Coherence;
 use crate::coherence::Site;
@@ -25,21 +26,22 @@ const PREFIX: &[u8] = b"cxlkv.lock.";
 
 /// Root name of application lock `i`: `cxlkv.lock.<i>` in decimal.
 fn lock_name(i: u32) -> [u8; MAX_NAME] {
+    // The decimal digits of `i`, least significant first (at most 10).
     let mut digits = [0u8; 10];
-    let mut n = 0;
+    let mut n = 0usize;
     let mut v = i;
-    loop {
-        digits[n] = b'0' + (v % 10) as u8;
-        n += 1;
+    for d in digits.iter_mut() {
+        *d = b'0'.wrapping_add((v % 10) as u8);
+        n = n.saturating_add(1);
         v /= 10;
         if v == 0 {
             break;
         }
     }
     let mut name = [0u8; MAX_NAME];
-    name[..PREFIX.len()].copy_from_slice(PREFIX);
-    for (k, d) in digits[..n].iter().rev().enumerate() {
-        name[PREFIX.len() + k] = *d;
+    let decimal = digits.iter().take(n).rev();
+    for (dst, src) in name.iter_mut().zip(PREFIX.iter().chain(decimal)) {
+        *dst = *src;
     }
     name
 }
@@ -49,12 +51,16 @@ fn lock_of(r: &RootRecord) -> Option<u32> {
     if r.tag != APP_LOCK_TAG || !r.name.starts_with(PREFIX) {
         return None;
     }
-    let rest = &r.name[PREFIX.len()..];
+    let rest = r.name.get(PREFIX.len()..)?;
     let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
-    if end == 0 || end > 9 || rest[end..].iter().any(|&b| b != 0) {
+    let (digits, tail) = rest.split_at_checked(end)?;
+    if end == 0 || end > 9 || tail.iter().any(|&b| b != 0) {
         return None;
     }
-    rest[..end].iter().try_fold(0u32, |acc, &b| b.is_ascii_digit().then(|| acc * 10 + (b - b'0') as u32))
+    // At most 9 digits: below 10^9, no overflow.
+    digits.iter().try_fold(0u32, |acc, &b| {
+        b.is_ascii_digit().then(|| acc.wrapping_mul(10).wrapping_add(b.wrapping_sub(b'0') as u32))
+    })
 }
 
 impl<C: Coherence> Node<'_, C> {
@@ -71,12 +77,15 @@ impl<C: Coherence> Node<'_, C> {
             for r in 0..l.caps.n_roots {
                 let rec: RootRecord = self.store.fresh(l.root(r), Site("applock.alloc.scan"))?;
                 if record_valid(&rec) {
-                    if let Some(i) = lock_of(&rec).filter(|&i| i < n) {
-                        used[(i / 64) as usize] |= 1 << (i % 64);
+                    if let Some(w) =
+                        lock_of(&rec).filter(|&i| i < n).and_then(|i| used.get_mut((i / 64) as usize).map(|w| (w, i)))
+                    {
+                        *w.0 |= 1 << (w.1 % 64);
                     }
                 }
             }
-            let i = (0..n).find(|&i| used[(i / 64) as usize] & (1 << (i % 64)) == 0).ok_or(Error::TableFull)?;
+            let free = |i: u32| used.get((i / 64) as usize).is_some_and(|w| w & (1 << (i % 64)) == 0);
+            let i = (0..n).find(|&i| free(i)).ok_or(Error::TableFull)?;
             self.root_put_locked(lock_name(i), Root { offset: 0, size: 0, tag: APP_LOCK_TAG })?;
             Ok(i)
         })
@@ -90,11 +99,12 @@ impl<C: Coherence> Node<'_, C> {
         }
         let name = lock_name(i);
         let len = name.iter().position(|&b| b == 0).unwrap_or(MAX_NAME);
-        let root = self.root_destroy(&name[..len])?;
+        let name = name.get(..len).ok_or(Error::InvalidArgument)?;
+        let root = self.root_destroy(name)?;
         if root.tag != APP_LOCK_TAG {
             // A root of the application's own happened to bear the name: put
             // it back as it was.
-            self.root_put(&name[..len], root)?;
+            self.root_put(name, root)?;
             return Err(Error::NotFound);
         }
         Ok(())

@@ -15,6 +15,7 @@
 //!
 //! A reservation is journaled too, and the WRITING entry names its writer
 //! (`pinners`, one bit), which recovery and `check` use to find it.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{PinRecord, PinSummary, NODE_FREE};
@@ -32,7 +33,9 @@ impl<C: Coherence> Node<'_, C> {
         for i in 0..l.caps.pin_slots {
             let off = l.pin_record(self.id, i);
             let mut r: PinRecord = self.store.view.read(off)?;
-            if r.entry == entry + 1 && r.gen == gen as u64 {
+            // A record names global entry `entry` as `entry + 1` (0: free);
+            // entries number far below `u32::MAX`.
+            if r.entry == entry.wrapping_add(1) && r.gen == gen as u64 {
                 r.count = r.count.checked_add(1).ok_or(Error::JournalFull)?;
                 // SYNC: journal record durable before the pin is used (reader: recovery).
                 self.store.publish(off, &r, Site("pins.add.count"))?;
@@ -43,7 +46,7 @@ impl<C: Coherence> Node<'_, C> {
             }
         }
         let off = free.ok_or(Error::JournalFull)?;
-        let r = PinRecord { entry: entry + 1, count: 1, gen: gen as u64 };
+        let r = PinRecord { entry: entry.wrapping_add(1), count: 1, gen: gen as u64 };
         // SYNC: the record reaches memory before the pin is used (readers:
         // evictors, recovery); the caller's fence orders it before its
         // re-validation of the entry.
@@ -55,17 +58,20 @@ impl<C: Coherence> Node<'_, C> {
     /// Counts a record of `entry` in or out of its summary bit, writing the
     /// summary line when the bit changes.
     fn cover(&self, j: &mut JournalLocal, entry: u32, add: bool) -> Result<()> {
-        let b = (entry % PinSummary::BITS) as usize;
+        let b = entry.checked_rem(PinSummary::BITS).unwrap_or(0) as usize;
         let (w, m) = PinSummary::bit(entry);
-        let was = j.covered[b];
-        j.covered[b] = if add { was.saturating_add(1) } else { was.saturating_sub(1) };
-        if (was == 0) == (j.covered[b] == 0) {
+        let (Some(count), Some(bits)) = (j.covered.get_mut(b), j.summary.bits.get_mut(w)) else {
+            return Err(Error::InvalidArgument);
+        };
+        let was = *count;
+        *count = if add { was.saturating_add(1) } else { was.saturating_sub(1) };
+        if (was == 0) == (*count == 0) {
             return Ok(());
         }
         if add {
-            j.summary.bits[w] |= m;
+            *bits |= m;
         } else {
-            j.summary.bits[w] &= !m;
+            *bits &= !m;
         }
         // SYNC: a set bit reaches memory with the record it covers, before the
         // caller's fence (reader: an evictor, which skips a node's records
@@ -79,7 +85,7 @@ impl<C: Coherence> Node<'_, C> {
         for i in 0..l.caps.pin_slots {
             let off = l.pin_record(self.id, i);
             let mut r: PinRecord = self.store.view.read(off)?;
-            if r.entry == entry + 1 && r.gen == gen as u64 {
+            if r.entry == entry.wrapping_add(1) && r.gen == gen as u64 {
                 r.count = r.count.saturating_sub(1);
                 if r.count == 0 {
                     r = PinRecord::default();
@@ -100,7 +106,8 @@ impl<C: Coherence> Node<'_, C> {
         for i in 0..l.caps.pin_slots {
             let r: PinRecord = self.store.view.read(l.pin_record(self.id, i))?;
             if r.entry != 0 {
-                f(r.entry - 1, r.gen as u32, r.count)?;
+                // Not 0 (checked above).
+                f(r.entry.wrapping_sub(1), r.gen as u32, r.count)?;
             }
         }
         Ok(())
@@ -125,11 +132,11 @@ impl<C: Coherence> Node<'_, C> {
                 continue;
             }
             // SYNC: fresh records (writer: node n's pins).
-            let recs = l.caps.pin_slots as u64 * core::mem::size_of::<PinRecord>() as u64;
+            let recs = (l.caps.pin_slots as u64).saturating_mul(core::mem::size_of::<PinRecord>() as u64);
             st.co.invalidate(&st.view, l.pin_record(n, 0), recs, Site("evict.pins.records"))?;
             for i in 0..l.caps.pin_slots {
                 let r: PinRecord = st.view.read(l.pin_record(n, i))?;
-                if r.entry == g + 1 && r.gen == gen as u64 && r.count > 0 {
+                if r.entry == g.wrapping_add(1) && r.gen == gen as u64 && r.count > 0 {
                     return Ok(true);
                 }
             }
@@ -160,7 +167,8 @@ pub fn journal_census<C: Coherence>(store: &crate::store::Store<C>, n: u32, site
     let mut c = JournalCensus::default();
     for i in 0..l.caps.pin_slots {
         let r: PinRecord = store.view.read(l.pin_record(n, i))?;
-        let (s, e) = (r.entry.wrapping_sub(1) / eps, r.entry.wrapping_sub(1) % eps);
+        let g = r.entry.wrapping_sub(1);
+        let (Some(s), Some(e)) = (g.checked_div(eps), g.checked_rem(eps)) else { continue };
         if r.entry == 0 || r.count == 0 || s >= l.caps.n_stripes {
             continue;
         }
@@ -169,8 +177,10 @@ pub fn journal_census<C: Coherence>(store: &crate::store::Store<C>, n: u32, site
             continue;
         }
         match ent.state {
-            crate::layout::state::READY => c.pins += 1,
-            crate::layout::state::WRITING if ent.pinners & (1 << n) != 0 => c.reservations += 1,
+            crate::layout::state::READY => c.pins = c.pins.saturating_add(1),
+            crate::layout::state::WRITING if ent.pinners & (1 << n) != 0 => {
+                c.reservations = c.reservations.saturating_add(1)
+            }
             _ => {}
         }
     }

@@ -1,6 +1,7 @@
 //! Bucket probing for one stripe: a fixed-size open-addressing table with
 //! linear probing. Deletion shifts later members of the cluster back (no
 //! tombstones), so every remaining key stays reachable from its home bucket.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::coherence::{Coherence, Site};
 use crate::hash::Key;
@@ -12,13 +13,15 @@ use crate::{Error, Result};
 /// Stripe of a placement hash.
 #[inline]
 pub fn stripe_of(tag: u64, n_stripes: u32) -> u32 {
-    (tag as u32) & (n_stripes - 1)
+    // `n_stripes` is a power of two (the layout checks it): its mask.
+    (tag as u32) & n_stripes.wrapping_sub(1)
 }
 
 /// Home bucket of a placement hash.
 #[inline]
 pub fn home_of(tag: u64, buckets: u32) -> u32 {
-    ((tag >> 32) as u32) & (buckets - 1)
+    // `buckets` is a power of two (the layout checks it): its mask.
+    ((tag >> 32) as u32) & buckets.wrapping_sub(1)
 }
 
 /// A found key: bucket, entry index (in stripe) and the entry as read.
@@ -55,7 +58,7 @@ pub fn find<C: Coherence>(st: &Store<C>, s: u32, tag: u64, ns: u32, key: Key) ->
     let home = home_of(tag, bps);
     let mut line = u64::MAX;
     for i in 0..bps {
-        let b = (home + i) & (bps - 1);
+        let b = home.wrapping_add(i) & bps.wrapping_sub(1);
         let bk = bucket(st, s, b, &mut line)?;
         if bk.entry == 0 {
             return Ok(None);
@@ -63,7 +66,8 @@ pub fn find<C: Coherence>(st: &Store<C>, s: u32, tag: u64, ns: u32, key: Key) ->
         if bk.tag != tag {
             continue;
         }
-        let ei = bk.entry - 1;
+        // Not 0 (checked above).
+        let ei = bk.entry.wrapping_sub(1);
         if ei >= eps {
             return Err(Error::Corrupt);
         }
@@ -86,7 +90,7 @@ pub fn first_of_tag<C: Coherence>(st: &Store<C>, s: u32, tag: u64, home_line: u6
     let home = home_of(tag, bps);
     let mut line = home_line;
     for i in 0..bps {
-        let b = (home + i) & (bps - 1);
+        let b = home.wrapping_add(i) & bps.wrapping_sub(1);
         let bk = bucket(st, s, b, &mut line)?;
         if bk.entry == 0 {
             return Ok(None);
@@ -95,7 +99,8 @@ pub fn first_of_tag<C: Coherence>(st: &Store<C>, s: u32, tag: u64, home_line: u6
             if bk.entry > st.layout.caps.entries_per_stripe {
                 return Err(Error::Corrupt);
             }
-            return Ok(Some((b, bk.entry - 1)));
+            // Not 0 (checked above).
+            return Ok(Some((b, bk.entry.wrapping_sub(1))));
         }
     }
     Ok(None)
@@ -108,10 +113,11 @@ pub fn insert<C: Coherence>(st: &Store<C>, s: u32, tag: u64, ei: u32) -> Result<
     let home = home_of(tag, bps);
     let mut line = u64::MAX;
     for i in 0..bps {
-        let b = (home + i) & (bps - 1);
+        let b = home.wrapping_add(i) & bps.wrapping_sub(1);
         let bk = bucket(st, s, b, &mut line)?;
         if bk.entry == 0 {
-            let nb = Bucket { tag, entry: ei + 1, reserved: 0 };
+            // `ei` is an entry index (below `entries_per_stripe`).
+            let nb = Bucket { tag, entry: ei.wrapping_add(1), reserved: 0 };
             // SYNC: bucket published under the stripe lock (reader: find).
             st.publish(st.layout.bucket(s, b), &nb, Site("index.bucket.insert"))?;
             return Ok(b);
@@ -124,11 +130,11 @@ pub fn insert<C: Coherence>(st: &Store<C>, s: u32, tag: u64, ei: u32) -> Result<
 /// becomes unreachable. Caller holds the stripe lock.
 pub fn delete<C: Coherence>(st: &Store<C>, s: u32, mut hole: u32) -> Result<()> {
     let bps = st.layout.buckets_per_stripe;
-    let mask = bps - 1;
+    let mask = bps.wrapping_sub(1);
     let mut j = hole;
     let mut line = u64::MAX;
     for _ in 0..bps {
-        j = (j + 1) & mask;
+        j = j.wrapping_add(1) & mask;
         let bk = bucket(st, s, j, &mut line)?;
         if bk.entry == 0 {
             break;
