@@ -1,6 +1,7 @@
 //! Eviction: the mechanism walks a stripe's LRU list from its oldest entry and
 //! removes unpinned READY entries; a [`Policy`] decides which ones. LRU (evict
 //! every candidate, oldest first) is the default.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{state, Entry, StripeHeader};
@@ -77,8 +78,9 @@ impl<C: Coherence> Node<'_, C> {
                 if rep.bytes >= bytes {
                     break;
                 }
-                let s = (start.wrapping_add(k)) & (ns - 1);
-                let share = (bytes - rep.bytes).div_ceil((ns - k) as u64);
+                // `ns` is a power of two (the layout checks it); `k < ns`.
+                let s = (start.wrapping_add(k)) & ns.wrapping_sub(1);
+                let share = bytes.saturating_sub(rep.bytes).div_ceil(ns.saturating_sub(k).max(1) as u64);
                 self.with_lock(st.layout.locks().stripe(s), || {
                     let mut h = st.hdr(s)?;
                     self.promote_touched_locked(s, &mut h)?;
@@ -86,10 +88,10 @@ impl<C: Coherence> Node<'_, C> {
                     while got < share {
                         match self.evict_one_locked(s, &mut h, policy)? {
                             Some(ev) => {
-                                got += ev.len;
-                                rep.entries += 1;
-                                rep.bytes += ev.len;
-                                rep.deferred += if ev.deferred { ev.len } else { 0 };
+                                got = got.saturating_add(ev.len);
+                                rep.entries = rep.entries.saturating_add(1);
+                                rep.bytes = rep.bytes.saturating_add(ev.len);
+                                rep.deferred = rep.deferred.saturating_add(if ev.deferred { ev.len } else { 0 });
                             }
                             None => break,
                         }
@@ -102,7 +104,7 @@ impl<C: Coherence> Node<'_, C> {
             }
         }
         if rep.entries > 0 {
-            self.count(|c| c.evictions += rep.entries)?;
+            self.count(|c| c.evictions = c.evictions.wrapping_add(rep.entries))?;
         }
         Ok(rep)
     }
@@ -172,7 +174,8 @@ impl<C: Coherence> Node<'_, C> {
     /// take hold of it any more. Caller holds the stripe lock.
     fn claim_unpinned(&self, s: u32, e: u32, ent: &mut Entry) -> Result<bool> {
         let st = self.store;
-        let g = s * st.layout.caps.entries_per_stripe + e;
+        // A global entry number: below the region's entry count.
+        let g = s.wrapping_mul(st.layout.caps.entries_per_stripe).wrapping_add(e);
         let mut claim = *ent;
         claim.state = state::CLAIMED;
         // SYNC: CLAIMED reaches memory (the entry write flushes it) before
@@ -194,10 +197,10 @@ impl<C: Coherence> Node<'_, C> {
     pub(crate) fn touch(&self, g: u32, gen: u32) {
         let full = {
             let mut t = self.local.touched.lock();
-            if t.n < t.at.len() {
-                let n = t.n;
-                t.at[n] = (g, gen);
-                t.n += 1;
+            let n = t.n;
+            if let Some(slot) = t.at.get_mut(n) {
+                *slot = (g, gen);
+                t.n = n.saturating_add(1);
             }
             t.n == t.at.len()
         };
@@ -213,8 +216,8 @@ impl<C: Coherence> Node<'_, C> {
         loop {
             let s = {
                 let t = self.local.touched.lock();
-                match t.at[..t.n].first() {
-                    Some(&(g, _)) => g / eps,
+                match t.at.get(..t.n).and_then(<[_]>::first) {
+                    Some(&(g, _)) => g.checked_div(eps).ok_or(Error::Corrupt)?,
                     None => return Ok(()),
                 }
             };
@@ -238,7 +241,7 @@ impl<C: Coherence> Node<'_, C> {
         let st = self.store;
         let eps = st.layout.caps.entries_per_stripe;
         self.take_touched(s, |(g, gen)| {
-            let e = g % eps;
+            let e = g.checked_rem(eps).ok_or(Error::Corrupt)?;
             let mut ent = st.ent(s, e)?;
             if ent.state == state::READY && ent.gen == gen && h.lru_tail != e {
                 st.lru_unlink(s, h, e, &mut ent)?;
@@ -258,14 +261,21 @@ impl<C: Coherence> Node<'_, C> {
                 let mut t = self.local.touched.lock();
                 let (mut k, mut i) = (0, 0);
                 while i < t.n && k < mine.len() {
-                    if t.at[i].0 / eps == s {
-                        mine[k] = t.at[i];
-                        k += 1;
-                        let last = t.n - 1;
-                        t.at[i] = t.at[last];
-                        t.n -= 1;
+                    let Some(&at) = t.at.get(i) else { break };
+                    if at.0.checked_div(eps) == Some(s) {
+                        if let Some(m) = mine.get_mut(k) {
+                            *m = at;
+                        }
+                        k = k.saturating_add(1);
+                        // Swap-remove: the last remembered read takes slot `i`.
+                        let last = t.n.saturating_sub(1);
+                        let moved = t.at.get(last).copied().unwrap_or_default();
+                        if let Some(x) = t.at.get_mut(i) {
+                            *x = moved;
+                        }
+                        t.n = last;
                     } else {
-                        i += 1;
+                        i = i.saturating_add(1);
                     }
                 }
                 k
@@ -273,7 +283,7 @@ impl<C: Coherence> Node<'_, C> {
             if k == 0 {
                 return Ok(());
             }
-            for &x in &mine[..k] {
+            for &x in mine.iter().take(k) {
                 f(x)?;
             }
         }
