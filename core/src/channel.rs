@@ -24,6 +24,7 @@
 //!   `InboxFull` sooner; it never makes it overwrite an unread message.
 //! - Each message names the incarnation of its receiver; the owner drops
 //!   messages for an earlier incarnation of its slot.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::coherence::{Coherence, Site};
 use crate::hash::{mix64, Key};
@@ -97,7 +98,8 @@ fn claimed_slots(h: &MsgHeader, cap: u64) -> u64 {
 }
 
 fn key_at(k: &MsgKeys, i: usize) -> Key {
-    Key { lo: k.words[2 * i], hi: k.words[2 * i + 1] }
+    let mut w = k.words.chunks_exact(2).nth(i).unwrap_or(&[0, 0]).iter().copied();
+    Key { lo: w.next().unwrap_or(0), hi: w.next().unwrap_or(0) }
 }
 
 impl<C: Coherence> Node<'_, C> {
@@ -130,20 +132,21 @@ impl<C: Coherence> Node<'_, C> {
         // Walk the pending messages to the first free position.
         let mut pos = head;
         loop {
-            if pos - head >= cap {
+            // Positions are sequence numbers: differences wrap as a ring's.
+            if pos.wrapping_sub(head) >= cap {
                 return Err(Error::InboxFull);
             }
             let h: MsgHeader = st.fresh_state_first(l.inbox_slot(to, pos), Site("inbox.send.probe"))?;
             if !starts_message(&h, pos) {
                 break;
             }
-            pos += claimed_slots(&h, cap);
+            pos = pos.wrapping_add(claimed_slots(&h, cap));
         }
-        if pos + k - head > cap {
+        if pos.wrapping_add(k).wrapping_sub(head) > cap {
             return Err(Error::InboxFull);
         }
         let mut first = MsgHeader {
-            seq: pos + 1,
+            seq: pos.wrapping_add(1),
             request_id: msg.request_id,
             stamp: msg.stamp,
             checksum: 0,
@@ -163,21 +166,24 @@ impl<C: Coherence> Node<'_, C> {
             st.write_state_last(l.inbox_slot(to, pos), &first)?;
         }
         for i in 0..k {
-            let off = l.inbox_slot(to, pos + i);
+            let off = l.inbox_slot(to, pos.wrapping_add(i));
             let mut words = MsgKeys::default();
-            for (j, key) in keys.iter().skip(i as usize * KEYS_PER_SLOT).take(KEYS_PER_SLOT).enumerate() {
-                words.words[2 * j] = key.lo;
-                words.words[2 * j + 1] = key.hi;
+            let slot_keys = keys.iter().skip((i as usize).saturating_mul(KEYS_PER_SLOT)).take(KEYS_PER_SLOT);
+            for (pair, key) in words.words.chunks_exact_mut(2).zip(slot_keys) {
+                pair.copy_from_slice(&[key.lo, key.hi]);
             }
-            st.view.write(off + LINE, &words)?;
+            // A slot's lines lie inside the inbox area (the layout's offsets);
+            // the view checks every access.
+            st.view.write(off.wrapping_add(LINE), &words)?;
             if i > 0 {
-                let cont = MsgHeader { seq: pos + i + 1, index: i as u32, ..first };
+                let cont = MsgHeader { seq: pos.wrapping_add(i).wrapping_add(1), index: i as u32, ..first };
                 st.view.write(off, &cont)?;
             }
             // SYNC: every line but the first header lands before it (reader:
             // the owner, which trusts the others once that header is seen).
-            let from = if i == 0 && !early { off + LINE } else { off };
-            st.co.flush(&st.view, from, off + SLOT_LINES * LINE - from, Site("inbox.send.body"))?;
+            let from = if i == 0 && !early { off.wrapping_add(LINE) } else { off };
+            let end = off.wrapping_add(SLOT_LINES * LINE);
+            st.co.flush(&st.view, from, end.wrapping_sub(from), Site("inbox.send.body"))?;
         }
         st.co.store_fence(Site("inbox.send.fence"));
         // SYNC: the first header, state word last, makes the message whole
@@ -210,7 +216,7 @@ impl<C: Coherence> Node<'_, C> {
             let n = claimed_slots(&h, cap);
             let mine = h.to_incarnation == me.incarnation as u32 || mutant!("inbox.ignore_incarnation");
             if n != h.slots as u64 {
-                head += 1;
+                head = head.wrapping_add(1);
                 err = Some(Error::Corrupt);
                 break;
             }
@@ -218,7 +224,7 @@ impl<C: Coherence> Node<'_, C> {
                 return Err(Error::TooLarge);
             }
             let whole = self.read_message(head, &h, if mine { &mut *keys } else { &mut [] })?;
-            head += n;
+            head = head.wrapping_add(n);
             if !whole {
                 err = Some(Error::Corrupt);
                 break;
@@ -260,23 +266,23 @@ impl<C: Coherence> Node<'_, C> {
         let mut sum = checksum_seed(h);
         let mut got = 0usize;
         for i in 0..h.slots as u64 {
-            let off = l.inbox_slot(self.id, pos + i);
+            let off = l.inbox_slot(self.id, pos.wrapping_add(i));
             if i > 0 {
                 let c: MsgHeader = st.fresh(off, Site("inbox.recv.cont"))?;
-                if c.seq != pos + i + 1 || c.index != i as u32 {
+                if c.seq != pos.wrapping_add(i).wrapping_add(1) || c.index != i as u32 {
                     return Ok(false);
                 }
             }
-            let w: MsgKeys = st.fresh(off + LINE, Site("inbox.recv.keys"))?;
-            let take = (n - got).min(KEYS_PER_SLOT);
+            let w: MsgKeys = st.fresh(off.wrapping_add(LINE), Site("inbox.recv.keys"))?;
+            let take = n.saturating_sub(got).min(KEYS_PER_SLOT);
             for (j, k) in buf.iter_mut().enumerate().take(take) {
                 *k = key_at(&w, j);
-                if let Some(dst) = keys.get_mut(got + j) {
+                if let Some(dst) = keys.get_mut(got.saturating_add(j)) {
                     *dst = *k;
                 }
             }
-            sum = fold_keys(sum, &buf[..take]);
-            got += take;
+            sum = fold_keys(sum, buf.get(..take).unwrap_or_default());
+            got = got.saturating_add(take);
         }
         Ok(got == n && sum == h.checksum)
     }
