@@ -3,6 +3,7 @@
 //! bit arithmetic, no region access: the allocator, recovery and `check`
 //! read a map from the region, work on it here, and write back the words
 //! that changed.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::layout::MAX_GRANULES;
 
@@ -52,7 +53,20 @@ fn longest_zero_run(w: u64) -> u32 {
 
 #[inline]
 fn get(m: &[u64; MAX_WORDS], i: u32) -> bool {
-    m[(i / 64) as usize] & (1 << (i % 64)) != 0
+    // Beyond the map: taken (nothing is ever placed there).
+    m.get((i / 64) as usize).is_none_or(|w| w & (1 << (i % 64)) != 0)
+}
+
+/// Sets (`on`) or clears granule `i`'s bit of `m` (nothing beyond the map).
+#[inline]
+fn put(m: &mut [u64; MAX_WORDS], i: u32, on: bool) {
+    if let Some(w) = m.get_mut((i / 64) as usize) {
+        if on {
+            *w |= 1 << (i % 64);
+        } else {
+            *w &= !(1 << (i % 64));
+        }
+    }
 }
 
 impl ChunkMap {
@@ -64,7 +78,7 @@ impl ChunkMap {
 
     /// Words of each map in use.
     pub fn words(&self) -> usize {
-        (self.granules / 64) as usize
+        ((self.granules / 64) as usize).min(MAX_WORDS)
     }
 
     /// True when granule `i` is in use.
@@ -84,26 +98,26 @@ impl ChunkMap {
         }
         let (mut i, mut run) = (0u32, 0u32);
         while i < self.granules {
-            let w = self.used[(i / 64) as usize];
+            let w = self.used.get((i / 64) as usize).copied().unwrap_or(u64::MAX);
             if i % 64 == 0 && w == u64::MAX {
                 run = 0;
-                i += 64;
+                i = i.saturating_add(64);
                 continue;
             }
-            if i % 64 == 0 && w == 0 && run + 64 < k {
-                run += 64;
-                i += 64;
+            if i % 64 == 0 && w == 0 && run.saturating_add(64) < k {
+                run = run.saturating_add(64);
+                i = i.saturating_add(64);
                 continue;
             }
             if w & (1 << (i % 64)) == 0 {
-                run += 1;
+                run = run.saturating_add(1);
                 if run == k {
-                    return Some(i + 1 - k);
+                    return Some(i.saturating_add(1).saturating_sub(k));
                 }
             } else {
                 run = 0;
             }
-            i += 1;
+            i = i.saturating_add(1);
         }
         None
     }
@@ -114,47 +128,47 @@ impl ChunkMap {
         if !self.is_start(i) || !self.is_used(i) {
             return None;
         }
-        let mut j = i + 1;
+        let mut j = i.saturating_add(1);
         while j < self.granules && self.is_used(j) && !self.is_start(j) {
-            j += 1;
+            j = j.saturating_add(1);
         }
-        Some(j - i)
+        Some(j.saturating_sub(i))
     }
 
     /// True when granules `i..i+k` are all free (and inside the chunk).
     pub fn is_free(&self, i: u32, k: u32) -> bool {
-        i.checked_add(k).is_some_and(|e| e <= self.granules) && (i..i + k).all(|g| !get(&self.used, g))
+        i.checked_add(k).is_some_and(|e| e <= self.granules && (i..e).all(|g| !get(&self.used, g)))
     }
 
     /// Marks `i..i+k` as one block. The caller checked they are free.
     pub fn set(&mut self, i: u32, k: u32) {
         debug_assert!(self.is_free(i, k) && k > 0);
-        for g in i..i + k {
-            self.used[(g / 64) as usize] |= 1 << (g % 64);
+        for g in i..i.saturating_add(k) {
+            put(&mut self.used, g, true);
         }
-        self.start[(i / 64) as usize] |= 1 << (i % 64);
+        put(&mut self.start, i, true);
     }
 
     /// Frees the block of `k` granules at `i` (its extent).
     pub fn clear(&mut self, i: u32, k: u32) {
-        for g in i..(i + k).min(self.granules) {
-            self.used[(g / 64) as usize] &= !(1 << (g % 64));
+        for g in i..i.saturating_add(k).min(self.granules) {
+            put(&mut self.used, g, false);
         }
-        self.start[(i / 64) as usize] &= !(1 << (i % 64));
+        put(&mut self.start, i, false);
     }
 
     /// Longest run of free granules.
     pub fn longest_free(&self) -> u32 {
         let (mut best, mut run) = (0u32, 0u32);
-        for &w in &self.used[..self.words()] {
+        for &w in self.used.iter().take(self.words()) {
             if w == 0 {
-                run += 64;
+                run = run.saturating_add(64);
                 continue;
             }
             // Granule i is bit i: the free bits at the bottom of the word
             // extend the run from the words below; those at the top start
             // the next one.
-            best = best.max(run + w.trailing_zeros()).max(longest_zero_run(w));
+            best = best.max(run.saturating_add(w.trailing_zeros())).max(longest_zero_run(w));
             run = w.leading_zeros();
         }
         best.max(run)
@@ -163,18 +177,19 @@ impl ChunkMap {
     /// Counts and shape, for `check`.
     pub fn summary(&self) -> MapSummary {
         let w = self.words();
-        let used = self.used[..w].iter().map(|x| x.count_ones()).sum();
-        let blocks = self.start[..w].iter().map(|x| x.count_ones()).sum();
-        let beyond = self.used[w..].iter().chain(&self.start[w..]).any(|&x| x != 0);
-        let subset = (0..w).all(|i| self.start[i] & !self.used[i] == 0);
+        let pairs = || self.used.iter().zip(&self.start);
+        let used = pairs().take(w).fold(0u32, |n, (u, _)| n.saturating_add(u.count_ones()));
+        let blocks = pairs().take(w).fold(0u32, |n, (_, s)| n.saturating_add(s.count_ones()));
+        let beyond = pairs().skip(w).any(|(&u, &s)| u != 0 || s != 0);
+        let subset = pairs().take(w).all(|(&u, &s)| s & !u == 0);
         // A used granule must belong to a block: the first used granule of
         // each used run carries a start bit.
         let mut orphan = false;
         let mut carry = 0u64;
-        for i in 0..w {
-            let run_starts = self.used[i] & !(self.used[i] << 1 | carry);
-            orphan |= run_starts & !self.start[i] != 0;
-            carry = self.used[i] >> 63;
+        for (&u, &st) in pairs().take(w) {
+            let run_starts = u & !(u << 1 | carry);
+            orphan |= run_starts & !st != 0;
+            carry = u >> 63;
         }
         MapSummary { used, blocks, free_max: self.longest_free(), well_formed: !beyond && subset && !orphan }
     }
@@ -234,7 +249,7 @@ mod tests {
                 if sut.is_used(i) {
                     run = 0;
                 } else {
-                    run += 1;
+                    run = run.saturating_add(1);
                     best = best.max(run);
                 }
             }
