@@ -2,6 +2,7 @@
 //! as a [`Finding`]. It only reads, never trusts what it reads, and never
 //! panics, whatever the bytes. Run it on a quiescent region for exact
 //! results; on a live one, in-flight changes can show up as findings.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::alloc::{block_of, chunk_of, kind_valid, read_map};
 use crate::coherence::{Coherence, Site};
@@ -133,7 +134,7 @@ impl core::fmt::Display for Finding {
 /// Words of scratch `check` needs to track payload blocks (a bit per
 /// granule of every chunk).
 pub fn scratch_words<C: Coherence>(store: &Store<C>) -> usize {
-    store.layout.n_chunks as usize * store.layout.map_words()
+    (store.layout.n_chunks as usize).saturating_mul(store.layout.map_words())
 }
 
 /// Checks `store`. `scratch` (zeroed, [`scratch_words`] long) lets it find
@@ -145,7 +146,7 @@ pub fn scratch_words<C: Coherence>(store: &Store<C>) -> usize {
 /// roots, leaks.
 pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut dyn FnMut(Finding)) -> Result<u64> {
     let l = &store.layout;
-    let track = scratch.len() >= l.n_chunks as usize * l.map_words();
+    let track = scratch.len() >= (l.n_chunks as usize).saturating_mul(l.map_words());
     store.co.invalidate(&store.view, l.chunk_bitmap.start, l.chunk_bitmap.len(), Site("check.bitmap"))?;
     if track {
         scratch.iter_mut().for_each(|w| *w = 0);
@@ -183,7 +184,21 @@ struct Checker<'a, C: Coherence> {
 /// Whether granule `i` of chunk `c` is marked in `scratch` (`mw` words a
 /// chunk).
 fn marked(scratch: &[u64], mw: usize, c: u32, i: u32) -> bool {
-    scratch[c as usize * mw + (i / 64) as usize] & (1 << (i % 64)) != 0
+    scratch.get(bit_word(mw, c, i)).is_some_and(|w| w & (1 << (i % 64)) != 0)
+}
+
+/// The word of `scratch` (`mw` words a chunk) holding granule `i` of chunk
+/// `c` (past the end when the layout's counts say so, never a panic).
+fn bit_word(mw: usize, c: u32, i: u32) -> usize {
+    (c as usize).saturating_mul(mw).saturating_add((i / 64) as usize)
+}
+
+/// Marks granule `i` of chunk `c` in `scratch`; true when it was marked.
+fn mark(scratch: &mut [u64], mw: usize, c: u32, i: u32) -> bool {
+    let Some(w) = scratch.get_mut(bit_word(mw, c, i)) else { return false };
+    let was = *w & (1 << (i % 64)) != 0;
+    *w |= 1 << (i % 64);
+    was
 }
 
 /// What the entry pass of one stripe counted.
@@ -197,7 +212,7 @@ struct EntryCounts {
 
 impl<C: Coherence> Checker<'_, C> {
     fn rep(&mut self, kind: FindingKind, a: u64, b: u64) {
-        self.n += 1;
+        self.n = self.n.saturating_add(1);
         (self.report)(Finding { kind, a, b });
     }
 
@@ -234,7 +249,7 @@ impl<C: Coherence> Checker<'_, C> {
         for lock in 0..l.n_locks {
             // SYNC: fresh lock line and slots (writers: the manager, holders,
             // requesters, recovery).
-            let span = (1 + l.caps.max_nodes as u64) * 64;
+            let span = (l.caps.max_nodes as u64).saturating_add(1).saturating_mul(64);
             st.co.invalidate(&st.view, l.lock_line(lock), span, Site("check.lock"))?;
             let ll: crate::layout::LockLine = st.view.read(l.lock_line(lock))?;
             if ll.repair != 0 {
@@ -245,7 +260,7 @@ impl<C: Coherence> Checker<'_, C> {
                 let s: LockSlot = st.view.read(l.lock_slot(lock, node))?;
                 match s.state {
                     SLOT_LOCKED => {
-                        holders += 1;
+                        holders = holders.saturating_add(1);
                         if !self.alive(node) {
                             self.rep(FindingKind::HeldByDead, lock as u64, node as u64);
                         }
@@ -269,7 +284,7 @@ impl<C: Coherence> Checker<'_, C> {
             let rec: ChunkRecord = st.fresh(l.chunk(c), Site("check.chunk"))?;
             let m = read_map(st, c, Some(Site("check.chunk.map")))?;
             let sum = m.summary();
-            let word = st.view.load_u64(l.chunk_bitmap.start + (c / 64) as u64 * 8)?;
+            let word = st.view.load_u64(l.chunk_bitmap.start.saturating_add(((c / 64) as u64).saturating_mul(8)))?;
             let bit = word & (1 << (c % 64)) != 0;
             if bit != (rec.kind != CHUNK_FREE) {
                 self.rep(FindingKind::ChunkBitmap, c as u64, 0);
@@ -294,9 +309,9 @@ impl<C: Coherence> Checker<'_, C> {
                     CHUNK_LARGE => {
                         rec.owner == 0
                             || rec.run < 2
-                            || c as u64 + rec.run as u64 > l.n_chunks as u64
+                            || (c as u64).saturating_add(rec.run as u64) > l.n_chunks as u64
                             || !matches!(rec.large_kind, CHUNK_KV | CHUNK_RAW)
-                            || rec.block_size != rec.run as u64 * l.chunk_size()
+                            || rec.block_size != (rec.run as u64).saturating_mul(l.chunk_size())
                             || rec.used != g
                             || rec.blocks != 1
                             || !empty
@@ -335,7 +350,7 @@ impl<C: Coherence> Checker<'_, C> {
             };
             match ent.state {
                 state::EMPTY => {
-                    k.empty += 1;
+                    k.empty = k.empty.saturating_add(1);
                     continue;
                 }
                 state::WRITING | state::READY => {}
@@ -344,13 +359,13 @@ impl<C: Coherence> Checker<'_, C> {
                     continue;
                 }
             }
-            k.live += 1;
+            k.live = k.live.saturating_add(1);
             if ent.checksum != entry_checksum(&ent) {
                 self.rep(FindingKind::EntryChecksum, s as u64, e as u64);
             }
             if ent.state == state::READY {
-                k.ready += 1;
-                k.bytes += ent.payload_len as u64;
+                k.ready = k.ready.saturating_add(1);
+                k.bytes = k.bytes.saturating_add(ent.payload_len as u64);
                 if ent.pinners != 0 {
                     self.rep(FindingKind::Writer, s as u64, e as u64);
                 }
@@ -384,15 +399,12 @@ impl<C: Coherence> Checker<'_, C> {
         });
         match placed {
             None => self.rep(FindingKind::EntryPayload, s as u64, e as u64),
-            Some((c, i)) if self.track => {
-                let w = &mut self.scratch[c as usize * l.map_words() + (i / 64) as usize];
-                let shared = *w & (1 << (i % 64)) != 0;
-                *w |= 1 << (i % 64);
-                if shared {
+            // Marked as this entry's; marked already: another's too.
+            Some((c, i)) => {
+                if self.track && mark(self.scratch, l.map_words(), c, i) {
                     self.rep(FindingKind::SharedBlock, s as u64, e as u64);
                 }
             }
-            _ => {}
         }
     }
 
@@ -403,11 +415,12 @@ impl<C: Coherence> Checker<'_, C> {
             if ent.pinners & (1 << node) == 0 || !self.alive(node) {
                 continue;
             }
-            let g = s as u64 * l.caps.entries_per_stripe as u64 + e as u64;
+            // u32 * u32 + u32 fits in u64.
+            let g = (s as u64).saturating_mul(l.caps.entries_per_stripe as u64).saturating_add(e as u64);
             let mut found = false;
             for i in 0..l.caps.pin_slots {
                 let r: PinRecord = st.view.read(l.pin_record(node, i))?;
-                if r.entry as u64 == g + 1 && r.gen == ent.gen as u64 && r.count > 0 {
+                if r.entry as u64 == g.saturating_add(1) && r.gen == ent.gen as u64 && r.count > 0 {
                     found = true;
                     break;
                 }
@@ -430,9 +443,9 @@ impl<C: Coherence> Checker<'_, C> {
             if bk.entry == 0 {
                 continue;
             }
-            used += 1;
+            used = used.saturating_add(1);
             let ok = bk.entry <= eps
-                && st.ent(s, bk.entry - 1).is_ok_and(|e| {
+                && st.ent(s, bk.entry.wrapping_sub(1)).is_ok_and(|e| {
                     e.state != state::EMPTY && place(e.ns, Key { lo: e.key_lo, hi: e.key_hi }) == bk.tag
                 })
                 && probe::stripe_of(bk.tag, l.caps.n_stripes) == s;
@@ -461,7 +474,7 @@ impl<C: Coherence> Checker<'_, C> {
                 Ok(e) if e.state == state::READY && e.lru_prev == prev => {
                     prev = cur;
                     cur = e.lru_next;
-                    n += 1;
+                    n = n.saturating_add(1);
                 }
                 _ => {
                     ok = false;
@@ -481,7 +494,7 @@ impl<C: Coherence> Checker<'_, C> {
             match st.ent(s, cur) {
                 Ok(e) if e.state == state::EMPTY => {
                     cur = e.lru_next;
-                    n += 1;
+                    n = n.saturating_add(1);
                 }
                 _ => {
                     ok = false;
@@ -513,8 +526,11 @@ impl<C: Coherence> Checker<'_, C> {
                 if r.entry == 0 {
                     continue;
                 }
-                let g = r.entry - 1;
-                let (s, e) = (g / eps, g % eps);
+                let g = r.entry.wrapping_sub(1);
+                let (Some(s), Some(e)) = (g.checked_div(eps), g.checked_rem(eps)) else {
+                    self.rep(FindingKind::Journal, node as u64, g as u64);
+                    continue;
+                };
                 let ok = s < l.caps.n_stripes
                     && r.count > 0
                     && st.ent(s, e).is_ok_and(|x| {
@@ -542,7 +558,7 @@ impl<C: Coherence> Checker<'_, C> {
         for i in 0..l.caps.pin_slots {
             let r: PinRecord = st.view.read(l.pin_record(node, i))?;
             let g = r.entry.wrapping_sub(1);
-            let (s, e) = (g / eps, g % eps);
+            let (Some(s), Some(e)) = (g.checked_div(eps), g.checked_rem(eps)) else { continue };
             if r.entry != 0
                 && r.count > 0
                 && s < l.caps.n_stripes
@@ -567,7 +583,7 @@ impl<C: Coherence> Checker<'_, C> {
                     let rec: ChunkRecord = st.view.read(l.chunk(c))?;
                     let m = read_map(st, c, None)?;
                     if let Some((bi, _)) = block_of(l, c, &rec, &m, r.offset) {
-                        self.scratch[c as usize * l.map_words() + (bi / 64) as usize] |= 1 << (bi % 64);
+                        mark(self.scratch, l.map_words(), c, bi);
                     }
                 }
             }
@@ -582,7 +598,7 @@ impl<C: Coherence> Checker<'_, C> {
         let (g, mw) = (l.granules(), l.map_words());
         for c in 0..l.n_chunks {
             let rec: ChunkRecord = st.view.read(l.chunk(c))?;
-            let owner_alive = rec.owner != 0 && rec.owner <= l.caps.max_nodes && self.alive(rec.owner - 1);
+            let owner_alive = rec.owner != 0 && rec.owner <= l.caps.max_nodes && self.alive(rec.owner.wrapping_sub(1));
             let (kv, raw) = match rec.kind {
                 CHUNK_KV => (true, false),
                 CHUNK_RAW => (false, true),
