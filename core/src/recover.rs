@@ -6,6 +6,7 @@
 //! entries are the truth for buckets, free lists and LRU lists; entries and
 //! named roots are the truth for which payload blocks are in use. It is
 //! idempotent and may itself crash and be re-run.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::alloc::{chunk_of, kind_valid, read_map, set_bitmap, write_map, ChunkMap};
 use crate::coherence::{Coherence, Site};
@@ -52,7 +53,7 @@ impl<C: Coherence> Node<'_, C> {
         if dead & (1 << self.id) != 0 {
             return Err(Error::InvalidArgument);
         }
-        let mut taken = 0;
+        let mut taken = 0u32;
         let mut res = Ok(());
         // The ticket of each grant, to release exactly what we hold.
         let mut grants = [0u64; crate::layout::MAX_LOCKS as usize];
@@ -62,8 +63,10 @@ impl<C: Coherence> Node<'_, C> {
         for lock in 0..n_core {
             match self.lock_recovery(lock) {
                 Ok(Held { seq, .. }) => {
-                    grants[lock as usize] = seq;
-                    taken += 1;
+                    if let Some(g) = grants.get_mut(lock as usize) {
+                        *g = seq;
+                    }
+                    taken = taken.saturating_add(1);
                 }
                 Err(e) => {
                     res = Err(e);
@@ -82,7 +85,7 @@ impl<C: Coherence> Node<'_, C> {
         }
         let mut rel = Ok(());
         for lock in (0..taken).rev() {
-            let seq = grants[lock as usize];
+            let seq = grants.get(lock as usize).copied().unwrap_or(0);
             let r = self.unlock(Held { lock, seq });
             if rel.is_ok() {
                 rel = r;
@@ -91,7 +94,7 @@ impl<C: Coherence> Node<'_, C> {
         let mut rep = out?;
         flushed?;
         rel?;
-        rep.locks_repaired += self.repair_app_locks()?;
+        rep.locks_repaired = rep.locks_repaired.saturating_add(self.repair_app_locks()?);
         Ok(rep)
     }
 
@@ -101,7 +104,7 @@ impl<C: Coherence> Node<'_, C> {
     fn repair_app_locks(&self) -> Result<u32> {
         let st = self.store;
         let l = &st.layout;
-        let mut n = 0;
+        let mut n = 0u32;
         for lock in l.locks().n_core()..l.n_locks {
             let ll: LockLine = st.fresh(l.lock_line(lock), Site("recover.app_lock.peek"))?;
             if ll.repair == 0 {
@@ -116,7 +119,7 @@ impl<C: Coherence> Node<'_, C> {
                 ll.repair = 0;
                 // Never behind the ticket this recovery holds (see lock.rs).
                 ll.grant_seq = ll.grant_seq.max(held.seq);
-                n += 1;
+                n = n.saturating_add(1);
                 st.publish(l.lock_line(lock), &ll, Site("recover.app_lock.repaired"))
             } else {
                 Ok(())
@@ -135,7 +138,7 @@ impl<C: Coherence> Node<'_, C> {
         let mut claimed = self.claim_roots(alive)?;
         // 3. Entries: fix states, re-claim their blocks, rebuild each stripe.
         for s in 0..l.caps.n_stripes {
-            claimed += self.rebuild_stripe(s, dead, alive, &mut rep)?;
+            claimed = claimed.saturating_add(self.rebuild_stripe(s, dead, alive, &mut rep)?);
         }
         rep.blocks_reclaimed = reset_blocks.saturating_sub(claimed);
         self.settle_chunks(alive, &mut rep)?;
@@ -178,7 +181,8 @@ impl<C: Coherence> Node<'_, C> {
         let words = l.map_words();
         for c in 0..l.n_chunks {
             let mut rec: ChunkRecord = st.fresh(l.chunk(c), Site("recover.chunk.read"))?;
-            let owner_dead = rec.owner == 0 || rec.owner > l.caps.max_nodes || alive & (1 << (rec.owner - 1)) == 0;
+            let owner_dead =
+                rec.owner == 0 || rec.owner > l.caps.max_nodes || alive & (1 << rec.owner.wrapping_sub(1)) == 0;
             let derivable = match rec.kind {
                 CHUNK_KV => true,
                 CHUNK_LARGE => rec.large_kind == CHUNK_KV || owner_dead,
@@ -188,7 +192,7 @@ impl<C: Coherence> Node<'_, C> {
             if !kind_valid(rec.kind) || rec.owner > l.caps.max_nodes {
                 rec = ChunkRecord::default();
             } else if derivable {
-                reset_blocks += rec.blocks as u64;
+                reset_blocks = reset_blocks.saturating_add(rec.blocks as u64);
                 rec.used = 0;
                 rec.blocks = 0;
             } else {
@@ -217,14 +221,14 @@ impl<C: Coherence> Node<'_, C> {
     fn claim_roots(&self, alive: u64) -> Result<u64> {
         let st = self.store;
         let l = &st.layout;
-        let mut claimed = 0;
+        let mut claimed = 0u64;
         for i in 0..l.caps.n_roots {
             let r: RootRecord = st.fresh(l.root(i), Site("recover.root"))?;
             if record_valid(&r)
                 && r.offset != 0
                 && self.claim_block(r.offset, r.size.max(1), true, alive)? == Claim::New
             {
-                claimed += 1;
+                claimed = claimed.saturating_add(1);
             }
         }
         Ok(claimed)
@@ -245,14 +249,14 @@ impl<C: Coherence> Node<'_, C> {
                     let h = rec.run;
                     h < c && {
                         let head: ChunkRecord = st.view.read(l.chunk(h))?;
-                        head.kind == CHUNK_LARGE && head.blocks > 0 && c < h + head.run
+                        head.kind == CHUNK_LARGE && head.blocks > 0 && c < h.saturating_add(head.run)
                     }
                 }
                 _ => false,
             };
             if !keep {
                 if rec != ChunkRecord::default() {
-                    rep.chunks_reclaimed += 1;
+                    rep.chunks_reclaimed = rep.chunks_reclaimed.saturating_add(1);
                     st.view.write(l.chunk(c), &ChunkRecord::default())?;
                 }
                 // A free chunk's maps are empty (the next owner relies on it).
@@ -260,7 +264,8 @@ impl<C: Coherence> Node<'_, C> {
                 set_bitmap(st, c, false)?;
                 continue;
             }
-            let owner_alive = rec.owner != 0 && rec.owner <= l.caps.max_nodes && alive & (1 << (rec.owner - 1)) != 0;
+            let owner_alive =
+                rec.owner != 0 && rec.owner <= l.caps.max_nodes && alive & (1 << rec.owner.wrapping_sub(1)) != 0;
             if rec.kind == CHUNK_KV || rec.kind == CHUNK_RAW && !owner_alive {
                 // Rebuilt in steps 1 to 3 (claims counted its blocks): the
                 // maps in this host's view are recovery's own.
@@ -290,7 +295,7 @@ impl<C: Coherence> Node<'_, C> {
             if dead & (1 << n) == 0 {
                 continue;
             }
-            rep.pins_dropped += self.pins_in_journal(n)?;
+            rep.pins_dropped = rep.pins_dropped.saturating_add(self.pins_in_journal(n)?);
             // Read fresh in step 0; the slot keeps its incarnation.
             let old: NodeInfo = st.view.read(l.node_info(n))?;
             let free = NodeInfo { incarnation: old.incarnation, ..NodeInfo::default() };
@@ -312,7 +317,7 @@ impl<C: Coherence> Node<'_, C> {
                 // its own slot, as its poll read it.
                 let mine: LockSlot = st.view.read(l.lock_slot(lock, self.id))?;
                 ll.grant_seq = ll.grant_seq.max(mine.seq);
-                rep.locks_repaired += 1;
+                rep.locks_repaired = rep.locks_repaired.saturating_add(1);
                 st.publish(l.lock_line(lock), &ll, Site("recover.lock.repaired"))?;
             }
         }
@@ -341,7 +346,8 @@ impl<C: Coherence> Node<'_, C> {
         if !kind_ok || len == 0 {
             return Ok(Claim::No);
         }
-        let owner_alive = rec.owner != 0 && rec.owner <= l.caps.max_nodes && alive & (1 << (rec.owner - 1)) != 0;
+        let owner_alive =
+            rec.owner != 0 && rec.owner <= l.caps.max_nodes && alive & (1 << rec.owner.wrapping_sub(1)) != 0;
         if raw && owner_alive {
             return Ok(Claim::Already);
         }
@@ -358,10 +364,11 @@ impl<C: Coherence> Node<'_, C> {
             return Ok(Claim::New);
         }
         let g = l.granule();
-        if !(off - base).is_multiple_of(g) || len > l.chunk_size() {
+        let Some(rel) = off.checked_sub(base) else { return Ok(Claim::No) };
+        let Some(i) = rel.checked_div(g).filter(|_| rel.is_multiple_of(g) && len <= l.chunk_size()) else {
             return Ok(Claim::No);
-        }
-        let (i, k) = (((off - base) / g) as u32, len.div_ceil(g) as u32);
+        };
+        let (i, k) = (i as u32, len.div_ceil(g) as u32);
         let mut m = read_map(st, c, None)?;
         if m.extent(i) == Some(k) {
             return Ok(Claim::Already);
@@ -370,9 +377,9 @@ impl<C: Coherence> Node<'_, C> {
             return Ok(Claim::No);
         }
         m.set(i, k);
-        write_map(st, c, &m, (i / 64) as usize, (i + k).div_ceil(64) as usize, None)?;
-        rec.blocks += 1;
-        rec.used += k;
+        write_map(st, c, &m, (i / 64) as usize, i.saturating_add(k).div_ceil(64) as usize, None)?;
+        rec.blocks = rec.blocks.saturating_add(1);
+        rec.used = rec.used.saturating_add(k);
         st.view.write(l.chunk(c), &rec)?;
         Ok(Claim::New)
     }
@@ -385,17 +392,17 @@ impl<C: Coherence> Node<'_, C> {
         for b in 0..l.buckets_per_stripe {
             st.view.write(l.bucket(s, b), &Bucket::default())?;
         }
-        let blen = l.buckets_per_stripe as u64 * core::mem::size_of::<Bucket>() as u64;
+        let blen = (l.buckets_per_stripe as u64).saturating_mul(core::mem::size_of::<Bucket>() as u64);
         st.co.flush(&st.view, l.bucket(s, 0), blen, Site("recover.buckets.clear"))?;
         let (mut claimed, mut ready, mut bytes) = (0u64, 0u32, 0u64);
         for e in 0..l.caps.entries_per_stripe {
             match self.rebuild_entry(s, e, dead, alive, rep)? {
                 Rebuilt::Dropped => {}
-                Rebuilt::Writing => claimed += 1,
+                Rebuilt::Writing => claimed = claimed.saturating_add(1),
                 Rebuilt::Ready(len) => {
-                    claimed += 1;
-                    ready += 1;
-                    bytes += len;
+                    claimed = claimed.saturating_add(1);
+                    ready = ready.saturating_add(1);
+                    bytes = bytes.saturating_add(len);
                 }
             }
         }
@@ -437,11 +444,12 @@ impl<C: Coherence> Node<'_, C> {
             // without, since a node journals a reservation before it sets
             // the bit, under the same stripe lock; only damage to the region
             // does, which this repairs and `check` reports.)
-            let g = s * l.caps.entries_per_stripe + e;
+            // A global entry number: below the region's entry count.
+            let g = s.wrapping_mul(l.caps.entries_per_stripe).wrapping_add(e);
             for n in 0..l.caps.max_nodes {
                 if ent.pinners & alive & (1 << n) != 0 && !self.journaled(n, g, ent.gen)? {
                     ent.pinners &= !(1 << n);
-                    rep.pins_dropped += 1;
+                    rep.pins_dropped = rep.pins_dropped.saturating_add(1);
                 }
             }
             let intact = ent.checksum == entry_checksum(&ent) && ent.payload_len > 0;
@@ -452,18 +460,18 @@ impl<C: Coherence> Node<'_, C> {
                 ent.pinners = 0;
             }
             if !intact {
-                rep.entries_dropped += 1;
+                rep.entries_dropped = rep.entries_dropped.saturating_add(1);
             } else if writer_gone {
-                rep.writes_aborted += 1;
+                rep.writes_aborted = rep.writes_aborted.saturating_add(1);
             } else if self.claim_block(ent.payload_off, ent.payload_len as u64, false, alive)? != Claim::New {
-                rep.entries_dropped += 1;
+                rep.entries_dropped = rep.entries_dropped.saturating_add(1);
             } else {
                 let key = Key { lo: ent.key_lo, hi: ent.key_hi };
                 let tag = place(ent.ns, key);
                 if probe::find(st, s, tag, ent.ns, key)?.is_some() {
                     // A duplicate of a key already rebuilt: drop this one
                     // and give back the block it just claimed.
-                    rep.entries_dropped += 1;
+                    rep.entries_dropped = rep.entries_dropped.saturating_add(1);
                     self.unclaim_block(ent.payload_off, ent.payload_len as u64)?;
                 } else {
                     probe::insert(st, s, tag, e)?;
@@ -504,7 +512,7 @@ impl<C: Coherence> Node<'_, C> {
             if ent.state != state::READY || ent.lru_prev != prev {
                 return Ok(false);
             }
-            n += 1;
+            n = n.saturating_add(1);
             prev = cur;
             cur = ent.lru_next;
         }
@@ -567,19 +575,20 @@ impl<C: Coherence> Node<'_, C> {
         let st = self.store;
         let l = &st.layout;
         let eps = l.caps.entries_per_stripe;
-        let recs = l.caps.pin_slots as u64 * core::mem::size_of::<PinRecord>() as u64;
+        let recs = (l.caps.pin_slots as u64).saturating_mul(core::mem::size_of::<PinRecord>() as u64);
         // SYNC: fresh records for a count only (no outcome depends on it).
         st.co.invalidate(&st.view, l.pin_record(n, 0), recs, Site("recover.dead_pins.report"))?;
-        let mut pins = 0;
+        let mut pins = 0u64;
         for i in 0..l.caps.pin_slots {
             let r: PinRecord = st.view.read(l.pin_record(n, i))?;
-            let (s, e) = (r.entry.wrapping_sub(1) / eps, r.entry.wrapping_sub(1) % eps);
+            let g = r.entry.wrapping_sub(1);
+            let (Some(s), Some(e)) = (g.checked_div(eps), g.checked_rem(eps)) else { continue };
             if r.entry == 0 || r.count == 0 || s >= l.caps.n_stripes {
                 continue;
             }
             // Rebuilt in step 3 by this recovery: this host's view is current.
             let ent: Entry = st.view.read(l.entry(s, e))?;
-            pins += (ent.state == state::READY && ent.gen as u64 == r.gen) as u64;
+            pins = pins.saturating_add((ent.state == state::READY && ent.gen as u64 == r.gen) as u64);
         }
         Ok(pins)
     }
@@ -589,7 +598,7 @@ impl<C: Coherence> Node<'_, C> {
         let l = &self.store.layout;
         for i in 0..l.caps.pin_slots {
             let r: PinRecord = self.store.fresh(l.pin_record(n, i), Site("recover.journal.find"))?;
-            if r.entry == g + 1 && r.gen == gen as u64 && r.count > 0 {
+            if r.entry == g.wrapping_add(1) && r.gen == gen as u64 && r.count > 0 {
                 return Ok(true);
             }
         }
@@ -608,12 +617,13 @@ impl<C: Coherence> Node<'_, C> {
             return st.view.write(l.chunk(c), &rec);
         }
         let g = l.granule();
-        let i = ((off - l.chunk_payload(c)) / g) as u32;
+        let Some(i) = off.checked_sub(l.chunk_payload(c)).and_then(|rel| rel.checked_div(g)) else { return Ok(()) };
+        let i = i as u32;
         let mut m = read_map(st, c, None)?;
         if m.extent(i) == Some(len.div_ceil(g) as u32) {
             let k = len.div_ceil(g) as u32;
             m.clear(i, k);
-            write_map(st, c, &m, (i / 64) as usize, (i + k).div_ceil(64) as usize, None)?;
+            write_map(st, c, &m, (i / 64) as usize, i.saturating_add(k).div_ceil(64) as usize, None)?;
             rec.blocks = rec.blocks.saturating_sub(1);
             rec.used = rec.used.saturating_sub(k);
             st.view.write(l.chunk(c), &rec)?;
