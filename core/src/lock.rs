@@ -18,6 +18,7 @@
 //! That is all a ticket needs, so there is no epoch beside it: a revoked
 //! holder's ticket fails because its slot is no longer LOCKED, and any later
 //! grant to that slot (a new incarnation) carries a larger number.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{
@@ -193,7 +194,7 @@ impl<C: Coherence> Node<'_, C> {
     /// Sets or clears this node's request bit for `lock` and publishes the
     /// request line (reader: the manager's doorbell scan).
     fn bell(&self, lock: u32, on: bool) -> Result<()> {
-        let off = self.store.layout.requests(self.id) + (lock / 64) as u64 * 8;
+        let off = self.store.layout.requests(self.id).saturating_add(((lock / 64) as u64).saturating_mul(8));
         let bit = 1u64 << (lock % 64);
         if on {
             self.store.view.fetch_or_u64(off, bit)?;
@@ -400,7 +401,7 @@ impl Manager {
         let moff = l.manager.start;
         // SYNC: fresh manager line (writer: the current manager).
         let mut ml: ManagerLine = store.fresh(moff, Site("mgr.line"))?;
-        if ml.manager != self.me + 1 {
+        if ml.manager != self.me.wrapping_add(1) {
             self.contest(store, ml, now, cfg, probe)?;
             return Ok(rep);
         }
@@ -432,7 +433,7 @@ impl Manager {
             self.full_at = now;
         }
         let nn = l.caps.max_nodes;
-        let all = if nn >= 64 { u64::MAX } else { (1u64 << nn) - 1 };
+        let all = if nn >= 64 { u64::MAX } else { (1u64 << nn).wrapping_sub(1) };
         // Whose doorbells: every node's in a full step; else the nodes not
         // FREE at the last liveness scan (a node attached since is heard
         // from at the next one, within a tick), and this one.
@@ -443,7 +444,8 @@ impl Manager {
         // The locks to look at: every one in a full step, else those asked
         // for or held (the set bits of `want`).
         let words = if full { [u64::MAX; 4] } else { want };
-        let locks = (0..words.len() as u32).flat_map(|w| bits(words[w as usize]).map(move |b| w * 64 + b));
+        let locks = (0..words.len() as u32)
+            .flat_map(|w| bits(words.at(w as usize)).map(move |b| w.wrapping_mul(64).wrapping_add(b)));
         for lock in locks.take_while(|&lock| lock < l.n_locks) {
             self.step_lock(store, &cx, lock, &mut rep)?;
         }
@@ -471,7 +473,8 @@ impl Manager {
             self.lease_moved_at = now;
         }
         let holder_dead = ml.manager != 0 && {
-            let m = ml.manager - 1;
+            // Not 0 (checked above).
+            let m = ml.manager.wrapping_sub(1);
             m >= l.caps.max_nodes || {
                 let info: NodeInfo = store.fresh_state_first(l.node_info(m), Site("mgr.contest.info"))?;
                 info.state != NODE_ALIVE || probe(m, &info) == Some(false)
@@ -479,7 +482,7 @@ impl Manager {
         };
         let stale = now.saturating_sub(self.lease_moved_at) >= cfg.lease || mutant!("lease.claim_live");
         if ml.manager == 0 || holder_dead || stale {
-            ml.manager = self.me + 1;
+            ml.manager = self.me.wrapping_add(1);
             ml.epoch = ml.epoch.wrapping_add(1);
             ml.lease = ml.lease.wrapping_add(1);
             // SYNC: claim visible to other contenders before we act.
@@ -498,19 +501,19 @@ impl Manager {
         let mut lines = [0u64; MAX_NODES as usize];
         let mut nb = 0;
         for n in bits(cx.ringers) {
-            lines[nb] = l.requests(n);
-            nb += 1;
+            lines.set(nb, l.requests(n));
+            nb = nb.saturating_add(1);
         }
         // SYNC: the doorbell lines fresh, dropped together with one ordering
         // so their loads miss in parallel (writer: `bell`).
-        store.co.invalidate_lines(&store.view, &lines[..nb], Site("mgr.doorbell"))?;
+        store.co.invalidate_lines(&store.view, lines.get(..nb).unwrap_or(&lines), Site("mgr.doorbell"))?;
         // Each node's doorbells as this step read them: a request is granted
         // only while its bell rings (a withdrawal silences it first).
         for n in bits(cx.ringers) {
             let off = l.requests(n);
             for (i, w) in want.iter_mut().enumerate() {
-                let x = store.view.load_u64(off + 8 * i as u64)?;
-                cx.bells[n as usize][i] = x;
+                let x = store.view.load_u64(off.wrapping_add((i as u64).wrapping_mul(8)))?;
+                cx.bells.update(n as usize, |b| b.set(i, x));
                 *w |= x;
             }
         }
@@ -544,7 +547,7 @@ impl Manager {
         for n in bits(mask) {
             let soff = l.lock_slot(lock, n);
             let s: LockSlot = store.state_first_invalidated(soff)?;
-            seen[n as usize] = (s.state, s.flags);
+            seen.set(n as usize, (s.state, s.flags));
             if s.state == SLOT_LOCKED {
                 max_seq = max_seq.max(s.seq);
             }
@@ -559,7 +562,7 @@ impl Manager {
                     ll.repair = if mutant!("revoke.no_repair") { 0 } else { 1 };
                     ll.holder = 0;
                     changed = true;
-                    rep.revoked += 1;
+                    rep.revoked = rep.revoked.saturating_add(1);
                 }
                 SLOT_LOCKED => holder = Some(n),
                 SLOT_CANCEL if !mutant!("lock.manager_ignores_cancel") => {
@@ -577,25 +580,25 @@ impl Manager {
                         self.alive |= 1 << n;
                     } else {
                         store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_stranger"))?;
-                        seen[n as usize] = (SLOT_IDLE, 0);
+                        seen.set(n as usize, (SLOT_IDLE, 0));
                     }
                 }
                 _ => {}
             }
         }
-        self.held[wi] &= !bit;
+        self.held.update(wi, |h| *h &= !bit);
         if let Some(n) = holder {
-            self.last_holder[lock as usize] = n + 1;
-            self.released[lock as usize] = u64::MAX;
+            self.last_holder.set(lock as usize, n.wrapping_add(1));
+            self.released.set(lock as usize, u64::MAX);
         } else {
             // No slot of those read is LOCKED, and the holder's (if any
             // grant is not known released) was among them.
-            self.released[lock as usize] = ll.grant_seq;
+            self.released.set(lock as usize, ll.grant_seq);
         }
         if holder.is_some() && !mutant!("lock.grant_while_held") {
-            self.held[wi] |= bit;
+            self.held.update(wi, |h| *h |= bit);
         } else if self.grant(store, cx, lock, &mut ll, &seen, max_seq)? {
-            rep.grants += 1;
+            rep.grants = rep.grants.saturating_add(1);
             changed = false;
         }
         if changed {
@@ -617,30 +620,30 @@ impl Manager {
         let loff = l.lock_line(lock);
         let mut mask = if cx.full { cx.all } else { 0 };
         for n in bits(cx.ringers) {
-            if cx.bells[n as usize][wi] & bit != 0 {
+            if cx.bells.at(n as usize).at(wi) & bit != 0 {
                 mask |= 1 << n;
             }
         }
-        let guess = self.last_holder[lock as usize];
-        if self.held[wi] & bit != 0 && guess != 0 && guess <= nn {
-            mask |= 1 << (guess - 1);
+        let guess = self.last_holder.at(lock as usize);
+        if self.held.at(wi) & bit != 0 && guess != 0 && guess <= nn {
+            mask |= 1 << guess.wrapping_sub(1);
         }
         let mut lines = [0u64; MAX_NODES as usize + 1];
         loop {
-            lines[0] = loff;
-            let mut nb = 1;
+            lines.set(0, loff);
+            let mut nb = 1usize;
             for n in bits(mask) {
-                lines[nb] = l.lock_slot(lock, n);
-                nb += 1;
+                lines.set(nb, l.lock_slot(lock, n));
+                nb = nb.saturating_add(1);
             }
             // SYNC: the lock line and the slots read below fresh, in one
             // batch (writers: grants, requests, withdrawals, releases).
-            store.co.invalidate_lines(&store.view, &lines[..nb], Site("mgr.lock"))?;
+            store.co.invalidate_lines(&store.view, lines.get(..nb).unwrap_or(&lines), Site("mgr.lock"))?;
             let ll: LockLine = store.view.read(loff)?;
-            let unknown = ll.holder != 0 && self.released[lock as usize] != ll.grant_seq;
+            let unknown = ll.holder != 0 && self.released.at(lock as usize) != ll.grant_seq;
             let need = match ll.holder {
                 0 => 0,
-                h if h <= nn => 1u64 << (h - 1),
+                h if h <= nn => 1u64 << h.wrapping_sub(1),
                 _ => cx.all,
             };
             if !unknown || mask & need == need {
@@ -665,15 +668,15 @@ impl Manager {
         let l = &store.layout;
         let nn = l.caps.max_nodes;
         let (wi, bit) = ((lock / 64) as usize, 1u64 << (lock % 64));
-        let start = if ll.last < nn { ll.last + 1 } else { 0 };
+        let start = if ll.last < nn { ll.last.wrapping_add(1) } else { 0 };
         for k in 0..nn {
-            let n = (start + k) % nn;
+            let n = start.wrapping_add(k).checked_rem(nn).unwrap_or(0);
             if cx.dead & (1 << n) != 0 {
                 continue;
             }
             let soff = l.lock_slot(lock, n);
-            let (state, flags) = seen[n as usize];
-            let rang = cx.bells[n as usize][wi] & bit != 0;
+            let (state, flags) = seen.at(n as usize);
+            let rang = cx.bells.at(n as usize).at(wi) & bit != 0;
             if state != SLOT_WAITING || !rang || (ll.repair != 0 && flags & SLOT_RECOVERY == 0) {
                 continue;
             }
@@ -681,7 +684,7 @@ impl Manager {
             // case a line with it never landed (its manager crashed
             // after the grant landed).
             ll.grant_seq = ll.grant_seq.max(max_seq).wrapping_add(1);
-            ll.holder = n + 1;
+            ll.holder = n.wrapping_add(1);
             ll.last = n;
             // SYNC: the fields a grant changes (holder, last, grant_seq) are
             // the manager's own bookkeeping: it reads the line fresh each
@@ -692,8 +695,8 @@ impl Manager {
             let g = LockSlot { state: SLOT_LOCKED, flags, seq: ll.grant_seq, reserved: [0; 6] };
             // SYNC: LOCKED visible to the polling node (reader: lock_with).
             store.publish_state_last(soff, &g, Site("mgr.grant"))?;
-            self.held[wi] |= bit;
-            self.last_holder[lock as usize] = n + 1;
+            self.held.update(wi, |h| *h |= bit);
+            self.last_holder.set(lock as usize, n.wrapping_add(1));
             return Ok(true);
         }
         Ok(false)
@@ -726,17 +729,17 @@ impl Manager {
                     continue;
                 }
                 _ => {
-                    self.beat_moved_at[n as usize] = now;
+                    self.beat_moved_at.set(n as usize, now);
                     continue;
                 }
             }
             let hb: Heartbeat = store.fresh(l.heartbeat(n), Site("mgr.beat"))?;
-            if hb.beat != self.beat[n as usize] {
-                self.beat[n as usize] = hb.beat;
-                self.beat_moved_at[n as usize] = now;
+            if hb.beat != self.beat.at(n as usize) {
+                self.beat.set(n as usize, hb.beat);
+                self.beat_moved_at.set(n as usize, now);
             }
             let verdict = probe(n, &info);
-            let silent = now.saturating_sub(self.beat_moved_at[n as usize]) >= cfg.lease;
+            let silent = now.saturating_sub(self.beat_moved_at.at(n as usize)) >= cfg.lease;
             if n != self.me && verdict == Some(false) {
                 // Its process is gone from this host, which lives: what it
                 // left dirty is in our cache and must land first.
@@ -764,12 +767,37 @@ impl Manager {
 // A doorbell step loads the request bitmap word by word from the line's start.
 const _: () = assert!(core::mem::offset_of!(RequestLine, want) == 0);
 
+/// Checked access to the manager's per-node, per-lock and per-word tables:
+/// an index beyond a table (only a corrupt region's values give one) reads
+/// as the default and writes nothing.
+trait Table<T> {
+    fn at(&self, i: usize) -> T;
+    fn set(&mut self, i: usize, v: T);
+    fn update(&mut self, i: usize, f: impl FnOnce(&mut T));
+}
+
+impl<T: Copy + Default, const N: usize> Table<T> for [T; N] {
+    fn at(&self, i: usize) -> T {
+        self.get(i).copied().unwrap_or_default()
+    }
+    fn set(&mut self, i: usize, v: T) {
+        if let Some(x) = self.get_mut(i) {
+            *x = v;
+        }
+    }
+    fn update(&mut self, i: usize, f: impl FnOnce(&mut T)) {
+        if let Some(x) = self.get_mut(i) {
+            f(x);
+        }
+    }
+}
+
 /// The set bits of `m`, lowest first.
 fn bits(mut m: u64) -> impl Iterator<Item = u32> {
     core::iter::from_fn(move || {
         let b = m.trailing_zeros();
         (b < 64).then(|| {
-            m &= m - 1;
+            m &= m.wrapping_sub(1);
             b
         })
     })
@@ -781,7 +809,7 @@ impl Manager {
     pub fn resign<C: Coherence>(&mut self, store: &Store<C>) -> Result<()> {
         let moff = store.layout.manager.start;
         let mut ml: ManagerLine = store.fresh(moff, Site("mgr.resign.read"))?;
-        if ml.manager == self.me + 1 {
+        if ml.manager == self.me.wrapping_add(1) {
             ml.manager = 0;
             // SYNC: vacancy visible to contenders (reader: step's claim).
             store.publish(moff, &ml, Site("mgr.resign"))?;
