@@ -4,6 +4,7 @@
 //!
 //! Every struct is `#[repr(C)]`, made of fixed-width integers, 8-byte multiple
 //! sized (64 where it is a line), with size and offsets asserted here.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use core::mem::{offset_of, size_of};
 
@@ -48,11 +49,11 @@ macro_rules! shared_struct {
 
 /// One FNV-1a-style step over a 64-bit value.
 pub const fn fnv_step(mut h: u64, v: u64) -> u64 {
-    let mut i = 0;
+    let mut i = 0u32;
     while i < 8 {
-        h ^= (v >> (8 * i)) & 0xff;
+        h ^= (v >> i.wrapping_mul(8)) & 0xff;
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        i += 1;
+        i = i.wrapping_add(1);
     }
     h
 }
@@ -319,7 +320,7 @@ impl PinSummary {
     /// True when the bit of global entry `g` is set.
     pub fn covers(&self, g: u32) -> bool {
         let (w, m) = Self::bit(g);
-        self.bits[w] & m != 0
+        self.bits.get(w).is_some_and(|x| x & m != 0)
     }
 }
 
@@ -513,13 +514,15 @@ impl Capacities {
 
     /// Buckets per stripe: a power of two at least twice the entries.
     pub fn buckets_per_stripe(&self) -> u32 {
-        (self.entries_per_stripe.max(2) * 2).next_power_of_two()
+        self.entries_per_stripe.max(2).saturating_mul(2).next_power_of_two()
     }
 
     /// Number of global locks: stripes, roots, one heap per node, alloc, one
     /// inbox per node, then the application locks.
     pub fn n_locks(&self) -> u32 {
-        self.n_stripes + 1 + self.max_nodes + 1 + self.max_nodes + self.app_locks
+        // Validated capacities keep this far below u32::MAX.
+        let n = self.n_stripes.wrapping_add(1).wrapping_add(self.max_nodes);
+        n.wrapping_add(1).wrapping_add(self.max_nodes).wrapping_add(self.app_locks)
     }
 }
 
@@ -542,15 +545,15 @@ impl LockIds {
     }
     /// Lock of node `n`'s heap.
     pub fn heap(&self, n: u32) -> u32 {
-        self.n_stripes + 1 + n
+        self.n_stripes.wrapping_add(1).wrapping_add(n)
     }
     /// Lock of the global chunk bitmap.
     pub fn alloc(&self) -> u32 {
-        self.n_stripes + 1 + self.max_nodes
+        self.n_stripes.wrapping_add(1).wrapping_add(self.max_nodes)
     }
     /// Lock of node `n`'s inbox (producers serialise on it; taken alone).
     pub fn inbox(&self, n: u32) -> u32 {
-        self.n_stripes + 1 + self.max_nodes + 1 + n
+        self.alloc().wrapping_add(1).wrapping_add(n)
     }
     /// Number of locks core itself uses; application lock `i` has id
     /// `n_core() + i`, after every one of them. Recovery takes exactly these.
@@ -559,7 +562,7 @@ impl LockIds {
     }
     /// Id of application lock `i`.
     pub fn app(&self, i: u32) -> u32 {
-        self.n_core() + i
+        self.n_core().wrapping_add(i)
     }
 }
 
@@ -603,15 +606,26 @@ pub struct Layout {
     pub payload: Area,
 }
 
+/// Offset `base + index * stride`: every layout offset is one, of values the
+/// layout validated, far below `u64::MAX` (and every access through the
+/// region's view is bounds-checked anyway).
+#[inline]
+const fn at(base: u64, index: u64, stride: u64) -> u64 {
+    base.wrapping_add(index.wrapping_mul(stride))
+}
+
 const fn align_up(v: u64, a: u64) -> u64 {
-    (v + a - 1) & !(a - 1)
+    v.wrapping_add(a).wrapping_sub(1) & !a.wrapping_sub(1)
 }
 
 /// Lines of one inbox slot: a `MsgHeader` and a `MsgKeys`.
 pub const SLOT_LINES: u64 = 4;
 /// Keys one inbox slot carries.
 pub const KEYS_PER_SLOT: usize = 12;
-static_assertions::const_assert_eq!(size_of::<MsgHeader>() + size_of::<MsgKeys>(), (SLOT_LINES * LINE) as usize);
+static_assertions::const_assert_eq!(
+    size_of::<MsgHeader>().wrapping_add(size_of::<MsgKeys>()),
+    (SLOT_LINES * LINE) as usize
+);
 static_assertions::const_assert_eq!(size_of::<MsgKeys>(), KEYS_PER_SLOT * 16);
 
 /// Payload alignment: pages, so payload can be registered with devices and
@@ -634,42 +648,47 @@ impl Layout {
         let mut at = HEADER_AREA;
         fn area(at: &mut u64, len: u64) -> Area {
             let start = *at;
-            *at = align_up(start + len, LINE);
-            Area { start, end: start + len }
+            // Validated capacities keep every area far below u64::MAX.
+            *at = align_up(start.wrapping_add(len), LINE);
+            Area { start, end: start.wrapping_add(len) }
         }
-        let nodes = area(&mut at, n * NODE_LINES * LINE);
+        let mul = |a: u64, b: u64| a.saturating_mul(b);
+        let nodes = area(&mut at, mul(n, NODE_LINES * LINE));
         let manager = area(&mut at, LINE);
-        let locks = area(&mut at, n_locks * (1 + n) * LINE);
-        let roots = area(&mut at, caps.n_roots as u64 * LINE);
-        let stripes = area(&mut at, s * LINE);
-        let buckets = area(&mut at, s * bps * size_of::<Bucket>() as u64);
-        let entries = area(&mut at, s * eps * LINE);
-        let journals = area(&mut at, n * journal_len(caps.pin_slots));
-        let inboxes = area(&mut at, n * (1 + caps.inbox_slots as u64 * SLOT_LINES) * LINE);
+        let locks = area(&mut at, mul(mul(n_locks, n.saturating_add(1)), LINE));
+        let roots = area(&mut at, mul(caps.n_roots as u64, LINE));
+        let stripes = area(&mut at, mul(s, LINE));
+        let buckets = area(&mut at, mul(mul(s, bps), size_of::<Bucket>() as u64));
+        let entries = area(&mut at, mul(mul(s, eps), LINE));
+        let journals = area(&mut at, mul(n, journal_len(caps.pin_slots)));
+        let inboxes = area(&mut at, mul(mul(n, mul(caps.inbox_slots as u64, SLOT_LINES).saturating_add(1)), LINE));
         // Chunk metadata depends on the chunk count, which depends on what is
         // left: solve with the per-chunk cost (record + bitmap bit).
         let meta_end = at;
         let avail = region_size.checked_sub(meta_end).ok_or(Error::TooSmall)?;
         let stride = chunk_stride(caps.chunk_shift);
         // Upper bound on chunks ignoring alignment, then shrink until it fits.
-        let mut n_chunks = avail / (chunk + stride);
+        let mut n_chunks = avail.checked_div(chunk.saturating_add(stride)).unwrap_or(0);
         loop {
-            let bitmap_len = align_up(n_chunks.div_ceil(64) * 8, LINE);
-            let chunks_len = n_chunks * stride;
-            let payload_start = align_up(align_up(meta_end + bitmap_len, LINE) + chunks_len, PAYLOAD_ALIGN.max(LINE));
-            let end = payload_start.checked_add(n_chunks * chunk).ok_or(Error::TooSmall)?;
+            let bitmap_len = align_up(mul(n_chunks.div_ceil(64), 8), LINE);
+            let chunks_len = mul(n_chunks, stride);
+            let payload_start = align_up(
+                align_up(meta_end.saturating_add(bitmap_len), LINE).saturating_add(chunks_len),
+                PAYLOAD_ALIGN.max(LINE),
+            );
+            let end = payload_start.checked_add(mul(n_chunks, chunk)).ok_or(Error::TooSmall)?;
             if end <= region_size || n_chunks == 0 {
                 break;
             }
-            n_chunks -= 1;
+            n_chunks = n_chunks.saturating_sub(1);
         }
         if n_chunks == 0 || n_chunks > u32::MAX as u64 {
             return Err(Error::TooSmall);
         }
-        let chunk_bitmap = area(&mut at, n_chunks.div_ceil(64) * 8);
-        let chunks = area(&mut at, n_chunks * stride);
+        let chunk_bitmap = area(&mut at, mul(n_chunks.div_ceil(64), 8));
+        let chunks = area(&mut at, mul(n_chunks, stride));
         let payload_start = align_up(at, PAYLOAD_ALIGN);
-        let payload = Area { start: payload_start, end: payload_start + n_chunks * chunk };
+        let payload = Area { start: payload_start, end: payload_start.saturating_add(mul(n_chunks, chunk)) };
         if payload.end > region_size {
             return Err(Error::TooSmall);
         }
@@ -790,40 +809,40 @@ impl Layout {
 
     /// Offset of node `n`'s info line.
     pub fn node_info(&self, n: u32) -> u64 {
-        self.nodes.start + n as u64 * NODE_LINES * LINE
+        at(self.nodes.start, n as u64, NODE_LINES * LINE)
     }
     /// Offset of node `n`'s heartbeat line.
     pub fn heartbeat(&self, n: u32) -> u64 {
-        self.node_info(n) + LINE
+        self.node_info(n).wrapping_add(LINE)
     }
     /// Offset of node `n`'s stats line.
     pub fn node_stats(&self, n: u32) -> u64 {
-        self.node_info(n) + 2 * LINE
+        self.node_info(n).wrapping_add(2 * LINE)
     }
     /// Offset of node `n`'s request line.
     pub fn requests(&self, n: u32) -> u64 {
-        self.node_info(n) + 3 * LINE
+        self.node_info(n).wrapping_add(3 * LINE)
     }
     /// Offset of lock `l`'s state line.
     pub fn lock_line(&self, l: u32) -> u64 {
-        self.locks.start + l as u64 * (1 + self.caps.max_nodes as u64) * LINE
+        at(self.locks.start, l as u64, (self.caps.max_nodes as u64).wrapping_add(1).wrapping_mul(LINE))
     }
     /// Offset of node `n`'s slot in lock `l`.
     pub fn lock_slot(&self, l: u32, n: u32) -> u64 {
-        self.lock_line(l) + (1 + n as u64) * LINE
+        at(self.lock_line(l), (n as u64).wrapping_add(1), LINE)
     }
     /// Offset of root record `i`.
     pub fn root(&self, i: u32) -> u64 {
-        self.roots.start + i as u64 * LINE
+        at(self.roots.start, i as u64, LINE)
     }
     /// Offset of chunk record `c`.
     pub fn chunk(&self, c: u32) -> u64 {
-        self.chunks.start + c as u64 * chunk_stride(self.caps.chunk_shift)
+        at(self.chunks.start, c as u64, chunk_stride(self.caps.chunk_shift))
     }
     /// Offset of chunk `c`'s granule maps: the used map ([`Layout::map_words`]
     /// words), then the start map (as many).
     pub fn chunk_map(&self, c: u32) -> u64 {
-        self.chunk(c) + LINE
+        self.chunk(c).wrapping_add(LINE)
     }
     /// Granules per chunk: a power of two, at most [`MAX_GRANULES`].
     pub fn granules(&self) -> u32 {
@@ -831,7 +850,7 @@ impl Layout {
     }
     /// Bytes per granule.
     pub fn granule(&self) -> u64 {
-        self.chunk_size() / self.granules() as u64
+        self.chunk_size().checked_div(self.granules() as u64).unwrap_or(0)
     }
     /// 64-bit words of each of a chunk's two granule maps.
     pub fn map_words(&self) -> usize {
@@ -839,32 +858,36 @@ impl Layout {
     }
     /// Offset of the first payload byte of chunk `c`.
     pub fn chunk_payload(&self, c: u32) -> u64 {
-        self.payload.start + ((c as u64) << self.caps.chunk_shift)
+        self.payload.start.wrapping_add((c as u64) << self.caps.chunk_shift)
     }
     /// Offset of stripe `s`'s header.
     pub fn stripe(&self, s: u32) -> u64 {
-        self.stripes.start + s as u64 * LINE
+        at(self.stripes.start, s as u64, LINE)
     }
     /// Offset of bucket `b` of stripe `s`.
     pub fn bucket(&self, s: u32, b: u32) -> u64 {
-        self.buckets.start + (s as u64 * self.buckets_per_stripe as u64 + b as u64) * size_of::<Bucket>() as u64
+        let i = (s as u64).wrapping_mul(self.buckets_per_stripe as u64).wrapping_add(b as u64);
+        at(self.buckets.start, i, size_of::<Bucket>() as u64)
     }
     /// Offset of entry `e` of stripe `s`.
     pub fn entry(&self, s: u32, e: u32) -> u64 {
-        self.entries.start + (s as u64 * self.caps.entries_per_stripe as u64 + e as u64) * LINE
+        let i = (s as u64).wrapping_mul(self.caps.entries_per_stripe as u64).wrapping_add(e as u64);
+        at(self.entries.start, i, LINE)
     }
     /// Offset of node `n`'s inbox head line.
     pub fn inbox_head(&self, n: u32) -> u64 {
-        self.inboxes.start + n as u64 * (1 + self.caps.inbox_slots as u64 * SLOT_LINES) * LINE
+        let per_node = (self.caps.inbox_slots as u64).wrapping_mul(SLOT_LINES).wrapping_add(1).wrapping_mul(LINE);
+        at(self.inboxes.start, n as u64, per_node)
     }
     /// Offset of the slot of node `n`'s inbox that ring position `pos` uses.
     pub fn inbox_slot(&self, n: u32, pos: u64) -> u64 {
-        let i = pos & (self.caps.inbox_slots as u64 - 1);
-        self.inbox_head(n) + LINE + i * SLOT_LINES * LINE
+        // `inbox_slots` is a power of two (validated): its mask.
+        let i = pos & (self.caps.inbox_slots as u64).wrapping_sub(1);
+        at(self.inbox_head(n).wrapping_add(LINE), i, SLOT_LINES * LINE)
     }
     /// Offset of node `n`'s pin journal: its summary line, then its records.
     pub fn journal(&self, n: u32) -> u64 {
-        self.journals.start + n as u64 * journal_len(self.caps.pin_slots)
+        at(self.journals.start, n as u64, journal_len(self.caps.pin_slots))
     }
     /// Offset of node `n`'s pin summary line (the head of its journal).
     pub fn pin_summary(&self, n: u32) -> u64 {
@@ -872,7 +895,7 @@ impl Layout {
     }
     /// Offset of pin record `i` of node `n`.
     pub fn pin_record(&self, n: u32, i: u32) -> u64 {
-        self.journal(n) + LINE + i as u64 * size_of::<PinRecord>() as u64
+        at(self.journal(n).wrapping_add(LINE), i as u64, size_of::<PinRecord>() as u64)
     }
     /// Bytes of one node's journal (summary line and records).
     pub fn journal_len(&self) -> u64 {
@@ -883,7 +906,7 @@ impl Layout {
 /// Bytes of one node's pin journal: a summary line, then `pin_slots`
 /// records (a multiple of four, so whole lines).
 pub const fn journal_len(pin_slots: u32) -> u64 {
-    LINE + pin_slots as u64 * size_of::<PinRecord>() as u64
+    LINE.wrapping_add((pin_slots as u64).wrapping_mul(size_of::<PinRecord>() as u64))
 }
 
 /// Granules per chunk for chunks of `1 << chunk_shift` bytes.
@@ -900,7 +923,7 @@ pub const fn granules_of(chunk_shift: u32) -> u32 {
 /// granule maps, rounded up to lines.
 pub const fn chunk_stride(chunk_shift: u32) -> u64 {
     let map_bytes = granules_of(chunk_shift) as u64 / 8;
-    LINE + (2 * map_bytes).div_ceil(LINE) * LINE
+    LINE.wrapping_add(map_bytes.wrapping_mul(2).div_ceil(LINE).wrapping_mul(LINE))
 }
 
 /// Checksum of a header with its `checksum` and `magic` fields taken as 0
