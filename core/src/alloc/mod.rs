@@ -15,6 +15,7 @@
 //! Locks: a chunk's maps change under its owner's heap lock (whoever
 //! allocates or frees there takes it); the bitmap and chunk ownership under
 //! the alloc lock. Order: heap before alloc, one heap at a time.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 pub mod map;
 
@@ -80,8 +81,8 @@ pub fn placement(layout: &Layout, len: u64) -> Result<Placement> {
 /// Bytes a request of `len` bytes occupies (granules or chunks, rounded up).
 pub fn block_size(layout: &Layout, len: u64) -> Result<u64> {
     Ok(match placement(layout, len)? {
-        Placement::Granules(k) => k as u64 * layout.granule(),
-        Placement::Chunks(k) => k as u64 * layout.chunk_size(),
+        Placement::Granules(k) => (k as u64).saturating_mul(layout.granule()),
+        Placement::Chunks(k) => (k as u64).saturating_mul(layout.chunk_size()),
     })
 }
 
@@ -91,7 +92,8 @@ pub fn chunk_of(layout: &Layout, off: u64) -> Result<u32> {
     if !layout.payload.contains(off, 1) {
         return Err(Error::Corrupt);
     }
-    Ok(((off - layout.payload.start) >> layout.caps.chunk_shift) as u32)
+    // Inside the payload area (checked above): at or after its start.
+    Ok((off.wrapping_sub(layout.payload.start) >> layout.caps.chunk_shift) as u32)
 }
 
 /// Loads chunk `c`'s maps from this host's view, invalidating them first
@@ -101,12 +103,14 @@ pub fn read_map<C: Coherence>(st: &Store<C>, c: u32, site: Option<Site>) -> Resu
     let w = l.map_words();
     let off = l.chunk_map(c);
     if let Some(site) = site {
-        st.co.invalidate(&st.view, off, 2 * w as u64 * 8, site)?;
+        st.co.invalidate(&st.view, off, (w as u64).saturating_mul(16), site)?;
     }
     let mut m = ChunkMap::empty(l.granules());
-    for i in 0..w {
-        m.used[i] = st.view.load_u64(off + 8 * i as u64)?;
-        m.start[i] = st.view.load_u64(off + 8 * (w + i) as u64)?;
+    // The used map's `w` words, then the start map's (the view checks each).
+    let word = |i: usize| off.wrapping_add((i as u64).wrapping_mul(8));
+    for (i, (u, s)) in m.used.iter_mut().zip(m.start.iter_mut()).take(w).enumerate() {
+        *u = st.view.load_u64(word(i))?;
+        *s = st.view.load_u64(word(w.wrapping_add(i)))?;
     }
     Ok(m)
 }
@@ -128,21 +132,23 @@ pub fn write_map<C: Coherence>(
         return Ok(());
     }
     let off = l.chunk_map(c);
-    for i in lo..hi {
-        st.view.store_u64(off + 8 * i as u64, m.used[i])?;
-        st.view.store_u64(off + 8 * (w + i) as u64, m.start[i])?;
+    let word = |i: usize| off.wrapping_add((i as u64).wrapping_mul(8));
+    for (i, (&u, &s)) in m.used.iter().zip(&m.start).enumerate().take(hi).skip(lo) {
+        st.view.store_u64(word(i), u)?;
+        st.view.store_u64(word(w.wrapping_add(i)), s)?;
     }
     if let Some(site) = site {
-        let n = (hi - lo) as u64 * 8;
-        st.co.flush(&st.view, off + 8 * lo as u64, n, site)?;
-        st.co.flush(&st.view, off + 8 * (w + lo) as u64, n, site)?;
+        // `lo < hi` (checked above).
+        let n = (hi.wrapping_sub(lo) as u64).wrapping_mul(8);
+        st.co.flush(&st.view, word(lo), n, site)?;
+        st.co.flush(&st.view, word(w.wrapping_add(lo)), n, site)?;
     }
     Ok(())
 }
 
 /// Map words covering granules `i..i+k`.
 fn words_of(i: u32, k: u32) -> (usize, usize) {
-    ((i / 64) as usize, ((i + k).div_ceil(64)) as usize)
+    ((i / 64) as usize, (i.saturating_add(k).div_ceil(64)) as usize)
 }
 
 /// The block at `off` of chunk `c` (record `rec`, maps `m`): its first
@@ -151,9 +157,11 @@ pub fn block_of(layout: &Layout, c: u32, rec: &ChunkRecord, m: &ChunkMap, off: u
     let base = layout.chunk_payload(c);
     match rec.kind {
         CHUNK_LARGE if off == base && rec.blocks == 1 => Some((0, rec.block_size)),
-        CHUNK_KV | CHUNK_RAW if off >= base && (off - base).is_multiple_of(layout.granule()) => {
-            let i = u32::try_from((off - base) / layout.granule()).ok()?;
-            m.extent(i).map(|k| (i, k as u64 * layout.granule()))
+        CHUNK_KV | CHUNK_RAW => {
+            let rel = off.checked_sub(base)?;
+            let g = layout.granule();
+            let i = u32::try_from(rel.checked_div(g)?).ok().filter(|_| rel.is_multiple_of(g))?;
+            m.extent(i).map(|k| (i, (k as u64).saturating_mul(g)))
         }
         _ => None,
     }
@@ -275,7 +283,7 @@ impl<C: Coherence> Node<'_, C> {
     /// True when chunk record `rec` is `owner`'s, of `kind`, with `k` free
     /// granules in a row.
     fn fits(&self, rec: &ChunkRecord, owner: u32, k: u32, kind: Kind) -> bool {
-        rec.owner == owner + 1
+        rec.owner == owner.wrapping_add(1)
             && rec.kind == kind.code()
             && rec.granules == self.store.layout.granules()
             && rec.free_max >= k
@@ -293,11 +301,12 @@ impl<C: Coherence> Node<'_, C> {
         let n = l.n_chunks;
         let start = {
             let mut cur = self.local.alloc_cursor.lock();
-            let v = *cur % n;
-            *cur = v.wrapping_add(SCAN_LIMIT.min(n)) % n;
+            // `n` chunks, at least one (the layout's); 0 would scan nothing.
+            let v = cur.checked_rem(n).unwrap_or(0);
+            *cur = v.wrapping_add(SCAN_LIMIT.min(n)).checked_rem(n).unwrap_or(0);
             v
         };
-        let window = (0..SCAN_LIMIT.min(n)).map(|i| (start + i) % n);
+        let window = (0..SCAN_LIMIT.min(n)).map(|i| start.wrapping_add(i).checked_rem(n).unwrap_or(0));
         // The tightest few, tried in order: a lost race moves on to the next.
         const TRIES: usize = 4;
         let mut cand = [(u32::MAX, u32::MAX, 0u32); TRIES];
@@ -313,9 +322,10 @@ impl<C: Coherence> Node<'_, C> {
             if cand.iter().any(|&(_, x, _)| x == c) {
                 continue;
             }
-            if let Some(worst) = (0..TRIES).max_by_key(|&i| cand[i].0) {
-                if rec.free_max < cand[worst].0 {
-                    cand[worst] = (rec.free_max, c, rec.owner - 1);
+            if let Some(worst) = cand.iter_mut().max_by_key(|x| x.0) {
+                if rec.free_max < worst.0 {
+                    // Not 0 (checked above).
+                    *worst = (rec.free_max, c, rec.owner.wrapping_sub(1));
                 }
             }
         }
@@ -340,11 +350,13 @@ impl<C: Coherence> Node<'_, C> {
     /// Remembers chunk `c` as one to try first (it had or got room).
     fn hint(&self, c: u32) {
         let mut h = self.local.hints.lock();
-        if let Some(at) = h.iter().position(|&x| x == c) {
-            h[..=at].rotate_right(1);
+        if let Some(seen) = h.iter().position(|&x| x == c).and_then(|at| h.get_mut(..=at)) {
+            seen.rotate_right(1);
         } else {
             h.rotate_right(1);
-            h[0] = c;
+            if let Some(first) = h.first_mut() {
+                *first = c;
+            }
         }
     }
 
@@ -367,10 +379,11 @@ impl<C: Coherence> Node<'_, C> {
                     return Err(Error::InvalidArgument);
                 }
             }
-            let owner = rec.owner - 1;
+            // Not 0 (`bad` refuses it).
+            let owner = rec.owner.wrapping_sub(1);
             let done = self.with_lock_mode(l.locks().heap(owner), nested, || {
                 let rec: ChunkRecord = self.store.fresh(l.chunk(c), Site("alloc.free.rec"))?;
-                if rec.owner != owner + 1 && !mutant!("alloc.free_under_wrong_lock") {
+                if rec.owner != owner.wrapping_add(1) && !mutant!("alloc.free_under_wrong_lock") {
                     return Ok(false);
                 }
                 self.free_locked(c, rec, off, kind)?;
@@ -401,10 +414,8 @@ impl<C: Coherence> Node<'_, C> {
             }
             CHUNK_KV | CHUNK_RAW if rec.kind == kind.code() => {
                 let g = l.granule();
-                if off < base || !(off - base).is_multiple_of(g) {
-                    return Err(Error::InvalidArgument);
-                }
-                let i = ((off - base) / g) as u32;
+                let rel = off.checked_sub(base).ok_or(Error::InvalidArgument)?;
+                let i = rel.checked_div(g).filter(|_| rel.is_multiple_of(g)).ok_or(Error::InvalidArgument)? as u32;
                 let mut m = read_map(self.store, c, Some(Site("alloc.free.map.read")))?;
                 let k = m.extent(i).ok_or(Error::InvalidArgument)?;
                 if rec.blocks <= 1 {
@@ -461,12 +472,12 @@ impl<C: Coherence> Node<'_, C> {
         // SYNC: map words published under the heap lock (reader: free,
         // recovery, check).
         write_map(self.store, c, &m, lo, hi, Some(Site("alloc.take.map")))?;
-        rec.used += k;
-        rec.blocks += 1;
+        rec.used = rec.used.saturating_add(k);
+        rec.blocks = rec.blocks.saturating_add(1);
         rec.free_max = m.longest_free();
         // SYNC: record published under the heap lock (reader: free, recovery).
         self.store.publish(l.chunk(c), &rec, Site("alloc.take.publish"))?;
-        Ok(Some(l.chunk_payload(c) + i as u64 * l.granule()))
+        Ok(Some(l.chunk_payload(c).wrapping_add((i as u64).wrapping_mul(l.granule()))))
     }
 
     /// Finds `k` contiguous free chunks and marks them this node's: one chunk
@@ -478,29 +489,30 @@ impl<C: Coherence> Node<'_, C> {
         self.store.co.invalidate(
             &self.store.view,
             l.chunk_bitmap.start,
-            words as u64 * 8,
+            (words as u64).saturating_mul(8),
             Site("alloc.bitmap.read"),
         )?;
         let mut run = 0u32;
         let mut c = 0u32;
         while c < l.n_chunks {
-            let w = self.store.view.load_u64(l.chunk_bitmap.start + (c / 64) as u64 * 8)?;
+            let w = self.store.view.load_u64(bitmap_word(l, c))?;
             if c.is_multiple_of(64) && w == u64::MAX {
                 run = 0;
-                c += 64;
+                c = c.saturating_add(64);
                 continue;
             }
             if w & (1 << (c % 64)) == 0 {
-                run += 1;
+                run = run.saturating_add(1);
                 if run == k {
-                    let first = c + 1 - k;
+                    // The run of `k` ends at `c`.
+                    let first = c.saturating_add(1).saturating_sub(k);
                     self.mark_chunks(first, k, kind)?;
                     return Ok(Some(first));
                 }
             } else {
                 run = 0;
             }
-            c += 1;
+            c = c.saturating_add(1);
         }
         Ok(None)
     }
@@ -511,8 +523,8 @@ impl<C: Coherence> Node<'_, C> {
     fn mark_chunks(&self, first: u32, k: u32, kind: Kind) -> Result<()> {
         let l = &self.store.layout;
         for j in 0..k {
-            let c = first + j;
-            let owner = self.id + 1;
+            let c = first.saturating_add(j);
+            let owner = self.id.wrapping_add(1);
             let rec = if k == 1 {
                 ChunkRecord {
                     owner,
@@ -530,7 +542,7 @@ impl<C: Coherence> Node<'_, C> {
                     large_kind: kind.code(),
                     used: l.granules(),
                     blocks: 1,
-                    block_size: k as u64 * l.chunk_size(),
+                    block_size: (k as u64).saturating_mul(l.chunk_size()),
                     ..ChunkRecord::default()
                 }
             } else {
@@ -547,20 +559,26 @@ impl<C: Coherence> Node<'_, C> {
     pub(crate) fn release_chunks(&self, c: u32, k: u32) -> Result<()> {
         let l = &self.store.layout;
         for j in 0..k {
-            if c + j >= l.n_chunks {
+            let cj = c.saturating_add(j);
+            if cj >= l.n_chunks {
                 return Err(Error::Corrupt);
             }
-            self.store.publish(l.chunk(c + j), &ChunkRecord::default(), Site("alloc.chunk.release"))?;
-            set_bitmap(self.store, c + j, false)?;
+            self.store.publish(l.chunk(cj), &ChunkRecord::default(), Site("alloc.chunk.release"))?;
+            set_bitmap(self.store, cj, false)?;
         }
         Ok(())
     }
 }
 
+/// The offset of the chunk bitmap's word holding chunk `c`'s bit.
+fn bitmap_word(l: &Layout, c: u32) -> u64 {
+    l.chunk_bitmap.start.wrapping_add(((c / 64) as u64).wrapping_mul(8))
+}
+
 /// Sets or clears chunk `c`'s bit in the global bitmap and flushes its line.
 /// Caller holds the alloc lock.
 pub(crate) fn set_bitmap<C: Coherence>(store: &Store<C>, c: u32, used: bool) -> Result<()> {
-    let off = store.layout.chunk_bitmap.start + (c / 64) as u64 * 8;
+    let off = bitmap_word(&store.layout, c);
     store.co.invalidate(&store.view, off, 8, Site("alloc.bitmap.rmw"))?;
     let mut w = store.view.load_u64(off)?;
     if used {
