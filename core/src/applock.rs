@@ -9,7 +9,6 @@
 //! cache operation, and recovery never needs them while it holds core's.
 //! A lock revoked from a dead holder is granted again once recovery ran; what
 //! it guarded may be half-updated, as with a robust mutex.
-#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::coherence::Coherence;
 use crate::coherence::Site;

@@ -1,5 +1,4 @@
 //! Keys, namespaces and the small hash functions the index and checksums use.
-#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use xxhash_rust::xxh3::Xxh3;
 

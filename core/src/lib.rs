@@ -7,7 +7,20 @@
 //! maintenance, and on a simulator.
 #![no_std]
 #![deny(clippy::std_instead_of_core, clippy::alloc_instead_of_core)]
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+// Never a panic on bad bytes: outside tests, no unwrap, no panic, no
+// indexing or slicing that can fail, no arithmetic that can overflow or
+// divide by zero (wrapping where the value is validated, saturating or
+// checked where it comes from the region).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing,
+        clippy::arithmetic_side_effects
+    )
+)]
 
 #[cfg(test)]
 extern crate std;

@@ -1,6 +1,5 @@
 //! Nodes: attach, detach, heartbeat, and the node-private state a process
 //! keeps beside the region.
-#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{

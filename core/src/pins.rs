@@ -15,7 +15,6 @@
 //!
 //! A reservation is journaled too, and the WRITING entry names its writer
 //! (`pinners`, one bit), which recovery and `check` use to find it.
-#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{PinRecord, PinSummary, NODE_FREE};

@@ -2,7 +2,6 @@
 //! size), so applications can publish their own structures in the region.
 //! Changes take the roots lock; `get` reads without it and validates each
 //! record's checksum.
-#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::coherence::{Coherence, Site};
 use crate::hash::checksum32;

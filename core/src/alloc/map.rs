@@ -3,7 +3,6 @@
 //! bit arithmetic, no region access: the allocator, recovery and `check`
 //! read a map from the region, work on it here, and write back the words
 //! that changed.
-#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::arithmetic_side_effects))] // never panics on bad bytes
 
 use crate::layout::MAX_GRANULES;
 

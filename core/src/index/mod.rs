@@ -84,6 +84,27 @@ fn checksum_words(e: &Entry) -> [u64; 5] {
     ]
 }
 
+/// One key of a batched probe ([`Store::find_stored_batch`]).
+#[derive(Clone, Copy)]
+struct Probe {
+    tag: u64,
+    stripe: u32,
+    /// Its home bucket's line.
+    line: u64,
+    /// Entry index of its first tag match; NIL: a miss.
+    cand: u32,
+    /// The entry's stored checksum.
+    sum: u32,
+    /// The entry is READY or CLAIMED.
+    live: bool,
+    /// The quick path cannot tell: the full probe decides.
+    slow: bool,
+}
+
+impl Probe {
+    const MISS: Probe = Probe { tag: 0, stripe: 0, line: 0, cand: NIL, sum: 0, live: false, slow: false };
+}
+
 /// True when entry `e` holds a stored block: READY or CLAIMED, and intact.
 fn stored(e: &Entry) -> bool {
     (e.state == state::READY || e.state == state::CLAIMED) && e.checksum == entry_checksum(e)
@@ -102,7 +123,8 @@ pub(crate) fn format_stripes<C: Coherence>(st: &Store<C>) -> Result<()> {
     let eps = l.caps.entries_per_stripe;
     for s in 0..l.caps.n_stripes {
         for e in 0..eps {
-            let ent = Entry { lru_prev: NIL, lru_next: if e + 1 < eps { e + 1 } else { NIL }, ..Entry::default() };
+            let next = e.saturating_add(1);
+            let ent = Entry { lru_prev: NIL, lru_next: if next < eps { next } else { NIL }, ..Entry::default() };
             st.view.write(l.entry(s, e), &ent)?;
         }
         let h = StripeHeader { lru_head: NIL, lru_tail: NIL, free_head: 0, ..StripeHeader::default() };
@@ -121,27 +143,29 @@ pub(crate) fn by_stripe(
     const CHUNK: usize = 256;
     let mut ids = [0u32; CHUNK];
     let mut group = [0usize; CHUNK];
-    let mut base = 0;
+    let mut base = 0usize;
     while base < n {
-        let m = (n - base).min(CHUNK);
+        let m = n.saturating_sub(base).min(CHUNK);
         for (i, id) in ids.iter_mut().enumerate().take(m) {
-            *id = stripe(base + i);
+            *id = stripe(base.saturating_add(i));
         }
         let mut prev: Option<u32> = None;
         loop {
-            let next = ids[..m].iter().copied().filter(|&s| prev.is_none_or(|p| s > p)).min();
+            let next = ids.iter().take(m).copied().filter(|&s| prev.is_none_or(|p| s > p)).min();
             let Some(s) = next else { break };
-            let mut k = 0;
-            for (i, &id) in ids[..m].iter().enumerate() {
+            let mut k = 0usize;
+            for (i, &id) in ids.iter().enumerate().take(m) {
                 if id == s {
-                    group[k] = base + i;
-                    k += 1;
+                    if let Some(g) = group.get_mut(k) {
+                        *g = base.saturating_add(i);
+                    }
+                    k = k.saturating_add(1);
                 }
             }
-            f(s, &group[..k])?;
+            f(s, group.get(..k).unwrap_or_default())?;
             prev = Some(s);
         }
-        base += m;
+        base = base.saturating_add(m);
     }
     Ok(())
 }
@@ -152,7 +176,9 @@ pub(crate) fn by_stripe(
 fn void_if_revoked<T>(r: &Result<()>, idx: &[usize], out: &mut [Result<T>]) {
     if *r == Err(Error::Revoked) {
         for &i in idx {
-            out[i] = Err(Error::Revoked);
+            if let Some(o) = out.get_mut(i) {
+                *o = Err(Error::Revoked);
+            }
         }
     }
 }
@@ -183,63 +209,60 @@ impl<C: Coherence> Store<C> {
     pub fn find_stored_batch(&self, ns: u32, keys: &[Key], found: &mut [bool]) -> Result<()> {
         let n = keys.len().min(PROBE_BATCH).min(found.len());
         let l = &self.layout;
-        let mut tags = [0u64; PROBE_BATCH];
-        let mut stripes = [0u32; PROBE_BATCH];
+        let mut p = [Probe::MISS; PROBE_BATCH];
         let mut lines = [0u64; PROBE_BATCH];
-        for i in 0..n {
-            tags[i] = place(ns, keys[i]);
-            stripes[i] = stripe_of(tags[i], l.caps.n_stripes);
-            let home = probe::home_of(tags[i], l.buckets_per_stripe);
-            lines[i] = l.bucket(stripes[i], home) & !(crate::mem::LINE - 1);
+        for ((q, k), line) in p.iter_mut().zip(keys).zip(lines.iter_mut()).take(n) {
+            q.tag = place(ns, *k);
+            q.stripe = stripe_of(q.tag, l.caps.n_stripes);
+            let home = probe::home_of(q.tag, l.buckets_per_stripe);
+            q.line = l.bucket(q.stripe, home) & !(crate::mem::LINE - 1);
+            *line = q.line;
         }
         // SYNC: fresh home bucket lines of the whole batch (writer: insert
         // and delete under the stripe lock).
-        self.co.invalidate_lines(&self.view, &lines[..n], Site("index.lookup.buckets"))?;
-        // Entry index of each key's first tag match; NIL: a miss.
-        let mut cand = [NIL; PROBE_BATCH];
+        self.co.invalidate_lines(&self.view, lines.get(..n).unwrap_or_default(), Site("index.lookup.buckets"))?;
+        // Each key's first tag match (its entry index; NIL: a miss).
         let mut offs = [0u64; PROBE_BATCH];
-        let mut m = 0;
-        for i in 0..n {
-            if let Some((_, ei)) = probe::first_of_tag(self, stripes[i], tags[i], lines[i])? {
-                cand[i] = ei;
-                offs[m] = l.entry(stripes[i], ei);
-                m += 1;
+        let mut m = 0usize;
+        for q in p.iter_mut().take(n) {
+            if let Some((_, ei)) = probe::first_of_tag(self, q.stripe, q.tag, q.line)? {
+                q.cand = ei;
+                if let Some(o) = offs.get_mut(m) {
+                    *o = l.entry(q.stripe, ei);
+                }
+                m = m.saturating_add(1);
             }
         }
         // SYNC: fresh candidate entry lines of the batch (writer: publish,
         // evict and recovery under the stripe lock).
-        self.co.invalidate_lines(&self.view, &offs[..m], Site("index.lookup.entries"))?;
+        self.co.invalidate_lines(&self.view, offs.get(..m).unwrap_or_default(), Site("index.lookup.entries"))?;
         // The candidates' entries, then their checksums side by side (one
         // long multiply chain per entry: interleaved, they overlap).
         let mut words = [[0u64; 5]; PROBE_BATCH];
-        let mut sums = [0u32; PROBE_BATCH];
-        let mut live = [false; PROBE_BATCH];
-        let mut slow = [false; PROBE_BATCH];
-        for i in 0..n {
-            if cand[i] == NIL {
+        for ((q, k), w) in p.iter_mut().zip(keys).zip(words.iter_mut()).take(n) {
+            if q.cand == NIL {
                 continue;
             }
-            let k = keys[i];
-            match self.entry_invalidated(l.entry(stripes[i], cand[i])) {
+            match self.entry_invalidated(l.entry(q.stripe, q.cand)) {
                 Ok(e) if e.state != state::EMPTY && e.key_lo == k.lo && e.key_hi == k.hi && e.ns == ns => {
-                    words[i] = checksum_words(&e);
-                    sums[i] = e.checksum;
-                    live[i] = e.state == state::READY || e.state == state::CLAIMED;
+                    *w = checksum_words(&e);
+                    q.sum = e.checksum;
+                    q.live = e.state == state::READY || e.state == state::CLAIMED;
                 }
                 // Another key behind the same tag, an entry emptied since its
                 // bucket was read, or one caught mid-write: the full probe
                 // decides.
-                Ok(_) | Err(Error::Changed) => slow[i] = true,
+                Ok(_) | Err(Error::Changed) => q.slow = true,
                 Err(e) => return Err(e),
             }
         }
         let mut h = [0u64; PROBE_BATCH];
-        checksum32_lanes(&words[..n], &mut h[..n]);
-        for i in 0..n {
-            found[i] = if slow[i] {
-                probe::find(self, stripes[i], tags[i], ns, keys[i])?.is_some_and(|f| stored(&f.e))
+        checksum32_lanes(words.get(..n).unwrap_or_default(), h.get_mut(..n).unwrap_or_default());
+        for (((q, k), f), x) in p.iter().zip(keys).zip(found.iter_mut()).zip(h).take(n) {
+            *f = if q.slow {
+                probe::find(self, q.stripe, q.tag, ns, *k)?.is_some_and(|f| stored(&f.e))
             } else {
-                cand[i] != NIL && live[i] && checksum32_fold(h[i]) == sums[i]
+                q.cand != NIL && q.live && checksum32_fold(x) == q.sum
             };
         }
         Ok(())
@@ -342,25 +365,26 @@ impl<C: Coherence> Node<'_, C> {
 
     /// Global entry number (journal records use it).
     fn global(&self, s: u32, e: u32) -> u32 {
-        s * self.store.layout.caps.entries_per_stripe + e
+        // Below the region's entry count (validated stripe and entry).
+        s.wrapping_mul(self.store.layout.caps.entries_per_stripe).wrapping_add(e)
     }
 
     /// Length of the longest prefix of `keys` whose blocks are all published
     /// (read-only; takes no lock).
     pub fn lookup(&self, ns: u32, keys: &[Key]) -> Result<usize> {
-        let mut n = 0;
+        let mut n = 0usize;
         let mut found = [false; PROBE_BATCH];
         for ks in keys.chunks(PROBE_BATCH) {
             self.store.find_stored_batch(ns, ks, &mut found)?;
-            let hits = found[..ks.len()].iter().take_while(|&&f| f).count();
-            n += hits;
+            let hits = found.iter().take(ks.len()).take_while(|&&f| f).count();
+            n = n.saturating_add(hits);
             if hits < ks.len() {
                 break;
             }
         }
         self.count(|c| {
-            c.hits += n as u64;
-            c.misses += (keys.len() - n) as u64;
+            c.hits = c.hits.wrapping_add(n as u64);
+            c.misses = c.misses.wrapping_add(keys.len().saturating_sub(n) as u64);
         })?;
         Ok(n)
     }
@@ -373,7 +397,7 @@ impl<C: Coherence> Node<'_, C> {
         for (ks, ps) in keys.chunks(PROBE_BATCH).zip(present.chunks_mut(PROBE_BATCH)) {
             self.store.find_stored_batch(ns, ks, ps)?;
         }
-        Ok(present[..keys.len()].iter().take_while(|&&p| p).count())
+        Ok(present.iter().take(keys.len()).take_while(|&&p| p).count())
     }
 
     /// Reserves a writable block for `key`, evicting when space runs out.
@@ -400,21 +424,22 @@ impl<C: Coherence> Node<'_, C> {
             let mut short: u64 = 0;
             by_stripe(
                 items.len(),
-                |i| st.stripe_of(ns, items[i].key),
+                |i| items.get(i).map_or(0, |it| st.stripe_of(ns, it.key)),
                 |s, idx| {
-                    if attempt > 0 && !idx.iter().any(|&i| retry(&out[i])) {
+                    if attempt > 0 && !idx.iter().any(|&i| out.get(i).is_some_and(retry)) {
                         return Ok(());
                     }
                     let r = self.with_lock(st.layout.locks().stripe(s), || {
                         let mut h = st.hdr(s)?;
                         self.promote_touched_locked(s, &mut h)?;
                         for &i in idx {
-                            if attempt > 0 && !retry(&out[i]) {
+                            let (Some(o), Some(item)) = (out.get_mut(i), items.get(i)) else { continue };
+                            if attempt > 0 && !retry(o) {
                                 continue;
                             }
-                            out[i] = self.reserve_locked(ns, s, &mut h, items[i]);
-                            if retry(&out[i]) {
-                                short = short.saturating_add(items[i].len);
+                            *o = self.reserve_locked(ns, s, &mut h, *item);
+                            if retry(o) {
+                                short = short.saturating_add(item.len);
                             }
                         }
                         st.put_hdr(s, &h)
@@ -443,8 +468,8 @@ impl<C: Coherence> Node<'_, C> {
         let ok = out.iter().take(items.len()).filter(|r| r.is_ok()).count() as u64;
         let ex = out.iter().take(items.len()).filter(|r| matches!(r, Err(Error::Exists))).count() as u64;
         self.count(|c| {
-            c.inserts += ok;
-            c.exists += ex;
+            c.inserts = c.inserts.wrapping_add(ok);
+            c.exists = c.exists.wrapping_add(ex);
         })
     }
 
@@ -506,8 +531,9 @@ impl<C: Coherence> Node<'_, C> {
             return Err(Error::InvalidArgument);
         }
         self.check_payload(h)?;
-        self.store.co.write_payload(&self.store.view, h.off + at, data, Site("index.payload.write"))?;
-        self.count(|c| c.bytes_written += data.len() as u64)
+        // Inside the payload checked above (`at + len <= h.len`).
+        self.store.co.write_payload(&self.store.view, h.off.wrapping_add(at), data, Site("index.payload.write"))?;
+        self.count(|c| c.bytes_written = c.bytes_written.wrapping_add(data.len() as u64))
     }
 
     fn check_payload(&self, h: &Handle) -> Result<()> {
@@ -556,12 +582,14 @@ impl<C: Coherence> Node<'_, C> {
         let st = self.store;
         by_stripe(
             hs.len(),
-            |i| hs[i].stripe.min(st.layout.caps.n_stripes - 1),
+            |i| hs.get(i).map_or(0, |h| h.stripe.min(st.layout.caps.n_stripes.saturating_sub(1))),
             |s, idx| {
                 let r = self.with_lock(st.layout.locks().stripe(s), || {
                     let mut hdr = st.hdr(s)?;
                     for &i in idx {
-                        out[i] = self.publish_locked(s, &mut hdr, &hs[i]);
+                        if let (Some(o), Some(h)) = (out.get_mut(i), hs.get(i)) {
+                            *o = self.publish_locked(s, &mut hdr, h);
+                        }
                     }
                     st.put_hdr(s, &hdr)
                 });
@@ -605,7 +633,7 @@ impl<C: Coherence> Node<'_, C> {
         st.lru_push_tail(s, hdr, h.entry, &mut e)?;
         // SYNC: READY written last (reader: lookup/acquire).
         st.put_ent(s, h.entry, &mut e)?;
-        hdr.live += 1;
+        hdr.live = hdr.live.saturating_add(1);
         hdr.bytes = hdr.bytes.saturating_add(e.payload_len as u64);
         let mut j = self.local.journal.lock();
         self.journal_sub(&mut j, self.global(s, h.entry), h.gen).map(|_| ())
@@ -657,10 +685,10 @@ impl<C: Coherence> Node<'_, C> {
         if out.len() < keys.len() {
             return Err(Error::InvalidArgument);
         }
-        let mut pinned = 0;
+        let mut pinned = 0usize;
         for (k, o) in keys.chunks(64).zip(out.chunks_mut(64)) {
             self.pin_some(ns, k, o)?;
-            pinned += o.iter().filter(|r| r.is_ok()).count();
+            pinned = pinned.saturating_add(o.iter().filter(|r| r.is_ok()).count());
         }
         if pinned > 0 {
             if let Err(e) = self.owns_slot() {
@@ -675,11 +703,11 @@ impl<C: Coherence> Node<'_, C> {
                 return Err(e);
             }
         }
-        let missed = (keys.len() - pinned) as u64;
+        let missed = keys.len().saturating_sub(pinned) as u64;
         // (Its fence also completes the clearing of records that did not hold.)
         self.count(|c| {
-            c.hits += pinned as u64;
-            c.misses += missed;
+            c.hits = c.hits.wrapping_add(pinned as u64);
+            c.misses = c.misses.wrapping_add(missed);
         })?;
         Ok(pinned)
     }
@@ -688,12 +716,14 @@ impl<C: Coherence> Node<'_, C> {
     fn pin_some(&self, ns: u32, keys: &[Key], out: &mut [Result<Handle>]) -> Result<()> {
         let st = self.store;
         // Keys still to pin: all at first, then those whose entry changed.
-        let mut todo: u64 = if keys.len() == 64 { u64::MAX } else { (1 << keys.len()) - 1 };
+        // At most 64 keys (`acquire` passes chunks of 64).
+        let mut todo: u64 = if keys.len() >= 64 { u64::MAX } else { (1u64 << keys.len()).wrapping_sub(1) };
         for _ in 0..5 {
             let mut announced = 0u64;
             for (i, k) in keys.iter().enumerate().filter(|&(i, _)| todo & (1 << i) != 0) {
-                out[i] = self.announce(ns, *k);
-                announced |= (out[i].is_ok() as u64) << i;
+                let Some(o) = out.get_mut(i) else { continue };
+                *o = self.announce(ns, *k);
+                announced |= (o.is_ok() as u64) << i;
             }
             todo = 0;
             if announced == 0 {
@@ -704,7 +734,7 @@ impl<C: Coherence> Node<'_, C> {
             // after CLAIMED).
             st.co.full_fence(Site("pins.announce.fence"));
             for i in (0..keys.len()).filter(|&i| announced & (1 << i) != 0) {
-                if let Ok(h) = &out[i] {
+                if let Some(Ok(h)) = out.get(i) {
                     if self.still_ready(h)? {
                         self.touch(self.global(h.stripe, h.entry), h.gen);
                     } else {
@@ -720,13 +750,14 @@ impl<C: Coherence> Node<'_, C> {
         // Kept changing: pin under the stripe lock, where no evictor runs.
         for (i, k) in keys.iter().enumerate().filter(|&(i, _)| todo & (1 << i) != 0) {
             let s = st.stripe_of(ns, *k);
-            out[i] = Err(Error::NotFound);
+            let Some(o) = out.get_mut(i) else { continue };
+            *o = Err(Error::NotFound);
             let r = self.with_lock(st.layout.locks().stripe(s), || {
-                out[i] = self.acquire_locked(ns, s, *k);
+                *o = self.acquire_locked(ns, s, *k);
                 Ok(())
             });
             if r == Err(Error::Revoked) {
-                out[i] = Err(Error::Revoked);
+                *o = Err(Error::Revoked);
             }
             r?;
         }
@@ -841,19 +872,20 @@ impl<C: Coherence> Node<'_, C> {
         let eps = self.store.layout.caps.entries_per_stripe;
         let mut recs = [(0u32, 0u32, 0u32); 32];
         loop {
-            let mut n = 0;
+            let mut n = 0usize;
             self.journal_records(|g, gen, count| {
-                if n < recs.len() {
-                    recs[n] = (g, gen, count);
-                    n += 1;
+                if let Some(r) = recs.get_mut(n) {
+                    *r = (g, gen, count);
+                    n = n.saturating_add(1);
                 }
                 Ok(())
             })?;
             if n == 0 {
                 return Ok(());
             }
-            for &(g, gen, count) in &recs[..n] {
-                let (s, e) = (g / eps, g % eps);
+            for &(g, gen, count) in recs.iter().take(n) {
+                // No stripe (an impossible zero-entry layout): dropped below.
+                let (s, e) = (g.checked_div(eps).unwrap_or(u32::MAX), g.checked_rem(eps).unwrap_or(0));
                 if s >= self.store.layout.caps.n_stripes {
                     let mut j = self.local.journal.lock();
                     while self.journal_sub(&mut j, g, gen).is_ok_and(|left| left > 0) {}
@@ -889,9 +921,11 @@ impl<C: Coherence> Node<'_, C> {
         }
         self.check_payload(h)?;
         // SYNC: fresh payload lines (writer: publisher's payload flush).
-        self.store.co.invalidate(&self.store.view, h.off + at, buf.len() as u64, Site("index.payload.read"))?;
-        self.store.view.copy_out(h.off + at, buf)?;
-        self.count(|c| c.bytes_read += buf.len() as u64)
+        // Inside the payload checked above (`at + len <= h.len`).
+        let off = h.off.wrapping_add(at);
+        self.store.co.invalidate(&self.store.view, off, buf.len() as u64, Site("index.payload.read"))?;
+        self.store.view.copy_out(off, buf)?;
+        self.count(|c| c.bytes_read = c.bytes_read.wrapping_add(buf.len() as u64))
     }
 
     /// Copies the published block of `key` into `buf` without pinning it,
@@ -914,25 +948,24 @@ impl<C: Coherence> Node<'_, C> {
         let room: u64 = parts.iter().map(|p| p.len() as u64).sum();
         for _ in 0..8 {
             let Some((s, f)) = self.store.find_ready(ns, key)? else {
-                self.count(|c| c.misses += 1)?;
+                self.count(|c| c.misses = c.misses.wrapping_add(1))?;
                 return Err(Error::NotFound);
             };
             let len = f.e.payload_len as u64;
             if room < len {
                 // Found (a hit), not copied.
-                self.count(|c| c.hits += 1)?;
+                self.count(|c| c.hits = c.hits.wrapping_add(1))?;
                 return Ok(Got::TooSmall(len));
             }
             let off = payload_of(self.store, f.e.payload_off, len)?;
             self.store.co.invalidate(&self.store.view, off, len, Site("index.get.payload"))?;
             let mut at = 0u64;
             for p in parts.iter_mut() {
-                let n = (len - at).min(p.len() as u64);
-                if n == 0 {
-                    break;
-                }
-                self.store.view.copy_out(off + at, &mut p[..n as usize])?;
-                at += n;
+                let n = len.saturating_sub(at).min(p.len() as u64);
+                let Some(dst) = p.get_mut(..n as usize).filter(|d| !d.is_empty()) else { break };
+                // `at < len` and the payload was resolved whole above.
+                self.store.view.copy_out(off.wrapping_add(at), dst)?;
+                at = at.saturating_add(n);
             }
             // SYNC: re-validate after the copy (coherence rule 4); the entry's
             // invalidate orders the copy's loads before the re-read.
@@ -940,8 +973,8 @@ impl<C: Coherence> Node<'_, C> {
             if after.state == state::READY && after.gen == f.e.gen && after.key_lo == key.lo && after.key_hi == key.hi {
                 self.touch(self.global(s, f.entry), f.e.gen);
                 self.count(|c| {
-                    c.hits += 1;
-                    c.bytes_read += len;
+                    c.hits = c.hits.wrapping_add(1);
+                    c.bytes_read = c.bytes_read.wrapping_add(len);
                 })?;
                 return Ok(Got::Copied(len));
             }
