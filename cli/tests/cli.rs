@@ -3,6 +3,9 @@
 
 use std::process::{Command, Output};
 
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
 const BIN: &str = env!("CARGO_BIN_EXE_cxlkv");
 
 fn run(args: &[&str]) -> Output {
@@ -94,15 +97,12 @@ fn check_never_crashes_on_random_bytes_behind_a_valid_header() {
     let p = path("fuzz");
     assert!(run(&["format", &p, "--size", "8M", "--chunk", "64K", "--entries", "512"]).status.success());
     let good = std::fs::read(&p).unwrap();
-    let mut x = 0x1234_5678_9abc_def0u64;
+    let mut rng = SmallRng::seed_from_u64(0x1234_5678_9abc_def0);
     for round in 0..6 {
         let mut b = good.clone();
         for _ in 0..2000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let i = 4096 + (x as usize % (b.len() / 4 - 4096));
-            b[i] = (x >> 32) as u8;
+            let i = rng.random_range(4096..b.len() / 4);
+            b[i] = rng.random();
         }
         std::fs::write(&p, &b).unwrap();
         let code = run(&["check", &p]).status.code();

@@ -26,11 +26,12 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use cxlkv_core::hash::mix64;
 use cxlkv_core::index::Lru;
 use cxlkv_core::Error;
 use cxlkv_platform::{Node, Options};
 use cxlkv_tests::{fill, key, len_of, verify, NS};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 fn opts() -> Options {
     Options { lock_timeout: Duration::from_secs(60), ..Options::default() }
@@ -63,7 +64,7 @@ fn main() {
     std::process::exit(code);
 }
 
-/// What `mixed` does for each draw of `(x >> 32) % 20`.
+/// What `mixed` does for each draw of an operation in `0..20`.
 const OP_NAMES: [&str; 20] = [
     "publish",
     "publish",
@@ -116,11 +117,9 @@ fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
     let (mut published, mut exists, mut pinned, mut got, mut misses, mut bad, mut errors) = (0, 0, 0, 0, 0, 0u64, 0u64);
     let mut buf = Vec::new();
     let mut rd = vec![0u8; 80 << 10];
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut rng = SmallRng::seed_from_u64(seed);
     for n in 0..ops {
-        x = mix64(x);
-        let i = x % keyspace;
-        let op = (x >> 32) % 20;
+        let (i, op) = (rng.random_range(0..keyspace), rng.random_range(0..20u64));
         // Where this worker is, for the crash loop's hang reports (stderr is
         // a pipe it drains; a closed one is ignored).
         let _ = writeln!(std::io::stderr(), "at op {n}: {} key {i}", OP_NAMES[op as usize]);
@@ -175,7 +174,7 @@ fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
                 }
             }
             _ => {
-                if (x >> 40).is_multiple_of(8) && c.core().evict(256 << 10, &mut Lru).is_err() {
+                if rng.random_range(0..8u32) == 0 && c.core().evict(256 << 10, &mut Lru).is_err() {
                     errors += 1;
                 }
             }
@@ -283,14 +282,13 @@ fn hostile(path: &Path, seed: u64, until: std::time::Instant) -> i32 {
             return 3;
         }
     };
-    let mut x = seed | 1;
+    let mut rng = SmallRng::seed_from_u64(seed);
     let mut words = 0u64;
     while std::time::Instant::now() < until {
         for _ in 0..64 {
-            x = mix64(x);
             // Past the 256-byte header: every word of the metadata.
-            let off = 256 + (x % ((meta_end - 256) / 8)) * 8;
-            let y = mix64(x ^ 0x5555);
+            let off = 256 + rng.random_range(0..(meta_end - 256) / 8) * 8;
+            let y: u64 = rng.random();
             // Plausible values (small counts, states, indices, offsets near
             // the region's size) hurt more than noise.
             let v = match y % 4 {
@@ -321,11 +319,10 @@ fn tolerant(path: &Path, seed: u64, until: std::time::Instant) -> i32 {
     let (mut ok, mut errors, mut wrong) = (0u64, 0u64, 0u64);
     let mut buf = Vec::new();
     let mut rd = vec![0u8; 80 << 10];
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut rng = SmallRng::seed_from_u64(seed);
     while std::time::Instant::now() < until {
-        x = mix64(x);
-        let i = x % 300;
-        let r = match (x >> 32) % 6 {
+        let i = rng.random_range(0..300u64);
+        let r = match rng.random_range(0..6u64) {
             0 | 1 => publish(&c, i, &mut buf).map(|_| ()),
             2 => {
                 let keys: Vec<_> = (i..i + 4).map(key).collect();
