@@ -344,26 +344,12 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
             if let Some((hd, _, raw)) = writing.take() {
                 finish_write(w, &node, h, hd, raw, rnd(&mut x));
             }
-            for p in pins.drain(..) {
-                unpin_model(w, &p);
-                verify_pinned(w, &node, h, &p.h);
-                if let Err(e) = node.release(&[p.h]) {
-                    check_err("release", e, &[]);
-                }
-            }
+            release_pins(w, &node, h, &mut pins, &check_err);
             let mine: Vec<u64> = w.model.lock().unwrap().raw.iter().filter(|b| b.2 == h).map(|b| b.0).collect();
             for off in mine {
                 raw_free(w, &node, h, off);
             }
-            // The process closes: its recovery thread finishes first.
-            while w.model.lock().unwrap().recovering_on & (1 << h) != 0 {
-                w.yield_now(me, "close");
-            }
-            w.model.lock().unwrap().attached[h] = false;
-            if let Err(e) = node.detach() {
-                check_err("detach", e, &[]);
-            }
-            w.published_all(me, "detach", None);
+            close_process(w, me, h, &node, &check_err);
             let t = w.now();
             while w.now() < t + LEASE.lease + 5_000 {
                 w.yield_now(me, "restart");
@@ -653,22 +639,8 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
     barrier(w, me, 3);
     adopt_unrooted(w, &node, h);
     channel_end(w, &node, h, me);
-    for p in pins.drain(..) {
-        unpin_model(w, &p);
-        verify_pinned(w, &node, h, &p.h);
-        if let Err(e) = node.release(&[p.h]) {
-            check_err("release", e, &[]);
-        }
-    }
-    // The process closes: its recovery thread finishes first.
-    while w.model.lock().unwrap().recovering_on & (1 << h) != 0 {
-        w.yield_now(me, "close");
-    }
-    w.model.lock().unwrap().attached[h] = false;
-    if let Err(e) = node.detach() {
-        check_err("detach", e, &[]);
-    }
-    w.published_all(me, "detach", None);
+    release_pins(w, &node, h, &mut pins, &check_err);
+    close_process(w, me, h, &node, &check_err);
 }
 
 /// Host `h` woke from a stall: if it was declared dead meanwhile (as memory
@@ -945,4 +917,40 @@ pub(crate) fn app_lock_churn<C: Coherence>(w: &World, node: &Node<'_, C>, h: usi
         Err(e) if revoked_ok(w, h, e) => {}
         Err(e) => w.violation(format!("host {h} lock_alloc: {e:?}")),
     }
+}
+
+/// Releases every pin the op actor holds, each verified first.
+fn release_pins<C: Coherence>(
+    w: &World,
+    node: &Node<'_, C>,
+    h: usize,
+    pins: &mut Vec<Pin>,
+    check_err: &dyn Fn(&str, Error, &[Error]),
+) {
+    for p in pins.drain(..) {
+        unpin_model(w, &p);
+        verify_pinned(w, node, h, &p.h);
+        if let Err(e) = node.release(&[p.h]) {
+            check_err("release", e, &[]);
+        }
+    }
+}
+
+/// The process of host `h` closes: its recovery thread finishes first, then
+/// the node detaches and everything it published must be in memory.
+fn close_process<C: Coherence>(
+    w: &World,
+    me: usize,
+    h: usize,
+    node: &Node<'_, C>,
+    check_err: &dyn Fn(&str, Error, &[Error]),
+) {
+    while w.model.lock().unwrap().recovering_on & (1 << h) != 0 {
+        w.yield_now(me, "close");
+    }
+    w.model.lock().unwrap().attached[h] = false;
+    if let Err(e) = node.detach() {
+        check_err("detach", e, &[]);
+    }
+    w.published_all(me, "detach", None);
 }
