@@ -188,6 +188,7 @@ fn _cxlkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(namespace_id, m)?)?;
     m.add_class::<region::Region>()?;
     m.add_class::<region::Node>()?;
+    m.add_class::<region::Message>()?;
     m.add_class::<blocks::Pinned>()?;
     m.add_class::<blocks::Reservation>()?;
     m.add_class::<blocks::Payload>()?;

@@ -8,15 +8,18 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+use cxlkv_core::channel::Message as Msg;
 use cxlkv_core::hash::Key;
 use cxlkv_core::index::{Lru, ReserveItem};
 use cxlkv_core::layout::Capacities;
 use cxlkv_platform::gpu::{CudaPath, Segment};
 use cxlkv_platform::Code as R;
-use cxlkv_platform::{FlushMode, GetItem, Node as Attached, Options, PutItem, Region as Mapped, ReserveRefused};
+use cxlkv_platform::{
+    FlushMode, GetItem, Node as Attached, Options, PutItem, Region as Mapped, ReserveRefused, KIND_RESPONSE,
+};
 
 use crate::blocks::{self, Buffers, Pinned, Reservation};
-use crate::{key_of, keys_of, ns_of, raise, OrRaise};
+use crate::{key_bytes, key_of, keys_of, ns_of, raise, OrRaise};
 
 fn mode_of(py: Python<'_>, s: &str) -> PyResult<FlushMode> {
     if s == "default" {
@@ -170,6 +173,74 @@ impl Region {
         self.close();
         false
     }
+}
+
+/// An inbox message (from `Node.recv`, `try_recv` or `call`).
+#[pyclass(frozen, module = "cxlkv._cxlkv")]
+pub struct Message {
+    /// Application-defined kind; bit 31 marks a response to `call`.
+    #[pyo3(get)]
+    kind: u32,
+    /// Namespace of the keys.
+    #[pyo3(get)]
+    ns: u32,
+    /// Application-defined status (e.g. of a response).
+    #[pyo3(get)]
+    status: u32,
+    /// Request id (set by `call`; a reply carries the request's).
+    #[pyo3(get)]
+    request_id: u64,
+    /// Application-defined stamp (e.g. a send time).
+    #[pyo3(get)]
+    stamp: u64,
+    /// The sender's node id.
+    #[pyo3(get)]
+    sender: u32,
+    keys: Vec<Key>,
+}
+
+impl Message {
+    fn of((m, keys): (Msg, Vec<Key>)) -> Message {
+        Message {
+            kind: m.kind,
+            ns: m.ns,
+            status: m.status,
+            request_id: m.request_id,
+            stamp: m.stamp,
+            sender: m.from,
+            keys,
+        }
+    }
+}
+
+#[pymethods]
+impl Message {
+    /// The keys the message carries (16 bytes each).
+    #[getter]
+    fn keys<'py>(&self, py: Python<'py>) -> Vec<Bound<'py, pyo3::types::PyBytes>> {
+        self.keys.iter().map(|k| key_bytes(py, *k)).collect()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Message(kind={:#x}, ns={}, status={}, request_id={}, stamp={}, sender={}, keys={})",
+            self.kind,
+            self.ns,
+            self.status,
+            self.request_id,
+            self.stamp,
+            self.sender,
+            self.keys.len()
+        )
+    }
+}
+
+/// A message to send: `kind` below 2**31 (the top bit marks responses).
+fn outgoing(py: Python<'_>, kind: u32, ns: u32, status: u32, stamp: u64, n_keys: usize) -> PyResult<Msg> {
+    if kind & KIND_RESPONSE != 0 {
+        return Err(raise(py, R::InvalidArgument, "kind must be below 2**31 (the top bit marks responses)"));
+    }
+    Ok(Msg { kind, ns, status, stamp, n_keys: n_keys as u32, ..Msg::default() })
 }
 
 /// An attached node: every cache operation. A context manager that detaches.
@@ -412,6 +483,84 @@ impl Node {
         let c = self.cache(py)?;
         let f = py.detach(|| c.check()).or_raise(py)?;
         Ok(f.iter().map(|x| x.to_string()).collect())
+    }
+
+    /// Sends a message of `kind` with `keys` to node `to`'s inbox, waiting
+    /// (up to the lock timeout) while it is full. `InvalidArgumentError`
+    /// (`BAD_NODE`) when `to` is not attached.
+    #[pyo3(signature = (to, kind, keys=None, *, ns=None, status=0, stamp=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &self,
+        py: Python<'_>,
+        to: u32,
+        kind: u32,
+        keys: Option<&Bound<'_, PyAny>>,
+        ns: Option<&Bound<'_, PyAny>>,
+        status: u32,
+        stamp: u64,
+    ) -> PyResult<()> {
+        let keys = keys.map(keys_of).transpose()?.unwrap_or_default();
+        let ns = ns.map(ns_of).transpose()?.unwrap_or(0);
+        let m = outgoing(py, kind, ns, status, stamp, keys.len())?;
+        let c = self.cache(py)?;
+        py.detach(|| c.send(to, &m, &keys)).or_raise(py)
+    }
+
+    /// The next message of this node's inbox, or None when none is there.
+    fn try_recv(&self, py: Python<'_>) -> PyResult<Option<Message>> {
+        let c = self.cache(py)?;
+        Ok(py.detach(|| c.try_recv()).or_raise(py)?.map(Message::of))
+    }
+
+    /// Waits up to `timeout_ms` for the next message; `TimedOutError` when
+    /// none came.
+    fn recv(&self, py: Python<'_>, timeout_ms: u64) -> PyResult<Message> {
+        let c = self.cache(py)?;
+        let t = Duration::from_millis(timeout_ms);
+        Ok(Message::of(py.detach(|| c.recv(t)).or_raise(py)?))
+    }
+
+    /// A request/response round trip: sends a message of `kind` to node `to`
+    /// and waits up to `timeout_ms` for the answer its owner gives with
+    /// `reply`. Messages arriving meanwhile stay queued for `recv`.
+    #[pyo3(signature = (to, kind, keys=None, *, ns=None, status=0, stamp=0, timeout_ms=1000))]
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        &self,
+        py: Python<'_>,
+        to: u32,
+        kind: u32,
+        keys: Option<&Bound<'_, PyAny>>,
+        ns: Option<&Bound<'_, PyAny>>,
+        status: u32,
+        stamp: u64,
+        timeout_ms: u64,
+    ) -> PyResult<Message> {
+        let keys = keys.map(keys_of).transpose()?.unwrap_or_default();
+        let ns = ns.map(ns_of).transpose()?.unwrap_or(0);
+        let m = outgoing(py, kind, ns, status, stamp, keys.len())?;
+        let c = self.cache(py)?;
+        let t = Duration::from_millis(timeout_ms);
+        Ok(Message::of(py.detach(|| c.call(to, &m, &keys, t)).or_raise(py)?))
+    }
+
+    /// Answers `request` (a message `recv` returned) with `status` and
+    /// `keys`.
+    #[pyo3(signature = (request, status, keys=None))]
+    fn reply(&self, py: Python<'_>, request: &Message, status: u32, keys: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let keys = keys.map(keys_of).transpose()?.unwrap_or_default();
+        let req = Msg {
+            kind: request.kind,
+            request_id: request.request_id,
+            ns: request.ns,
+            status: request.status,
+            stamp: request.stamp,
+            from: request.sender,
+            n_keys: 0,
+        };
+        let c = self.cache(py)?;
+        py.detach(|| c.reply(&req, status, &keys)).or_raise(py)
     }
 
     /// Registers the region with the CUDA driver for `device` (its primary

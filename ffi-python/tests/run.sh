@@ -24,9 +24,14 @@ if [ "$py_version" != "$want" ]; then
   exit 1
 fi
 echo "test result: ok. 1 passed; 0 failed (pip install ./ffi-python; cxlkv.__version__ $py_version)"
-(cd /tmp && "$venv/bin/python" -m mypy.stubtest cxlkv) &&
-  "$venv/bin/python" -m mypy --strict ffi-python/python/cxlkv &&
+stub_rc=0
+if (cd /tmp && "$venv/bin/python" -m mypy.stubtest cxlkv) &&
+  "$venv/bin/python" -m mypy --strict ffi-python/python/cxlkv; then
   echo "test result: ok. 1 passed; 0 failed (stub matches the module: mypy.stubtest, mypy --strict)"
+else
+  echo "stub check (mypy.stubtest, mypy --strict): 1 failed"
+  stub_rc=1
+fi
 cd ffi-python
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -41,6 +46,7 @@ if [ "$rc" -eq 0 ]; then
 else
   echo "pytest: $((failed > 0 ? failed : 1)) failed (exit $rc)"
 fi
+[ "$stub_rc" -eq 0 ] || rc=1
 # The Python bench, small (a smoke run: it prints numbers, it passes when it
 # runs and every read returned the right bytes).
 cd ..

@@ -253,3 +253,35 @@ def test_threads_share_a_node_with_the_gil_released(node: cxlkv.Node, ns: cxlkv.
         th.join(60)
     assert not errors and not any(th.is_alive() for th in threads)
     assert node.stats()["live_blocks"] == 200
+
+
+def test_inbox_send_recv_call_reply(region: cxlkv.Region, local_dir: str, ns: cxlkv.Namespace) -> None:
+    import threading
+
+    with region.attach(local_dir=local_dir) as a, region.attach(local_dir=local_dir) as b:
+        assert b.try_recv() is None
+        a.send(b.id, 7, [1, b"\x02" * 16], ns=ns, status=3, stamp=99)
+        m = b.recv(5000)
+        assert (m.kind, m.ns, m.status, m.stamp, m.sender) == (7, ns.id, 3, 99, a.id)
+        assert m.keys == [(1).to_bytes(16, "little"), b"\x02" * 16]
+        assert "kind=0x7" in repr(m)
+        with pytest.raises(cxlkv.TimedOutError) as e:
+            b.recv(10)
+        assert e.value.code == Result.TIMEOUT
+        with pytest.raises(cxlkv.InvalidArgumentError):
+            a.send(b.id, 1 << 31)
+        with pytest.raises(cxlkv.CxlkvError) as e:
+            a.send(63, 1)
+        assert e.value.code == Result.BAD_NODE
+
+        def server() -> None:
+            req = b.recv(10_000)
+            b.reply(req, req.status + 1, [req.stamp])
+
+        t = threading.Thread(target=server)
+        t.start()
+        ans = a.call(b.id, 5, [9], status=41, stamp=1234, timeout_ms=10_000)
+        t.join(30)
+        assert not t.is_alive()
+        assert ans.status == 42 and ans.kind == 5 | (1 << 31) and ans.sender == b.id
+        assert ans.keys == [(1234).to_bytes(16, "little")] and ans.request_id != 0

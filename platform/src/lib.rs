@@ -33,3 +33,16 @@ pub use map::{Mapping, Populate, Source};
 pub use node::{Node, Options, Stats, KIND_RESPONSE};
 pub use region::Region;
 pub use user::ReserveRefused;
+
+/// The protocol's values a binding passes in and gets back, defined by core:
+/// keys, namespaces and the chained-key hash, block handles and batch items,
+/// capacities, messages, reports. A binding names them from here and needs
+/// no other dependency than platform.
+pub mod kv {
+    pub use cxlkv_core::channel::Message;
+    pub use cxlkv_core::hash::{chain_keys, Key, Namespace};
+    pub use cxlkv_core::index::{EvictReport, Handle, Lru, ReserveItem};
+    pub use cxlkv_core::layout::{Capacities, NodeStats, KEYS_PER_SLOT};
+    pub use cxlkv_core::recover::RecoverReport;
+    pub use cxlkv_core::{Error as CoreError, Result as CoreResult};
+}
