@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check and test of cxlkv. Installs what it needs (Rust targets,
-# a Python virtual environment in .venv with maturin and the test tools).
+# a Python virtual environment in .venv with maturin and the test tools, the
+# Node package's build tool from its lockfile).
 # Usage: ./test.sh
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -70,6 +71,11 @@ ffi-c/tests/run.sh 2>&1 | tee -a "$log"
 
 step "Python package: pip install ./ffi-python in .venv, stubtest, pytest (strict)"
 ffi-python/tests/run.sh 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+
+step "Node package: npm ci, npm run build (napi), generated files, node --test (with a Python peer), bench smoke"
+# After the Python step: the Node tests talk to a Python peer from .venv.
+CXLKV_PYTHON="$PWD/.venv/bin/python" ffi-node/test/run.sh 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 
 step "hostile peer under AddressSanitizer"

@@ -1,0 +1,426 @@
+/* The typings of the `cxlkv` addon, written by `napi build` from ffi-node/src
+   (this header: ffi-node/header.d.ts). Do not edit: regenerate. */
+
+/** A key: its 16 bytes (low half first) in a Buffer or Uint8Array, or a bigint below 2**128. */
+export type Key = Uint8Array | bigint
+/** Keys: an array of keys, or one buffer holding 16-byte keys back to back. */
+export type Keys = Key[] | Uint8Array
+/** Bytes to copy from or into: a Buffer, any typed array, a DataView or an ArrayBuffer. */
+export type Bytes = ArrayBufferView | ArrayBuffer
+
+/**
+ * Which binding artifact the generated loader actually loaded: `'native'` for
+ * a native addon, otherwise the `platformArchABI` of the WASI flavor. Every
+ * flavor napi-rs can build is listed, because `NAPI_RS_NATIVE_LIBRARY_PATH`
+ * can point the loader at a WASI artifact this package does not build itself.
+ */
+export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
+
+/** An attached node: every cache operation. */
+export declare class Node {
+  /** This node's id (its slot in the node table). */
+  get id(): number
+  /** True once detached. */
+  get closed(): boolean
+  /** Length of the longest prefix of `keys` whose blocks are stored. */
+  lookup(ns: number, keys: Keys): number
+  /** The longest stored prefix of `keys` and whether each key is stored. */
+  presence(ns: number, keys: Keys): Presence
+  /** Whether `key` is stored. */
+  exists(ns: number, key: Key): boolean
+  /**
+   * Pins the stored blocks of `keys` for zero-copy reads: a `Pinned`
+   * whose `view(i)` is key `i`'s payload, or `null` when it is not
+   * stored. Release it when done.
+   */
+  acquire(ns: number, keys: Keys): Pinned
+  /**
+   * Reserves writable blocks: `sizes` is one size for every key or one
+   * per key. When any key cannot be reserved none is, and the error names
+   * the key (`EXISTS` when it is stored already). Fill the views, then
+   * `publish()` (or `abort()`).
+   */
+  reserve(ns: number, keys: Keys, sizes: number | number[], tokens?: number): Reservation
+  /**
+   * Stores blocks by copying: `buffers[i]` (a buffer, or an array of
+   * buffers stored one after the other) becomes key `i`'s payload.
+   * Returns a result name per key: `"OK"`, `"EXISTS"` (stored already;
+   * nothing written), or why it failed.
+   */
+  put(ns: number, keys: Keys, buffers: Array<Bytes | Bytes[]>, tokens?: number): Array<string>
+  /** `put` off the event loop. Leave the buffers alone until it settled. */
+  putAsync(ns: number, keys: Keys, buffers: Array<Bytes | Bytes[]>, tokens?: number): Promise<string[]>
+  /**
+   * Copies stored blocks into existing buffers: `buffers[i]` (a buffer, or
+   * an array filled in order) receives key `i`'s payload. Returns a
+   * `GetResult` per key.
+   */
+  get(ns: number, keys: Keys, buffers: Array<Bytes | Bytes[]>): Array<GetResult>
+  /** `get` off the event loop. Leave the buffers alone until it settled. */
+  getAsync(ns: number, keys: Keys, buffers: Array<Bytes | Bytes[]>): Promise<GetResult[]>
+  /**
+   * Evicts least-recently-used unpinned blocks until `nbytes` of payload
+   * are freed or none is left.
+   */
+  evict(nbytes: number): Evicted
+  /** Counters of this node and of every node, liveness and occupancy. */
+  stats(): Stats
+  /** Recovers the region after nodes died (normally automatic). */
+  recover(): Recovered
+  /** `recover` off the event loop. */
+  recoverAsync(): Promise<Recovered>
+  /**
+   * Every invariant of the region, checked: the findings (empty when
+   * clean). Exact on a quiescent region; on a live one, changes in
+   * flight can show up as findings.
+   */
+  check(): Array<string>
+  /** `check` off the event loop. */
+  checkAsync(): Promise<string[]>
+  /**
+   * Sends `message` to node `to`'s inbox, waiting (up to the lock
+   * timeout) while it is full. `BAD_NODE` when `to` is not attached.
+   */
+  send(to: number, message: Outgoing): void
+  /** The next message of this node's inbox, or `null` when none is there. */
+  tryRecv(): Message | null
+  /**
+   * Waits up to `timeoutMs` for the next message; `TIMEOUT` when none
+   * came. Blocks the event loop: prefer `recvAsync`.
+   */
+  recv(timeoutMs: number): Message
+  /** `recv` off the event loop (a libuv pool thread waits). */
+  recvAsync(timeoutMs: number): Promise<Message>
+  /**
+   * A request/response round trip: sends `message` to node `to` and waits
+   * up to `timeoutMs` for the answer its owner gives with `reply`.
+   * Messages arriving meanwhile stay queued for `recv`.
+   */
+  call(to: number, message: Outgoing, timeoutMs: number): Message
+  /** `call` off the event loop. */
+  callAsync(to: number, message: Outgoing, timeoutMs: number): Promise<Message>
+  /**
+   * Answers `request` (a message `recv` returned) with `status` and
+   * `keys`.
+   */
+  reply(request: Message, status: number, keys?: Keys): void
+  /**
+   * Detaches: drops this node's pins and reservations and frees its slot.
+   * `BUSY` while a `Pinned` or `Reservation` of it is unreleased (or an
+   * async call is running). Detaching twice does nothing.
+   */
+  detach(): void
+}
+
+/**
+ * Blocks pinned by `Node.acquire`: `view(i)` is an `ArrayBuffer` over key
+ * `i`'s payload in the region (no copy), `null` when the key is not stored.
+ * Pinned blocks are never evicted or changed. Do not write to a view: it is
+ * the stored block every reader sees. `release()` drops the pins and
+ * detaches every view (their length becomes 0).
+ */
+export declare class Pinned {
+  /** How many keys were asked for. */
+  get length(): number
+  /** How many of the keys were found and pinned. */
+  get found(): number
+  /** The key of each pinned block (`null` where not found). */
+  get keys(): Array<Buffer | undefined | null>
+  /** The region offset of each block's payload (`null` where not found). */
+  get offsets(): Array<number | undefined | null>
+  /** True once released. */
+  get released(): boolean
+  /** The zero-copy view of block `i` (`null` when key `i` is not stored). */
+  view(i: number): ArrayBuffer | null
+  /** Every block's view, in key order. */
+  views(): Array<ArrayBuffer | null>
+  /**
+   * Drops the pins after detaching every view. `STALE_HANDLE` the second
+   * time.
+   */
+  release(): void
+}
+
+/**
+ * A mapped region: a file, /dev/shm, hugetlbfs, a device-DAX device, or an
+ * anonymous memfd. Closing it leaves nodes attached through it working.
+ */
+export declare class Region {
+  /**
+   * Creates a region file of `size` bytes at `path` (owner-only), not yet
+   * formatted. An existing file is refused unless `overwrite`. A
+   * device-DAX path (/dev/daxX.Y) is opened instead.
+   */
+  static create(path: string, size: number, options?: CreateOptions): Region
+  /**
+   * Maps the existing region at `path` (file, /dev/shm, hugetlbfs or
+   * /dev/daxX.Y).
+   */
+  static open(path: string): Region
+  /**
+   * An anonymous shared region of `size` bytes (on 2 MiB huge pages with
+   * `hugetlb`), private to this process (Node cannot fork).
+   */
+  static memfd(size: number, options?: MemfdOptions): Region
+  /**
+   * Formats the region, erasing it. `BUSY` while a node of this process
+   * is attached to it.
+   */
+  format(options?: FormatOptions): void
+  /** Attaches a node (starting its heartbeat and lock-manager thread). */
+  attach(options?: AttachOptions): Node
+  /** `attach` off the event loop. */
+  attachAsync(options?: AttachOptions): Promise<Node>
+  /** The mapped size in bytes. */
+  get size(): number
+  /** True once closed. */
+  get closed(): boolean
+  /** Closes this handle (nodes attached through it keep the mapping). */
+  close(): void
+}
+
+/**
+ * Blocks reserved by `Node.reserve`: `view(i)` is a writable `ArrayBuffer`
+ * over key `i`'s payload in the region. `publish()` makes every block
+ * visible to every node at once; `abort()` frees them. Both detach the
+ * views.
+ */
+export declare class Reservation {
+  /** How many blocks are reserved. */
+  get length(): number
+  /** The key of each block. */
+  get keys(): Array<Buffer | undefined | null>
+  /** The region offset of each block's payload. */
+  get offsets(): Array<number | undefined | null>
+  /** True once published or aborted. */
+  get done(): boolean
+  /**
+   * The writable zero-copy view of block `i`. `UNSUPPORTED` where the
+   * runtime refuses external buffers.
+   */
+  view(i: number): ArrayBuffer
+  /** Every block's view, in key order. */
+  views(): Array<ArrayBuffer>
+  /**
+   * Detaches the views, flushes every payload and publishes the blocks;
+   * returns a result name per block (`"OK"`, or why it failed).
+   */
+  publish(): Array<string>
+  /**
+   * Detaches the views and abandons the blocks: their space is freed, the
+   * keys can be reserved again.
+   */
+  abort(): void
+}
+
+/** Options of `Region.attach`. */
+export interface AttachOptions {
+  /** Node id to claim (default: the first free one). */
+  nodeId?: number
+  /** Cache maintenance (default: this machine's). */
+  flushMode?: string
+  /** A heartbeat silent this long means dead (default 2000). */
+  leaseMs?: number
+  /** Give up waiting for a lock after this long (default 60000). */
+  lockTimeoutMs?: number
+  /** Wait after claiming the manager role before granting (default 50). */
+  settleMs?: number
+  /** Recover automatically when a node is declared dead (default true). */
+  autoRecover?: boolean
+  /** Directory of the host-local lock file (default /dev/shm). */
+  localDir?: string
+}
+
+/**
+ * Chained 128-bit block keys of `tokens`: key `i` covers tokens
+ * `0 .. (i+1)*blockTokens`, derived from key `i-1` (or `parent`). A partial
+ * last block gets no key. Equal prefixes give equal chains in every
+ * process and language (C, Python, Node).
+ */
+export declare function chainKeys(tokens: Uint32Array | number[], blockTokens: number, parent?: Key): Array<Buffer>
+
+/**
+ * Every result code by name (`OK`: 1000, `EXISTS`: ...), as in C (where
+ * each is `CXLKV_RESULT_<NAME>`); an error's `code` is one of the names,
+ * its `result` the number.
+ */
+export declare function codes(): Record<string, number>
+
+/** One node's counters (or every node's, summed). */
+export interface Counters {
+  /** Keys found by gets and acquires. */
+  hits: number
+  /** Keys not found. */
+  misses: number
+  /** Blocks published. */
+  inserts: number
+  /** Stores refused because the key was stored already. */
+  exists: number
+  /** Blocks this node evicted. */
+  evictions: number
+  /** Payload bytes written. */
+  bytesWritten: number
+  /** Payload bytes read. */
+  bytesRead: number
+}
+
+/** Options of `Region.create`. */
+export interface CreateOptions {
+  /** Replace an existing file (default false: an existing file is refused). */
+  overwrite?: boolean
+}
+
+/** What `evict` freed. */
+export interface Evicted {
+  /** Blocks evicted. */
+  blocks: number
+  /** Their payload bytes. */
+  bytes: number
+}
+
+/** Options of `Region.format`: capacities left out keep their defaults. */
+export interface FormatOptions {
+  /** `"default"`, `"coherent"`, `"clflush"`, `"clflushopt"`, `"clwb"`, ... */
+  flushMode?: string
+  /** Most nodes attached at once (at most 64). */
+  maxNodes?: number
+  /** Index stripes (each with its own lock). */
+  nStripes?: number
+  /** Entries per stripe. */
+  entriesPerStripe?: number
+  /** Named roots. */
+  nRoots?: number
+  /** Pin slots per node. */
+  pinSlots?: number
+  /** log2 of the allocator's chunk size. */
+  chunkShift?: number
+  /** Inbox slots per node. */
+  inboxSlots?: number
+  /** Application locks. */
+  appLocks?: number
+}
+
+/** The outcome of one item of a `get`. */
+export interface GetResult {
+  /**
+   * `"OK"` (the first `length` bytes were filled), `"NOT_FOUND"`, or
+   * `"TOO_LARGE"` (the buffers are shorter than the payload: `length`
+   * says what is needed; nothing was copied).
+   */
+  result: string
+  /** The payload's length in bytes. */
+  length: number
+}
+
+/** Options of `Region.memfd`. */
+export interface MemfdOptions {
+  /** Back the region with 2 MiB huge pages. */
+  hugetlb?: boolean
+}
+
+/** An inbox message as received. */
+export interface Message {
+  /** Application-defined kind; bit 31 marks a response to `call`. */
+  kind: number
+  /** Namespace of the keys. */
+  ns: number
+  /** Application-defined status (e.g. of a response). */
+  status: number
+  /** Request id (set by `call`; a reply carries the request's). */
+  requestId: bigint
+  /** Application-defined stamp (e.g. a send time). */
+  stamp: bigint
+  /** The sender's node id. */
+  from: number
+  /** The keys the message carries (16-byte Buffers). */
+  keys: Array<Buffer>
+}
+
+/** What makes two blocks interchangeable: `namespaceId`'s fields. */
+export interface NamespaceFields {
+  /** The model's name (or bytes). */
+  model: string | Uint8Array
+  /** KV layout id. */
+  kvLayout?: number
+  /** Data type id. */
+  dtype?: number
+  /** Tensor-parallel rank. */
+  tpRank?: number
+  /** Tensor-parallel size. */
+  tpSize?: number
+  /** Pipeline-parallel rank. */
+  ppRank?: number
+  /** Tokens per block. */
+  blockTokens?: number
+  /** Anything else (a salt, a LoRA id). */
+  extra?: number | bigint
+}
+
+/**
+ * The 32-bit id of a namespace: a hash of every field; the same id as C's
+ * `cxlkv_namespace_id` and Python's `namespace_id` for the same fields.
+ */
+export declare function namespaceId(fields: NamespaceFields): number
+
+/** A message to send: `kind` is required, the rest default to 0 / none. */
+export interface Outgoing {
+  /** Application-defined kind, below 2**31. */
+  kind: number
+  /** Namespace of the keys. */
+  ns?: number
+  /** Application-defined status. */
+  status?: number
+  /** Application-defined stamp. */
+  stamp?: bigint
+  /** The keys to carry (16-byte Buffers or bigints). */
+  keys?: Keys
+}
+
+/** Whether each key is stored, and the longest stored prefix. */
+export interface Presence {
+  /** Length of the longest prefix of the keys whose blocks are stored. */
+  prefix: number
+  /** Per key: stored or not. */
+  present: Array<boolean>
+}
+
+/** What a recovery did. */
+export interface Recovered {
+  /** Dead nodes whose slots were freed. */
+  nodesFreed: number
+  /** Pins of dead nodes dropped. */
+  pinsDropped: number
+  /** Unpublished writes of dead nodes aborted. */
+  writesAborted: number
+  /** Index entries dropped. */
+  entriesDropped: number
+  /** Blocks whose space was reclaimed. */
+  blocksReclaimed: number
+  /** Allocator chunks reclaimed. */
+  chunksReclaimed: number
+  /** Locks repaired. */
+  locksRepaired: number
+}
+
+/** A snapshot of a node's and its region's counters. */
+export interface Stats {
+  /** This node's counters. */
+  node: Counters
+  /** Every attached or dead node's counters, summed. */
+  total: Counters
+  /** Attached nodes, a bit per node id. */
+  aliveMask: bigint
+  /** Nodes declared dead whose recovery is pending. */
+  deadMask: bigint
+  /** Published blocks. */
+  liveBlocks: number
+  /** Their payload bytes. */
+  liveBytes: number
+  /** Payload capacity of the region. */
+  capacityBytes: number
+  /** Blocks evicted since the region was formatted, by any node. */
+  evictions: number
+}
+
+/** The package's version. */
+export declare function version(): string

@@ -1,0 +1,866 @@
+//! Regions (map, format, attach) and attached nodes: every cache call.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use napi::bindgen_prelude::{AsyncTask, BigInt, Buffer};
+use napi::{Env, Unknown};
+use napi_derive::napi;
+
+use cxlkv_platform::kv::{
+    Capacities, CoreError, CoreResult, Key, Lru, Message as Msg, NodeStats, RecoverReport, ReserveItem,
+};
+use cxlkv_platform::{
+    Code, FlushMode, GetItem, Node as Attached, Options, PutItem, Region as Mapped, ReserveRefused, KIND_RESPONSE,
+};
+
+use crate::args::{
+    self, absent, disjoint, elements, key_of, keys_of, ns_of, parts_of, u32_of, u64_of, At, Bytes, Opts,
+};
+use crate::blocks::{Pinned, Reservation};
+use crate::error::{coded, item, range_error, Failure, OrThrow};
+use crate::tasks::{Held, Job};
+
+/// An async call: its Promise settles with `J`, made from the work's `T`.
+pub type Pending<T, J> = AsyncTask<Job<T, J>>;
+/// Per item of a `put`: its result.
+type Stored = Vec<CoreResult<()>>;
+/// Per item of a `get`: its result and the payload's length.
+type Fetched = Vec<(CoreResult<()>, u64)>;
+/// A received message and its keys.
+type Received = (Msg, Vec<Key>);
+
+fn mode_of(env: &Env, s: Option<String>) -> napi::Result<FlushMode> {
+    match s.as_deref() {
+        None | Some("default") => Ok(FlushMode::default_for_arch()),
+        Some(m) => FlushMode::from_str(m).map_err(|e| range_error(env, &format!("flushMode: {e}"))),
+    }
+}
+
+/// Options of `Region.create`.
+#[napi(object)]
+#[allow(dead_code)] // declares the TypeScript type; `Opts` reads the values
+pub struct CreateOptions {
+    /// Replace an existing file (default false: an existing file is refused).
+    pub overwrite: Option<bool>,
+}
+
+/// Options of `Region.memfd`.
+#[napi(object)]
+#[allow(dead_code)] // declares the TypeScript type; `Opts` reads the values
+pub struct MemfdOptions {
+    /// Back the region with 2 MiB huge pages.
+    pub hugetlb: Option<bool>,
+}
+
+/// Options of `Region.format`: capacities left out keep their defaults.
+#[napi(object)]
+#[allow(dead_code)] // declares the TypeScript type; `Opts` reads the values
+pub struct FormatOptions {
+    /// `"default"`, `"coherent"`, `"clflush"`, `"clflushopt"`, `"clwb"`, ...
+    pub flush_mode: Option<String>,
+    /// Most nodes attached at once (at most 64).
+    pub max_nodes: Option<u32>,
+    /// Index stripes (each with its own lock).
+    pub n_stripes: Option<u32>,
+    /// Entries per stripe.
+    pub entries_per_stripe: Option<u32>,
+    /// Named roots.
+    pub n_roots: Option<u32>,
+    /// Pin slots per node.
+    pub pin_slots: Option<u32>,
+    /// log2 of the allocator's chunk size.
+    pub chunk_shift: Option<u32>,
+    /// Inbox slots per node.
+    pub inbox_slots: Option<u32>,
+    /// Application locks.
+    pub app_locks: Option<u32>,
+}
+
+/// Options of `Region.attach`.
+#[napi(object)]
+#[allow(dead_code)] // declares the TypeScript type; `Opts` reads the values
+pub struct AttachOptions {
+    /// Node id to claim (default: the first free one).
+    pub node_id: Option<u32>,
+    /// Cache maintenance (default: this machine's).
+    pub flush_mode: Option<String>,
+    /// A heartbeat silent this long means dead (default 2000).
+    pub lease_ms: Option<u32>,
+    /// Give up waiting for a lock after this long (default 60000).
+    pub lock_timeout_ms: Option<u32>,
+    /// Wait after claiming the manager role before granting (default 50).
+    pub settle_ms: Option<u32>,
+    /// Recover automatically when a node is declared dead (default true).
+    pub auto_recover: Option<bool>,
+    /// Directory of the host-local lock file (default /dev/shm).
+    pub local_dir: Option<String>,
+}
+
+const FORMAT_FIELDS: &[&str] = &[
+    "flushMode",
+    "maxNodes",
+    "nStripes",
+    "entriesPerStripe",
+    "nRoots",
+    "pinSlots",
+    "chunkShift",
+    "inboxSlots",
+    "appLocks",
+];
+const ATTACH_FIELDS: &[&str] =
+    &["nodeId", "flushMode", "leaseMs", "lockTimeoutMs", "settleMs", "autoRecover", "localDir"];
+
+fn attach_options(env: &Env, opts: &Unknown<'_>) -> napi::Result<Options> {
+    let o = Opts::of(env, opts, "options", ATTACH_FIELDS)?;
+    let d = Options::default();
+    let ms = |name: &str, dflt: Duration| -> napi::Result<Duration> {
+        Ok(o.u64(name)?.map(Duration::from_millis).unwrap_or(dflt))
+    };
+    let opts = Options {
+        node: o.u32("nodeId")?,
+        mode: mode_of(env, o.string("flushMode")?)?,
+        lease: ms("leaseMs", d.lease)?,
+        lock_timeout: ms("lockTimeoutMs", d.lock_timeout)?,
+        settle: ms("settleMs", d.settle)?,
+        auto_recover: o.bool("autoRecover")?.unwrap_or(d.auto_recover),
+        local_dir: o.string("localDir")?.map(PathBuf::from).unwrap_or(d.local_dir.clone()),
+        ..d
+    };
+    opts.validate().map_err(|_| range_error(env, "options: leaseMs and lockTimeoutMs must be positive"))?;
+    Ok(opts)
+}
+
+/// A mapped region: a file, /dev/shm, hugetlbfs, a device-DAX device, or an
+/// anonymous memfd. Closing it leaves nodes attached through it working.
+#[napi]
+pub struct Region {
+    map: Mutex<Option<Mapped>>,
+}
+
+impl Region {
+    fn new(m: Mapped) -> Region {
+        Region { map: Mutex::new(Some(m)) }
+    }
+
+    fn mapping(&self, env: &Env) -> napi::Result<Mapped> {
+        let m = self.map.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        m.ok_or_else(|| coded(env, Code::InvalidHandle, "the region is closed"))
+    }
+}
+
+#[napi]
+impl Region {
+    /// Creates a region file of `size` bytes at `path` (owner-only), not yet
+    /// formatted. An existing file is refused unless `overwrite`. A
+    /// device-DAX path (/dev/daxX.Y) is opened instead.
+    #[napi(factory, catch_unwind, ts_args_type = "path: string, size: number, options?: CreateOptions")]
+    pub fn create(env: Env, path: Unknown<'_>, size: Unknown<'_>, options: Unknown<'_>) -> napi::Result<Region> {
+        let path = args::string_of(&env, &path, "path")?;
+        let size = u64_of(&env, &size, "size")?;
+        let overwrite = Opts::of(&env, &options, "options", &["overwrite"])?.bool("overwrite")?.unwrap_or(false);
+        let m = Mapped::create(path.as_ref(), size, overwrite).or_throw(&env)?;
+        Ok(Region::new(m))
+    }
+
+    /// Maps the existing region at `path` (file, /dev/shm, hugetlbfs or
+    /// /dev/daxX.Y).
+    #[napi(factory, catch_unwind, ts_args_type = "path: string")]
+    pub fn open(env: Env, path: Unknown<'_>) -> napi::Result<Region> {
+        let path = args::string_of(&env, &path, "path")?;
+        let m = Mapped::open(path.as_ref()).or_throw(&env)?;
+        Ok(Region::new(m))
+    }
+
+    /// An anonymous shared region of `size` bytes (on 2 MiB huge pages with
+    /// `hugetlb`), private to this process (Node cannot fork).
+    #[napi(factory, catch_unwind, ts_args_type = "size: number, options?: MemfdOptions")]
+    pub fn memfd(env: Env, size: Unknown<'_>, options: Unknown<'_>) -> napi::Result<Region> {
+        let size = u64_of(&env, &size, "size")?;
+        let hugetlb = Opts::of(&env, &options, "options", &["hugetlb"])?.bool("hugetlb")?.unwrap_or(false);
+        let m = Mapped::memfd(size, hugetlb).or_throw(&env)?;
+        Ok(Region::new(m))
+    }
+
+    /// Formats the region, erasing it. `BUSY` while a node of this process
+    /// is attached to it.
+    #[napi(catch_unwind, ts_args_type = "options?: FormatOptions")]
+    pub fn format(&self, env: Env, options: Unknown<'_>) -> napi::Result<()> {
+        let map = self.mapping(&env)?;
+        let o = Opts::of(&env, &options, "options", FORMAT_FIELDS)?;
+        let d = Capacities::default();
+        let caps = Capacities {
+            max_nodes: o.u32("maxNodes")?.unwrap_or(d.max_nodes),
+            n_stripes: o.u32("nStripes")?.unwrap_or(d.n_stripes),
+            entries_per_stripe: o.u32("entriesPerStripe")?.unwrap_or(d.entries_per_stripe),
+            n_roots: o.u32("nRoots")?.unwrap_or(d.n_roots),
+            pin_slots: o.u32("pinSlots")?.unwrap_or(d.pin_slots),
+            chunk_shift: o.u32("chunkShift")?.unwrap_or(d.chunk_shift),
+            inbox_slots: o.u32("inboxSlots")?.unwrap_or(d.inbox_slots),
+            app_locks: o.u32("appLocks")?.unwrap_or(d.app_locks),
+        };
+        let mode = mode_of(&env, o.string("flushMode")?)?;
+        if map.in_use() {
+            return Err(coded(&env, Code::Busy, "a node of this process is attached to the region"));
+        }
+        map.format(caps, mode).or_throw(&env)?;
+        Ok(())
+    }
+
+    /// Attaches a node (starting its heartbeat and lock-manager thread).
+    #[napi(catch_unwind, ts_args_type = "options?: AttachOptions")]
+    pub fn attach(&self, env: Env, options: Unknown<'_>) -> napi::Result<Node> {
+        let map = self.mapping(&env)?;
+        let opts = attach_options(&env, &options)?;
+        let node = map.attach(opts).or_throw(&env)?;
+        Ok(Node::new(node))
+    }
+
+    /// `attach` off the event loop.
+    #[napi(catch_unwind, ts_args_type = "options?: AttachOptions", ts_return_type = "Promise<Node>")]
+    pub fn attach_async(&self, env: Env, options: Unknown<'_>) -> napi::Result<Pending<Attached, Node>> {
+        let map = self.mapping(&env)?;
+        let opts = attach_options(&env, &options)?;
+        Ok(AsyncTask::new(Job::new(move || Ok(map.attach(opts)?), |_, n| Ok(Node::new(n)))))
+    }
+
+    /// The mapped size in bytes.
+    #[napi(getter, catch_unwind)]
+    pub fn size(&self, env: Env) -> napi::Result<f64> {
+        Ok(self.mapping(&env)?.len() as f64)
+    }
+
+    /// True once closed.
+    #[napi(getter, catch_unwind)]
+    pub fn closed(&self) -> bool {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+    }
+
+    /// Closes this handle (nodes attached through it keep the mapping).
+    #[napi(catch_unwind)]
+    pub fn close(&self) {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+/// Whether each key is stored, and the longest stored prefix.
+#[napi(object)]
+pub struct Presence {
+    /// Length of the longest prefix of the keys whose blocks are stored.
+    pub prefix: u32,
+    /// Per key: stored or not.
+    pub present: Vec<bool>,
+}
+
+/// The outcome of one item of a `get`.
+#[napi(object)]
+pub struct GetResult {
+    /// `"OK"` (the first `length` bytes were filled), `"NOT_FOUND"`, or
+    /// `"TOO_LARGE"` (the buffers are shorter than the payload: `length`
+    /// says what is needed; nothing was copied).
+    pub result: String,
+    /// The payload's length in bytes.
+    pub length: f64,
+}
+
+/// What `evict` freed.
+#[napi(object)]
+pub struct Evicted {
+    /// Blocks evicted.
+    pub blocks: f64,
+    /// Their payload bytes.
+    pub bytes: f64,
+}
+
+/// One node's counters (or every node's, summed).
+#[napi(object)]
+pub struct Counters {
+    /// Keys found by gets and acquires.
+    pub hits: f64,
+    /// Keys not found.
+    pub misses: f64,
+    /// Blocks published.
+    pub inserts: f64,
+    /// Stores refused because the key was stored already.
+    pub exists: f64,
+    /// Blocks this node evicted.
+    pub evictions: f64,
+    /// Payload bytes written.
+    pub bytes_written: f64,
+    /// Payload bytes read.
+    pub bytes_read: f64,
+}
+
+fn counters(n: NodeStats) -> Counters {
+    Counters {
+        hits: n.hits as f64,
+        misses: n.misses as f64,
+        inserts: n.inserts as f64,
+        exists: n.exists as f64,
+        evictions: n.evictions as f64,
+        bytes_written: n.bytes_written as f64,
+        bytes_read: n.bytes_read as f64,
+    }
+}
+
+/// A snapshot of a node's and its region's counters.
+#[napi(object)]
+pub struct Stats {
+    /// This node's counters.
+    pub node: Counters,
+    /// Every attached or dead node's counters, summed.
+    pub total: Counters,
+    /// Attached nodes, a bit per node id.
+    pub alive_mask: BigInt,
+    /// Nodes declared dead whose recovery is pending.
+    pub dead_mask: BigInt,
+    /// Published blocks.
+    pub live_blocks: f64,
+    /// Their payload bytes.
+    pub live_bytes: f64,
+    /// Payload capacity of the region.
+    pub capacity_bytes: f64,
+    /// Blocks evicted since the region was formatted, by any node.
+    pub evictions: f64,
+}
+
+/// What a recovery did.
+#[napi(object)]
+pub struct Recovered {
+    /// Dead nodes whose slots were freed.
+    pub nodes_freed: f64,
+    /// Pins of dead nodes dropped.
+    pub pins_dropped: f64,
+    /// Unpublished writes of dead nodes aborted.
+    pub writes_aborted: f64,
+    /// Index entries dropped.
+    pub entries_dropped: f64,
+    /// Blocks whose space was reclaimed.
+    pub blocks_reclaimed: f64,
+    /// Allocator chunks reclaimed.
+    pub chunks_reclaimed: f64,
+    /// Locks repaired.
+    pub locks_repaired: f64,
+}
+
+/// An inbox message as received.
+#[napi(object)]
+pub struct Message {
+    /// Application-defined kind; bit 31 marks a response to `call`.
+    pub kind: u32,
+    /// Namespace of the keys.
+    pub ns: u32,
+    /// Application-defined status (e.g. of a response).
+    pub status: u32,
+    /// Request id (set by `call`; a reply carries the request's).
+    pub request_id: BigInt,
+    /// Application-defined stamp (e.g. a send time).
+    pub stamp: BigInt,
+    /// The sender's node id.
+    pub from: u32,
+    /// The keys the message carries (16-byte Buffers).
+    pub keys: Vec<Buffer>,
+}
+
+/// A message to send: `kind` is required, the rest default to 0 / none.
+#[napi(object)]
+#[allow(dead_code)] // declares the TypeScript type; `Opts` reads the values
+pub struct Outgoing {
+    /// Application-defined kind, below 2**31.
+    pub kind: u32,
+    /// Namespace of the keys.
+    pub ns: Option<u32>,
+    /// Application-defined status.
+    pub status: Option<u32>,
+    /// Application-defined stamp.
+    pub stamp: Option<BigInt>,
+    /// The keys to carry (16-byte Buffers or bigints).
+    #[napi(ts_type = "Keys")]
+    pub keys: Option<Vec<Buffer>>,
+}
+
+const MESSAGE_FIELDS: &[&str] = &["kind", "ns", "status", "requestId", "stamp", "from", "keys"];
+
+/// A message and its keys from an object (`Outgoing`, or a received
+/// `Message` for `reply`).
+fn message_of(env: &Env, v: &Unknown<'_>, what: &'static str) -> napi::Result<(Msg, Vec<Key>)> {
+    if absent(v) {
+        return Err(crate::error::type_error(env, &format!("{what} must be a message object")));
+    }
+    let o = Opts::of(env, v, what, MESSAGE_FIELDS)?;
+    let kind = o.u32("kind")?.ok_or_else(|| crate::error::type_error(env, &format!("{what}.kind is required")))?;
+    let keys = match o.value("keys")? {
+        Some(k) => keys_of(env, &k, format_args!("{what}.keys"))?,
+        None => Vec::new(),
+    };
+    let m = Msg {
+        kind,
+        request_id: o.u64("requestId")?.unwrap_or(0),
+        ns: o.u32("ns")?.unwrap_or(0),
+        status: o.u32("status")?.unwrap_or(0),
+        stamp: o.u64("stamp")?.unwrap_or(0),
+        from: o.u32("from")?.unwrap_or(0),
+        n_keys: keys.len() as u32,
+    };
+    Ok((m, keys))
+}
+
+fn to_js(m: Received) -> Message {
+    let (m, keys) = m;
+    Message {
+        kind: m.kind,
+        ns: m.ns,
+        status: m.status,
+        request_id: BigInt::from(m.request_id),
+        stamp: BigInt::from(m.stamp),
+        from: m.from,
+        keys: keys.iter().map(|k| Buffer::from(k.to_bytes().to_vec())).collect(),
+    }
+}
+
+fn timeout_of(env: &Env, v: &Unknown<'_>) -> napi::Result<Duration> {
+    Ok(Duration::from_millis(u64_of(env, v, "timeoutMs")?))
+}
+
+/// The buffers of a `put` or `get`: per item, its ranges; and the values,
+/// held for an async call.
+struct Items {
+    keys: Vec<Key>,
+    ranges: Vec<Vec<Bytes>>,
+}
+
+// SAFETY: the ranges point into JavaScript buffers that the call holds (a
+// sync call by running, an async one by strong references until it
+// settled); only the one thread running the copy touches them.
+unsafe impl Send for Items {}
+
+fn items_of(env: &Env, keys: &Unknown<'_>, data: &Unknown<'_>, held: Option<&mut Held>) -> napi::Result<Items> {
+    let keys = keys_of(env, keys, "keys")?;
+    let data = elements(env, data, "buffers")?;
+    if data.len() != keys.len() {
+        return Err(range_error(env, &format!("{} keys but {} buffers", keys.len(), data.len())));
+    }
+    let mut ranges = Vec::with_capacity(data.len());
+    let mut held = held;
+    for (i, d) in data.iter().enumerate() {
+        ranges.push(parts_of(env, d, At("buffers", i), held.as_deref_mut())?);
+    }
+    Ok(Items { keys, ranges })
+}
+
+impl Items {
+    /// Copies the items' bytes into the region.
+    fn put(self, c: &Attached, ns: u32, tokens: u32) -> Result<Stored, Failure> {
+        // SAFETY: the buffers are held (see `Items`) and JavaScript does not
+        // write them during the call.
+        let parts: Vec<Vec<&[u8]>> =
+            self.ranges.iter().map(|r| r.iter().map(|b| unsafe { b.slice() }).collect()).collect();
+        let put: Vec<PutItem<'_>> =
+            self.keys.iter().zip(&parts).map(|(k, p)| PutItem { key: *k, tokens, parts: p }).collect();
+        let mut out = vec![Ok(()); put.len()];
+        c.put(ns, &put, &mut out)?;
+        Ok(out)
+    }
+
+    /// Copies stored blocks into the items' buffers (checked disjoint).
+    fn get(self, c: &Attached, ns: u32) -> Result<Fetched, Failure> {
+        // SAFETY: the buffers are held (see `Items`), checked disjoint by the
+        // caller, and JavaScript does not touch them during the call.
+        let mut parts: Vec<Vec<&mut [u8]>> =
+            self.ranges.iter().map(|r| r.iter().map(|b| unsafe { b.slice_mut() }).collect()).collect();
+        let mut get: Vec<GetItem<'_, '_>> =
+            self.keys.iter().zip(parts.iter_mut()).map(|(k, p)| GetItem { key: *k, parts: p }).collect();
+        let mut lens = vec![0u64; get.len()];
+        let mut out = vec![Ok(()); get.len()];
+        c.get(ns, &mut get, &mut lens, &mut out)?;
+        Ok(out.into_iter().zip(lens).collect())
+    }
+
+    fn check_disjoint(&self, env: &Env) -> napi::Result<()> {
+        let all: Vec<Bytes> = self.ranges.iter().flatten().copied().collect();
+        disjoint(env, &all)
+    }
+}
+
+fn put_results(_: &Env, out: Stored) -> napi::Result<Vec<String>> {
+    Ok(out.iter().map(item).collect())
+}
+
+fn get_results(_: &Env, out: Fetched) -> napi::Result<Vec<GetResult>> {
+    Ok(out.iter().map(|(r, l)| GetResult { result: item(r), length: *l as f64 }).collect())
+}
+
+fn recovered(_: &Env, r: RecoverReport) -> napi::Result<Recovered> {
+    Ok(Recovered {
+        nodes_freed: r.nodes_freed as f64,
+        pins_dropped: r.pins_dropped as f64,
+        writes_aborted: r.writes_aborted as f64,
+        entries_dropped: r.entries_dropped as f64,
+        blocks_reclaimed: r.blocks_reclaimed as f64,
+        chunks_reclaimed: r.chunks_reclaimed as f64,
+        locks_repaired: f64::from(r.locks_repaired),
+    })
+}
+
+fn findings(_: &Env, f: Vec<String>) -> napi::Result<Vec<String>> {
+    Ok(f)
+}
+
+fn received(_: &Env, m: Received) -> napi::Result<Message> {
+    Ok(to_js(m))
+}
+
+/// An attached node: every cache operation.
+#[napi]
+pub struct Node {
+    node: Mutex<Option<Arc<Attached>>>,
+}
+
+impl Node {
+    fn new(n: Attached) -> Node {
+        Node { node: Mutex::new(Some(Arc::new(n))) }
+    }
+
+    fn attached(&self, env: &Env) -> napi::Result<Arc<Attached>> {
+        let n = self.node.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        n.ok_or_else(|| coded(env, Code::InvalidHandle, "the node is detached"))
+    }
+}
+
+#[napi]
+impl Node {
+    /// This node's id (its slot in the node table).
+    #[napi(getter, catch_unwind)]
+    pub fn id(&self, env: Env) -> napi::Result<u32> {
+        Ok(self.attached(&env)?.id())
+    }
+
+    /// True once detached.
+    #[napi(getter, catch_unwind)]
+    pub fn closed(&self) -> bool {
+        self.node.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+    }
+
+    /// Length of the longest prefix of `keys` whose blocks are stored.
+    #[napi(catch_unwind, ts_args_type = "ns: number, keys: Keys")]
+    pub fn lookup(&self, env: Env, ns: Unknown<'_>, keys: Unknown<'_>) -> napi::Result<u32> {
+        let (ns, keys, c) = (ns_of(&env, &ns)?, keys_of(&env, &keys, "keys")?, self.attached(&env)?);
+        Ok(c.core().lookup(ns, &keys).or_throw(&env)? as u32)
+    }
+
+    /// The longest stored prefix of `keys` and whether each key is stored.
+    #[napi(catch_unwind, ts_args_type = "ns: number, keys: Keys")]
+    pub fn presence(&self, env: Env, ns: Unknown<'_>, keys: Unknown<'_>) -> napi::Result<Presence> {
+        let (ns, keys, c) = (ns_of(&env, &ns)?, keys_of(&env, &keys, "keys")?, self.attached(&env)?);
+        let mut present = vec![false; keys.len()];
+        let prefix = c.core().presence(ns, &keys, &mut present).or_throw(&env)?;
+        Ok(Presence { prefix: prefix as u32, present })
+    }
+
+    /// Whether `key` is stored.
+    #[napi(catch_unwind, ts_args_type = "ns: number, key: Key")]
+    pub fn exists(&self, env: Env, ns: Unknown<'_>, key: Unknown<'_>) -> napi::Result<bool> {
+        let (ns, key, c) = (ns_of(&env, &ns)?, key_of(&env, &key, "key")?, self.attached(&env)?);
+        c.exists(ns, key).or_throw(&env)
+    }
+
+    /// Pins the stored blocks of `keys` for zero-copy reads: a `Pinned`
+    /// whose `view(i)` is key `i`'s payload, or `null` when it is not
+    /// stored. Release it when done.
+    #[napi(catch_unwind, ts_args_type = "ns: number, keys: Keys")]
+    pub fn acquire(&self, env: Env, ns: Unknown<'_>, keys: Unknown<'_>) -> napi::Result<Pinned> {
+        let (ns, keys, c) = (ns_of(&env, &ns)?, keys_of(&env, &keys, "keys")?, self.attached(&env)?);
+        let mut hs = vec![Err(CoreError::InvalidArgument); keys.len()];
+        c.acquire_views(ns, &keys, &mut hs).or_throw(&env)?;
+        Pinned::new(&env, c, keys, hs.into_iter().map(Result::ok).collect())
+    }
+
+    /// Reserves writable blocks: `sizes` is one size for every key or one
+    /// per key. When any key cannot be reserved none is, and the error names
+    /// the key (`EXISTS` when it is stored already). Fill the views, then
+    /// `publish()` (or `abort()`).
+    #[napi(catch_unwind, ts_args_type = "ns: number, keys: Keys, sizes: number | number[], tokens?: number")]
+    pub fn reserve(
+        &self,
+        env: Env,
+        ns: Unknown<'_>,
+        keys: Unknown<'_>,
+        sizes: Unknown<'_>,
+        tokens: Unknown<'_>,
+    ) -> napi::Result<Reservation> {
+        let (ns, keys, c) = (ns_of(&env, &ns)?, keys_of(&env, &keys, "keys")?, self.attached(&env)?);
+        let tokens = if absent(&tokens) { 0 } else { u32_of(&env, &tokens, "tokens")? };
+        let sizes: Vec<u64> = if crate::js::is_array(env.raw(), napi::JsValue::raw(&sizes))? {
+            let s = elements(&env, &sizes, "sizes")?;
+            s.iter().enumerate().map(|(i, x)| u64_of(&env, x, At("sizes", i))).collect::<napi::Result<_>>()?
+        } else {
+            vec![u64_of(&env, &sizes, "sizes")?; keys.len()]
+        };
+        if sizes.len() != keys.len() {
+            return Err(range_error(&env, &format!("{} keys but {} sizes", keys.len(), sizes.len())));
+        }
+        let items: Vec<ReserveItem> =
+            keys.iter().zip(&sizes).map(|(k, l)| ReserveItem { key: *k, len: *l, tokens }).collect();
+        match c.reserve_all(ns, &items) {
+            Ok(hs) => Reservation::new(&env, c, keys, hs),
+            Err(ReserveRefused { index: Some(i), error }) => {
+                let k = keys.get(i).map(|k| u128::from_le_bytes(k.to_bytes())).unwrap_or_default();
+                Err(coded(&env, Code::of(&error), &format!("key {i} ({k:#034x}): {error}")))
+            }
+            Err(ReserveRefused { index: None, error }) => Err(crate::error::platform(&env, &error)),
+        }
+    }
+
+    /// Stores blocks by copying: `buffers[i]` (a buffer, or an array of
+    /// buffers stored one after the other) becomes key `i`'s payload.
+    /// Returns a result name per key: `"OK"`, `"EXISTS"` (stored already;
+    /// nothing written), or why it failed.
+    #[napi(catch_unwind, ts_args_type = "ns: number, keys: Keys, buffers: Array<Bytes | Bytes[]>, tokens?: number")]
+    pub fn put(
+        &self,
+        env: Env,
+        ns: Unknown<'_>,
+        keys: Unknown<'_>,
+        buffers: Unknown<'_>,
+        tokens: Unknown<'_>,
+    ) -> napi::Result<Vec<String>> {
+        let ns = ns_of(&env, &ns)?;
+        let tokens = if absent(&tokens) { 0 } else { u32_of(&env, &tokens, "tokens")? };
+        let items = items_of(&env, &keys, &buffers, None)?;
+        let c = self.attached(&env)?;
+        let out = items.put(&c, ns, tokens).map_err(|f| f.throw(&env))?;
+        put_results(&env, out)
+    }
+
+    /// `put` off the event loop. Leave the buffers alone until it settled.
+    #[napi(
+        catch_unwind,
+        ts_args_type = "ns: number, keys: Keys, buffers: Array<Bytes | Bytes[]>, tokens?: number",
+        ts_return_type = "Promise<string[]>"
+    )]
+    pub fn put_async(
+        &self,
+        env: Env,
+        ns: Unknown<'_>,
+        keys: Unknown<'_>,
+        buffers: Unknown<'_>,
+        tokens: Unknown<'_>,
+    ) -> napi::Result<Pending<Stored, Vec<String>>> {
+        let ns = ns_of(&env, &ns)?;
+        let tokens = if absent(&tokens) { 0 } else { u32_of(&env, &tokens, "tokens")? };
+        let mut held = Held::default();
+        let items = items_of(&env, &keys, &buffers, Some(&mut held))?;
+        let c = self.attached(&env)?;
+        let node = c.clone();
+        Ok(AsyncTask::new(Job::new(move || items.put(&c, ns, tokens), put_results).holding(held).on(node)))
+    }
+
+    /// Copies stored blocks into existing buffers: `buffers[i]` (a buffer, or
+    /// an array filled in order) receives key `i`'s payload. Returns a
+    /// `GetResult` per key.
+    #[napi(catch_unwind, ts_args_type = "ns: number, keys: Keys, buffers: Array<Bytes | Bytes[]>")]
+    pub fn get(
+        &self,
+        env: Env,
+        ns: Unknown<'_>,
+        keys: Unknown<'_>,
+        buffers: Unknown<'_>,
+    ) -> napi::Result<Vec<GetResult>> {
+        let ns = ns_of(&env, &ns)?;
+        let items = items_of(&env, &keys, &buffers, None)?;
+        items.check_disjoint(&env)?;
+        let c = self.attached(&env)?;
+        let out = items.get(&c, ns).map_err(|f| f.throw(&env))?;
+        get_results(&env, out)
+    }
+
+    /// `get` off the event loop. Leave the buffers alone until it settled.
+    #[napi(
+        catch_unwind,
+        ts_args_type = "ns: number, keys: Keys, buffers: Array<Bytes | Bytes[]>",
+        ts_return_type = "Promise<GetResult[]>"
+    )]
+    pub fn get_async(
+        &self,
+        env: Env,
+        ns: Unknown<'_>,
+        keys: Unknown<'_>,
+        buffers: Unknown<'_>,
+    ) -> napi::Result<Pending<Fetched, Vec<GetResult>>> {
+        let ns = ns_of(&env, &ns)?;
+        let mut held = Held::default();
+        let items = items_of(&env, &keys, &buffers, Some(&mut held))?;
+        items.check_disjoint(&env)?;
+        let c = self.attached(&env)?;
+        let node = c.clone();
+        Ok(AsyncTask::new(Job::new(move || items.get(&c, ns), get_results).holding(held).on(node)))
+    }
+
+    /// Evicts least-recently-used unpinned blocks until `nbytes` of payload
+    /// are freed or none is left.
+    #[napi(catch_unwind, ts_args_type = "nbytes: number")]
+    pub fn evict(&self, env: Env, nbytes: Unknown<'_>) -> napi::Result<Evicted> {
+        let n = u64_of(&env, &nbytes, "nbytes")?;
+        let c = self.attached(&env)?;
+        let r = c.core().evict(n, &mut Lru).or_throw(&env)?;
+        Ok(Evicted { blocks: r.entries as f64, bytes: r.bytes as f64 })
+    }
+
+    /// Counters of this node and of every node, liveness and occupancy.
+    #[napi(catch_unwind)]
+    pub fn stats(&self, env: Env) -> napi::Result<Stats> {
+        let s = self.attached(&env)?.stats().or_throw(&env)?;
+        Ok(Stats {
+            node: counters(s.node),
+            total: counters(s.total),
+            alive_mask: BigInt::from(s.alive),
+            dead_mask: BigInt::from(s.dead),
+            live_blocks: s.live_entries as f64,
+            live_bytes: s.live_bytes as f64,
+            capacity_bytes: s.payload_bytes as f64,
+            evictions: s.evictions as f64,
+        })
+    }
+
+    /// Recovers the region after nodes died (normally automatic).
+    #[napi(catch_unwind)]
+    pub fn recover(&self, env: Env) -> napi::Result<Recovered> {
+        let r = self.attached(&env)?.recover().or_throw(&env)?;
+        recovered(&env, r)
+    }
+
+    /// `recover` off the event loop.
+    #[napi(catch_unwind, ts_return_type = "Promise<Recovered>")]
+    pub fn recover_async(&self, env: Env) -> napi::Result<Pending<RecoverReport, Recovered>> {
+        let c = self.attached(&env)?;
+        let node = c.clone();
+        Ok(AsyncTask::new(Job::new(move || Ok(c.recover()?), recovered).on(node)))
+    }
+
+    /// Every invariant of the region, checked: the findings (empty when
+    /// clean). Exact on a quiescent region; on a live one, changes in
+    /// flight can show up as findings.
+    #[napi(catch_unwind)]
+    pub fn check(&self, env: Env) -> napi::Result<Vec<String>> {
+        let f = self.attached(&env)?.check().or_throw(&env)?;
+        Ok(f.iter().map(ToString::to_string).collect())
+    }
+
+    /// `check` off the event loop.
+    #[napi(catch_unwind, ts_return_type = "Promise<string[]>")]
+    pub fn check_async(&self, env: Env) -> napi::Result<Pending<Vec<String>, Vec<String>>> {
+        let c = self.attached(&env)?;
+        let node = c.clone();
+        Ok(AsyncTask::new(
+            Job::new(move || Ok(c.check()?.iter().map(ToString::to_string).collect()), findings).on(node),
+        ))
+    }
+
+    /// Sends `message` to node `to`'s inbox, waiting (up to the lock
+    /// timeout) while it is full. `BAD_NODE` when `to` is not attached.
+    #[napi(catch_unwind, ts_args_type = "to: number, message: Outgoing")]
+    pub fn send(&self, env: Env, to: Unknown<'_>, message: Unknown<'_>) -> napi::Result<()> {
+        let to = u32_of(&env, &to, "to")?;
+        let (m, keys) = message_of(&env, &message, "message")?;
+        if m.kind & KIND_RESPONSE != 0 {
+            return Err(range_error(&env, "message.kind must be below 2**31 (the top bit marks responses)"));
+        }
+        self.attached(&env)?.send(to, &m, &keys).or_throw(&env)
+    }
+
+    /// The next message of this node's inbox, or `null` when none is there.
+    #[napi(catch_unwind)]
+    pub fn try_recv(&self, env: Env) -> napi::Result<Option<Message>> {
+        Ok(self.attached(&env)?.try_recv().or_throw(&env)?.map(to_js))
+    }
+
+    /// Waits up to `timeoutMs` for the next message; `TIMEOUT` when none
+    /// came. Blocks the event loop: prefer `recvAsync`.
+    #[napi(catch_unwind, ts_args_type = "timeoutMs: number")]
+    pub fn recv(&self, env: Env, timeout_ms: Unknown<'_>) -> napi::Result<Message> {
+        let t = timeout_of(&env, &timeout_ms)?;
+        Ok(to_js(self.attached(&env)?.recv(t).or_throw(&env)?))
+    }
+
+    /// `recv` off the event loop (a libuv pool thread waits).
+    #[napi(catch_unwind, ts_args_type = "timeoutMs: number", ts_return_type = "Promise<Message>")]
+    pub fn recv_async(&self, env: Env, timeout_ms: Unknown<'_>) -> napi::Result<Pending<Received, Message>> {
+        let t = timeout_of(&env, &timeout_ms)?;
+        let c = self.attached(&env)?;
+        let node = c.clone();
+        Ok(AsyncTask::new(Job::new(move || Ok(c.recv(t)?), received).on(node)))
+    }
+
+    /// A request/response round trip: sends `message` to node `to` and waits
+    /// up to `timeoutMs` for the answer its owner gives with `reply`.
+    /// Messages arriving meanwhile stay queued for `recv`.
+    #[napi(catch_unwind, ts_args_type = "to: number, message: Outgoing, timeoutMs: number")]
+    pub fn call(
+        &self,
+        env: Env,
+        to: Unknown<'_>,
+        message: Unknown<'_>,
+        timeout_ms: Unknown<'_>,
+    ) -> napi::Result<Message> {
+        let to = u32_of(&env, &to, "to")?;
+        let (m, keys) = message_of(&env, &message, "message")?;
+        let t = timeout_of(&env, &timeout_ms)?;
+        Ok(to_js(self.attached(&env)?.call(to, &m, &keys, t).or_throw(&env)?))
+    }
+
+    /// `call` off the event loop.
+    #[napi(
+        catch_unwind,
+        ts_args_type = "to: number, message: Outgoing, timeoutMs: number",
+        ts_return_type = "Promise<Message>"
+    )]
+    pub fn call_async(
+        &self,
+        env: Env,
+        to: Unknown<'_>,
+        message: Unknown<'_>,
+        timeout_ms: Unknown<'_>,
+    ) -> napi::Result<Pending<Received, Message>> {
+        let to = u32_of(&env, &to, "to")?;
+        let (m, keys) = message_of(&env, &message, "message")?;
+        let t = timeout_of(&env, &timeout_ms)?;
+        let c = self.attached(&env)?;
+        let node = c.clone();
+        Ok(AsyncTask::new(Job::new(move || Ok(c.call(to, &m, &keys, t)?), received).on(node)))
+    }
+
+    /// Answers `request` (a message `recv` returned) with `status` and
+    /// `keys`.
+    #[napi(catch_unwind, ts_args_type = "request: Message, status: number, keys?: Keys")]
+    pub fn reply(&self, env: Env, request: Unknown<'_>, status: Unknown<'_>, keys: Unknown<'_>) -> napi::Result<()> {
+        let (req, _) = message_of(&env, &request, "request")?;
+        let status = u32_of(&env, &status, "status")?;
+        let keys = if absent(&keys) { Vec::new() } else { keys_of(&env, &keys, "keys")? };
+        self.attached(&env)?.reply(&req, status, &keys).or_throw(&env)
+    }
+
+    /// Detaches: drops this node's pins and reservations and frees its slot.
+    /// `BUSY` while a `Pinned` or `Reservation` of it is unreleased (or an
+    /// async call is running). Detaching twice does nothing.
+    #[napi(catch_unwind)]
+    pub fn detach(&self, env: Env) -> napi::Result<()> {
+        let mut slot = self.node.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(arc) = slot.take() else { return Ok(()) };
+        match Arc::try_unwrap(arc) {
+            Ok(node) => {
+                drop(slot);
+                node.close().or_throw(&env)
+            }
+            Err(arc) => {
+                *slot = Some(arc);
+                Err(coded(
+                    &env,
+                    Code::Busy,
+                    "release the node's pinned and reserved blocks (and await its async calls) first",
+                ))
+            }
+        }
+    }
+}
