@@ -34,6 +34,8 @@ export declare class Node {
    * stored. Release it when done.
    */
   acquire(ns: number, keys: Keys): Pinned
+  /** `acquire` off the event loop. */
+  acquireAsync(ns: number, keys: Keys): Promise<Pinned>
   /**
    * Reserves writable blocks: `sizes` is one size for every key or one
    * per key. When any key cannot be reserved none is, and the error names
@@ -41,6 +43,8 @@ export declare class Node {
    * `publish()` (or `abort()`).
    */
   reserve(ns: number, keys: Keys, sizes: number | number[], tokens?: number): Reservation
+  /** `reserve` off the event loop. */
+  reserveAsync(ns: number, keys: Keys, sizes: number | number[], tokens?: number): Promise<Reservation>
   /**
    * Stores blocks by copying: `buffers[i]` (a buffer, or an array of
    * buffers stored one after the other) becomes key `i`'s payload.
@@ -63,6 +67,8 @@ export declare class Node {
    * are freed or none is left.
    */
   evict(nbytes: number): Evicted
+  /** `evict` off the event loop. */
+  evictAsync(nbytes: number): Promise<Evicted>
   /** Counters of this node and of every node, liveness and occupancy. */
   stats(): Stats
   /** Recovers the region after nodes died (normally automatic). */
@@ -82,6 +88,8 @@ export declare class Node {
    * timeout) while it is full. `BAD_NODE` when `to` is not attached.
    */
   send(to: number, message: Outgoing): void
+  /** `send` off the event loop (waiting while the inbox is full). */
+  sendAsync(to: number, message: Outgoing): Promise<void>
   /** The next message of this node's inbox, or `null` when none is there. */
   tryRecv(): Message | null
   /**
@@ -206,6 +214,11 @@ export declare class Reservation {
    * returns a result name per block (`"OK"`, or why it failed).
    */
   publish(): Array<string>
+  /**
+   * `publish` off the event loop: the views are detached at once, the
+   * blocks published on the libuv pool.
+   */
+  publishAsync(): Promise<string[]>
   /**
    * Detaches the views and abandons the blocks: their space is freed, the
    * keys can be reserved again.

@@ -18,7 +18,7 @@ use core::ffi::c_void;
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use napi::bindgen_prelude::{Buffer, ObjectFinalize};
+use napi::bindgen_prelude::{AsyncTask, Buffer, ObjectFinalize};
 use napi::{sys, Env, Unknown};
 use napi_derive::napi;
 
@@ -28,6 +28,8 @@ use cxlkv_platform::{Code, Node as Attached};
 use crate::args::u32_of;
 use crate::error::{coded, item, range_error, OrThrow};
 use crate::js;
+use crate::node::Pending;
+use crate::tasks::Job;
 
 /// Whether views must be copies (set by `CXLKV_NODE_NO_EXTERNAL_BUFFERS=1`,
 /// which makes this addon behave as under a runtime that refuses external
@@ -108,6 +110,8 @@ struct Batch {
     views: Vec<Option<sys::napi_ref>>,
     /// Per handle: the payload's address in this process.
     ptrs: Vec<*mut u8>,
+    /// An async publish took the blocks: no view may be made any more.
+    closing: bool,
 }
 
 impl Batch {
@@ -129,7 +133,7 @@ impl Batch {
         // dropping it) and report it.
         let ptrs = ptrs.into_iter().collect::<cxlkv_platform::Result<Vec<_>>>().or_throw(env)?;
         let views = vec![None; keys.len()];
-        Ok(Batch { shared, keys, slots, views, ptrs })
+        Ok(Batch { shared, keys, slots, views, ptrs, closing: false })
     }
 
     fn len(&self) -> u32 {
@@ -148,7 +152,7 @@ impl Batch {
     }
 
     fn check_open(&self, env: &Env) -> napi::Result<()> {
-        if self.shared.open() {
+        if !self.closing && self.shared.open() {
             Ok(())
         } else {
             Err(coded(env, Code::StaleHandle, "the blocks were released already"))
@@ -218,19 +222,25 @@ impl Batch {
         Ok(Some(unsafe { Unknown::from_raw_unchecked(raw, v) }))
     }
 
-    /// Detaches every view handed out and forgets them.
+    /// Detaches every view handed out and forgets it. A view that could not
+    /// be detached stays remembered and the error is returned: the caller
+    /// must keep the blocks (a later call tries again).
     fn detach_views(&mut self, env: &Env) -> napi::Result<()> {
         let raw = env.raw();
-        for r in self.views.iter_mut() {
-            if let Some(r) = r.take() {
-                let live = js::referenced(raw, r);
-                js::unreference(raw, r);
-                if let Some(v) = live? {
-                    js::detach(raw, v)?;
+        let mut first = Ok(());
+        for slot in self.views.iter_mut() {
+            let Some(r) = *slot else { continue };
+            let done = js::referenced(raw, r).and_then(|v| v.map_or(Ok(()), |v| js::detach(raw, v)));
+            match done {
+                Ok(()) => {
+                    js::unreference(raw, r);
+                    *slot = None;
                 }
+                Err(e) if first.is_ok() => first = Err(e),
+                Err(_) => {}
             }
         }
-        Ok(())
+        first
     }
 
     /// Detaches the views, then ends the blocks.
@@ -240,6 +250,14 @@ impl Batch {
         let mut out = vec![Ok(()); self.shared.handles.len()];
         self.shared.finish(how, &mut out).or_throw(env)?;
         Ok(out)
+    }
+
+    /// Detaches the views and hands the blocks to an async publish.
+    fn start_publish(&mut self, env: &Env) -> napi::Result<Arc<Shared>> {
+        self.check_open(env)?;
+        self.detach_views(env)?;
+        self.closing = true;
+        Ok(self.shared.clone())
     }
 
     fn keys(&self) -> Vec<Option<Buffer>> {
@@ -394,6 +412,19 @@ impl Reservation {
     #[napi(catch_unwind)]
     pub fn publish(&self, env: &Env) -> napi::Result<Vec<String>> {
         Ok(self.batch.borrow_mut().finish(env, Finish::Publish)?.iter().map(item).collect())
+    }
+
+    /// `publish` off the event loop: the views are detached at once, the
+    /// blocks published on the libuv pool.
+    #[napi(catch_unwind, ts_return_type = "Promise<string[]>")]
+    pub fn publish_async(&self, env: &Env) -> napi::Result<Pending<Vec<CoreResult<()>>, Vec<String>>> {
+        let shared = self.batch.borrow_mut().start_publish(env)?;
+        let work = move || {
+            let mut out = vec![Ok(()); shared.handles.len()];
+            shared.finish(Finish::Publish, &mut out)?;
+            Ok(out)
+        };
+        Ok(AsyncTask::new(Job::new(work, |_, out| Ok(out.iter().map(item).collect()))))
     }
 
     /// Detaches the views and abandons the blocks: their space is freed, the

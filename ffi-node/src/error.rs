@@ -96,6 +96,8 @@ pub(crate) fn item(r: &Result<(), CoreError>) -> String {
 pub enum Failure {
     /// A platform failure.
     Platform(PlatformError),
+    /// A result code with a message.
+    Coded(Code, String),
     /// A panic caught in the worker.
     Panic,
 }
@@ -105,6 +107,7 @@ impl Failure {
     pub(crate) fn throw(&self, env: &Env) -> napi::Error {
         match self {
             Failure::Platform(e) => platform(env, e),
+            Failure::Coded(c, m) => coded(env, *c, m),
             Failure::Panic => {
                 coded(env, Code::Panic, "cxlkv panicked in a worker thread (a bug): nothing was changed by it")
             }

@@ -10,7 +10,8 @@ use napi::{Env, Unknown};
 use napi_derive::napi;
 
 use cxlkv_platform::kv::{
-    Capacities, CoreError, CoreResult, Key, Lru, Message as Msg, NodeStats, RecoverReport, ReserveItem,
+    Capacities, CoreError, CoreResult, EvictReport, Handle, Key, Lru, Message as Msg, NodeStats, RecoverReport,
+    ReserveItem,
 };
 use cxlkv_platform::{
     Code, FlushMode, GetItem, Node as Attached, Options, PutItem, Region as Mapped, ReserveRefused, KIND_RESPONSE,
@@ -293,6 +294,10 @@ pub struct Counters {
     pub bytes_read: f64,
 }
 
+fn evicted(r: EvictReport) -> Evicted {
+    Evicted { blocks: r.entries as f64, bytes: r.bytes as f64 }
+}
+
 fn counters(n: NodeStats) -> Counters {
     Counters {
         hits: n.hits as f64,
@@ -407,6 +412,16 @@ fn message_of(env: &Env, v: &Unknown<'_>, what: &'static str) -> napi::Result<(M
     Ok((m, keys))
 }
 
+/// The destination, message and keys of a `send`.
+fn outgoing(env: &Env, to: &Unknown<'_>, message: &Unknown<'_>) -> napi::Result<(u32, Msg, Vec<Key>)> {
+    let to = u32_of(env, to, "to")?;
+    let (m, keys) = message_of(env, message, "message")?;
+    if m.kind & KIND_RESPONSE != 0 {
+        return Err(range_error(env, "message.kind must be below 2**31 (the top bit marks responses)"));
+    }
+    Ok((to, m, keys))
+}
+
 fn to_js(m: Received) -> Message {
     let (m, keys) = m;
     Message {
@@ -512,6 +527,51 @@ fn received(_: &Env, m: Received) -> napi::Result<Message> {
     Ok(to_js(m))
 }
 
+/// Blocks an async acquire or reserve made: the node, the keys, a handle
+/// per key.
+type Blocks<H> = (Arc<Attached>, Vec<Key>, Vec<H>);
+
+/// Pins the stored blocks of `keys`.
+fn acquired(c: &Attached, ns: u32, keys: &[Key]) -> Result<Vec<Option<Handle>>, Failure> {
+    let mut hs = vec![Err(CoreError::InvalidArgument); keys.len()];
+    c.acquire_views(ns, keys, &mut hs)?;
+    Ok(hs.into_iter().map(Result::ok).collect())
+}
+
+/// The namespace, keys and items of a `reserve`.
+fn reserve_items(
+    env: &Env,
+    ns: &Unknown<'_>,
+    keys: &Unknown<'_>,
+    sizes: &Unknown<'_>,
+    tokens: &Unknown<'_>,
+) -> napi::Result<(u32, Vec<Key>, Vec<ReserveItem>)> {
+    let (ns, keys) = (ns_of(env, ns)?, keys_of(env, keys, "keys")?);
+    let tokens = if absent(tokens) { 0 } else { u32_of(env, tokens, "tokens")? };
+    let sizes: Vec<u64> = if crate::js::is_array(env.raw(), napi::JsValue::raw(sizes))? {
+        let s = elements(env, sizes, "sizes")?;
+        s.iter().enumerate().map(|(i, x)| u64_of(env, x, At("sizes", i))).collect::<napi::Result<_>>()?
+    } else {
+        vec![u64_of(env, sizes, "sizes")?; keys.len()]
+    };
+    if sizes.len() != keys.len() {
+        return Err(range_error(env, &format!("{} keys but {} sizes", keys.len(), sizes.len())));
+    }
+    let items = keys.iter().zip(&sizes).map(|(k, l)| ReserveItem { key: *k, len: *l, tokens }).collect();
+    Ok((ns, keys, items))
+}
+
+/// Reserves every item or none; a refusal names the key.
+fn reserved(c: &Attached, ns: u32, keys: &[Key], items: &[ReserveItem]) -> Result<Vec<Handle>, Failure> {
+    c.reserve_all(ns, items).map_err(|r| match r {
+        ReserveRefused { index: Some(i), error } => {
+            let k = keys.get(i).map(|k| u128::from_le_bytes(k.to_bytes())).unwrap_or_default();
+            Failure::Coded(Code::of(&error), format!("key {i} ({k:#034x}): {error}"))
+        }
+        ReserveRefused { index: None, error } => Failure::Platform(error),
+    })
+}
+
 /// An attached node: every cache operation.
 #[napi]
 pub struct Node {
@@ -572,9 +632,24 @@ impl Node {
     #[napi(catch_unwind, ts_args_type = "ns: number, keys: Keys")]
     pub fn acquire(&self, env: Env, ns: Unknown<'_>, keys: Unknown<'_>) -> napi::Result<Pinned> {
         let (ns, keys, c) = (ns_of(&env, &ns)?, keys_of(&env, &keys, "keys")?, self.attached(&env)?);
-        let mut hs = vec![Err(CoreError::InvalidArgument); keys.len()];
-        c.acquire_views(ns, &keys, &mut hs).or_throw(&env)?;
-        Pinned::new(&env, c, keys, hs.into_iter().map(Result::ok).collect())
+        let hs = acquired(&c, ns, &keys).map_err(|f| f.throw(&env))?;
+        Pinned::new(&env, c, keys, hs)
+    }
+
+    /// `acquire` off the event loop.
+    #[napi(catch_unwind, ts_args_type = "ns: number, keys: Keys", ts_return_type = "Promise<Pinned>")]
+    pub fn acquire_async(
+        &self,
+        env: Env,
+        ns: Unknown<'_>,
+        keys: Unknown<'_>,
+    ) -> napi::Result<Pending<Blocks<Option<Handle>>, Pinned>> {
+        let (ns, keys, c) = (ns_of(&env, &ns)?, keys_of(&env, &keys, "keys")?, self.attached(&env)?);
+        let work = move || {
+            let hs = acquired(&c, ns, &keys)?;
+            Ok((c, keys, hs))
+        };
+        Ok(AsyncTask::new(Job::new(work, |env, (c, keys, hs)| Pinned::new(env, c, keys, hs))))
     }
 
     /// Reserves writable blocks: `sizes` is one size for every key or one
@@ -590,27 +665,33 @@ impl Node {
         sizes: Unknown<'_>,
         tokens: Unknown<'_>,
     ) -> napi::Result<Reservation> {
-        let (ns, keys, c) = (ns_of(&env, &ns)?, keys_of(&env, &keys, "keys")?, self.attached(&env)?);
-        let tokens = if absent(&tokens) { 0 } else { u32_of(&env, &tokens, "tokens")? };
-        let sizes: Vec<u64> = if crate::js::is_array(env.raw(), napi::JsValue::raw(&sizes))? {
-            let s = elements(&env, &sizes, "sizes")?;
-            s.iter().enumerate().map(|(i, x)| u64_of(&env, x, At("sizes", i))).collect::<napi::Result<_>>()?
-        } else {
-            vec![u64_of(&env, &sizes, "sizes")?; keys.len()]
+        let (ns, keys, items) = reserve_items(&env, &ns, &keys, &sizes, &tokens)?;
+        let c = self.attached(&env)?;
+        let hs = reserved(&c, ns, &keys, &items).map_err(|f| f.throw(&env))?;
+        Reservation::new(&env, c, keys, hs)
+    }
+
+    /// `reserve` off the event loop.
+    #[napi(
+        catch_unwind,
+        ts_args_type = "ns: number, keys: Keys, sizes: number | number[], tokens?: number",
+        ts_return_type = "Promise<Reservation>"
+    )]
+    pub fn reserve_async(
+        &self,
+        env: Env,
+        ns: Unknown<'_>,
+        keys: Unknown<'_>,
+        sizes: Unknown<'_>,
+        tokens: Unknown<'_>,
+    ) -> napi::Result<Pending<Blocks<Handle>, Reservation>> {
+        let (ns, keys, items) = reserve_items(&env, &ns, &keys, &sizes, &tokens)?;
+        let c = self.attached(&env)?;
+        let work = move || {
+            let hs = reserved(&c, ns, &keys, &items)?;
+            Ok((c, keys, hs))
         };
-        if sizes.len() != keys.len() {
-            return Err(range_error(&env, &format!("{} keys but {} sizes", keys.len(), sizes.len())));
-        }
-        let items: Vec<ReserveItem> =
-            keys.iter().zip(&sizes).map(|(k, l)| ReserveItem { key: *k, len: *l, tokens }).collect();
-        match c.reserve_all(ns, &items) {
-            Ok(hs) => Reservation::new(&env, c, keys, hs),
-            Err(ReserveRefused { index: Some(i), error }) => {
-                let k = keys.get(i).map(|k| u128::from_le_bytes(k.to_bytes())).unwrap_or_default();
-                Err(coded(&env, Code::of(&error), &format!("key {i} ({k:#034x}): {error}")))
-            }
-            Err(ReserveRefused { index: None, error }) => Err(crate::error::platform(&env, &error)),
-        }
+        Ok(AsyncTask::new(Job::new(work, |env, (c, keys, hs)| Reservation::new(env, c, keys, hs))))
     }
 
     /// Stores blocks by copying: `buffers[i]` (a buffer, or an array of
@@ -704,8 +785,16 @@ impl Node {
     pub fn evict(&self, env: Env, nbytes: Unknown<'_>) -> napi::Result<Evicted> {
         let n = u64_of(&env, &nbytes, "nbytes")?;
         let c = self.attached(&env)?;
-        let r = c.core().evict(n, &mut Lru).or_throw(&env)?;
-        Ok(Evicted { blocks: r.entries as f64, bytes: r.bytes as f64 })
+        Ok(evicted(c.core().evict(n, &mut Lru).or_throw(&env)?))
+    }
+
+    /// `evict` off the event loop.
+    #[napi(catch_unwind, ts_args_type = "nbytes: number", ts_return_type = "Promise<Evicted>")]
+    pub fn evict_async(&self, env: Env, nbytes: Unknown<'_>) -> napi::Result<Pending<EvictReport, Evicted>> {
+        let n = u64_of(&env, &nbytes, "nbytes")?;
+        let c = self.attached(&env)?;
+        let node = c.clone();
+        Ok(AsyncTask::new(Job::new(move || Ok(c.core().evict(n, &mut Lru)?), |_, r| Ok(evicted(r))).on(node)))
     }
 
     /// Counters of this node and of every node, liveness and occupancy.
@@ -762,12 +851,17 @@ impl Node {
     /// timeout) while it is full. `BAD_NODE` when `to` is not attached.
     #[napi(catch_unwind, ts_args_type = "to: number, message: Outgoing")]
     pub fn send(&self, env: Env, to: Unknown<'_>, message: Unknown<'_>) -> napi::Result<()> {
-        let to = u32_of(&env, &to, "to")?;
-        let (m, keys) = message_of(&env, &message, "message")?;
-        if m.kind & KIND_RESPONSE != 0 {
-            return Err(range_error(&env, "message.kind must be below 2**31 (the top bit marks responses)"));
-        }
+        let (to, m, keys) = outgoing(&env, &to, &message)?;
         self.attached(&env)?.send(to, &m, &keys).or_throw(&env)
+    }
+
+    /// `send` off the event loop (waiting while the inbox is full).
+    #[napi(catch_unwind, ts_args_type = "to: number, message: Outgoing", ts_return_type = "Promise<void>")]
+    pub fn send_async(&self, env: Env, to: Unknown<'_>, message: Unknown<'_>) -> napi::Result<Pending<(), ()>> {
+        let (to, m, keys) = outgoing(&env, &to, &message)?;
+        let c = self.attached(&env)?;
+        let node = c.clone();
+        Ok(AsyncTask::new(Job::new(move || Ok(c.send(to, &m, &keys)?), |_, ()| Ok(())).on(node)))
     }
 
     /// The next message of this node's inbox, or `null` when none is there.

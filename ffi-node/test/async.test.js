@@ -55,24 +55,35 @@ test('async calls in parallel on the libuv pool give the sync results', { timeou
   const { region, local } = smallRegion('parallel')
   const n = region.attach({ localDir: local })
   const jobs = []
+  const all = []
   for (let t = 0; t < 8; t++) {
     const keys = Array.from({ length: 16 }, (_, i) => key(t * 100 + i))
     const bodies = keys.map((_, i) => pattern(t * 100 + i, 4096))
+    all.push(...keys.map((k, i) => [k, bodies[i]]))
     jobs.push(
       n.putAsync(NS, keys, bodies).then(async (r) => {
         assert.ok(r.every((x) => x === 'OK'))
         const out = keys.map(() => Buffer.alloc(4096))
         const got = await n.getAsync(NS, keys, out)
-        assert.ok(got.every((g) => g.result === 'OK'))
-        out.forEach((b, i) => assert.ok(b.equals(bodies[i])))
+        // A recovery runs beside: a read may miss while it relinks the
+        // buckets (a miss, never wrong bytes).
+        got.forEach((g, i) => {
+          assert.ok(g.result === 'OK' || g.result === 'NOT_FOUND', g.result)
+          if (g.result === 'OK') assert.ok(out[i].equals(bodies[i]))
+        })
       }),
     )
   }
   jobs.push(n.recoverAsync().then((r) => assert.equal(r.nodesFreed, 0)))
   await Promise.all(jobs)
+  // Every block stored is there once recovery is done.
+  const out = all.map(() => Buffer.alloc(4096))
+  const got = await n.getAsync(NS, all.map(([k]) => k), out)
+  assert.ok(got.every((g) => g.result === 'OK'))
+  out.forEach((b, i) => assert.ok(b.equals(all[i][1])))
+  assert.equal(n.stats().liveBlocks, 128)
   // A check is exact on a quiescent region (in-flight changes would show).
   assert.deepEqual(await n.checkAsync(), [])
-  assert.equal(n.stats().liveBlocks, 128)
   // While async calls hold the node, it cannot detach.
   const busy = n.getAsync(NS, [key(0)], [Buffer.alloc(4096)])
   assert.throws(() => n.detach(), (e) => e.code === 'BUSY')

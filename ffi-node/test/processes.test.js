@@ -23,12 +23,12 @@ function child(file, local, role) {
   proc.on('exit', () => clearTimeout(timer))
   const next = () =>
     new Promise((resolve, reject) => {
-      if (queue.length) return resolve(queue.shift())
+      const take = (m) => (m.error ? reject(new Error(`${role} failed: ${m.error}`)) : resolve(m))
+      if (queue.length) return take(queue.shift())
       const t = setTimeout(() => reject(new Error(`${role}: no message within ${WATCHDOG_MS} ms`)), WATCHDOG_MS)
       waiters.push((m) => {
         clearTimeout(t)
-        if (m.error) reject(new Error(`${role} failed: ${m.error}`))
-        else resolve(m)
+        take(m)
       })
     })
   const exited = new Promise((resolve) => proc.on('exit', (code, sig) => resolve({ code, sig })))

@@ -2,8 +2,9 @@
 # The Node package's checks: installs the build tool from the lockfile
 # (`npm ci`, falling back to `npm install`, which follows it), builds the
 # addon as a user would (`npm run build`: napi build --platform --release),
-# checks that the generated loader and typings are the committed ones, runs
-# `node --test`, and a small bench run. Prints one "test result" line per
+# checks that the generated loader and typings are the committed ones and
+# type-check a strict TypeScript client, runs `node --test`, and a small
+# bench run. Prints one "test result" line per
 # passing part; exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,12 @@ if git ls-files --error-unmatch index.js index.d.ts >/dev/null 2>&1 && git diff 
 else
   git diff --stat -- index.js index.d.ts
   echo "generated files drift: 1 failed (run npm run build in ffi-node and commit index.js, index.d.ts)"
+  rc=1
+fi
+if npm run --silent typecheck; then
+  echo "test result: ok. 1 passed; 0 failed (the typings type-check a strict TypeScript client: tsc, test/types.ts)"
+else
+  echo "typecheck: 1 failed"
   rc=1
 fi
 out=$(mktemp)
