@@ -16,14 +16,14 @@
 
 use core::ffi::c_void;
 use std::cell::RefCell;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use napi::bindgen_prelude::{AsyncTask, Buffer, ObjectFinalize};
 use napi::{sys, Env, Unknown};
 use napi_derive::napi;
 
 use cxlkv_platform::kv::{CoreResult, Handle, Key};
-use cxlkv_platform::{Code, Node as Attached};
+use cxlkv_platform::{Blocks, Code, Finish, Kind, Node as Attached};
 
 use crate::args::u32_of;
 use crate::error::{coded, item, range_error, OrThrow};
@@ -39,70 +39,16 @@ fn copies_only() -> bool {
     *NO_EXTERNAL.get_or_init(|| std::env::var_os("CXLKV_NODE_NO_EXTERNAL_BUFFERS").is_some_and(|v| v == "1"))
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Pinned,
-    Reserved,
-}
-
-/// How a batch ends.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Finish {
-    /// Release pins, abort reservations.
-    End,
-    /// Publish reservations (flushing their payloads).
-    Publish,
-}
-
-/// What a batch holds, shared with its views: the blocks are released (or
-/// aborted) when the last holder goes, if nobody ended them before.
-struct Shared {
-    kind: Kind,
-    node: Mutex<Option<Arc<Attached>>>,
-    handles: Vec<Handle>,
-}
-
-impl Shared {
-    /// Ends the pins or reservations, once: `StaleHandle` the second time.
-    fn finish(&self, how: Finish, out: &mut [CoreResult<()>]) -> cxlkv_platform::Result<()> {
-        let Some(c) = self.node.lock().unwrap_or_else(|e| e.into_inner()).take() else {
-            return Err(cxlkv_platform::kv::CoreError::StaleHandle.into());
-        };
-        let node = c.core();
-        match (self.kind, how) {
-            (Kind::Pinned, _) => node.release(&self.handles)?,
-            (Kind::Reserved, Finish::Publish) => node.publish_batch(&self.handles, out)?,
-            (Kind::Reserved, Finish::End) => {
-                for (h, o) in self.handles.iter().zip(out.iter_mut()) {
-                    *o = node.abort(h);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn open(&self) -> bool {
-        self.node.lock().unwrap_or_else(|e| e.into_inner()).is_some()
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        let mut out = vec![Ok(()); self.handles.len()];
-        let _ = self.finish(Finish::End, &mut out);
-    }
-}
-
 /// Runs when a view is collected: drops the batch it held.
 unsafe extern "C" fn view_collected(_env: sys::napi_env, _data: *mut c_void, hint: *mut c_void) {
-    // SAFETY: `hint` is the `Box<Arc<Shared>>` leaked for this view by
+    // SAFETY: `hint` is the `Box<Arc<Blocks>>` leaked for this view by
     // `Batch::view`; the runtime calls this once per view.
-    drop(unsafe { Box::from_raw(hint.cast::<Arc<Shared>>()) });
+    drop(unsafe { Box::from_raw(hint.cast::<Arc<Blocks>>()) });
 }
 
 /// The blocks of one acquire or reserve call.
 struct Batch {
-    shared: Arc<Shared>,
+    shared: Arc<Blocks>,
     keys: Vec<Key>,
     /// Per key: the index of its handle, `None` when not found.
     slots: Vec<Option<usize>>,
@@ -128,7 +74,7 @@ impl Batch {
         for h in &handles {
             ptrs.push(node.payload_ptr(h.off, h.len));
         }
-        let shared = Arc::new(Shared { kind, node: Mutex::new(Some(node)), handles });
+        let shared = Arc::new(Blocks::new(node, kind, handles));
         // A payload outside the mapping would be a bug: end the batch (by
         // dropping it) and report it.
         let ptrs = ptrs.into_iter().collect::<cxlkv_platform::Result<Vec<_>>>().or_throw(env)?;
@@ -152,7 +98,7 @@ impl Batch {
     }
 
     fn check_open(&self, env: &Env) -> napi::Result<()> {
-        if !self.closing && self.shared.open() {
+        if !self.closing && self.shared.is_open() {
             Ok(())
         } else {
             Err(coded(env, Code::StaleHandle, "the blocks were released already"))
@@ -185,7 +131,7 @@ impl Batch {
             js::unreference(raw, r);
             self.views[i] = None;
         }
-        let (ptr, len) = (self.ptrs[h], self.shared.handles[h].len as usize);
+        let (ptr, len) = (self.ptrs[h], self.shared.handles()[h].len as usize);
         let made = if copies_only() {
             Err(js::NoExternal)
         } else {
@@ -204,7 +150,7 @@ impl Batch {
         };
         let v = match made {
             Ok(v) => v,
-            Err(js::NoExternal) if self.shared.kind == Kind::Pinned => {
+            Err(js::NoExternal) if self.shared.kind() == Kind::Pinned => {
                 // SAFETY: the pin keeps the payload's bytes unchanged while
                 // they are copied.
                 js::arraybuffer_copy(raw, unsafe { core::slice::from_raw_parts(ptr, len) })?
@@ -247,13 +193,13 @@ impl Batch {
     fn finish(&mut self, env: &Env, how: Finish) -> napi::Result<Vec<CoreResult<()>>> {
         self.check_open(env)?;
         self.detach_views(env)?;
-        let mut out = vec![Ok(()); self.shared.handles.len()];
+        let mut out = vec![Ok(()); self.shared.handles().len()];
         self.shared.finish(how, &mut out).or_throw(env)?;
         Ok(out)
     }
 
     /// Detaches the views and hands the blocks to an async publish.
-    fn start_publish(&mut self, env: &Env) -> napi::Result<Arc<Shared>> {
+    fn start_publish(&mut self, env: &Env) -> napi::Result<Arc<Blocks>> {
         self.check_open(env)?;
         self.detach_views(env)?;
         self.closing = true;
@@ -265,7 +211,7 @@ impl Batch {
     }
 
     fn offsets(&self) -> Vec<Option<f64>> {
-        self.slots.iter().map(|s| s.map(|h| self.shared.handles[h].off as f64)).collect()
+        self.slots.iter().map(|s| s.map(|h| self.shared.handles()[h].off as f64)).collect()
     }
 
     /// Forgets the views' references when the batch object is collected
@@ -322,7 +268,7 @@ impl Pinned {
     /// True once released.
     #[napi(getter, catch_unwind)]
     pub fn released(&self) -> bool {
-        !self.batch.borrow().shared.open()
+        !self.batch.borrow().shared.is_open()
     }
 
     /// The zero-copy view of block `i` (`null` when key `i` is not stored).
@@ -341,7 +287,7 @@ impl Pinned {
     /// time.
     #[napi(catch_unwind)]
     pub fn release(&self, env: &Env) -> napi::Result<()> {
-        self.batch.borrow_mut().finish(env, Finish::End).map(|_| ())
+        self.batch.borrow_mut().finish(env, Finish::Release).map(|_| ())
     }
 }
 
@@ -391,7 +337,7 @@ impl Reservation {
     /// True once published or aborted.
     #[napi(getter, catch_unwind)]
     pub fn done(&self) -> bool {
-        !self.batch.borrow().shared.open()
+        !self.batch.borrow().shared.is_open()
     }
 
     /// The writable zero-copy view of block `i`. `UNSUPPORTED` where the
@@ -420,7 +366,7 @@ impl Reservation {
     pub fn publish_async(&self, env: &Env) -> napi::Result<Pending<Vec<CoreResult<()>>, Vec<String>>> {
         let shared = self.batch.borrow_mut().start_publish(env)?;
         let work = move || {
-            let mut out = vec![Ok(()); shared.handles.len()];
+            let mut out = vec![Ok(()); shared.handles().len()];
             shared.finish(Finish::Publish, &mut out)?;
             Ok(out)
         };
@@ -431,7 +377,7 @@ impl Reservation {
     /// keys can be reserved again.
     #[napi(catch_unwind)]
     pub fn abort(&self, env: &Env) -> napi::Result<()> {
-        self.batch.borrow_mut().finish(env, Finish::End).map(|_| ())
+        self.batch.borrow_mut().finish(env, Finish::Release).map(|_| ())
     }
 }
 

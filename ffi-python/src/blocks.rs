@@ -19,7 +19,7 @@ use pyo3::types::{PyBytes, PyMemoryView, PyTuple};
 
 use cxlkv_core::index::Handle;
 use cxlkv_platform::Code as R;
-use cxlkv_platform::Node as Attached;
+use cxlkv_platform::{Blocks, Finish, Kind, Node as Attached};
 
 use crate::{key_bytes, raise, OrRaise};
 
@@ -38,68 +38,6 @@ pub(crate) fn result<'py>(py: Python<'py>, r: &cxlkv_core::Result<()>) -> PyResu
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Pinned,
-    Reserved,
-}
-
-/// How a batch ends.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Finish {
-    /// Release pins, abort reservations.
-    End,
-    /// Publish reservations (flushing their payloads).
-    Publish,
-    /// Publish reservations once the CUDA stream completed.
-    PublishAfter(usize),
-}
-
-/// What a `Pinned` or `Reservation` holds, shared with its payloads: the
-/// blocks are released (or aborted) when the last of them goes, if nobody
-/// did it before.
-struct Shared {
-    kind: Kind,
-    cache: Mutex<Option<Arc<Attached>>>,
-    handles: Vec<Handle>,
-}
-
-impl Shared {
-    /// Ends the pins or reservations (once): releases pinned blocks; aborts,
-    /// publishes, or publishes after a CUDA stream completed, reserved ones.
-    fn finish(&self, how: Finish, out: &mut [cxlkv_core::Result<()>]) -> cxlkv_platform::Result<()> {
-        let Some(c) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).take() else {
-            return Err(cxlkv_core::Error::StaleHandle.into());
-        };
-        let node = c.core();
-        match (self.kind, how) {
-            (Kind::Pinned, _) => node.release(&self.handles)?,
-            (Kind::Reserved, Finish::Publish) => node.publish_batch(&self.handles, out)?,
-            (Kind::Reserved, Finish::PublishAfter(stream)) => match c.cuda() {
-                Ok(path) => path.publish_after(stream, &self.handles, out)?,
-                Err(e) => {
-                    // Keep the reservations: the copies may still be running.
-                    *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
-                    return Err(e);
-                }
-            },
-            (Kind::Reserved, Finish::End) => {
-                for (h, o) in self.handles.iter().zip(out.iter_mut()) {
-                    *o = node.abort(h);
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        let mut out = vec![Ok(()); self.handles.len()];
-        let _ = self.finish(Finish::End, &mut out);
-    }
-}
-
 struct ExportState {
     exports: usize,
     closed: bool,
@@ -111,7 +49,7 @@ struct ExportState {
 #[pyclass(frozen, module = "cxlkv._cxlkv")]
 pub struct Payload {
     /// Keeps the blocks held (and the region mapped) while this lives.
-    _shared: Arc<Shared>,
+    _shared: Arc<Blocks>,
     ptr: usize,
     len: usize,
     readonly: bool,
@@ -170,7 +108,7 @@ struct Item {
 
 /// The blocks of one acquire or reserve call.
 struct Batch {
-    shared: Arc<Shared>,
+    shared: Arc<Blocks>,
     keys: Vec<cxlkv_core::hash::Key>,
     items: Vec<Option<Item>>,
 }
@@ -180,7 +118,7 @@ impl Batch {
         let keys = hs.iter().map(|h| h.map(|h| h.key).unwrap_or_default()).collect();
         let handles: Vec<Handle> = hs.iter().flatten().copied().collect();
         let node = cache.clone();
-        let shared = Arc::new(Shared { kind, cache: Mutex::new(Some(cache)), handles });
+        let shared = Arc::new(Blocks::new(cache, kind, handles));
         let mut items = Vec::with_capacity(hs.len());
         for h in &hs {
             let Some(h) = h else {
@@ -225,7 +163,7 @@ impl Batch {
     }
 
     fn open(&self) -> bool {
-        self.shared.cache.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        self.shared.is_open()
     }
 
     fn finish(&self, py: Python<'_>, how: Finish) -> PyResult<Vec<cxlkv_core::Result<()>>> {
@@ -233,7 +171,7 @@ impl Batch {
             return Err(raise(py, R::StaleHandle, "the blocks were released already"));
         }
         self.close_views(py)?;
-        let mut out = vec![Ok(()); self.shared.handles.len()];
+        let mut out = vec![Ok(()); self.shared.handles().len()];
         let shared = &self.shared;
         py.detach(|| shared.finish(how, &mut out)).or_raise(py)?;
         Ok(out)
@@ -246,14 +184,13 @@ impl Batch {
         }
         let j = if i < 0 { i + self.items.len() as isize } else { i } as usize;
         let k = self.items[..j].iter().flatten().count();
-        Ok(self.shared.handles[k])
+        self.shared.handles().get(k).copied().ok_or_else(|| raise(py, R::NotFound, "no block at this index"))
     }
 
     /// Queues a DMA of block `i` to or from device address `device_ptr`.
     fn dma(&self, py: Python<'_>, i: isize, device_ptr: u64, stream: usize, to_device: bool) -> PyResult<()> {
         let h = self.handle(py, i)?;
-        let c = self.shared.cache.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let c = c.ok_or_else(|| raise(py, R::StaleHandle, "the blocks were released"))?;
+        let c = self.shared.node().ok_or_else(|| raise(py, R::StaleHandle, "the blocks were released"))?;
         py.detach(|| {
             let path = c.cuda()?;
             if to_device {
@@ -266,7 +203,7 @@ impl Batch {
     }
 
     fn offsets(&self) -> Vec<Option<u64>> {
-        let mut hs = self.shared.handles.iter();
+        let mut hs = self.shared.handles().iter();
         self.items.iter().map(|it| it.as_ref().and_then(|_| hs.next().map(|h| h.off))).collect()
     }
 
@@ -331,7 +268,7 @@ impl Pinned {
     /// Drops the pins. `BufferError` (nothing released) while a slice, array
     /// or other view of a block lives.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        self.0.finish(py, Finish::End).map(|_| ())
+        self.0.finish(py, Finish::Release).map(|_| ())
     }
 
     /// The region offset of each block's payload (None where not found),
@@ -408,7 +345,7 @@ impl Reservation {
     /// Abandons the blocks: their space is freed, the keys can be reserved
     /// again.
     fn abort(&self, py: Python<'_>) -> PyResult<()> {
-        self.0.finish(py, Finish::End).map(|_| ())
+        self.0.finish(py, Finish::Release).map(|_| ())
     }
 
     /// The region offset of each block's payload, for `Node.cuda_scatter`.

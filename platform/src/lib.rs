@@ -5,10 +5,13 @@
 //! - [`flush`]: `Coherence` implementations with real cache-maintenance
 //!   instructions, chosen by CPUID with an explicit override;
 //! - [`local`]: the host-local lock tier, shared by the processes of a host;
-//! - [`cache`]: an attached node with its heartbeat and lock-manager thread;
+//! - [`node`]: an attached node with its heartbeat and lock-manager thread;
 //! - [`copy`]: batch put and get through lists of buffers;
+//! - [`blocks`]: a batch of pinned or reserved blocks handed to a user,
+//!   ended once;
 //! - [`gpu`]: the region registered with CUDA, and DMA copies of KV blocks.
 
+pub mod blocks;
 pub mod code;
 pub mod copy;
 pub mod error;
@@ -25,6 +28,7 @@ pub mod size;
 mod sync;
 pub mod user;
 
+pub use blocks::{Blocks, Finish, Kind};
 pub use code::{Code, Family};
 pub use copy::{GetItem, PutItem};
 pub use error::{Error, Result};
