@@ -25,8 +25,10 @@ if [ "$py_version" != "$want" ]; then
 fi
 echo "test result: ok. 1 passed; 0 failed (pip install ./ffi-python; cxlkv.__version__ $py_version)"
 stub_rc=0
-if (cd /tmp && "$venv/bin/python" -m mypy.stubtest cxlkv) &&
-  "$venv/bin/python" -m mypy --strict ffi-python/python/cxlkv; then
+mypy_config=$PWD/ffi-python/pyproject.toml
+allowlist=$PWD/ffi-python/tests/stubtest-allowlist.txt
+if (cd /tmp && "$venv/bin/python" -m mypy.stubtest --mypy-config-file "$mypy_config" --allowlist "$allowlist" cxlkv) &&
+  "$venv/bin/python" -m mypy --strict --config-file "$mypy_config" ffi-python/python/cxlkv; then
   echo "test result: ok. 1 passed; 0 failed (stub matches the module: mypy.stubtest, mypy --strict)"
 else
   echo "stub check (mypy.stubtest, mypy --strict): 1 failed"

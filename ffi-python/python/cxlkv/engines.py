@@ -1,0 +1,82 @@
+"""Keys and namespaces for the engine adapters (`cxlkv.vllm`, ...): one
+definition of how an engine's block hash becomes a cxlkv key and of what
+goes into the namespace, shared by every adapter.
+
+- A block's key is the first 16 bytes of the engine's hash of the block
+  (vLLM's block hash, SGLang's page key, LMCache's chunk hash), zero-padded
+  when the hash is shorter.
+- Everything that makes two blocks with equal hashes not interchangeable
+  goes into the namespace: the model, the KV layout and dtype, tokens per
+  block, tensor- and pipeline-parallel rank and size, and whatever else the
+  engine says describes its blocks (KV cache groups, a salt, a LoRA): the
+  fields the 32-bit id does not hold are hashed into its `extra`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._cxlkv import namespace_id
+
+
+def block_key(engine_hash: bytes) -> bytes:
+    """The cxlkv key of a block whose engine hash is `engine_hash`."""
+    if not engine_hash:
+        raise ValueError("an engine block hash is not empty")
+    return bytes(engine_hash[:16]).ljust(16, b"\0")
+
+
+def _stable_u64(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+@dataclass(frozen=True)
+class EngineNamespace:
+    """What makes an engine's blocks interchangeable, and its cxlkv id."""
+
+    engine: str
+    model: str
+    dtype: str
+    kv_layout: str = ""
+    block_tokens: int = 0
+    tp_rank: int = 0
+    tp_size: int = 1
+    pp_rank: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """Every field, as canonical JSON."""
+        return json.dumps(
+            {
+                "engine": self.engine,
+                "model": self.model,
+                "dtype": self.dtype,
+                "kv_layout": self.kv_layout,
+                "block_tokens": self.block_tokens,
+                "tp_rank": self.tp_rank,
+                "tp_size": self.tp_size,
+                "pp_rank": self.pp_rank,
+                "extra": dict(self.extra),
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+            default=str,
+        )
+
+    @property
+    def id(self) -> int:
+        """The namespace id (`cxlkv.namespace_id` of these fields)."""
+        return namespace_id(
+            self.model,
+            kv_layout=_stable_u64(self.kv_layout) & 0xFFFFFFFF,
+            dtype=_stable_u64(self.dtype) & 0xFFFFFFFF,
+            tp_rank=self.tp_rank,
+            tp_size=self.tp_size,
+            pp_rank=self.pp_rank,
+            block_tokens=self.block_tokens,
+            extra=_stable_u64(json.dumps([self.engine, dict(self.extra)], sort_keys=True, default=str)),
+        )

@@ -1,0 +1,338 @@
+"""cxlkv as a secondary tier of vLLM's tiered KV offloading.
+
+vLLM's `TieringOffloadingSpec` keeps offloaded KV chunks in a CPU primary
+tier and cascades them to secondary tiers it loads by `type` and
+`module_path`. This tier keeps them in a cxlkv region, where every vLLM
+instance of the rack that maps the same region finds them::
+
+    --kv-transfer-config '{"kv_connector": "OffloadingConnector",
+      "kv_role": "kv_both",
+      "kv_connector_extra_config": {
+        "spec_name": "TieringOffloadingSpec",
+        "cpu_bytes_to_use": 8000000000,
+        "secondary_tiers": [{"type": "CxlkvTier", "module_path": "cxlkv.vllm",
+                             "region": "/dev/shm/kv"}]}}'
+
+Options of the tier's entry: `region` (required: the path of a formatted
+cxlkv region: a file, /dev/shm, or /dev/daxX.Y), `flush_mode` (default:
+this machine's), `local_dir` (the host-local lock directory, default
+/dev/shm), `node_id`, `lease_ms`, `lock_timeout_ms`, `n_threads` (copy
+threads, default 4), `enable_kv_events` (report what the tier stored and
+learnt was dropped, when vLLM's KV events are on), `locality`.
+
+A chunk's key is the first 16 bytes of its block hash; its namespace holds
+what vLLM itself says makes chunks interchangeable (`FileMapper`'s fields:
+model, dtype, tokens per hash, blocks per chunk, parallel layout, KV cache
+groups) plus the chunk's size and KV cache group. Lookups are batched per
+scheduler step (vLLM's `AsyncLookupManager`, one cxlkv presence call per
+group); stores and loads run on the tier's threads, one cxlkv batch call per
+job and group, never on the scheduler thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from vllm.v1.kv_offload.base import (
+    Locality,
+    LookupResult,
+    Medium,
+    OffloadingEvent,
+    OffloadKey,
+    ReqContext,
+    RequestOffloadingContext,
+    ScheduleEndContext,
+    get_offload_block_hash,
+    get_offload_group_idx,
+)
+from vllm.v1.kv_offload.file_mapper import FileMapper
+from vllm.v1.kv_offload.tiering.async_lookup import AsyncLookupManager
+from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
+
+from . import CapacityError, CxlkvError, Region, Result
+from .engines import EngineNamespace, block_key
+
+if TYPE_CHECKING:
+    from vllm.v1.kv_offload.base import OffloadingSpec
+    from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
+
+logger = logging.getLogger(__name__)
+
+#: Results of a store that leave the chunk in the region.
+_STORED = (Result.OK, Result.EXISTS)
+#: How many stored keys the tier remembers, to report their removal once a
+#: lookup or load finds them gone.
+_REMEMBERED = 1 << 20
+
+
+class _Lookups(AsyncLookupManager):
+    """vLLM's per-step lookup batching, answered by one presence call per
+    KV cache group."""
+
+    def __init__(self, tier: CxlkvTier) -> None:
+        super().__init__(tier_type=tier.tier_type)
+        self._tier = tier
+
+    def batch_lookup(self, keys: list[OffloadKey], req_context: ReqContext) -> Iterable[bool]:
+        return self._tier._present(keys)
+
+
+class CxlkvTier(SecondaryTierManager):
+    """A vLLM secondary tier in a cxlkv region (see the module docs)."""
+
+    medium: ClassVar[Medium] = Medium.CPU
+
+    def __init__(
+        self,
+        offloading_spec: OffloadingSpec,
+        primary_kv_view: memoryview,
+        tier_type: str,
+        region: str | None = None,
+        flush_mode: str = "default",
+        local_dir: str | None = None,
+        node_id: int | None = None,
+        lease_ms: int = 2000,
+        lock_timeout_ms: int = 60000,
+        n_threads: int = 4,
+        enable_kv_events: bool = False,
+        locality: str | None = None,
+        backpressure_detector: BackpressureDetector | None = None,
+    ) -> None:
+        super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
+        if not region:
+            raise ValueError(
+                f"cxlkv tier {tier_type!r}: 'region' is required: the path of a formatted cxlkv region "
+                "(a file, /dev/shm/NAME or /dev/daxX.Y; make one with `cxlkv format`)"
+            )
+        if n_threads < 1:
+            raise ValueError(f"cxlkv tier {tier_type!r}: n_threads must be at least 1, got {n_threads}")
+        self.locality = Locality(locality) if locality is not None else None
+        try:
+            self._region = Region.open(region)
+            self._node = self._region.attach(
+                node_id=node_id,
+                flush_mode=flush_mode,
+                lease_ms=lease_ms,
+                lock_timeout_ms=lock_timeout_ms,
+                local_dir=local_dir,
+            )
+        except (CxlkvError, OSError) as e:
+            raise RuntimeError(f"cxlkv tier {tier_type!r}: cannot use region {region!r}: {e}") from e
+        # The primary tier's chunks, as bytes: chunk c is [c*size, (c+1)*size).
+        self._bytes = primary_kv_view.cast("B")
+        # vLLM's own description of what makes chunks interchangeable, plus
+        # this tier's chunk size and the chunk's group.
+        self._fields = FileMapper.from_offloading_spec(
+            root_dir="", offloading_spec=offloading_spec, blocks_per_file=offloading_spec.blocks_per_chunk
+        ).get_run_config()
+        self._namespaces: dict[int, int] = {}
+        self.events: list[OffloadingEvent] | None = None
+        if enable_kv_events:
+            if offloading_spec.kv_events_config.enable_kv_cache_events:
+                self.events = []
+            else:
+                logger.warning("cxlkv tier %r: enable_kv_events is set but vLLM's KV events are off", tier_type)
+        self._stored: OrderedDict[OffloadKey, None] = OrderedDict()
+        self._done: list[JobResult] = []
+        self._removed: list[OffloadKey] = []
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._in_flight = 0
+        self._pool = ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix=f"cxlkv_{tier_type}")
+        self._lookups = _Lookups(self)
+        logger.info(
+            "cxlkv tier %r: node %d of region %s, chunks of %d bytes",
+            tier_type,
+            self._node.id,
+            region,
+            self.block_size_bytes,
+        )
+
+    # -- keys ------------------------------------------------------------
+
+    def namespace(self, group: int) -> int:
+        """The cxlkv namespace of this instance's chunks of KV cache group
+        `group`."""
+        ns = self._namespaces.get(group)
+        if ns is None:
+            f = self._fields
+            ns = EngineNamespace(
+                engine="vllm",
+                model=str(f.get("model_name", "")),
+                dtype=str(f.get("dtype", "")),
+                kv_layout=str(f.get("canonical_format", "")),
+                block_tokens=int(f.get("tokens_per_hash", 0)),
+                tp_rank=0,
+                tp_size=int(f.get("tp_size", 1)),
+                extra={"fields": f, "group": group, "chunk_bytes": self.block_size_bytes},
+            ).id
+            self._namespaces[group] = ns
+        return ns
+
+    def _by_group(self, keys: Collection[OffloadKey]) -> dict[int, list[int]]:
+        groups: dict[int, list[int]] = {}
+        for i, k in enumerate(keys):
+            groups.setdefault(get_offload_group_idx(k), []).append(i)
+        return groups
+
+    def _present(self, keys: list[OffloadKey]) -> list[bool]:
+        out = [False] * len(keys)
+        for group, idx in self._by_group(keys).items():
+            _, here = self._node.presence(self.namespace(group), [block_key(get_offload_block_hash(keys[i])) for i in idx])
+            for i, h in zip(idx, here):
+                out[i] = h
+        gone = [k for k, h in zip(keys, out) if not h and k in self._stored]
+        if gone:
+            self._forget(gone)
+        return out
+
+    def _remember(self, keys: Iterable[OffloadKey]) -> None:
+        with self._lock:
+            for k in keys:
+                self._stored[k] = None
+                self._stored.move_to_end(k)
+            while len(self._stored) > _REMEMBERED:
+                self._stored.popitem(last=False)
+
+    def _forget(self, keys: Iterable[OffloadKey]) -> None:
+        with self._lock:
+            for k in keys:
+                if self._stored.pop(k, 0) is None:
+                    self._removed.append(k)
+
+    # -- jobs ------------------------------------------------------------
+
+    def _row(self, chunk_id: int) -> memoryview:
+        start = int(chunk_id) * self.block_size_bytes
+        return self._bytes[start : start + self.block_size_bytes]
+
+    def _store(self, job: TransferJob) -> JobResult:
+        keys = list(job.keys)
+        ok: list[OffloadKey] = []
+        for group, idx in self._by_group(keys).items():
+            ns = self.namespace(group)
+            items = [(block_key(get_offload_block_hash(keys[i])), self._row(job.chunk_ids[i])) for i in idx]
+            results = self._node.put(ns, items)
+            full = [j for j, r in enumerate(results) if r in (Result.OUT_OF_SPACE, Result.TABLE_FULL)]
+            if full:
+                # A full region evicts its least recently used blocks and
+                # takes the chunks; what still does not fit is not stored.
+                try:
+                    self._node.evict(len(full) * self.block_size_bytes)
+                except CapacityError:
+                    pass
+                again = self._node.put(ns, [items[j] for j in full])
+                for j, r in zip(full, again):
+                    results[j] = r
+            ok.extend(keys[i] for i, r in zip(idx, results) if r in _STORED)
+        self._remember(ok)
+        if self.events is not None and ok:
+            with self._lock:
+                self.events.append(OffloadingEvent(keys=ok, medium=self.medium, removed=False, locality=self.locality))
+        return JobResult(
+            job_id=job.job_id,
+            success=len(ok) == len(keys),
+            transfer_bytes=len(ok) * self.block_size_bytes,
+        )
+
+    def _load(self, job: TransferJob) -> JobResult:
+        keys = list(job.keys)
+        loaded = [False] * len(keys)
+        for group, idx in self._by_group(keys).items():
+            items = [(block_key(get_offload_block_hash(keys[i])), self._row(job.chunk_ids[i])) for i in idx]
+            for i, (r, n) in zip(idx, self._node.get(self.namespace(group), items)):
+                loaded[i] = r == Result.OK and n == self.block_size_bytes
+        missing = [k for k, ok in zip(keys, loaded) if not ok]
+        if missing:
+            self._forget(missing)
+        n_ok = len(keys) - len(missing)
+        return JobResult(
+            job_id=job.job_id,
+            success=not missing,
+            successful_keys=None if not missing else tuple(k for k, ok in zip(keys, loaded) if ok) or None,
+            transfer_bytes=n_ok * self.block_size_bytes,
+        )
+
+    def _run(self, job: TransferJob, work: Any) -> None:
+        try:
+            result = work(job)
+        except Exception:  # reported as a failed job, never raised into vLLM
+            logger.exception("cxlkv tier %r: job %d failed", self.tier_type, job.job_id)
+            result = JobResult(job_id=job.job_id, success=False)
+        with self._lock:
+            self._done.append(result)
+            self._in_flight -= 1
+            self._idle.notify_all()
+
+    def _submit(self, job: TransferJob, work: Any) -> None:
+        if len(job.keys) != len(job.chunk_ids):
+            raise ValueError(f"job {job.job_id}: {len(job.keys)} keys but {len(job.chunk_ids)} chunk ids")
+        with self._lock:
+            self._in_flight += 1
+        self._pool.submit(self._run, job, work)
+
+    # -- SecondaryTierManager ----------------------------------------------
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        found = self._lookups.lookup(key, req_context)
+        if found is None:
+            return LookupResult.RETRY
+        return LookupResult.HIT if found else LookupResult.MISS
+
+    def submit_store(self, job_metadata: TransferJob) -> None:
+        self._submit(job_metadata, self._store)
+
+    def submit_load(self, job_metadata: TransferJob) -> None:
+        self._submit(job_metadata, self._load)
+
+    def get_finished_jobs(self) -> Iterable[JobResult]:
+        with self._lock:
+            done, self._done = self._done, []
+        return done
+
+    def has_pending_work(self) -> bool:
+        with self._lock:
+            return self._in_flight > 0 or bool(self._done)
+
+    def take_events(self) -> Iterable[OffloadingEvent]:
+        if self.events is None:
+            return []
+        with self._lock:
+            events, self.events = self.events, []
+            removed, self._removed = self._removed, []
+        if removed:
+            events.append(OffloadingEvent(keys=removed, medium=self.medium, removed=True, locality=self.locality))
+        return events
+
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        return RequestOffloadingContext()
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        self._lookups.cleanup(req_context.req_id)
+
+    def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        self._lookups.flush()
+
+    def drain_jobs(self) -> None:
+        with self._idle:
+            self._idle.wait_for(lambda: self._in_flight == 0)
+
+    def shutdown(self) -> None:
+        self._lookups.shutdown()
+        self._pool.shutdown(wait=True)
+        try:
+            self._node.detach()
+        except CxlkvError as e:
+            logger.warning("cxlkv tier %r: detach: %s", self.tier_type, e)
+        self._region.close()
+
+    @property
+    def node_id(self) -> int:
+        """The cxlkv node this tier attached as."""
+        return self._node.id
+

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The engine adapters' tests, against the real engine packages: a virtual
+# environment with torch and the engines' interface code (cached between
+# runs, keyed by requirements.txt and the engine versions: a few GB, made
+# once), the cxlkv wheel built from this checkout, then pytest. Prints one
+# "test result" line per passing part and `engines: N passed, M failed`
+# last. Exits non-zero on any failure.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+cd "$root"
+engines="vllm==0.33.0"
+stamp=$( (cat "$here/requirements.txt"; echo "$engines") | sha256sum | cut -c1-12)
+venv=${CXLKV_ENGINES_VENV:-$HOME/.cache/cxlkv/engines-$stamp}
+if [ ! -e "$venv/.complete" ]; then
+  echo "engines venv: creating $venv (torch and the engines' interface code; cached for later runs)"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -r "$here/requirements.txt"
+  # The engines without their serving stacks (their interfaces import only
+  # what requirements.txt lists).
+  # shellcheck disable=SC2086
+  "$venv/bin/python" -m pip install -q --no-deps $engines
+  touch "$venv/.complete"
+fi
+# cxlkv from this checkout: a wheel built by maturin from the project's
+# .venv (ffi-python/tests/run.sh makes it), into the engines venv.
+wheels=$(mktemp -d)
+trap 'rm -rf "$wheels"' EXIT
+maturin=${CXLKV_VENV:-$root/.venv}/bin/maturin
+CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target} "$maturin" build --release -q -m ffi-python/Cargo.toml -o "$wheels"
+"$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheels"/cxlkv-*.whl
+echo "test result: ok. 1 passed; 0 failed (cxlkv wheel installed beside $engines, torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null))"
+rc_extra=0
+if (cd /tmp && "$venv/bin/python" -m mypy --config-file "$here/mypy.ini" -m cxlkv.vllm -m cxlkv.engines); then
+  echo "test result: ok. 1 passed; 0 failed (mypy --strict on the adapters, against the engines' types)"
+else
+  echo "adapters' types (mypy --strict): 1 failed"
+  rc_extra=1
+fi
+out=$(mktemp)
+set +e
+(cd "$here" && "$venv/bin/python" -m pytest -p no:cacheprovider .) 2>&1 | tee "$out"
+rc=${PIPESTATUS[0]}
+set -e
+passed=$( (tail -n 1 "$out" | grep -Eo '[0-9]+ passed' || true) | awk '{s+=$1} END {print s+0}')
+failed=$( (tail -n 1 "$out" | grep -Eo '[0-9]+ (failed|errors?)' || true) | awk '{s+=$1} END {print s+0}')
+rm -f "$out"
+if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+if [ "$rc" -eq 0 ]; then
+  echo "test result: ok. ${passed} passed; 0 failed (engine adapters, ffi-python/tests/engines)"
+fi
+# The adapters' overhead against raw cxlkv batch calls, small (a smoke run:
+# it prints numbers; it passes when every job succeeded).
+if (cd "$here" && "$venv/bin/python" -W ignore bench_vllm.py --quick); then
+  echo "test result: ok. 1 passed; 0 failed (bench_vllm.py smoke run)"
+else
+  echo "bench_vllm.py: 1 failed"
+  rc_extra=1
+fi
+[ "$rc" -eq 0 ] && rc=$rc_extra
+[ "$rc_extra" -eq 0 ] || failed=$((failed + 1))
+echo "engines: ${passed} passed, ${failed} failed"
+exit "$rc"
