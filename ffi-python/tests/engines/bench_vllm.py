@@ -35,7 +35,7 @@ def main() -> None:
     print(f"{'chunks':>7} {'chunk':>8} {'store job':>10} {'raw put':>9} {'x':>5} {'load job':>9} {'raw get':>9} {'x':>5}")
     try:
         for n, size in cases:
-            with cxlkv.Region.create(path, 2 * rounds * n * size + (256 << 20), overwrite=True) as r:
+            with cxlkv.Region.create(path, 3 * n * size + (256 << 20), overwrite=True) as r:
                 r.format(n_stripes=64, entries_per_stripe=4096)
             cfg = {"type": "CxlkvTier", "module_path": "cxlkv.vllm", "region": path, "local_dir": local}
             tier, rows = make_tier(cfg, n_chunks=2 * n, chunk_bytes=size)
@@ -46,6 +46,7 @@ def main() -> None:
             store, put, load, get = [], [], [], []
             views = [tier._row(c) for c in range(n)]
             for rnd in range(rounds):
+                node.evict(1 << 62)  # room for this round's chunks, untimed
                 keys = [key(rnd * n + c) for c in range(n)]
                 raw = [(block_key(bytes([1, rnd % 256]) + c.to_bytes(4, "little") * 4), v) for c, v in enumerate(views)]
                 into = [(k, tier._row(n + c)) for c, (k, _) in enumerate(raw)]

@@ -9,7 +9,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 cd "$root"
-engines="vllm==0.33.0"
+engines="vllm==0.33.0 sglang==0.5.23"
 stamp=$( (cat "$here/requirements.txt"; echo "$engines") | sha256sum | cut -c1-12)
 venv=${CXLKV_ENGINES_VENV:-$HOME/.cache/cxlkv/engines-$stamp}
 if [ ! -e "$venv/.complete" ]; then
@@ -33,7 +33,7 @@ CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target} "$maturin" build --release -q
 "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheels"/cxlkv-*.whl
 echo "test result: ok. 1 passed; 0 failed (cxlkv wheel installed beside $engines, torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null))"
 rc_extra=0
-if (cd /tmp && "$venv/bin/python" -m mypy --config-file "$here/mypy.ini" -m cxlkv.vllm -m cxlkv.engines); then
+if (cd /tmp && "$venv/bin/python" -m mypy --config-file "$here/mypy.ini" -m cxlkv.vllm -m cxlkv.sglang -m cxlkv.engines); then
   echo "test result: ok. 1 passed; 0 failed (mypy --strict on the adapters, against the engines' types)"
 else
   echo "adapters' types (mypy --strict): 1 failed"
@@ -51,14 +51,16 @@ if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
 if [ "$rc" -eq 0 ]; then
   echo "test result: ok. ${passed} passed; 0 failed (engine adapters, ffi-python/tests/engines)"
 fi
-# The adapters' overhead against raw cxlkv batch calls, small (a smoke run:
-# it prints numbers; it passes when every job succeeded).
-if (cd "$here" && "$venv/bin/python" -W ignore bench_vllm.py --quick); then
-  echo "test result: ok. 1 passed; 0 failed (bench_vllm.py smoke run)"
-else
-  echo "bench_vllm.py: 1 failed"
-  rc_extra=1
-fi
+# The adapters' overhead against raw cxlkv batch calls, small (smoke runs:
+# they print numbers; they pass when every call succeeded).
+for bench in bench_vllm.py bench_sglang.py; do
+  if (cd "$here" && "$venv/bin/python" -W ignore "$bench" --quick); then
+    echo "test result: ok. 1 passed; 0 failed ($bench smoke run)"
+  else
+    echo "$bench: 1 failed"
+    rc_extra=1
+  fi
+done
 [ "$rc" -eq 0 ] && rc=$rc_extra
 [ "$rc_extra" -eq 0 ] || failed=$((failed + 1))
 echo "engines: ${passed} passed, ${failed} failed"
