@@ -78,7 +78,7 @@ step "Node package: npm ci, npm run build (napi), generated files, node --test (
 CXLKV_PYTHON="$PWD/.venv/bin/python" ffi-node/test/run.sh 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 
-step "engine adapters: the real engine packages in a cached venv (vLLM 0.33, SGLang 0.5.23), mypy --strict, pytest, bench smoke"
+step "engine adapters: the real engine packages in a cached venv (vLLM 0.33, SGLang 0.5.23, LMCache 0.5.6), mypy --strict, pytest, bench smoke"
 ffi-python/tests/engines/run.sh 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 

@@ -63,6 +63,13 @@ export declare class Node {
   /** `get` off the event loop. Leave the buffers alone until it settled. */
   getAsync(ns: number, keys: Keys, buffers: Array<Bytes | Bytes[]>): Promise<GetResult[]>
   /**
+   * Removes the stored blocks of `keys`; per key, whether it was removed
+   * (false: not stored, or pinned: a pinned block stays until released).
+   * It walks every stripe (an eviction that picks these keys): for the
+   * occasional delete, not the data path.
+   */
+  remove(ns: number, keys: Keys): Array<boolean>
+  /**
    * Evicts least-recently-used unpinned blocks until `nbytes` of payload
    * are freed or none is left.
    */

@@ -779,6 +779,16 @@ impl Node {
         Ok(AsyncTask::new(Job::new(move || items.get(&c, ns), get_results).holding(held).on(node)))
     }
 
+    /// Removes the stored blocks of `keys`; per key, whether it was removed
+    /// (false: not stored, or pinned: a pinned block stays until released).
+    /// It walks every stripe (an eviction that picks these keys): for the
+    /// occasional delete, not the data path.
+    #[napi(catch_unwind, ts_args_type = "ns: number, keys: Keys")]
+    pub fn remove(&self, env: Env, ns: Unknown<'_>, keys: Unknown<'_>) -> napi::Result<Vec<bool>> {
+        let (ns, keys, c) = (ns_of(&env, &ns)?, keys_of(&env, &keys, "keys")?, self.attached(&env)?);
+        c.remove(ns, &keys).or_throw(&env)
+    }
+
     /// Evicts least-recently-used unpinned blocks until `nbytes` of payload
     /// are freed or none is left.
     #[napi(catch_unwind, ts_args_type = "nbytes: number")]

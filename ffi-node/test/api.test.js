@@ -327,3 +327,18 @@ test('async forms of acquire, reserve, publish, evict, send', async () => {
   assert.deepEqual(n.check(), [])
   n.detach()
 })
+
+test('remove takes the blocks of given keys only', () => {
+  const { region, local } = smallRegion('remove')
+  const n = region.attach({ localDir: local })
+  n.put(NS, [1n, 2n, 3n], [Buffer.from('a'), Buffer.from('b'), Buffer.from('c')])
+  n.put(NS + 1, [1n], [Buffer.from('other')])
+  const p = n.acquire(NS, [3n])
+  assert.deepEqual(n.remove(NS, [1n, 3n, 9n]), [true, false, false])
+  p.release()
+  assert.deepEqual(n.presence(NS, [1n, 2n, 3n]).present, [false, true, true])
+  assert.equal(n.exists(NS + 1, 1n), true)
+  assert.deepEqual(n.remove(NS, []), [])
+  throwsCode(() => n.remove(NS, 'x'), TypeError, 'INVALID_ARGUMENT')
+  n.detach()
+})

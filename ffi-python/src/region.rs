@@ -419,6 +419,15 @@ impl Node {
         out.iter().zip(lens).map(|(r, l)| Ok((blocks::result(py, r)?, l))).collect()
     }
 
+    /// Removes the stored blocks of `keys`; per key, whether it was removed
+    /// (False: not stored, or pinned: a pinned block stays until released).
+    /// It walks every stripe (an eviction that picks these keys): for the
+    /// occasional delete, not the data path.
+    fn remove(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
+        let (ns, keys, c) = (ns_of(ns)?, keys_of(keys)?, self.cache(py)?);
+        py.detach(|| c.remove(ns, &keys)).or_raise(py)
+    }
+
     /// Evicts least-recently-used unpinned blocks until `nbytes` of payload
     /// are freed or none is left; returns `(blocks, bytes)` freed.
     fn evict(&self, py: Python<'_>, nbytes: u64) -> PyResult<(u64, u64)> {

@@ -285,3 +285,14 @@ def test_inbox_send_recv_call_reply(region: cxlkv.Region, local_dir: str, ns: cx
         assert not t.is_alive()
         assert ans.status == 42 and ans.kind == 5 | (1 << 31) and ans.sender == b.id
         assert ans.keys == [(1234).to_bytes(16, "little")] and ans.request_id != 0
+
+
+def test_remove_takes_the_blocks_of_given_keys_only(node: cxlkv.Node, ns: cxlkv.Namespace) -> None:
+    node.put(ns, [(k, b"r" * 100) for k in range(6)])
+    node.put(cxlkv.Namespace("other-model"), [(1, b"other")])
+    with node.acquire(ns, [5]):
+        assert node.remove(ns, [1, 3, 5, 42]) == [True, True, False, False]
+    assert [node.exists(ns, k) for k in range(6)] == [True, False, True, False, True, True]
+    assert node.exists(cxlkv.Namespace("other-model"), 1)
+    assert node.remove(ns, []) == []
+    assert node.remove(ns, [5]) == [True]

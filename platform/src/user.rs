@@ -5,7 +5,8 @@
 
 use cxlkv_core::coherence::{Coherence, Site};
 use cxlkv_core::hash::Key;
-use cxlkv_core::index::{Handle, ReserveItem};
+use cxlkv_core::index::{Handle, Policy, ReserveItem, Verdict};
+use cxlkv_core::layout::Entry;
 use cxlkv_core::lock::Held;
 use cxlkv_core::roots::{self, Root};
 use cxlkv_core::Error as CoreError;
@@ -23,7 +24,40 @@ pub struct ReserveRefused {
     pub error: Error,
 }
 
+/// Picks the entries of given keys of one namespace, as an eviction policy.
+struct Pick {
+    ns: u32,
+    keys: std::collections::HashSet<Key>,
+    picked: std::collections::HashSet<Key>,
+}
+
+impl Policy for Pick {
+    fn consider(&mut self, _stripe: u32, entry: &Entry) -> Verdict {
+        let key = Key { lo: entry.key_lo, hi: entry.key_hi };
+        if entry.ns != self.ns || !self.keys.contains(&key) {
+            return Verdict::Skip;
+        }
+        self.picked.insert(key);
+        Verdict::Evict
+    }
+}
+
 impl Node {
+    /// Removes the stored blocks of `keys` in namespace `ns` and says, per
+    /// key, whether it was removed (`false`: not stored, or pinned now: a
+    /// pinned block stays until released). It is an eviction that picks
+    /// these keys: it walks every stripe's LRU list, so it costs in
+    /// proportion to the live blocks (a delete an engine rarely issues, not
+    /// a data-path call); removals count as evictions.
+    pub fn remove(&self, ns: u32, keys: &[Key]) -> Result<Vec<bool>> {
+        let mut pick = Pick { ns, keys: keys.iter().copied().collect(), picked: Default::default() };
+        if !keys.is_empty() {
+            self.core().evict(u64::MAX, &mut pick)?;
+        }
+        // A key picked but found pinned was kept: removed is picked and gone.
+        keys.iter().map(|k| Ok(pick.picked.contains(k) && !self.exists(ns, *k)?)).collect()
+    }
+
     /// Whether `key` is stored (published) in namespace `ns`. Takes no lock.
     pub fn exists(&self, ns: u32, key: Key) -> Result<bool> {
         Ok(self.store().find_ready(ns, key)?.is_some())

@@ -205,3 +205,32 @@ fn recovery_beside_live_puts_and_gets_loses_nothing() {
     a.close().unwrap();
     let _ = std::fs::remove_file(&p);
 }
+
+/// `remove` takes the blocks of the keys it is given, in their namespace
+/// only, and keeps a pinned one.
+#[test]
+fn remove_takes_given_keys_only_and_keeps_pinned_blocks() {
+    use cxlkv_platform::PutItem;
+    let p = std::env::temp_dir().join(format!("cxlkv-remove-{}", std::process::id()));
+    let a = Node::create(&p, 32 << 20, caps(), opts()).unwrap();
+    let keys: Vec<Key> = (0..6u64).map(|i| Key { lo: i, hi: 77 }).collect();
+    let body = [7u8; 512];
+    let parts = [&body[..]];
+    let items: Vec<PutItem<'_>> = keys.iter().map(|k| PutItem { key: *k, tokens: 0, parts: &parts }).collect();
+    let mut out = vec![Ok(()); items.len()];
+    a.put(1, &items, &mut out).unwrap();
+    a.put(2, &items[..1], &mut out[..1]).unwrap();
+    let mut pinned = [Err(cxlkv_core::Error::InvalidArgument)];
+    a.core().acquire(1, &keys[5..6], &mut pinned).unwrap();
+    let gone = a.remove(1, &[keys[1], keys[3], keys[5], Key { lo: 99, hi: 0 }]).unwrap();
+    assert_eq!(gone, [true, true, false, false]);
+    let here: Vec<bool> = keys.iter().map(|k| a.exists(1, *k).unwrap()).collect();
+    assert_eq!(here, [true, false, true, false, true, true]);
+    assert!(a.exists(2, keys[0]).unwrap());
+    a.core().release(&[pinned[0].unwrap()]).unwrap();
+    assert_eq!(a.remove(1, &[keys[5]]).unwrap(), [true]);
+    assert!(a.remove(1, &[]).unwrap().is_empty());
+    assert!(a.check().unwrap().is_empty());
+    a.close().unwrap();
+    let _ = std::fs::remove_file(&p);
+}

@@ -16,11 +16,70 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
-from ._cxlkv import namespace_id
+from ._cxlkv import CapacityError, CxlkvError, Node, Region, Result, namespace_id
+
+#: Results of a store that leave the block in the region.
+STORED = (Result.OK, Result.EXISTS)
+_FULL = (Result.OUT_OF_SPACE, Result.TABLE_FULL)
+
+
+def attach(
+    who: str,
+    region: Optional[str],
+    *,
+    flush_mode: str = "default",
+    local_dir: Optional[str] = None,
+    node_id: Optional[int] = None,
+    lease_ms: int = 2000,
+    lock_timeout_ms: int = 60000,
+) -> tuple[Region, Node]:
+    """An adapter's region and node; a missing, unreadable or non-cxlkv
+    region is a clear error at start-up."""
+    if not region:
+        raise ValueError(
+            f"{who}: 'region' is required: the path of a formatted cxlkv region "
+            "(a file, /dev/shm/NAME or /dev/daxX.Y; make one with `cxlkv format`)"
+        )
+    try:
+        r = Region.open(str(region))
+        return r, r.attach(
+            node_id=node_id,
+            flush_mode=flush_mode,
+            lease_ms=lease_ms,
+            lock_timeout_ms=lock_timeout_ms,
+            local_dir=local_dir,
+        )
+    except (CxlkvError, OSError) as e:
+        raise RuntimeError(f"{who}: cannot use region {region!r}: {e}") from e
+
+
+def _nbytes(payload: Any) -> int:
+    if isinstance(payload, (list, tuple)):
+        return sum(memoryview(p).nbytes for p in payload)
+    return memoryview(payload).nbytes
+
+
+def put_evicting(node: Node, ns: int, items: Sequence[tuple[bytes, Any]]) -> tuple[list[bool], int]:
+    """Stores `items` (key, buffer or buffers) in one batch call; where the
+    region is full, evicts its least recently used blocks and tries those
+    items once more (what still does not fit is not stored: a miss later,
+    never an error of the engine's request). Returns whether each item is
+    stored (stored already counts) and how many blocks were evicted."""
+    results = node.put(ns, items)
+    full = [i for i, r in enumerate(results) if r in _FULL]
+    evicted = 0
+    if full:
+        try:
+            evicted, _ = node.evict(sum(_nbytes(items[i][1]) for i in full))
+        except CapacityError:
+            pass
+        for i, r in zip(full, node.put(ns, [items[i] for i in full])):
+            results[i] = r
+    return [r in STORED for r in results], evicted
 
 
 def block_key(engine_hash: bytes) -> bytes:

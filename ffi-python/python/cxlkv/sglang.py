@@ -41,14 +41,11 @@ from sglang.srt.mem_cache.hicache_storage import (
     PoolTransferResult,
 )
 
-from . import CapacityError, CxlkvError, Node, Region, Result
-from .engines import EngineNamespace, block_key
+from . import Result
+from .engines import EngineNamespace, attach, block_key, put_evicting
 
 logger = logging.getLogger(__name__)
 
-#: Results of a store that leave the page in the region.
-_STORED = (Result.OK, Result.EXISTS)
-_FULL = (Result.OUT_OF_SPACE, Result.TABLE_FULL)
 #: Extra-config keys SGLang itself reads.
 _SGLANG_KEYS = {"backend_name", "module_path", "class_name", "interface_v1", "interface_v2"}
 _OPTIONS = {"region", "flush_mode", "local_dir", "node_id", "lease_ms", "lock_timeout_ms"}
@@ -79,30 +76,22 @@ class CxlkvStorage(HiCacheStorage):
         unknown = set(extra) - _SGLANG_KEYS - _OPTIONS
         if unknown:
             raise ValueError(f"cxlkv storage: unknown extra-config keys {sorted(unknown)} (known: {sorted(_OPTIONS)})")
-        region = extra.get("region")
-        if not region:
-            raise ValueError(
-                "cxlkv storage: the extra config needs 'region': the path of a formatted cxlkv region "
-                "(a file, /dev/shm/NAME or /dev/daxX.Y; make one with `cxlkv format`)"
-            )
         self.config = storage_config
         self.is_writer: bool = bool(storage_config.is_storage_writer)
-        try:
-            self._region = Region.open(str(region))
-            self._node: Node = self._region.attach(
-                node_id=extra.get("node_id"),
-                flush_mode=str(extra.get("flush_mode", "default")),
-                lease_ms=int(extra.get("lease_ms", 2000)),
-                lock_timeout_ms=int(extra.get("lock_timeout_ms", 60000)),
-                local_dir=extra.get("local_dir"),
-            )
-        except (CxlkvError, OSError) as e:
-            raise RuntimeError(f"cxlkv storage: cannot use region {region!r}: {e}") from e
+        self._region, self._node = attach(
+            "cxlkv storage",
+            extra.get("region"),
+            flush_mode=str(extra.get("flush_mode", "default")),
+            local_dir=extra.get("local_dir"),
+            node_id=extra.get("node_id"),
+            lease_ms=int(extra.get("lease_ms", 2000)),
+            lock_timeout_ms=int(extra.get("lock_timeout_ms", 60000)),
+        )
         self._ns: Optional[int] = None
         self._pool_ns: dict[str, int] = {}
         self._ns_legacy = self._namespace(layout="tensor", dtype="bytes", segments=(), pool="legacy")
         self.stats = {"stored_pages": 0, "loaded_pages": 0, "missed_pages": 0, "evicted_pages": 0}
-        logger.info("cxlkv storage: node %d of region %s (writer: %s)", self._node.id, region, self.is_writer)
+        logger.info("cxlkv storage: node %d of region %s (writer: %s)", self._node.id, extra["region"], self.is_writer)
 
     # -- namespaces -------------------------------------------------------
 
@@ -201,20 +190,8 @@ class CxlkvStorage(HiCacheStorage):
         ]
 
     def _put(self, ns: int, items: list[tuple[bytes, Any]]) -> list[bool]:
-        results = self._node.put(ns, items)
-        full = [i for i, r in enumerate(results) if r in _FULL]
-        if full:
-            # A full region evicts its least recently used blocks; a page
-            # that still does not fit is not stored (a miss later).
-            need = sum(sum(len(p) for p in items[i][1]) if isinstance(items[i][1], list) else len(items[i][1]) for i in full)
-            try:
-                blocks, _ = self._node.evict(need)
-                self.stats["evicted_pages"] += blocks
-            except CapacityError:
-                pass
-            for i, r in zip(full, self._node.put(ns, [items[i] for i in full])):
-                results[i] = r
-        ok = [r in _STORED for r in results]
+        ok, evicted = put_evicting(self._node, ns, items)
+        self.stats["evicted_pages"] += evicted
         self.stats["stored_pages"] += sum(ok)
         return ok
 

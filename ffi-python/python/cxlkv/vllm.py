@@ -54,8 +54,8 @@ from vllm.v1.kv_offload.file_mapper import FileMapper
 from vllm.v1.kv_offload.tiering.async_lookup import AsyncLookupManager
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
-from . import CapacityError, CxlkvError, Region, Result
-from .engines import EngineNamespace, block_key
+from . import CxlkvError, Result
+from .engines import EngineNamespace, attach, block_key, put_evicting
 
 if TYPE_CHECKING:
     from vllm.v1.kv_offload.base import OffloadingSpec
@@ -63,8 +63,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Results of a store that leave the chunk in the region.
-_STORED = (Result.OK, Result.EXISTS)
 #: How many stored keys the tier remembers, to report their removal once a
 #: lookup or load finds them gone.
 _REMEMBERED = 1 << 20
@@ -104,25 +102,18 @@ class CxlkvTier(SecondaryTierManager):
         backpressure_detector: BackpressureDetector | None = None,
     ) -> None:
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
-        if not region:
-            raise ValueError(
-                f"cxlkv tier {tier_type!r}: 'region' is required: the path of a formatted cxlkv region "
-                "(a file, /dev/shm/NAME or /dev/daxX.Y; make one with `cxlkv format`)"
-            )
         if n_threads < 1:
             raise ValueError(f"cxlkv tier {tier_type!r}: n_threads must be at least 1, got {n_threads}")
         self.locality = Locality(locality) if locality is not None else None
-        try:
-            self._region = Region.open(region)
-            self._node = self._region.attach(
-                node_id=node_id,
-                flush_mode=flush_mode,
-                lease_ms=lease_ms,
-                lock_timeout_ms=lock_timeout_ms,
-                local_dir=local_dir,
-            )
-        except (CxlkvError, OSError) as e:
-            raise RuntimeError(f"cxlkv tier {tier_type!r}: cannot use region {region!r}: {e}") from e
+        self._region, self._node = attach(
+            f"cxlkv tier {tier_type!r}",
+            region,
+            flush_mode=flush_mode,
+            local_dir=local_dir,
+            node_id=node_id,
+            lease_ms=lease_ms,
+            lock_timeout_ms=lock_timeout_ms,
+        )
         # The primary tier's chunks, as bytes: chunk c is [c*size, (c+1)*size).
         self._bytes = primary_kv_view.cast("B")
         # vLLM's own description of what makes chunks interchangeable, plus
@@ -217,19 +208,8 @@ class CxlkvTier(SecondaryTierManager):
         for group, idx in self._by_group(keys).items():
             ns = self.namespace(group)
             items = [(block_key(get_offload_block_hash(keys[i])), self._row(job.chunk_ids[i])) for i in idx]
-            results = self._node.put(ns, items)
-            full = [j for j, r in enumerate(results) if r in (Result.OUT_OF_SPACE, Result.TABLE_FULL)]
-            if full:
-                # A full region evicts its least recently used blocks and
-                # takes the chunks; what still does not fit is not stored.
-                try:
-                    self._node.evict(len(full) * self.block_size_bytes)
-                except CapacityError:
-                    pass
-                again = self._node.put(ns, [items[j] for j in full])
-                for j, r in zip(full, again):
-                    results[j] = r
-            ok.extend(keys[i] for i, r in zip(idx, results) if r in _STORED)
+            stored, _ = put_evicting(self._node, ns, items)
+            ok.extend(keys[i] for i, s in zip(idx, stored) if s)
         self._remember(ok)
         if self.events is not None and ok:
             with self._lock:

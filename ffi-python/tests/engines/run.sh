@@ -9,7 +9,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 cd "$root"
-engines="vllm==0.33.0 sglang==0.5.23"
+engines="vllm==0.33.0 sglang==0.5.23 lmcache==0.5.6"
 stamp=$( (cat "$here/requirements.txt"; echo "$engines") | sha256sum | cut -c1-12)
 venv=${CXLKV_ENGINES_VENV:-$HOME/.cache/cxlkv/engines-$stamp}
 if [ ! -e "$venv/.complete" ]; then
@@ -33,7 +33,7 @@ CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target} "$maturin" build --release -q
 "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheels"/cxlkv-*.whl
 echo "test result: ok. 1 passed; 0 failed (cxlkv wheel installed beside $engines, torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null))"
 rc_extra=0
-if (cd /tmp && "$venv/bin/python" -m mypy --config-file "$here/mypy.ini" -m cxlkv.vllm -m cxlkv.sglang -m cxlkv.engines); then
+if (cd /tmp && "$venv/bin/python" -m mypy --config-file "$here/mypy.ini" -m cxlkv.vllm -m cxlkv.sglang -m cxlkv.lmcache -m cxlkv.engines); then
   echo "test result: ok. 1 passed; 0 failed (mypy --strict on the adapters, against the engines' types)"
 else
   echo "adapters' types (mypy --strict): 1 failed"
@@ -53,7 +53,7 @@ if [ "$rc" -eq 0 ]; then
 fi
 # The adapters' overhead against raw cxlkv batch calls, small (smoke runs:
 # they print numbers; they pass when every call succeeded).
-for bench in bench_vllm.py bench_sglang.py; do
+for bench in bench_vllm.py bench_sglang.py bench_lmcache.py; do
   if (cd "$here" && "$venv/bin/python" -W ignore "$bench" --quick); then
     echo "test result: ok. 1 passed; 0 failed ($bench smoke run)"
   else

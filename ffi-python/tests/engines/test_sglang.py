@@ -182,7 +182,7 @@ def test_bad_configurations_fail_at_start_up_and_lose_nothing(extra: dict[str, o
     pool.fill(0, seed=3)
     assert a.batch_set_v1(page_keys(1), pool.page_indices([0])) == [True]
     a.close()
-    with pytest.raises(ValueError, match="needs 'region'"):
+    with pytest.raises(ValueError, match="'region' is required"):
         make_backend({k: v for k, v in extra.items() if k != "region"}, pool)
     with pytest.raises(ValueError, match="unknown extra-config keys"):
         make_backend({**extra, "regoin": "x"}, pool)

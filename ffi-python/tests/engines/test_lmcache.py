@@ -1,0 +1,134 @@
+"""cxlkv's connector for LMCache 0.5.6's `native_plugin` L2 adapter, made
+by LMCache's own factory and driven through `NativeConnectorL2Adapter`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lmcache.v1.distributed.l2_adapters.native_connector_l2_adapter import NativeConnectorL2Adapter
+
+import cxlkv
+
+from lmcache_support import key, load, lookup, make_adapter, obj, store
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def params(tmp_path: Path) -> Iterator[dict[str, object]]:
+    path = f"/dev/shm/cxlkv-lmcache-{os.getpid()}-{os.urandom(4).hex()}"
+    with cxlkv.Region.create(path, 64 << 20) as r:
+        r.format(chunk_shift=16, max_nodes=8, n_stripes=8, entries_per_stripe=512)
+    yield {"region": path, "local_dir": str(tmp_path)}
+    os.unlink(path)
+
+
+def body(i: int, n: int = 4096) -> bytes:
+    return bytes((i * 31 + j) % 251 for j in range(n))
+
+
+def test_store_lookup_load_delete_through_the_native_connector_adapter(params: dict[str, object]) -> None:
+    a = make_adapter(params)
+    try:
+        assert isinstance(a, NativeConnectorL2Adapter)
+        keys = [key(i) for i in range(6)]
+        result = store(a, keys, [obj(body(i)) for i in range(6)])
+        assert result.is_successful()
+        # The lookup bitmap: found keys set, in the order asked.
+        assert lookup(a, keys[:3] + [key(99)] + keys[3:]) == [True, True, True, False, True, True, True]
+        dst = [obj(bytes(4096)) for _ in range(4)]
+        assert load(a, keys[1:4] + [key(98)], dst) == [True, True, True, False]
+        for i, o in enumerate(dst[:3]):
+            assert bytes(o.byte_array) == body(i + 1)
+        # A buffer of another size is not the object: a miss, not partial bytes.
+        assert load(a, [keys[0]], [obj(bytes(100))]) == [False]
+        a.delete(keys[:2])
+        assert lookup(a, keys) == [False, False, True, True, True, True]
+        # Storing again what is stored is a success.
+        assert store(a, keys[2:4], [obj(body(2)), obj(body(3))]).is_successful()
+    finally:
+        a.close()
+
+
+def test_namespaces_model_rank_and_salt_keep_objects_apart(params: dict[str, object]) -> None:
+    a = make_adapter(params)
+    try:
+        assert store(a, [key(1)], [obj(body(1))]).is_successful()
+        assert lookup(a, [key(1), key(1, model="other/model"), key(1, rank=1), key(1, salt="user-b")]) == [
+            True,
+            False,
+            False,
+            False,
+        ]
+    finally:
+        a.close()
+
+
+def test_another_process_with_its_own_adapter_loads_the_objects(params: dict[str, object]) -> None:
+    a = make_adapter(params)
+    try:
+        assert store(a, [key(i) for i in range(5)], [obj(body(i)) for i in range(5)]).is_successful()
+        script = textwrap.dedent(
+            f"""
+            import sys
+            sys.path.insert(0, {str(HERE)!r})
+            from lmcache_support import key, load, lookup, make_adapter, obj
+            a = make_adapter({dict(params)!r})
+            keys = [key(i) for i in range(5)]
+            assert lookup(a, keys) == [True] * 5
+            dst = [obj(bytes(4096)) for _ in keys]
+            assert load(a, keys, dst) == [True] * 5
+            for i, o in enumerate(dst):
+                assert bytes(o.byte_array) == bytes((i * 31 + j) % 251 for j in range(4096)), i
+            a.close()
+            print("loaded", 5)
+            """
+        )
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "loaded 5" in out.stdout
+    finally:
+        a.close()
+
+
+def test_a_full_region_evicts_and_never_fails_a_store(tmp_path: Path) -> None:
+    path = f"/dev/shm/cxlkv-lmcache-full-{os.getpid()}"
+    with cxlkv.Region.create(path, 8 << 20, overwrite=True) as r:
+        r.format(chunk_shift=16, max_nodes=4, n_stripes=4, entries_per_stripe=256)
+    a = make_adapter({"region": path, "local_dir": str(tmp_path)})
+    try:
+        data = bytes(64 << 10)
+        for j in range(4):  # 4 x 64 objects of 64 KiB: 16 MiB into an 8 MiB region
+            assert store(a, [key(64 * j + i) for i in range(64)], [obj(data) for _ in range(64)]).is_successful()
+        assert not all(lookup(a, [key(i) for i in range(64)]))
+        assert all(lookup(a, [key(192 + i) for i in range(64)]))
+    finally:
+        a.close()
+        os.unlink(path)
+
+
+def test_bad_configurations_fail_at_start_up_and_lose_nothing(params: dict[str, object], tmp_path: Path) -> None:
+    a = make_adapter(params)
+    assert store(a, [key(1)], [obj(body(1))]).is_successful()
+    a.close()
+    with pytest.raises(ValueError, match="'region' is required"):
+        make_adapter({"local_dir": str(tmp_path)})
+    with pytest.raises(TypeError, match="regoin"):
+        make_adapter({**params, "regoin": "x"})
+    with pytest.raises(RuntimeError, match="cannot use region"):
+        make_adapter({**params, "region": str(tmp_path / "missing")})
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\x5a" * (1 << 20))
+    with pytest.raises(RuntimeError, match="cannot use region"):
+        make_adapter({**params, "region": str(junk)})
+    again = make_adapter(params)
+    try:
+        assert lookup(again, [key(1)]) == [True]
+    finally:
+        again.close()
