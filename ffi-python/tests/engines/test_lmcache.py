@@ -97,10 +97,8 @@ def test_another_process_with_its_own_adapter_loads_the_objects(params: dict[str
         a.close()
 
 
-def test_a_full_region_evicts_and_never_fails_a_store(tmp_path: Path) -> None:
-    path = f"/dev/shm/cxlkv-lmcache-full-{os.getpid()}"
-    with cxlkv.Region.create(path, 8 << 20, overwrite=True) as r:
-        r.format(chunk_shift=16, max_nodes=4, n_stripes=4, entries_per_stripe=256)
+def test_a_full_region_evicts_and_never_fails_a_store(small_region: str, tmp_path: Path) -> None:
+    path = small_region
     a = make_adapter({"region": path, "local_dir": str(tmp_path)})
     try:
         data = bytes(64 << 10)
@@ -110,7 +108,6 @@ def test_a_full_region_evicts_and_never_fails_a_store(tmp_path: Path) -> None:
         assert all(lookup(a, [key(192 + i) for i in range(64)]))
     finally:
         a.close()
-        os.unlink(path)
 
 
 def test_bad_configurations_fail_at_start_up_and_lose_nothing(params: dict[str, object], tmp_path: Path) -> None:

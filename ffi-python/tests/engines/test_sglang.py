@@ -157,10 +157,8 @@ def test_another_process_finds_and_loads_the_pages(extra: dict[str, object]) -> 
         a.close()
 
 
-def test_a_full_region_evicts_and_never_fails_a_request(tmp_path: Path) -> None:
-    path = f"/dev/shm/cxlkv-sglang-full-{os.getpid()}"
-    with cxlkv.Region.create(path, 8 << 20, overwrite=True) as r:
-        r.format(chunk_shift=16, max_nodes=4, n_stripes=4, entries_per_stripe=256)
+def test_a_full_region_evicts_and_never_fails_a_request(small_region: str, tmp_path: Path) -> None:
+    path = small_region
     extra = {"backend_name": "cxlkv", "module_path": "cxlkv.sglang", "class_name": "CxlkvStorage",
              "interface_v1": 1, "region": path, "local_dir": str(tmp_path)}
     pool = HostPool(64, page_size=16, layer_num=8, head_num=4, head_dim=32)  # 64 KiB pages
@@ -173,7 +171,6 @@ def test_a_full_region_evicts_and_never_fails_a_request(tmp_path: Path) -> None:
         assert b.batch_exists(page_keys(64, start=192)) == 64
     finally:
         b.close()
-        os.unlink(path)
 
 
 def test_bad_configurations_fail_at_start_up_and_lose_nothing(extra: dict[str, object], tmp_path: Path) -> None:

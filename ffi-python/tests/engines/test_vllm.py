@@ -148,10 +148,8 @@ def test_instances_with_other_models_or_layouts_do_not_share(tier_config: dict[s
             t.shutdown()
 
 
-def test_a_full_region_evicts_and_never_fails_the_engine(tmp_path: Path) -> None:
-    path = f"/dev/shm/cxlkv-vllm-full-{os.getpid()}"
-    with cxlkv.Region.create(path, 8 << 20, overwrite=True) as r:
-        r.format(chunk_shift=16, max_nodes=4, n_stripes=4, entries_per_stripe=256)
+def test_a_full_region_evicts_and_never_fails_the_engine(small_region: str, tmp_path: Path) -> None:
+    path = small_region
     cfg = {"type": "CxlkvTier", "module_path": "cxlkv.vllm", "region": path, "local_dir": str(tmp_path)}
     tier, rows = make_tier(cfg)
     try:
@@ -171,7 +169,6 @@ def test_a_full_region_evicts_and_never_fails_the_engine(tmp_path: Path) -> None
         assert LookupResult.MISS in first and last == [LookupResult.HIT] * 64
     finally:
         tier.shutdown()
-        os.unlink(path)
 
 
 def test_bad_configurations_fail_at_start_up_and_lose_nothing(tier_config: dict[str, object], tmp_path: Path) -> None:
