@@ -197,6 +197,7 @@ fn caps(cfg: &Config) -> Capacities {
         chunk_shift: chunk.trailing_zeros(),
         inbox_slots: 256,
         app_locks: 0,
+        ..Capacities::default()
     }
 }
 

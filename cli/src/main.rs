@@ -129,6 +129,14 @@ struct FormatArgs {
     /// Application locks (at most 128).
     #[arg(long)]
     app_locks: Option<u32>,
+    /// Tier directories: hosts whose SSD tier the region can record (at
+    /// most 64).
+    #[arg(long)]
+    tier_slots: Option<u32>,
+    /// Records of each tier directory (a power of two): blocks one SSD tier
+    /// can make known to the rack, up to three quarters of it.
+    #[arg(long)]
+    tier_records: Option<u32>,
     /// Overwrite an existing file.
     #[arg(long)]
     force: bool,
@@ -294,6 +302,8 @@ fn cmd_format(a: &FormatArgs) -> Result<(), Fail> {
         chunk_shift: chunk.trailing_zeros(),
         inbox_slots: a.inbox.unwrap_or(d.inbox_slots),
         app_locks: a.app_locks.unwrap_or(d.app_locks),
+        tier_slots: a.tier_slots.unwrap_or(d.tier_slots),
+        tier_records: a.tier_records.unwrap_or(d.tier_records),
     };
     let total = a.entries.unwrap_or(caps.n_stripes.saturating_mul(d.entries_per_stripe));
     let caps = Capacities { entries_per_stripe: total.div_ceil(caps.n_stripes.max(1)), ..caps };

@@ -77,6 +77,14 @@ pub enum FindingKind {
     /// A journal record is not covered by its summary line, so evictors
     /// would not see the pin (a = node, b = global entry).
     PinSummary,
+    /// A tier directory's head names no node slot (a = directory).
+    TierHead,
+    /// A tier record has an unknown state, or its probe does not reach it
+    /// (a = directory, b = record).
+    TierRecord,
+    /// Two live records of one tier directory claim one key (a = directory,
+    /// b = record).
+    TierDuplicate,
 }
 
 impl FindingKind {
@@ -109,6 +117,9 @@ impl FindingKind {
             FindingKind::LeakedRaw => "raw block of a gone node not rooted",
             FindingKind::Root => "named root corrupt",
             FindingKind::PinSummary => "journal record outside its summary",
+            FindingKind::TierHead => "tier directory head malformed",
+            FindingKind::TierRecord => "tier record malformed or unreachable",
+            FindingKind::TierDuplicate => "two tier records claim one key",
         }
     }
 }
@@ -140,9 +151,9 @@ pub fn scratch_words<C: Coherence>(store: &Store<C>) -> usize {
 /// shared and leaked blocks; a shorter one skips those checks. Returns the
 /// number of findings; `report` gets each.
 ///
-/// Seven passes, in this order (each reads what it checks fresh): nodes,
+/// Eight passes, in this order (each reads what it checks fresh): nodes,
 /// locks, chunks, stripes (entries, buckets, lists, counters), journals,
-/// roots, leaks.
+/// roots, tier directories, leaks.
 pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut dyn FnMut(Finding)) -> Result<u64> {
     let l = &store.layout;
     let track = scratch.len() >= (l.n_chunks as usize).saturating_mul(l.map_words());
@@ -159,6 +170,7 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
     }
     c.journals()?;
     c.roots()?;
+    c.tiers()?;
     if track {
         c.leaks()?;
     }
@@ -217,6 +229,40 @@ impl<C: Coherence> Checker<'_, C> {
 
     fn alive(&self, node: u32) -> bool {
         self.alive & (1 << node) != 0
+    }
+
+    /// Tier directories of live owners: heads name a node slot, records
+    /// have known states and are reached by their probe, one per key.
+    fn tiers(&mut self) -> Result<()> {
+        use crate::layout::{TierHead, TIER_EMPTY, TIER_GONE, TIER_LIVE};
+        let (st, l) = (self.st, &self.st.layout);
+        for d in 0..l.caps.tier_slots {
+            let (head, owner): (TierHead, _) = st.tier_head_owner(d)?;
+            if head.owner > l.caps.max_nodes {
+                self.rep(FindingKind::TierHead, d as u64, head.owner as u64);
+                continue;
+            }
+            if owner.is_none() {
+                continue;
+            }
+            for i in 0..l.caps.tier_records {
+                let r = match st.tier_record_read(d, i, true) {
+                    Ok(r) => r,
+                    Err(crate::Error::Changed) => continue,
+                    Err(e) => return Err(e),
+                };
+                match r.state {
+                    TIER_EMPTY | TIER_GONE => {}
+                    TIER_LIVE => match st.tier_probe(d, r.ns, Key { lo: r.key_lo, hi: r.key_hi }, true) {
+                        Ok(Some((j, _))) if j == i => {}
+                        Ok(Some(_)) => self.rep(FindingKind::TierDuplicate, d as u64, i as u64),
+                        Ok(None) | Err(_) => self.rep(FindingKind::TierRecord, d as u64, i as u64),
+                    },
+                    _ => self.rep(FindingKind::TierRecord, d as u64, i as u64),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Node slots: attached, free, or dead awaiting recovery.

@@ -16,7 +16,7 @@ use crate::{Error, Result};
 /// "CXLKV\0\0\1" little-endian: the region magic.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
 /// Format version; bumped with every incompatible change.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 /// Largest number of nodes (pinner bitmask is one u64).
 pub const MAX_NODES: u32 = 64;
 /// Most granules a chunk is cut into (two maps of 4096 bits follow its
@@ -91,8 +91,11 @@ shared_struct! {
         pub payload_len: u64,
         pub off_inboxes: u64,
         pub app_locks: u32,
+        pub tier_slots: u32,
+        pub tier_records: u32,
         pub reserved0: u32,
-        pub reserved: [u64; 6],
+        pub off_tiers: u64,
+        pub reserved: [u64; 4],
         pub checksum: u64,
     } size 256
 }
@@ -115,6 +118,46 @@ shared_struct! {
         pub reserved: [u64; 2],
     } size 64
 }
+
+shared_struct! {
+    /// Head line of a tier directory (see `tier.rs`): which node's SSD tier
+    /// owns it. Written by a claiming node under the roots lock, and by its
+    /// owner when it lets go.
+    pub struct TierHead {
+        /// Owner node id + 1; 0 = free.
+        pub owner: u32,
+        pub reserved0: u32,
+        /// The owner's `NodeInfo::incarnation` when it claimed the directory:
+        /// a later node in the same slot does not own it.
+        pub incarnation: u64,
+        /// The owner's host.
+        pub host_id: u64,
+        /// Claims so far.
+        pub epoch: u64,
+        pub reserved: [u64; 4],
+    } size 64
+}
+
+shared_struct! {
+    /// A block held on a tier's SSD: two per line, written only by the
+    /// directory's owner. `ver` is a sequence word (odd while changing).
+    pub struct TierRecord {
+        pub ver: u32,
+        /// `TIER_*` state.
+        pub state: u32,
+        pub key_lo: u64,
+        pub key_hi: u64,
+        pub ns: u32,
+        pub len: u32,
+    } size 32
+}
+
+/// Tier record states: never used, live, removed (a probe goes on past it).
+pub const TIER_EMPTY: u32 = 0;
+/// A live tier record.
+pub const TIER_LIVE: u32 = 1;
+/// A removed tier record.
+pub const TIER_GONE: u32 = 2;
 
 shared_struct! {
     /// A node's heartbeat line, written only by that node.
@@ -449,6 +492,8 @@ pub const LAYOUT_FINGERPRINT: u64 = {
     h = InboxHead::fold_layout(h);
     h = MsgHeader::fold_layout(h);
     h = MsgKeys::fold_layout(h);
+    h = TierHead::fold_layout(h);
+    h = TierRecord::fold_layout(h);
     h
 };
 
@@ -472,6 +517,11 @@ pub struct Capacities {
     /// Inter-node locks applications allocate for their own structures
     /// (TraCT's lock API); each allocated one takes a named-root record.
     pub app_locks: u32,
+    /// Tier directories: hosts whose SSD tier the region can record.
+    pub tier_slots: u32,
+    /// Records of each tier directory (a power of two): blocks its tier can
+    /// make known at once, at most three quarters of it.
+    pub tier_records: u32,
 }
 
 impl Default for Capacities {
@@ -485,6 +535,8 @@ impl Default for Capacities {
             chunk_shift: 21,
             inbox_slots: 64,
             app_locks: 64,
+            tier_slots: 4,
+            tier_records: 8192,
         }
     }
 }
@@ -503,6 +555,9 @@ impl Capacities {
             && self.inbox_slots.is_power_of_two()
             && (4..=65536).contains(&self.inbox_slots)
             && self.app_locks <= MAX_APP_LOCKS
+            && self.tier_slots <= MAX_NODES
+            && self.tier_records.is_power_of_two()
+            && (2..=1 << 26).contains(&self.tier_records)
             && self.n_locks() <= MAX_LOCKS;
         if ok {
             Ok(())
@@ -601,6 +656,8 @@ pub struct Layout {
     pub journals: Area,
     /// Inbox rings: per node, its head line then its slots.
     pub inboxes: Area,
+    /// Tier directories: per directory, its head line then its records.
+    pub tiers: Area,
     /// Payload chunks.
     pub payload: Area,
 }
@@ -661,6 +718,7 @@ impl Layout {
         let entries = area(&mut at, mul(mul(s, eps), LINE));
         let journals = area(&mut at, mul(n, journal_len(caps.pin_slots)));
         let inboxes = area(&mut at, mul(mul(n, mul(caps.inbox_slots as u64, SLOT_LINES).saturating_add(1)), LINE));
+        let tiers = area(&mut at, mul(caps.tier_slots as u64, tier_dir_len(caps.tier_records)));
         // Chunk metadata depends on the chunk count, which depends on what is
         // left: solve with the per-chunk cost (record + bitmap bit).
         let meta_end = at;
@@ -708,6 +766,7 @@ impl Layout {
             entries,
             journals,
             inboxes,
+            tiers,
             payload,
         })
     }
@@ -748,8 +807,11 @@ impl Layout {
             payload_len: self.payload.len(),
             off_inboxes: self.inboxes.start,
             app_locks: c.app_locks,
+            tier_slots: c.tier_slots,
+            tier_records: c.tier_records,
             reserved0: 0,
-            reserved: [0; 6],
+            off_tiers: self.tiers.start,
+            reserved: [0; 4],
             checksum: 0,
         };
         h.checksum = header_checksum(&h);
@@ -786,6 +848,8 @@ impl Layout {
             chunk_shift: h.chunk_shift,
             inbox_slots: h.inbox_slots,
             app_locks: h.app_locks,
+            tier_slots: h.tier_slots,
+            tier_records: h.tier_records,
         };
         let l = Layout::compute(caps, h.region_size).map_err(|_| Error::CorruptHeader)?;
         let mut expect = l.header(h.creation_id, h.flags);
@@ -900,6 +964,20 @@ impl Layout {
     pub fn journal_len(&self) -> u64 {
         journal_len(self.caps.pin_slots)
     }
+    /// Offset of tier directory `d`'s head line.
+    pub fn tier_head(&self, d: u32) -> u64 {
+        at(self.tiers.start, d as u64, tier_dir_len(self.caps.tier_records))
+    }
+    /// Offset of record `i` of tier directory `d`.
+    pub fn tier_record(&self, d: u32, i: u32) -> u64 {
+        at(self.tier_head(d).wrapping_add(LINE), i as u64, size_of::<TierRecord>() as u64)
+    }
+}
+
+/// Bytes of one tier directory: its head line, then its records (whole
+/// lines: `records` is a power of two of at least two).
+pub const fn tier_dir_len(records: u32) -> u64 {
+    LINE.wrapping_add((records as u64).wrapping_mul(size_of::<TierRecord>() as u64))
 }
 
 /// Bytes of one node's pin journal: a summary line, then `pin_slots`
@@ -957,6 +1035,7 @@ mod tests {
             sut.entries,
             sut.journals,
             sut.inboxes,
+            sut.tiers,
             sut.chunk_bitmap,
             sut.chunks,
             sut.payload,

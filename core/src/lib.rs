@@ -44,6 +44,7 @@ pub mod pins;
 pub mod recover;
 pub mod roots;
 pub mod store;
+pub mod tier;
 
 #[cfg(test)]
 mod tests;

@@ -45,6 +45,8 @@ pub fn small_caps() -> Capacities {
         chunk_shift: 16,
         inbox_slots: 8,
         app_locks: 4,
+        tier_slots: 2,
+        tier_records: 32,
     }
 }
 

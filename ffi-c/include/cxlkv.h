@@ -284,6 +284,12 @@ typedef struct cxlkv_capacities {
   uint32_t inbox_slots;
   // Application locks (`cxlkv_lock_alloc`), at most 128.
   uint32_t app_locks;
+  // Tier directories: hosts whose SSD tier the region can record (at
+  // most 64; 0 for none).
+  uint32_t tier_slots;
+  // Records of each tier directory (a power of two, 2 to 2^26): blocks
+  // one SSD tier can make known to the rack, up to three quarters of it.
+  uint32_t tier_records;
 } cxlkv_capacities;
 
 // How a node attaches. Start from `cxlkv_node_options_default`.

@@ -75,6 +75,12 @@ pub struct cxlkv_capacities {
     pub inbox_slots: u32,
     /// Application locks (`cxlkv_lock_alloc`), at most 128.
     pub app_locks: u32,
+    /// Tier directories: hosts whose SSD tier the region can record (at
+    /// most 64; 0 for none).
+    pub tier_slots: u32,
+    /// Records of each tier directory (a power of two, 2 to 2^26): blocks
+    /// one SSD tier can make known to the rack, up to three quarters of it.
+    pub tier_records: u32,
 }
 
 impl From<Capacities> for cxlkv_capacities {
@@ -88,6 +94,8 @@ impl From<Capacities> for cxlkv_capacities {
             chunk_shift: c.chunk_shift,
             inbox_slots: c.inbox_slots,
             app_locks: c.app_locks,
+            tier_slots: c.tier_slots,
+            tier_records: c.tier_records,
         }
     }
 }
@@ -103,6 +111,8 @@ impl From<cxlkv_capacities> for Capacities {
             chunk_shift: c.chunk_shift,
             inbox_slots: c.inbox_slots,
             app_locks: c.app_locks,
+            tier_slots: c.tier_slots,
+            tier_records: c.tier_records,
         }
     }
 }

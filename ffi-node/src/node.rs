@@ -78,6 +78,10 @@ pub struct FormatOptions {
     pub inbox_slots: Option<u32>,
     /// Application locks.
     pub app_locks: Option<u32>,
+    /// Tier directories (hosts whose SSD tier the region can record).
+    pub tier_slots: Option<u32>,
+    /// Records of each tier directory (a power of two).
+    pub tier_records: Option<u32>,
 }
 
 /// Options of `Region.attach`.
@@ -110,6 +114,8 @@ const FORMAT_FIELDS: &[&str] = &[
     "chunkShift",
     "inboxSlots",
     "appLocks",
+    "tierSlots",
+    "tierRecords",
 ];
 const ATTACH_FIELDS: &[&str] =
     &["nodeId", "flushMode", "leaseMs", "lockTimeoutMs", "settleMs", "autoRecover", "localDir"];
@@ -201,6 +207,8 @@ impl Region {
             chunk_shift: o.u32("chunkShift")?.unwrap_or(d.chunk_shift),
             inbox_slots: o.u32("inboxSlots")?.unwrap_or(d.inbox_slots),
             app_locks: o.u32("appLocks")?.unwrap_or(d.app_locks),
+            tier_slots: o.u32("tierSlots")?.unwrap_or(d.tier_slots),
+            tier_records: o.u32("tierRecords")?.unwrap_or(d.tier_records),
         };
         let mode = mode_of(&env, o.string("flushMode")?)?;
         if map.in_use() {

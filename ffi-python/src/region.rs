@@ -79,7 +79,7 @@ impl Region {
     /// Formats the region, erasing it. Capacities left out keep their
     /// defaults. `BusyError` while a node of this process is attached.
     #[pyo3(signature = (*, flush_mode="default", max_nodes=None, n_stripes=None, entries_per_stripe=None,
-        n_roots=None, pin_slots=None, chunk_shift=None, inbox_slots=None, app_locks=None))]
+        n_roots=None, pin_slots=None, chunk_shift=None, inbox_slots=None, app_locks=None, tier_slots=None, tier_records=None))]
     #[allow(clippy::too_many_arguments)]
     fn format(
         &self,
@@ -93,6 +93,8 @@ impl Region {
         chunk_shift: Option<u32>,
         inbox_slots: Option<u32>,
         app_locks: Option<u32>,
+        tier_slots: Option<u32>,
+        tier_records: Option<u32>,
     ) -> PyResult<()> {
         let map = self.mapping(py)?;
         let d = Capacities::default();
@@ -105,6 +107,8 @@ impl Region {
             chunk_shift: chunk_shift.unwrap_or(d.chunk_shift),
             inbox_slots: inbox_slots.unwrap_or(d.inbox_slots),
             app_locks: app_locks.unwrap_or(d.app_locks),
+            tier_slots: tier_slots.unwrap_or(d.tier_slots),
+            tier_records: tier_records.unwrap_or(d.tier_records),
         };
         if map.in_use() {
             return Err(raise(py, R::Busy, "a node of this process is attached to the region"));

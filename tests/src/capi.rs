@@ -118,6 +118,8 @@ impl State {
                     chunk_shift: 16,
                     inbox_slots: 4,
                     app_locks: 2,
+                    tier_slots: 1,
+                    tier_records: 8,
                 };
                 match inp.small(4) {
                     0 => caps.n_stripes = 3,

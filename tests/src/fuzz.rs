@@ -25,6 +25,8 @@ pub fn tiny_caps() -> Capacities {
         chunk_shift: 12,
         inbox_slots: 4,
         app_locks: 2,
+        tier_slots: 1,
+        tier_records: 4,
     }
 }
 

@@ -454,7 +454,7 @@ impl<C: Coherence> Node<'_, C> {
             // Free at least a chunk's worth, more each round: holes must meet
             // to fit large blocks, and one round's room serves many reserves.
             let want = short.max(st.layout.chunk_size()).saturating_mul(1 << attempt.min(20));
-            let rep = self.evict(want, &mut Lru)?;
+            let rep = self.evict_for(want)?;
             if rep.entries == 0 {
                 break;
             }

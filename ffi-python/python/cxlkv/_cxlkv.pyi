@@ -125,6 +125,8 @@ class Region:
         chunk_shift: Optional[int] = None,
         inbox_slots: Optional[int] = None,
         app_locks: Optional[int] = None,
+        tier_slots: Optional[int] = None,
+        tier_records: Optional[int] = None,
     ) -> None: ...
     @property
     def size(self) -> int: ...

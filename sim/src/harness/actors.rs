@@ -290,6 +290,7 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
     // The block being written: its handle, the op that finishes it, and
     // whether its payload goes in by plain stores (flushed by `publish`).
     let mut writing: Option<(Handle, u32, bool)> = None;
+    let mut tier = TierState { dir: None, ssd: HashMap::new() };
     let check_err = |what: &str, e: Error, ok: &[Error]| {
         if !ok.contains(&e) && !revoked_ok(w, h, e) {
             w.violation(format!("host {h} {what}: unexpected {e:?}"));
@@ -504,7 +505,9 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
                             w.violation(format!("host {h} get key {}: wrong payload", k.hi));
                         }
                     }
-                    Err(e) => check_err("get", e, &[Error::NotFound, Error::Changed]),
+                    // A miss looks in the SSD tiers next, as the platform's get does.
+                    Err(Error::NotFound) => tier_find(w, &node, h, k),
+                    Err(e) => check_err("get", e, &[Error::Changed]),
                 }
             }
             11 => {
@@ -604,6 +607,7 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
             }
             14 if (r >> 50) % 4 == 0 => app_lock_churn(w, &node, h),
             14 => lock_counter(w, &node, h, r),
+            15 if (r >> 52) % 4 != 0 => tier_op(w, &node, h, r, &mut tier),
             16 | 17 => channel_op(w, &node, h, r),
             _ if (r >> 56) % 2 == 0 => roots_op(w, &node, h, r),
             _ => raw_op(w, &node, h, r),
@@ -639,6 +643,7 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
     barrier(w, me, 3);
     adopt_unrooted(w, &node, h);
     channel_end(w, &node, h, me);
+    tier_release(w, h, &mut tier);
     release_pins(w, &node, h, &mut pins, &check_err);
     close_process(w, me, h, &node, &check_err);
 }

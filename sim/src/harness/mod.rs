@@ -29,6 +29,7 @@ mod model;
 mod ops;
 mod scenarios;
 mod sched;
+mod tier;
 mod world;
 
 pub(crate) use actors::*;
@@ -38,4 +39,5 @@ pub(crate) use ops::*;
 pub(crate) use scenarios::*;
 pub use scenarios::{reformat_run, run, sim_caps, RunConfig, RunResult, SIM_BYTES};
 pub(crate) use sched::*;
+pub(crate) use tier::*;
 pub(crate) use world::*;

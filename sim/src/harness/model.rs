@@ -132,6 +132,8 @@ pub(crate) struct Model {
     pub(crate) stream_done: bool,
     /// Attaches of each node id so far (the harness's count of incarnations).
     pub(crate) node_epoch: BTreeMap<u32, u64>,
+    /// The SSD tier's directory records.
+    pub(crate) tier: TierModel,
 }
 
 /// A message a node sent (or tried to: a send that failed half way may or

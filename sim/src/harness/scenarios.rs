@@ -53,6 +53,8 @@ pub fn sim_caps(hosts: usize) -> Capacities {
         chunk_shift: 13,
         inbox_slots: 4,
         app_locks: 2,
+        tier_slots: 2,
+        tier_records: 16,
     }
 }
 
