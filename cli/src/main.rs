@@ -42,6 +42,11 @@ enum Cmd {
     Check(PathArgs),
     /// Frees dead nodes and reclaims what they held.
     Recover(RecoverArgs),
+    /// Runs this host's SSD tier: copies cold blocks to slot files on the
+    /// given drives ahead of eviction, records them in the region for the
+    /// rack, and puts them back when a node asks. Runs until SIGINT or
+    /// SIGTERM (or --seconds).
+    Tier(TierArgs),
     /// Measures the data path through the calls the C API makes, beside
     /// same-run references.
     Bench(BenchArgs),
@@ -96,6 +101,27 @@ struct RecoverArgs {
     /// Attach as this node slot (default: the first free one).
     #[arg(long)]
     node: Option<u32>,
+}
+
+#[derive(Args)]
+struct TierArgs {
+    #[command(flatten)]
+    at: PathArgs,
+    /// A directory on a drive (repeat for more drives).
+    #[arg(long = "dir", required = true)]
+    dirs: Vec<PathBuf>,
+    /// Largest block a slot holds.
+    #[arg(long, value_parser = size, default_value = "2M")]
+    slot_size: u64,
+    /// Slot file size per drive.
+    #[arg(long, value_parser = size, default_value = "1G")]
+    capacity: u64,
+    /// Copy cold blocks out once the region is this full (0 to 1).
+    #[arg(long, default_value_t = 0.7)]
+    high_water: f64,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    seconds: Option<u64>,
 }
 
 #[derive(Args)]
@@ -234,6 +260,7 @@ fn run() -> ExitCode {
         Cmd::Inspect(a) => cmd_inspect(&a),
         Cmd::Check(a) => return cmd_check(&a),
         Cmd::Recover(a) => cmd_recover(&a),
+        Cmd::Tier(a) => cmd_tier(&a),
         Cmd::Bench(a) => cmd_bench(a),
         Cmd::Demo(a) => return cmd_demo(&a),
         Cmd::GpuCheck(a) => return gpucheck::main(a.device, a.mode.mode, a.quick),
@@ -422,6 +449,57 @@ fn cmd_recover(a: &RecoverArgs) -> Result<(), Fail> {
             r.blocks_reclaimed,
             r.chunks_reclaimed,
             r.locks_repaired
+        );
+    }
+    Ok(())
+}
+
+fn cmd_tier(a: &TierArgs) -> Result<(), Fail> {
+    // SIGINT and SIGTERM wait for `sigtimedwait` below: blocked before any
+    // thread starts, so every thread inherits the mask.
+    // SAFETY: `sigset_t` is plain data; `sigemptyset` fills it next.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: each call only writes `set`, which lives here.
+    unsafe { libc::sigemptyset(&mut set) };
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: as above.
+        unsafe { libc::sigaddset(&mut set, sig) };
+    }
+    // SAFETY: `set` is initialised; the old mask is not asked for.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    let opts = Options { mode: a.at.mode.mode, ..Options::default() };
+    let node = std::sync::Arc::new(Node::open(&a.at.path, opts)?);
+    let topts = cxlkv_platform::TierOptions {
+        dirs: a.dirs.clone(),
+        slot_bytes: a.slot_size,
+        capacity: a.capacity,
+        high_water: a.high_water,
+        ..Default::default()
+    };
+    let tier = cxlkv_platform::Tier::start(node.clone(), topts)?;
+    let start = std::time::Instant::now();
+    eprintln!("cxlkv tier: node {} serving {} drive(s), {} blocks held", node.id(), a.dirs.len(), tier.stats().held);
+    loop {
+        if a.seconds.is_some_and(|s| start.elapsed().as_secs() >= s) {
+            break;
+        }
+        let ts = libc::timespec { tv_sec: 0, tv_nsec: 200_000_000 };
+        // SAFETY: `set` is an initialised signal set and `ts` a valid
+        // timeout; no siginfo is asked for.
+        if unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) } > 0 {
+            break;
+        }
+    }
+    let st = tier.stats();
+    tier.stop()?;
+    let json = json!({"spills": st.spills, "promotions": st.promotions, "misses": st.misses, "errors": st.errors,
+        "held": st.held, "bytes_written": st.bytes_written, "bytes_read": st.bytes_read});
+    if a.at.json {
+        println!("{json}");
+    } else {
+        println!(
+            "tier: {} spills, {} promotions, {} misses, {} errors, {} blocks held",
+            st.spills, st.promotions, st.misses, st.errors, st.held
         );
     }
     Ok(())

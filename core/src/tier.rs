@@ -213,6 +213,11 @@ impl<'a, C: Coherence> TierDir<'a, C> {
         self.dir
     }
 
+    /// Records the directory has room for (live ones: at most half).
+    pub fn capacity(&self) -> u32 {
+        self.node.store.layout.caps.tier_records
+    }
+
     /// Live records.
     pub fn live(&self) -> u32 {
         self.live

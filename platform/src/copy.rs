@@ -12,6 +12,10 @@ use crate::Result;
 
 type CoreResult<T> = cxlkv_core::Result<T>;
 
+/// How long a get or acquire waits for an SSD tier to put a block back
+/// before it counts the block as a miss.
+const PROMOTE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// One block to store: its key, the tokens it covers and its bytes, the
 /// concatenation of `parts`.
 #[derive(Clone, Copy, Debug)]
@@ -105,6 +109,10 @@ impl Node {
                     Err(CoreError::TooLarge)
                 }
                 Err(CoreError::Changed) => self.get_pinned(ns, it, &mut lens[i]),
+                // Not in the region: an SSD tier may hold it.
+                Err(CoreError::NotFound) if self.promote(ns, it.key, PROMOTE_WAIT)? => {
+                    self.get_pinned(ns, it, &mut lens[i])
+                }
                 Err(e) => Err(e),
             };
         }
@@ -127,14 +135,28 @@ impl Node {
     /// [`Node::acquire`](cxlkv_core::node::Node), except that when the call
     /// as a whole fails (a lock timed out half way) the pins it took are
     /// dropped again, so an error leaves nothing pinned.
+    /// Keys missing from the region are asked of the SSD tier that holds
+    /// them (see [`Node::promote`]) and pinned once it put them back.
     pub fn acquire_all_or_none(&self, ns: u32, keys: &[Key], out: &mut [CoreResult<Handle>]) -> Result<usize> {
         let node = self.core();
-        match node.acquire(ns, keys, out) {
+        let r = node.acquire(ns, keys, out).map_err(crate::Error::from).and_then(|n| {
+            let mut n = n;
+            for (k, o) in keys.iter().zip(out.iter_mut()) {
+                if *o == Err(CoreError::NotFound) && self.promote(ns, *k, PROMOTE_WAIT)? {
+                    let mut one = [Err(CoreError::NotFound)];
+                    node.acquire(ns, std::slice::from_ref(k), &mut one)?;
+                    n += one[0].is_ok() as usize;
+                    *o = one[0];
+                }
+            }
+            Ok(n)
+        });
+        match r {
             Ok(n) => Ok(n),
             Err(e) => {
                 let took: Vec<Handle> = out.iter().take(keys.len()).filter_map(|r| r.as_ref().ok().copied()).collect();
                 let _ = node.release(&took);
-                Err(e.into())
+                Err(e)
             }
         }
     }

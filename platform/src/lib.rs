@@ -26,6 +26,7 @@ pub mod pattern;
 pub mod region;
 pub mod size;
 mod sync;
+pub mod tier;
 pub mod user;
 
 pub use blocks::{Blocks, Finish, Kind};
@@ -36,6 +37,7 @@ pub use flush::{Flush, FlushMode};
 pub use map::{Mapping, Populate, Source};
 pub use node::{Node, Options, Stats, KIND_RESPONSE};
 pub use region::Region;
+pub use tier::{Tier, TierOptions, TierStats, KIND_TIER_PROMOTE};
 pub use user::ReserveRefused;
 
 /// The protocol's values a binding passes in and gets back, defined by core:

@@ -129,6 +129,35 @@ impl<C: Coherence> Node<'_, C> {
         Ok(rep)
     }
 
+    /// The oldest published blocks of stripe `s`, oldest first, at most
+    /// `out.len()`: (namespace, key, length). Read under the stripe lock, so
+    /// the list is whole; the blocks may be gone by the time the caller
+    /// acts (an SSD tier choosing what to copy out next pins them first).
+    pub fn coldest(&self, s: u32, out: &mut [(u32, crate::hash::Key, u64)]) -> Result<usize> {
+        let st = self.store;
+        if s >= st.layout.caps.n_stripes {
+            return Err(Error::InvalidArgument);
+        }
+        self.with_lock(st.layout.locks().stripe(s), || {
+            let h = st.hdr(s)?;
+            let (mut e, mut n) = (h.lru_head, 0usize);
+            for _ in 0..st.layout.caps.entries_per_stripe {
+                if e == NIL || n >= out.len() {
+                    break;
+                }
+                let ent = st.ent(s, e)?;
+                if ent.state == state::READY {
+                    if let Some(o) = out.get_mut(n) {
+                        *o = (ent.ns, crate::hash::Key { lo: ent.key_lo, hi: ent.key_hi }, ent.payload_len as u64);
+                        n = n.saturating_add(1);
+                    }
+                }
+                e = ent.lru_next;
+            }
+            Ok(n)
+        })
+    }
+
     /// Evicts one entry of stripe `s` chosen by `policy`, or returns `None`
     /// when no candidate was taken. Caller holds the lock.
     pub(crate) fn evict_one_locked(

@@ -13,6 +13,11 @@
 //! stopped meanwhile), then releases, aborts, unlocks and detaches, and
 //! prints one JSON line with each result ("ok" or the error).
 //!
+//! `cxlkv-test-worker tier PATH DIR`: runs an SSD tier on DIR (waiting
+//! while a killed predecessor's node is still taken for alive), prints
+//! `ready <node> <held>`, then copies every block out again and again,
+//! printing `spilled <n>` after each round, until killed.
+//!
 //! `cxlkv-test-worker hostile PATH SEED MILLIS`: a hostile peer: maps the
 //! region and writes random bytes over its metadata (past the header) for
 //! MILLIS milliseconds; prints how many words it wrote.
@@ -44,6 +49,7 @@ fn main() {
             mixed(Path::new(&a[2]), a[3].parse().unwrap_or(1), a[4].parse().unwrap_or(100))
         }
         Some("hold") if a.len() == 3 => hold(Path::new(&a[2])),
+        Some("tier") if a.len() == 4 => tier(Path::new(&a[2]), Path::new(&a[3])),
         Some("hold-for") if a.len() == 4 => hold_for(Path::new(&a[2]), a[3].parse().unwrap_or(1000)),
         Some(m @ ("hostile" | "tolerant")) if a.len() == 5 => {
             let (seed, ms) = (a[3].parse().unwrap_or(1), a[4].parse().unwrap_or(1000));
@@ -193,6 +199,51 @@ fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
         1
     } else {
         0
+    }
+}
+
+fn tier(path: &Path, dir: &Path) -> i32 {
+    let c = match Node::open(path, opts()) {
+        Ok(c) => std::sync::Arc::new(c),
+        Err(e) => {
+            eprintln!("attach: {e}");
+            return 3;
+        }
+    };
+    let topts = cxlkv_platform::TierOptions {
+        dirs: vec![dir.to_path_buf()],
+        slot_bytes: 128 << 10,
+        capacity: 32 << 20,
+        high_water: 1.0,
+        batch: 64,
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let tier = loop {
+        match cxlkv_platform::Tier::start(c.clone(), topts.clone()) {
+            Ok(t) => break t,
+            Err(cxlkv_platform::Error::Core(Error::Busy)) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => {
+                eprintln!("tier: {e}");
+                return 4;
+            }
+        }
+    };
+    let _ = writeln!(std::io::stdout(), "ready {} {}", c.id(), tier.stats().held);
+    let _ = std::io::stdout().flush();
+    loop {
+        match tier.spill_all() {
+            Ok(n) => {
+                let _ = writeln!(std::io::stdout(), "spilled {n}");
+                let _ = std::io::stdout().flush();
+            }
+            Err(e) => {
+                eprintln!("spill: {e}");
+                return 5;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

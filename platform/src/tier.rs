@@ -1,0 +1,685 @@
+//! The SSD tier of a host: blocks copied out of the region into
+//! preallocated `O_DIRECT` slot files on the host's NVMe drives before
+//! eviction needs their space, recorded in the region's tier directory (see
+//! core's `tier.rs`) so any node of the rack learns they exist, and put
+//! back into the region when a node asks through the tier node's inbox.
+//!
+//! A slot holds one block: a header (key, namespace, tokens, length, a
+//! write sequence number, the payload's checksum, the header's own
+//! checksum) in the first I/O-aligned unit, then the payload. A slot is
+//! trusted only when both checksums hold, so a write cut short by a crash
+//! leaves a slot that fails them, never one that verifies with wrong bytes;
+//! a restart rebuilds the tier's index from the headers (the newest write
+//! of a key wins).
+//!
+//! I/O here is `pread`/`pwrite` on `O_DIRECT` files through aligned bounce
+//! buffers, the path that works in every container.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cxlkv_core::channel::Message;
+use cxlkv_core::hash::{mix64, Key};
+use cxlkv_core::index::ReserveItem;
+use cxlkv_core::layout::NodeInfo;
+use cxlkv_core::Error as CoreError;
+
+use crate::node::Node;
+use crate::sync::Flag;
+use crate::{Error, Result};
+
+/// [`Message::kind`] of a request to a tier: put block `keys[0]` of
+/// namespace `ns` back into the region. The answer's status is 0 when the
+/// block is in the region (put back, or there already), else a core error
+/// code (`NotFound`: the tier does not hold it or its slot failed its
+/// checks).
+pub const KIND_TIER_PROMOTE: u32 = 0x7469_0001;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"CXLKVSL1");
+/// Bytes of a slot header's fields (the rest of its unit is zero).
+const HEADER_BYTES: usize = 72;
+
+/// How a tier runs.
+#[derive(Clone, Debug)]
+pub struct TierOptions {
+    /// One directory per drive; a slot file is made in each.
+    pub dirs: Vec<PathBuf>,
+    /// Largest block a slot holds (blocks larger stay in the region only).
+    pub slot_bytes: u64,
+    /// Bytes of slot file per directory.
+    pub capacity: u64,
+    /// Copy cold blocks out once the region's payload is this full (0 to 1):
+    /// ahead of eviction, which starts when it is full.
+    pub high_water: f64,
+    /// Blocks copied out per round at most.
+    pub batch: usize,
+}
+
+impl Default for TierOptions {
+    fn default() -> Self {
+        TierOptions { dirs: Vec::new(), slot_bytes: 2 << 20, capacity: 1 << 30, high_water: 0.7, batch: 64 }
+    }
+}
+
+/// A tier's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TierStats {
+    /// Blocks copied to SSD.
+    pub spills: u64,
+    /// Blocks put back into the region on request.
+    pub promotions: u64,
+    /// Requests for blocks the tier does not hold, or whose slot failed.
+    pub misses: u64,
+    /// I/O or checksum errors (each also logged).
+    pub errors: u64,
+    /// Blocks held now.
+    pub held: u64,
+    /// Bytes written to and read from the drives.
+    pub bytes_written: u64,
+    /// Bytes read from the drives.
+    pub bytes_read: u64,
+}
+
+/// The counters, shared by the tier thread and its handle.
+#[derive(Default)]
+struct Counters(Mutex<TierStats>);
+
+impl Counters {
+    fn add(&self, f: impl FnOnce(&mut TierStats)) {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
+enum Command {
+    /// Copy every block of the region the tier does not hold yet, then
+    /// answer.
+    SpillAll(mpsc::Sender<Result<u64>>),
+}
+
+/// A running tier: its thread owns a node's tier directory. Dropping it
+/// stops the thread and lets the directory go.
+pub struct Tier {
+    stop: Arc<Flag>,
+    counters: Arc<Counters>,
+    cmd: mpsc::Sender<Command>,
+    thread: Option<JoinHandle<Result<()>>>,
+}
+
+impl Tier {
+    /// Starts the tier of `node` (which it keeps to itself: its inbox
+    /// serves requests) on `opts.dirs`: opens or makes the slot files,
+    /// claims a tier directory, and records the blocks the files hold.
+    pub fn start(node: Arc<Node>, opts: TierOptions) -> Result<Tier> {
+        if opts.dirs.is_empty() || opts.slot_bytes == 0 || opts.capacity == 0 || !(0.0..=1.0).contains(&opts.high_water)
+        {
+            return Err(CoreError::InvalidArgument.into());
+        }
+        let devs =
+            opts.dirs.iter().map(|d| Dev::open(d, opts.slot_bytes, opts.capacity)).collect::<Result<Vec<_>>>()?;
+        let stop = Arc::new(Flag::new(false));
+        let counters = Arc::new(Counters::default());
+        let (cmd, rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (s, c) = (stop.clone(), counters.clone());
+        let thread = std::thread::Builder::new()
+            .name("cxlkv-tier".into())
+            .spawn(move || run(node, opts, devs, s, c, rx, ready_tx))
+            .map_err(|err| Error::Io { what: "spawn the tier thread", err })?;
+        let mut tier = Tier { stop, counters, cmd, thread: Some(thread) };
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(tier),
+            Ok(Err(e)) => {
+                let _ = tier.stop_thread();
+                Err(e)
+            }
+            Err(_) => Err(tier.stop_thread().err().unwrap_or(Error::Unsupported("the tier thread ended"))),
+        }
+    }
+
+    /// Copies every block of the region the tier does not hold yet (up to
+    /// its capacity), whatever the high-water mark; returns how many.
+    pub fn spill_all(&self) -> Result<u64> {
+        let (tx, rx) = mpsc::channel();
+        self.cmd.send(Command::SpillAll(tx)).map_err(|_| Error::Unsupported("the tier thread ended"))?;
+        rx.recv().map_err(|_| Error::Unsupported("the tier thread ended"))?
+    }
+
+    /// The tier's counters.
+    pub fn stats(&self) -> TierStats {
+        *self.counters.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops the tier and lets its directory go.
+    pub fn stop(mut self) -> Result<()> {
+        self.stop_thread()
+    }
+
+    fn stop_thread(&mut self) -> Result<()> {
+        self.stop.set(true);
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(Error::Unsupported("the tier thread panicked")),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Tier {
+    fn drop(&mut self) {
+        let _ = self.stop_thread();
+    }
+}
+
+/// One drive's slot file.
+struct Dev {
+    file: File,
+    path: PathBuf,
+    /// I/O alignment (offsets, lengths and buffer addresses).
+    align: u64,
+    /// Bytes from one slot to the next: a header unit, then the payload.
+    stride: u64,
+    slots: u32,
+}
+
+impl Dev {
+    fn open(dir: &Path, slot_bytes: u64, capacity: u64) -> Result<Dev> {
+        let io = |what: &'static str| move |err| Error::Io { what, err };
+        std::fs::create_dir_all(dir).map_err(io("create the tier directory"))?;
+        let path = dir.join("cxlkv-tier.slots");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .map_err(io("open the slot file with O_DIRECT"))?;
+        let align = dio_align(&file).max(512);
+        let stride = align + slot_bytes.div_ceil(align) * align;
+        let slots = (capacity / stride).min(u32::MAX as u64) as u32;
+        if slots == 0 {
+            return Err(CoreError::InvalidArgument.into());
+        }
+        let len = stride * slots as u64;
+        if file.metadata().map_err(io("stat the slot file"))?.len() < len {
+            use std::os::fd::AsRawFd;
+            // SAFETY: `fallocate` on the open descriptor with in-range
+            // arguments; it touches no memory of this process.
+            let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
+            if r != 0 {
+                return Err(io("preallocate the slot file")(std::io::Error::last_os_error()));
+            }
+        }
+        Ok(Dev { file, path, align, stride, slots })
+    }
+
+    fn at(&self, slot: u32) -> u64 {
+        self.stride * slot as u64
+    }
+}
+
+/// The I/O alignment of `file`: `statx`'s `STATX_DIOALIGN` when the kernel
+/// reports it, else the file system's block size.
+fn dio_align(file: &File) -> u64 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `statx` is plain old data; all zeroes is a valid value.
+    let mut sx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `statx` on the open descriptor with an empty path and
+    // AT_EMPTY_PATH writes at most one `statx` into `sx`, which lives here.
+    let r = unsafe { libc::statx(file.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH, libc::STATX_DIOALIGN, &mut sx) };
+    if r == 0 && sx.stx_mask & libc::STATX_DIOALIGN != 0 && sx.stx_dio_offset_align > 0 {
+        return (sx.stx_dio_offset_align as u64).max(sx.stx_dio_mem_align as u64).next_power_of_two();
+    }
+    file.metadata().map(|m| std::os::unix::fs::MetadataExt::blksize(&m)).unwrap_or(4096).max(512)
+}
+
+/// A heap buffer aligned for `O_DIRECT`.
+struct Aligned {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: the buffer is owned memory, used by one thread at a time.
+unsafe impl Send for Aligned {}
+
+impl Aligned {
+    fn new(len: usize, align: usize) -> Aligned {
+        let layout = std::alloc::Layout::from_size_align(len.max(align), align).expect("tier buffer layout");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Aligned { ptr, layout }
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` is a live allocation of `layout.size()` bytes owned
+        // by `self`, borrowed mutably once here.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// A slot's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Header {
+    ns: u32,
+    tokens: u32,
+    key: Key,
+    len: u64,
+    seq: u64,
+    sum: u64,
+}
+
+impl Header {
+    fn write(&self, out: &mut [u8]) {
+        let mut w = [0u8; HEADER_BYTES];
+        let fields: [u64; 8] = [
+            MAGIC,
+            self.ns as u64 | (self.tokens as u64) << 32,
+            self.key.lo,
+            self.key.hi,
+            self.len,
+            self.seq,
+            self.sum,
+            0,
+        ];
+        for (c, f) in w.chunks_exact_mut(8).zip(fields) {
+            c.copy_from_slice(&f.to_le_bytes());
+        }
+        let hsum = payload_sum(&w[..64]);
+        w[64..72].copy_from_slice(&hsum.to_le_bytes());
+        out.fill(0);
+        out[..HEADER_BYTES].copy_from_slice(&w);
+    }
+
+    fn read(b: &[u8]) -> Option<Header> {
+        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        if b.len() < HEADER_BYTES || w(0) != MAGIC || w(8) != payload_sum(&b[..64]) {
+            return None;
+        }
+        Some(Header {
+            ns: w(1) as u32,
+            tokens: (w(1) >> 32) as u32,
+            key: Key { lo: w(2), hi: w(3) },
+            len: w(4),
+            seq: w(5),
+            sum: w(6),
+        })
+    }
+}
+
+/// Checksum of a payload: 64-bit words folded through a mixer, the tail
+/// and the length included.
+fn payload_sum(b: &[u8]) -> u64 {
+    let mut h = 0x6378_6c6b_7673_6c31u64 ^ b.len() as u64;
+    let mut words = b.chunks_exact(8);
+    for (i, c) in words.by_ref().enumerate() {
+        h = mix64(h ^ u64::from_le_bytes(c.try_into().expect("8 bytes"))).wrapping_add(i as u64);
+    }
+    let mut tail = [0u8; 8];
+    tail[..words.remainder().len()].copy_from_slice(words.remainder());
+    mix64(h ^ u64::from_le_bytes(tail))
+}
+
+/// Where the tier holds a block.
+#[derive(Clone, Copy, Debug)]
+struct Loc {
+    dev: usize,
+    slot: u32,
+    hdr: Header,
+}
+
+/// The tier thread's state.
+struct State {
+    devs: Vec<Dev>,
+    index: HashMap<(u32, Key), Loc>,
+    /// Free slots per drive.
+    free: Vec<Vec<u32>>,
+    /// Blocks in the order they were written (oldest first), to drop when
+    /// the drives are full.
+    order: std::collections::VecDeque<(u32, Key, u64)>,
+    seq: u64,
+    next_dev: usize,
+    buf: Aligned,
+    counters: Arc<Counters>,
+    slot_bytes: u64,
+}
+
+fn run(
+    node: Arc<Node>,
+    opts: TierOptions,
+    devs: Vec<Dev>,
+    stop: Arc<Flag>,
+    counters: Arc<Counters>,
+    cmd: mpsc::Receiver<Command>,
+    ready: mpsc::Sender<Result<()>>,
+) -> Result<()> {
+    let core = node.core();
+    let st = node.store();
+    let host = st.view.read::<NodeInfo>(st.layout.node_info(node.id())).map_err(Error::from)?.host_id;
+    let mut dir = match core.tier_claim(host) {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = ready.send(Err(e.into()));
+            return Ok(());
+        }
+    };
+    let align = devs.iter().map(|d| d.align).max().unwrap_or(4096) as usize;
+    let stride = devs.iter().map(|d| d.stride).max().unwrap_or(0) as usize;
+    let mut s = State {
+        free: devs.iter().map(|d| (0..d.slots).rev().collect()).collect(),
+        devs,
+        index: HashMap::new(),
+        order: Default::default(),
+        seq: 0,
+        next_dev: 0,
+        buf: Aligned::new(stride, align),
+        counters: counters.clone(),
+        slot_bytes: opts.slot_bytes,
+    };
+    s.rebuild(&mut dir);
+    let _ = ready.send(Ok(()));
+    let mut last_spill = Instant::now() - Duration::from_secs(1);
+    while !stop.get() {
+        let mut busy = false;
+        while let Some((m, keys)) = node.try_recv()? {
+            busy = true;
+            if m.kind == KIND_TIER_PROMOTE {
+                let status = match keys.first() {
+                    Some(k) => match s.promote(&node, &mut dir, m.ns, *k) {
+                        Ok(()) | Err(CoreError::Exists) => 0,
+                        Err(e) => e as u32,
+                    },
+                    None => CoreError::InvalidArgument as u32,
+                };
+                let _ = node.reply(&m, status, &[]);
+            } else if m.kind & crate::node::KIND_RESPONSE == 0 {
+                let _ = node.reply(&m, CoreError::InvalidArgument as u32, &[]);
+            }
+        }
+        if let Ok(Command::SpillAll(done)) = cmd.try_recv() {
+            let _ = done.send(s.spill(&node, &mut dir, usize::MAX));
+            busy = true;
+        }
+        if last_spill.elapsed() >= Duration::from_millis(5) {
+            last_spill = Instant::now();
+            let full = node.stats().map(|x| x.live_bytes as f64 / x.payload_bytes.max(1) as f64).unwrap_or(0.0);
+            if full >= opts.high_water && s.spill(&node, &mut dir, opts.batch).unwrap_or(0) > 0 {
+                busy = true;
+            }
+        }
+        if !busy {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    dir.release().map_err(Error::from)
+}
+
+impl State {
+    fn log(&self, what: std::fmt::Arguments<'_>) {
+        self.counters.add(|c| c.errors += 1);
+        eprintln!("cxlkv tier: {what}");
+    }
+
+    /// Reads every slot header and records the blocks the slots hold.
+    fn rebuild(&mut self, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>) {
+        let mut taken: Vec<Vec<bool>> = self.devs.iter().map(|d| vec![false; d.slots as usize]).collect();
+        for d in 0..self.devs.len() {
+            for slot in 0..self.devs[d].slots {
+                let (at, unit) = (self.devs[d].at(slot), self.devs[d].align as usize);
+                let r = self.devs[d].file.read_exact_at(&mut self.buf.bytes()[..unit], at);
+                let Some(hdr) = r.ok().and_then(|_| Header::read(&self.buf.bytes()[..unit])) else { continue };
+                if hdr.len > self.slot_bytes {
+                    continue;
+                }
+                self.seq = self.seq.max(hdr.seq);
+                let loc = Loc { dev: d, slot, hdr };
+                match self.index.get(&(hdr.ns, hdr.key)) {
+                    Some(old) if old.hdr.seq >= hdr.seq => continue,
+                    Some(old) => taken[old.dev][old.slot as usize] = false,
+                    None => {}
+                }
+                taken[d][slot as usize] = true;
+                self.index.insert((hdr.ns, hdr.key), loc);
+            }
+        }
+        let mut held: Vec<Loc> = self.index.values().copied().collect();
+        held.sort_by_key(|l| l.hdr.seq);
+        for l in held {
+            if dir.put(l.hdr.ns, l.hdr.key, l.hdr.len).is_err() {
+                // The directory is full: the slot is reused.
+                taken[l.dev][l.slot as usize] = false;
+                self.index.remove(&(l.hdr.ns, l.hdr.key));
+                continue;
+            }
+            self.order.push_back((l.hdr.ns, l.hdr.key, l.hdr.seq));
+        }
+        for (d, t) in taken.iter().enumerate() {
+            self.free[d] = (0..self.devs[d].slots).rev().filter(|&i| !t[i as usize]).collect();
+        }
+        let held = self.index.len() as u64;
+        self.counters.add(|c| c.held = held);
+    }
+
+    /// Copies up to `max` of the region's oldest blocks the tier does not
+    /// hold to the drives; returns how many.
+    fn spill(&mut self, node: &Node, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>, max: usize) -> Result<u64> {
+        let core = node.core();
+        let stripes = node.store().layout.caps.n_stripes;
+        let mut cold = vec![(0u32, Key::default(), 0u64); 64];
+        let mut n = 0u64;
+        for s in 0..stripes {
+            let mut skip = 0usize;
+            loop {
+                cold.resize(skip + 64, (0, Key::default(), 0));
+                let got = core.coldest(s, &mut cold)?;
+                let fresh: Vec<_> = cold[..got]
+                    .iter()
+                    .skip(skip)
+                    .filter(|(ns, k, len)| !self.index.contains_key(&(*ns, *k)) && *len <= self.slot_bytes)
+                    .copied()
+                    .collect();
+                for (ns, k, _) in &fresh {
+                    if n as usize >= max {
+                        return Ok(n);
+                    }
+                    match self.spill_one(node, dir, *ns, *k) {
+                        Ok(true) => n += 1,
+                        Ok(false) => {}
+                        Err(e) => self.log(format_args!("spill of a block failed: {e}")),
+                    }
+                }
+                if got < cold.len() || max != usize::MAX {
+                    break;
+                }
+                skip = got;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Copies one block out (pinned meanwhile) and records it.
+    fn spill_one(
+        &mut self,
+        node: &Node,
+        dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>,
+        ns: u32,
+        key: Key,
+    ) -> Result<bool> {
+        let core = node.core();
+        let mut h = [Err(CoreError::InvalidArgument)];
+        node.acquire_all_or_none(ns, &[key], &mut h)?;
+        let Ok(hd) = h[0] else { return Ok(false) };
+        let Some((d, slot)) = self.take_slot(dir) else {
+            let _ = core.release(&[hd]);
+            return Ok(false);
+        };
+        let (align, at) = (self.devs[d].align as usize, self.devs[d].at(slot));
+        let len = hd.len as usize;
+        let io_len = align + len.div_ceil(align) * align;
+        let buf = self.buf.bytes();
+        buf[align..io_len].fill(0);
+        let read = core.read(&hd, 0, &mut buf[align..align + len]);
+        let _ = core.release(&[hd]);
+        if let Err(e) = read {
+            self.free[d].push(slot);
+            return Err(e.into());
+        }
+        self.seq += 1;
+        let hdr = Header {
+            ns,
+            tokens: hd.tokens,
+            key,
+            len: hd.len,
+            seq: self.seq,
+            sum: payload_sum(&buf[align..align + len]),
+        };
+        hdr.write(&mut buf[..align]);
+        if let Err(err) = self.devs[d].file.write_all_at(&buf[..io_len], at) {
+            self.free[d].push(slot);
+            return Err(Error::Io { what: "write a tier slot", err });
+        }
+        // The slot is durable on the drive before the rack learns of it
+        // (O_DIRECT bypasses the page cache; the drive's own cache is
+        // flushed by fdatasync).
+        if let Err(err) = self.devs[d].file.sync_data() {
+            self.free[d].push(slot);
+            return Err(Error::Io { what: "sync a tier slot", err });
+        }
+        if let Err(e) = dir.put(ns, key, hd.len) {
+            self.free[d].push(slot);
+            return Err(e.into());
+        }
+        self.index.insert((ns, key), Loc { dev: d, slot, hdr });
+        self.order.push_back((ns, key, hdr.seq));
+        let held = self.index.len() as u64;
+        self.counters.add(|c| {
+            c.spills += 1;
+            c.held = held;
+            c.bytes_written += io_len as u64;
+        });
+        Ok(true)
+    }
+
+    /// A free slot, on the drives in turn; when every drive is full (or the
+    /// directory is), the oldest block held is dropped first.
+    fn take_slot(&mut self, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>) -> Option<(usize, u32)> {
+        for _ in 0..2 {
+            let full = dir.live() >= dir.capacity() / 2;
+            if !full {
+                for i in 0..self.devs.len() {
+                    let d = (self.next_dev + i) % self.devs.len();
+                    if let Some(slot) = self.free[d].pop() {
+                        self.next_dev = d + 1;
+                        return Some((d, slot));
+                    }
+                }
+            }
+            // Drop the oldest block held.
+            while let Some((ns, key, seq)) = self.order.pop_front() {
+                match self.index.get(&(ns, key)) {
+                    Some(l) if l.hdr.seq == seq => {
+                        let l = *l;
+                        let _ = dir.remove(ns, key);
+                        self.index.remove(&(ns, key));
+                        self.free[l.dev].push(l.slot);
+                        break;
+                    }
+                    _ => continue,
+                }
+            }
+        }
+        None
+    }
+
+    /// Reads block `key` back into the region (reserved, filled, verified,
+    /// published only after the read completed and verified).
+    fn promote(
+        &mut self,
+        node: &Node,
+        dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>,
+        ns: u32,
+        key: Key,
+    ) -> core::result::Result<(), CoreError> {
+        let Some(loc) = self.index.get(&(ns, key)).copied() else {
+            self.counters.add(|c| c.misses += 1);
+            return Err(CoreError::NotFound);
+        };
+        let core = node.core();
+        let dev = &self.devs[loc.dev];
+        let (align, len) = (dev.align as usize, loc.hdr.len as usize);
+        let io_len = align + len.div_ceil(align) * align;
+        let buf = self.buf.bytes();
+        let read = dev.file.read_exact_at(&mut buf[..io_len], dev.at(loc.slot));
+        let ok = read.is_ok()
+            && Header::read(&buf[..align]) == Some(loc.hdr)
+            && payload_sum(&buf[align..align + len]) == loc.hdr.sum;
+        if !ok {
+            let what = match read {
+                Err(e) => format!("read failed: {e}"),
+                Ok(()) => "header or checksum does not match".to_string(),
+            };
+            let path = dev.path.clone();
+            self.log(format_args!("slot {} of {} unusable ({what}): a miss", loc.slot, path.display()));
+            self.forget(dir, ns, key);
+            self.counters.add(|c| c.misses += 1);
+            return Err(CoreError::NotFound);
+        }
+        self.counters.add(|c| c.bytes_read += io_len as u64);
+        let mut out = [Err(CoreError::InvalidArgument)];
+        let item = ReserveItem { key, len: loc.hdr.len, tokens: loc.hdr.tokens };
+        core.reserve_batch(ns, &[item], &mut out)?;
+        let h = out[0]?;
+        let buf = self.buf.bytes();
+        if let Err(e) = core.write(&h, 0, &buf[align..align + len]) {
+            let _ = core.abort(&h);
+            return Err(e);
+        }
+        core.publish_flushed(&[h], &mut out.map(|r| r.map(|_| ())))?;
+        self.counters.add(|c| c.promotions += 1);
+        Ok(())
+    }
+
+    /// Forgets a block whose slot failed (its record removed, its slot
+    /// freed for reuse).
+    fn forget(&mut self, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>, ns: u32, key: Key) {
+        let _ = dir.remove(ns, key);
+        if let Some(l) = self.index.remove(&(ns, key)) {
+            self.free[l.dev].push(l.slot);
+        }
+        let held = self.index.len() as u64;
+        self.counters.add(|c| c.held = held);
+    }
+}
+
+impl Node {
+    /// Asks the tier that holds block `key` (found in the region's tier
+    /// directories) to put it back into the region; true when it is there
+    /// now. A dead or silent tier, or one whose slot fails its checks, is a
+    /// miss (false).
+    pub fn promote(&self, ns: u32, key: Key, timeout: Duration) -> Result<bool> {
+        let Some(t) = self.store().tier_find(ns, key)? else { return Ok(false) };
+        if t.owner == self.id() {
+            return Ok(false);
+        }
+        let msg = Message { kind: KIND_TIER_PROMOTE, ns, ..Message::default() };
+        match self.call(t.owner, &msg, &[key], timeout) {
+            Ok((m, _)) => Ok(m.status == 0),
+            Err(Error::Core(CoreError::Timeout | CoreError::BadNode | CoreError::InboxFull)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
