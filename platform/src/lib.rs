@@ -22,6 +22,7 @@ pub mod inspect;
 pub mod local;
 pub mod map;
 pub mod node;
+pub mod nvme;
 pub mod pattern;
 pub mod region;
 pub mod size;

@@ -12,8 +12,15 @@
 //! a restart rebuilds the tier's index from the headers (the newest write
 //! of a key wins).
 //!
-//! I/O here is `pread`/`pwrite` on `O_DIRECT` files through aligned bounce
-//! buffers, the path that works in every container.
+//! I/O goes through [`crate::nvme`]: batches of `O_DIRECT` reads and
+//! writes in flight at once on io_uring (its buffers registered when the
+//! memlock limit allows), or on a `pread`/`pwrite` thread pool where
+//! io_uring is refused or `CXLKV_TIER_URING=off`. Each block passes
+//! through an aligned buffer of the tier: copied out of the region with
+//! the region's validated read (which makes this host's cached lines of it
+//! fresh first) under a pin, and into a reserved block with the region's
+//! flushed write, so no device ever reads or writes region lines this
+//! host's caches hold.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -83,6 +90,8 @@ pub struct TierStats {
     pub bytes_written: u64,
     /// Bytes read from the drives.
     pub bytes_read: u64,
+    /// The I/O engine in use.
+    pub engine: Option<crate::nvme::Engine>,
 }
 
 /// The counters, shared by the tier thread and its handle.
@@ -353,7 +362,9 @@ struct State {
     order: std::collections::VecDeque<(u32, Key, u64)>,
     seq: u64,
     next_dev: usize,
-    buf: Aligned,
+    /// One buffer per operation of a batch.
+    bufs: Vec<Aligned>,
+    io: crate::nvme::Io,
     counters: Arc<Counters>,
     slot_bytes: u64,
 }
@@ -386,29 +397,38 @@ fn run(
         order: Default::default(),
         seq: 0,
         next_dev: 0,
-        buf: Aligned::new(stride, align),
+        bufs: (0..opts.batch.clamp(1, crate::nvme::QUEUE_DEPTH as usize))
+            .map(|_| Aligned::new(stride, align))
+            .collect(),
+        io: crate::nvme::Io::new(&[]),
         counters: counters.clone(),
         slot_bytes: opts.slot_bytes,
     };
+    let regions: Vec<(*mut u8, usize)> = s.bufs.iter().map(|b| (b.ptr, b.layout.size())).collect();
+    s.io = crate::nvme::Io::new(&regions);
+    counters.add(|c| c.engine = Some(s.io.engine()));
     s.rebuild(&mut dir);
     let _ = ready.send(Ok(()));
     let mut last_spill = Instant::now() - Duration::from_secs(1);
     while !stop.get() {
         let mut busy = false;
+        let mut asks = Vec::new();
         while let Some((m, keys)) = node.try_recv()? {
             busy = true;
-            if m.kind == KIND_TIER_PROMOTE {
-                let status = match keys.first() {
-                    Some(k) => match s.promote(&node, &mut dir, m.ns, *k) {
-                        Ok(()) | Err(CoreError::Exists) => 0,
-                        Err(e) => e as u32,
-                    },
-                    None => CoreError::InvalidArgument as u32,
-                };
-                let _ = node.reply(&m, status, &[]);
-            } else if m.kind & crate::node::KIND_RESPONSE == 0 {
-                let _ = node.reply(&m, CoreError::InvalidArgument as u32, &[]);
+            match keys.first() {
+                Some(k) if m.kind == KIND_TIER_PROMOTE => asks.push((m, *k)),
+                _ if m.kind & crate::node::KIND_RESPONSE != 0 => {}
+                _ => {
+                    let _ = node.reply(&m, CoreError::InvalidArgument as u32, &[]);
+                }
             }
+            if asks.len() >= s.bufs.len() {
+                s.promote_batch(&node, &mut dir, &asks);
+                asks.clear();
+            }
+        }
+        if !asks.is_empty() {
+            s.promote_batch(&node, &mut dir, &asks);
         }
         if let Ok(Command::SpillAll(done)) = cmd.try_recv() {
             let _ = done.send(s.spill(&node, &mut dir, usize::MAX));
@@ -440,8 +460,9 @@ impl State {
         for d in 0..self.devs.len() {
             for slot in 0..self.devs[d].slots {
                 let (at, unit) = (self.devs[d].at(slot), self.devs[d].align as usize);
-                let r = self.devs[d].file.read_exact_at(&mut self.buf.bytes()[..unit], at);
-                let Some(hdr) = r.ok().and_then(|_| Header::read(&self.buf.bytes()[..unit])) else { continue };
+                let buf = self.bufs[0].bytes();
+                let r = self.devs[d].file.read_exact_at(&mut buf[..unit], at);
+                let Some(hdr) = r.ok().and_then(|_| Header::read(&buf[..unit])) else { continue };
                 if hdr.len > self.slot_bytes {
                     continue;
                 }
@@ -475,31 +496,23 @@ impl State {
     }
 
     /// Copies up to `max` of the region's oldest blocks the tier does not
-    /// hold to the drives; returns how many.
+    /// hold to the drives, a batch at a time; returns how many.
     fn spill(&mut self, node: &Node, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>, max: usize) -> Result<u64> {
         let core = node.core();
         let stripes = node.store().layout.caps.n_stripes;
-        let mut cold = vec![(0u32, Key::default(), 0u64); 64];
-        let mut n = 0u64;
-        for s in 0..stripes {
+        let mut todo = Vec::new();
+        let mut cold = Vec::new();
+        'stripes: for s in 0..stripes {
             let mut skip = 0usize;
             loop {
-                cold.resize(skip + 64, (0, Key::default(), 0));
+                cold.resize(skip + 64, (0u32, Key::default(), 0u64));
                 let got = core.coldest(s, &mut cold)?;
-                let fresh: Vec<_> = cold[..got]
-                    .iter()
-                    .skip(skip)
-                    .filter(|(ns, k, len)| !self.index.contains_key(&(*ns, *k)) && *len <= self.slot_bytes)
-                    .copied()
-                    .collect();
-                for (ns, k, _) in &fresh {
-                    if n as usize >= max {
-                        return Ok(n);
+                for &(ns, k, len) in cold[..got].iter().skip(skip) {
+                    if todo.len() >= max {
+                        break 'stripes;
                     }
-                    match self.spill_one(node, dir, *ns, *k) {
-                        Ok(true) => n += 1,
-                        Ok(false) => {}
-                        Err(e) => self.log(format_args!("spill of a block failed: {e}")),
+                    if len <= self.slot_bytes && !self.index.contains_key(&(ns, k)) {
+                        todo.push((ns, k));
                     }
                 }
                 if got < cold.len() || max != usize::MAX {
@@ -508,70 +521,105 @@ impl State {
                 skip = got;
             }
         }
+        let mut n = 0;
+        for batch in todo.chunks(self.bufs.len()) {
+            n += self.spill_batch(node, dir, batch);
+        }
         Ok(n)
     }
 
-    /// Copies one block out (pinned meanwhile) and records it.
-    fn spill_one(
+    /// Copies one batch of blocks out: each pinned while its bytes are
+    /// copied into its buffer, then every slot write in flight at once, one
+    /// sync per drive, and only then the records.
+    fn spill_batch(
         &mut self,
         node: &Node,
         dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>,
-        ns: u32,
-        key: Key,
-    ) -> Result<bool> {
+        batch: &[(u32, Key)],
+    ) -> u64 {
         let core = node.core();
-        let mut h = [Err(CoreError::InvalidArgument)];
-        node.acquire_all_or_none(ns, &[key], &mut h)?;
-        let Ok(hd) = h[0] else { return Ok(false) };
-        let Some((d, slot)) = self.take_slot(dir) else {
+        // (buffer, header, drive, slot, bytes of I/O)
+        let mut staged: Vec<(usize, Header, usize, u32, usize)> = Vec::new();
+        for &(ns, key) in batch {
+            let mut h = [Err(CoreError::InvalidArgument)];
+            if core.acquire(ns, &[key], &mut h).is_err() {
+                continue;
+            }
+            let Ok(hd) = h[0] else { continue };
+            let Some((d, slot)) = self.take_slot(dir) else {
+                let _ = core.release(&[hd]);
+                break;
+            };
+            let i = staged.len();
+            let (align, len) = (self.devs[d].align as usize, hd.len as usize);
+            let io_len = align + len.div_ceil(align) * align;
+            let buf = self.bufs[i].bytes();
+            buf[align..io_len].fill(0);
+            // The copy reads the payload fresh (it invalidates this host's
+            // lines first), under the pin.
+            let read = core.read(&hd, 0, &mut buf[align..align + len]);
             let _ = core.release(&[hd]);
-            return Ok(false);
-        };
-        let (align, at) = (self.devs[d].align as usize, self.devs[d].at(slot));
-        let len = hd.len as usize;
-        let io_len = align + len.div_ceil(align) * align;
-        let buf = self.buf.bytes();
-        buf[align..io_len].fill(0);
-        let read = core.read(&hd, 0, &mut buf[align..align + len]);
-        let _ = core.release(&[hd]);
-        if let Err(e) = read {
-            self.free[d].push(slot);
-            return Err(e.into());
+            if let Err(e) = read {
+                self.free[d].push(slot);
+                self.log(format_args!("copy of a block out of the region failed: {e}"));
+                continue;
+            }
+            self.seq += 1;
+            let hdr = Header {
+                ns,
+                tokens: hd.tokens,
+                key,
+                len: hd.len,
+                seq: self.seq,
+                sum: payload_sum(&buf[align..align + len]),
+            };
+            hdr.write(&mut buf[..align]);
+            staged.push((i, hdr, d, slot, io_len));
         }
-        self.seq += 1;
-        let hdr = Header {
-            ns,
-            tokens: hd.tokens,
-            key,
-            len: hd.len,
-            seq: self.seq,
-            sum: payload_sum(&buf[align..align + len]),
-        };
-        hdr.write(&mut buf[..align]);
-        if let Err(err) = self.devs[d].file.write_all_at(&buf[..io_len], at) {
-            self.free[d].push(slot);
-            return Err(Error::Io { what: "write a tier slot", err });
+        let ops: Vec<crate::nvme::Op<'_>> = staged
+            .iter()
+            .map(|&(i, _, d, slot, len)| crate::nvme::Op {
+                file: &self.devs[d].file,
+                offset: self.devs[d].at(slot),
+                buf: self.bufs[i].ptr,
+                len,
+                write: true,
+            })
+            .collect();
+        let mut out: Vec<std::io::Result<usize>> = (0..ops.len()).map(|_| Ok(0)).collect();
+        self.io.run(&ops, &mut out);
+        drop(ops);
+        // The slots are durable on the drives before the rack learns of
+        // them (O_DIRECT bypasses the page cache; fdatasync flushes the
+        // drive's own cache).
+        let mut synced: Vec<Option<bool>> = vec![None; self.devs.len()];
+        let mut n = 0;
+        for (&(_, hdr, d, slot, io_len), r) in staged.iter().zip(out) {
+            let ok = match r {
+                Ok(_) => *synced[d].get_or_insert_with(|| self.devs[d].file.sync_data().is_ok()),
+                Err(e) => {
+                    self.log(format_args!("write of slot {slot} of {} failed: {e}", self.devs[d].path.display()));
+                    false
+                }
+            };
+            if !ok || dir.put(hdr.ns, hdr.key, hdr.len).is_err() {
+                self.free[d].push(slot);
+                continue;
+            }
+            self.index.insert((hdr.ns, hdr.key), Loc { dev: d, slot, hdr });
+            self.order.push_back((hdr.ns, hdr.key, hdr.seq));
+            n += 1;
+            let held = self.index.len() as u64;
+            self.counters.add(|c| {
+                c.spills += 1;
+                c.held = held;
+                c.bytes_written += io_len as u64;
+            });
         }
-        // The slot is durable on the drive before the rack learns of it
-        // (O_DIRECT bypasses the page cache; the drive's own cache is
-        // flushed by fdatasync).
-        if let Err(err) = self.devs[d].file.sync_data() {
-            self.free[d].push(slot);
-            return Err(Error::Io { what: "sync a tier slot", err });
+        if synced.contains(&Some(false)) {
+            self.log(format_args!("a drive failed to sync: its blocks of this batch were not recorded"));
         }
-        if let Err(e) = dir.put(ns, key, hd.len) {
-            self.free[d].push(slot);
-            return Err(e.into());
-        }
-        self.index.insert((ns, key), Loc { dev: d, slot, hdr });
-        self.order.push_back((ns, key, hdr.seq));
-        let held = self.index.len() as u64;
-        self.counters.add(|c| {
-            c.spills += 1;
-            c.held = held;
-            c.bytes_written += io_len as u64;
-        });
-        Ok(true)
+        n
     }
 
     /// A free slot, on the drives in turn; when every drive is full (or the
@@ -605,52 +653,86 @@ impl State {
         None
     }
 
-    /// Reads block `key` back into the region (reserved, filled, verified,
-    /// published only after the read completed and verified).
-    fn promote(
+    /// Reads the blocks asked for back into the region, the reads in
+    /// flight at once; each is reserved, filled and published only after
+    /// its read completed and its header and checksum verified. Answers
+    /// every request.
+    fn promote_batch(
         &mut self,
         node: &Node,
         dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>,
-        ns: u32,
-        key: Key,
-    ) -> core::result::Result<(), CoreError> {
-        let Some(loc) = self.index.get(&(ns, key)).copied() else {
-            self.counters.add(|c| c.misses += 1);
-            return Err(CoreError::NotFound);
-        };
+        asks: &[(Message, Key)],
+    ) {
         let core = node.core();
-        let dev = &self.devs[loc.dev];
-        let (align, len) = (dev.align as usize, loc.hdr.len as usize);
-        let io_len = align + len.div_ceil(align) * align;
-        let buf = self.buf.bytes();
-        let read = dev.file.read_exact_at(&mut buf[..io_len], dev.at(loc.slot));
-        let ok = read.is_ok()
-            && Header::read(&buf[..align]) == Some(loc.hdr)
-            && payload_sum(&buf[align..align + len]) == loc.hdr.sum;
-        if !ok {
-            let what = match read {
-                Err(e) => format!("read failed: {e}"),
-                Ok(()) => "header or checksum does not match".to_string(),
+        let mut status = vec![CoreError::NotFound as u32; asks.len()];
+        // (request, buffer, location, bytes of I/O)
+        let mut staged: Vec<(usize, usize, Loc, usize)> = Vec::new();
+        for (r, (m, key)) in asks.iter().enumerate() {
+            match self.index.get(&(m.ns, *key)) {
+                Some(loc) => {
+                    let dev = &self.devs[loc.dev];
+                    let align = dev.align as usize;
+                    let io_len = align + (loc.hdr.len as usize).div_ceil(align) * align;
+                    let i = staged.len();
+                    staged.push((r, i, *loc, io_len));
+                }
+                None => self.counters.add(|c| c.misses += 1),
+            }
+        }
+        let ops: Vec<crate::nvme::Op<'_>> = staged
+            .iter()
+            .map(|&(_, i, loc, len)| crate::nvme::Op {
+                file: &self.devs[loc.dev].file,
+                offset: self.devs[loc.dev].at(loc.slot),
+                buf: self.bufs[i].ptr,
+                len,
+                write: false,
+            })
+            .collect();
+        let mut out: Vec<std::io::Result<usize>> = (0..ops.len()).map(|_| Ok(0)).collect();
+        self.io.run(&ops, &mut out);
+        drop(ops);
+        for (&(r, i, loc, io_len), res) in staged.iter().zip(out) {
+            let (align, len) = (self.devs[loc.dev].align as usize, loc.hdr.len as usize);
+            let buf = self.bufs[i].bytes();
+            let ok = res.is_ok()
+                && Header::read(&buf[..align]) == Some(loc.hdr)
+                && payload_sum(&buf[align..align + len]) == loc.hdr.sum;
+            if !ok {
+                let what = match res {
+                    Err(e) => format!("read failed: {e}"),
+                    Ok(_) => "header or checksum does not match".to_string(),
+                };
+                let path = self.devs[loc.dev].path.clone();
+                self.log(format_args!("slot {} of {} unusable ({what}): a miss", loc.slot, path.display()));
+                self.forget(dir, loc.hdr.ns, loc.hdr.key);
+                self.counters.add(|c| c.misses += 1);
+                continue;
+            }
+            self.counters.add(|c| c.bytes_read += io_len as u64);
+            let item = ReserveItem { key: loc.hdr.key, len: loc.hdr.len, tokens: loc.hdr.tokens };
+            let mut h = [Err(CoreError::InvalidArgument)];
+            let put = core.reserve_batch(loc.hdr.ns, &[item], &mut h).and(h[0]).and_then(|h| {
+                if let Err(e) = core.write(&h, 0, &buf[align..align + len]) {
+                    let _ = core.abort(&h);
+                    return Err(e);
+                }
+                let mut done = [Ok(())];
+                core.publish_flushed(&[h], &mut done)?;
+                done[0]
+            });
+            status[r] = match put {
+                Ok(()) => {
+                    self.counters.add(|c| c.promotions += 1);
+                    0
+                }
+                Err(CoreError::Exists) => 0,
+                Err(e) => e as u32,
             };
-            let path = dev.path.clone();
-            self.log(format_args!("slot {} of {} unusable ({what}): a miss", loc.slot, path.display()));
-            self.forget(dir, ns, key);
-            self.counters.add(|c| c.misses += 1);
-            return Err(CoreError::NotFound);
         }
-        self.counters.add(|c| c.bytes_read += io_len as u64);
-        let mut out = [Err(CoreError::InvalidArgument)];
-        let item = ReserveItem { key, len: loc.hdr.len, tokens: loc.hdr.tokens };
-        core.reserve_batch(ns, &[item], &mut out)?;
-        let h = out[0]?;
-        let buf = self.buf.bytes();
-        if let Err(e) = core.write(&h, 0, &buf[align..align + len]) {
-            let _ = core.abort(&h);
-            return Err(e);
+        for ((m, _), st) in asks.iter().zip(status) {
+            let _ = node.reply(m, st, &[]);
         }
-        core.publish_flushed(&[h], &mut out.map(|r| r.map(|_| ())))?;
-        self.counters.add(|c| c.promotions += 1);
-        Ok(())
     }
 
     /// Forgets a block whose slot failed (its record removed, its slot

@@ -57,10 +57,67 @@ fn get(node: &Node, k: Key) -> Option<Vec<u8>> {
     out[0].ok().map(|_| buf[..lens[0] as usize].to_vec())
 }
 
+/// Both I/O engines, and io_uring whose buffer registration a low memlock
+/// limit refuses (one test: the environment and limits are per process).
 #[test]
-fn spilled_blocks_come_back_byte_exact_after_eviction_and_after_a_restart() {
-    let region = std::env::temp_dir().join(format!("cxlkv-tier-region-{}", std::process::id()));
-    let dirs = [Scratch::new("a"), Scratch::new("b")];
+fn spilled_blocks_come_back_byte_exact_with_every_io_engine() {
+    use cxlkv_platform::nvme::Engine;
+    scenario("uring", |e| matches!(e, Engine::Uring { .. }));
+    let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: reads this process's limit into `old`.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut old) }, 0);
+    let low = libc::rlimit { rlim_cur: 16 << 10, rlim_max: old.rlim_max };
+    // SAFETY: lowers the soft limit only (restored below).
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &low) }, 0);
+    // Registration counts against the limit unless the process may lock
+    // memory anyway (CAP_IPC_LOCK, as root usually has): then the tier must
+    // still run, registered or not.
+    let may_lock = ipc_lock_capable();
+    scenario("unregistered", |e| e == Engine::Uring { fixed: false } || e == Engine::Threads || may_lock);
+    // SAFETY: restores the soft limit read above.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &old) }, 0);
+    std::env::set_var("CXLKV_TIER_URING", "off");
+    scenario("threads", |e| e == Engine::Threads);
+    std::env::remove_var("CXLKV_TIER_URING");
+}
+
+/// Whether this process holds CAP_IPC_LOCK (bit 14 of CapEff).
+fn ipc_lock_capable() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << 14) != 0)
+}
+
+/// A drive without room for the slot file: the tier refuses to start with
+/// the OS error, and nothing stored is touched.
+#[test]
+fn a_drive_too_small_for_the_slot_file_is_refused_at_start() {
+    let region = std::env::temp_dir().join(format!("cxlkv-tier-region-full-{}", std::process::id()));
+    let dir = Scratch::new("full");
+    let b = Node::create(&region, 32 << 20, caps(), opts()).unwrap();
+    let h = b.core().reserve(1, key(1), LEN as u64, 16).unwrap();
+    b.core().write(&h, 0, &pattern(1)).unwrap();
+    b.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+    let a = Arc::new(Node::open(&region, opts()).unwrap());
+    let topts = TierOptions { dirs: vec![dir.0.clone()], capacity: 1 << 60, ..TierOptions::default() };
+    match Tier::start(a.clone(), topts) {
+        Err(cxlkv_platform::Error::Io { err, .. }) => {
+            assert!(matches!(err.raw_os_error(), Some(libc::ENOSPC | libc::EFBIG)), "{err}")
+        }
+        other => panic!("expected an I/O error, got {:?}", other.map(|_| ())),
+    }
+    assert!(b.store().tier_find(1, key(1)).unwrap().is_none());
+    assert_eq!(get(&b, key(1)).as_deref(), Some(&pattern(1)[..]));
+    drop(a);
+    let _ = std::fs::remove_file(&region);
+}
+
+fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool) {
+    let region = std::env::temp_dir().join(format!("cxlkv-tier-region-{tag}-{}", std::process::id()));
+    let dirs = [Scratch::new(&format!("{tag}-a")), Scratch::new(&format!("{tag}-b"))];
     let topts = TierOptions {
         dirs: dirs.iter().map(|d| d.0.clone()).collect(),
         slot_bytes: 64 << 10,
@@ -71,6 +128,8 @@ fn spilled_blocks_come_back_byte_exact_after_eviction_and_after_a_restart() {
     let b = Node::create(&region, 32 << 20, caps(), opts()).unwrap();
     let a = Arc::new(Node::open(&region, opts()).unwrap());
     let tier = Tier::start(a.clone(), topts.clone()).unwrap();
+    let engine = tier.stats().engine.unwrap();
+    assert!(engine_ok(engine), "{tag}: engine {engine:?}");
     let n = 40u64;
     for i in 0..n {
         let h = b.core().reserve(1, key(i), LEN as u64, 16).unwrap();
@@ -130,6 +189,21 @@ fn spilled_blocks_come_back_byte_exact_after_eviction_and_after_a_restart() {
     assert!(tier.stats().errors >= 1);
     assert!(b.store().tier_find(1, key(victim)).unwrap().is_none(), "and is forgotten");
     assert_eq!(get(&b, key(8)).as_deref(), Some(&pattern(8)[..]));
+    // The drives fail under the tier (its files cut to nothing): the reads
+    // come up short, every block is a logged miss, the region is intact.
+    b.core().evict(u64::MAX, &mut Lru).unwrap();
+    let errors = tier.stats().errors;
+    for d in &dirs {
+        std::fs::OpenOptions::new().write(true).open(d.0.join("cxlkv-tier.slots")).unwrap().set_len(0).unwrap();
+    }
+    for i in [10u64, 11, 12] {
+        assert_eq!(get(&b, key(i)), None, "block {i} on a failed drive is a miss");
+    }
+    assert!(tier.stats().errors >= errors + 3);
+    let h = b.core().reserve(1, key(500), LEN as u64, 16).unwrap();
+    b.core().write(&h, 0, &pattern(500)).unwrap();
+    b.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+    assert_eq!(get(&b, key(500)).as_deref(), Some(&pattern(500)[..]), "the region works on");
     assert!(b.check().unwrap().is_empty(), "{:?}", b.check().unwrap());
     tier.stop().unwrap();
     drop(a);
