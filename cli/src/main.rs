@@ -9,6 +9,7 @@ mod bench;
 mod demo;
 mod gpucheck;
 mod inspect;
+mod tierbench;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -219,6 +220,13 @@ struct BenchArgs {
     /// A short run (a cache-resident working set, fewer repetitions).
     #[arg(long)]
     quick: bool,
+    /// Measure the SSD tier on this directory instead (its write and read
+    /// bandwidth beside raw O_DIRECT on the same drive).
+    #[arg(long)]
+    tier: Option<PathBuf>,
+    /// Blocks of the tier run (2 MiB each unless --block-bytes is given).
+    #[arg(long, default_value_t = 256)]
+    tier_blocks: usize,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -577,6 +585,16 @@ fn demo_config(a: &DemoArgs) -> Result<demo::Config, String> {
 }
 
 fn cmd_bench(a: BenchArgs) -> Result<(), Fail> {
+    if let Some(dir) = &a.tier {
+        let block = if a.block_bytes == 16 << 10 { 2 << 20 } else { a.block_bytes.clamp(4096, 64 << 20) as usize };
+        let r = tierbench::run(dir, block, a.tier_blocks.clamp(8, 4096)).map_err(Fail::Run)?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+        } else {
+            tierbench::print(&r);
+        }
+        return Ok(());
+    }
     let modes =
         if a.modes.is_empty() { FlushMode::ALL.into_iter().filter(|m| m.available()).collect() } else { a.modes };
     let cfg = bench::Config {

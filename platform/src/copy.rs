@@ -109,12 +109,18 @@ impl Node {
                     Err(CoreError::TooLarge)
                 }
                 Err(CoreError::Changed) => self.get_pinned(ns, it, &mut lens[i]),
-                // Not in the region: an SSD tier may hold it.
-                Err(CoreError::NotFound) if self.promote(ns, it.key, PROMOTE_WAIT)? => {
-                    self.get_pinned(ns, it, &mut lens[i])
-                }
                 Err(e) => Err(e),
             };
+        }
+        // Not in the region: the SSD tiers may hold them (all asked at once).
+        let missing: Vec<usize> = (0..n).filter(|&i| out[i] == Err(CoreError::NotFound)).collect();
+        if !missing.is_empty() {
+            let keys: Vec<Key> = missing.iter().map(|&i| items[i].key).collect();
+            for (&i, there) in missing.iter().zip(self.promote(ns, &keys, PROMOTE_WAIT)?) {
+                if there {
+                    out[i] = self.get_pinned(ns, &mut items[i], &mut lens[i]);
+                }
+            }
         }
         Ok(())
     }
@@ -139,14 +145,18 @@ impl Node {
     /// them (see [`Node::promote`]) and pinned once it put them back.
     pub fn acquire_all_or_none(&self, ns: u32, keys: &[Key], out: &mut [CoreResult<Handle>]) -> Result<usize> {
         let node = self.core();
-        let r = node.acquire(ns, keys, out).map_err(crate::Error::from).and_then(|n| {
-            let mut n = n;
-            for (k, o) in keys.iter().zip(out.iter_mut()) {
-                if *o == Err(CoreError::NotFound) && self.promote(ns, *k, PROMOTE_WAIT)? {
+        let r = node.acquire(ns, keys, out).map_err(crate::Error::from).and_then(|mut n| {
+            let missing: Vec<usize> = (0..keys.len()).filter(|&i| out[i] == Err(CoreError::NotFound)).collect();
+            if missing.is_empty() {
+                return Ok(n);
+            }
+            let ks: Vec<Key> = missing.iter().map(|&i| keys[i]).collect();
+            for (&i, there) in missing.iter().zip(self.promote(ns, &ks, PROMOTE_WAIT)?) {
+                if there {
                     let mut one = [Err(CoreError::NotFound)];
-                    node.acquire(ns, std::slice::from_ref(k), &mut one)?;
+                    node.acquire(ns, &keys[i..i + 1], &mut one)?;
                     n += one[0].is_ok() as usize;
-                    *o = one[0];
+                    out[i] = one[0];
                 }
             }
             Ok(n)

@@ -31,6 +31,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cxlkv_core::channel::Message;
+use cxlkv_core::coherence::{Coherence, Site};
 use cxlkv_core::hash::{mix64, Key};
 use cxlkv_core::index::ReserveItem;
 use cxlkv_core::layout::NodeInfo;
@@ -47,7 +48,7 @@ use crate::{Error, Result};
 /// checks).
 pub const KIND_TIER_PROMOTE: u32 = 0x7469_0001;
 
-const MAGIC: u64 = u64::from_le_bytes(*b"CXLKVSL1");
+const MAGIC: u64 = u64::from_le_bytes(*b"CXLKVSL2");
 /// Bytes of a slot header's fields (the rest of its unit is zero).
 const HEADER_BYTES: usize = 72;
 
@@ -90,6 +91,8 @@ pub struct TierStats {
     pub bytes_written: u64,
     /// Bytes read from the drives.
     pub bytes_read: u64,
+    /// Blocks the drive read straight into the region (no copy).
+    pub direct_reads: u64,
     /// The I/O engine in use.
     pub engine: Option<crate::nvme::Engine>,
 }
@@ -267,6 +270,12 @@ impl Aligned {
         Aligned { ptr, layout }
     }
 
+    fn view(&self) -> &[u8] {
+        // SAFETY: `ptr` is a live allocation of `layout.size()` bytes owned
+        // by `self`; shared here while no mutable borrow exists.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.layout.size()) }
+    }
+
     fn bytes(&mut self) -> &mut [u8] {
         // SAFETY: `ptr` is a live allocation of `layout.size()` bytes owned
         // by `self`, borrowed mutably once here.
@@ -330,17 +339,27 @@ impl Header {
     }
 }
 
-/// Checksum of a payload: 64-bit words folded through a mixer, the tail
-/// and the length included.
+/// Checksum of a payload: four independent lanes of 64-bit words, each
+/// folded through multiply-xorshift steps (so the lanes' multiplies
+/// overlap), then mixed with the tail and the length.
 fn payload_sum(b: &[u8]) -> u64 {
-    let mut h = 0x6378_6c6b_7673_6c31u64 ^ b.len() as u64;
-    let mut words = b.chunks_exact(8);
-    for (i, c) in words.by_ref().enumerate() {
-        h = mix64(h ^ u64::from_le_bytes(c.try_into().expect("8 bytes"))).wrapping_add(i as u64);
+    const K: [u64; 4] = [0x9e37_79b9_7f4a_7c15, 0xc2b2_ae3d_27d4_eb4f, 0x1656_67b1_9e37_79f9, 0x85eb_ca77_c2b2_ae63];
+    let mut h = [0x6378_6c6b_7673_6c31u64, 0x7469_6572_2073_756d, 0x736c_6f74_2073_756d, b.len() as u64];
+    let mut blocks = b.chunks_exact(32);
+    for c in blocks.by_ref() {
+        for (j, w) in c.chunks_exact(8).enumerate() {
+            let v = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            let x = (h[j] ^ v).wrapping_mul(K[j]);
+            h[j] = x ^ (x >> 29);
+        }
     }
-    let mut tail = [0u8; 8];
-    tail[..words.remainder().len()].copy_from_slice(words.remainder());
-    mix64(h ^ u64::from_le_bytes(tail))
+    let mut tail = [0u8; 32];
+    tail[..blocks.remainder().len()].copy_from_slice(blocks.remainder());
+    let mut acc = b.len() as u64;
+    for (j, w) in tail.chunks_exact(8).enumerate() {
+        acc = mix64(acc ^ mix64(h[j] ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))));
+    }
+    acc
 }
 
 /// Where the tier holds a block.
@@ -412,23 +431,19 @@ fn run(
     let mut last_spill = Instant::now() - Duration::from_secs(1);
     while !stop.get() {
         let mut busy = false;
-        let mut asks = Vec::new();
         while let Some((m, keys)) = node.try_recv()? {
             busy = true;
-            match keys.first() {
-                Some(k) if m.kind == KIND_TIER_PROMOTE => asks.push((m, *k)),
-                _ if m.kind & crate::node::KIND_RESPONSE != 0 => {}
-                _ => {
-                    let _ = node.reply(&m, CoreError::InvalidArgument as u32, &[]);
+            if m.kind == KIND_TIER_PROMOTE {
+                let asks: Vec<(u32, Key)> = keys.iter().map(|k| (m.ns, *k)).collect();
+                let mut there = Vec::with_capacity(keys.len());
+                for batch in asks.chunks(s.bufs.len()) {
+                    let ok = s.promote_batch(&node, &mut dir, batch);
+                    there.extend(batch.iter().zip(ok).filter(|(_, ok)| *ok).map(|((_, k), _)| *k));
                 }
+                let _ = node.reply(&m, 0, &there);
+            } else if m.kind & crate::node::KIND_RESPONSE == 0 {
+                let _ = node.reply(&m, CoreError::InvalidArgument as u32, &[]);
             }
-            if asks.len() >= s.bufs.len() {
-                s.promote_batch(&node, &mut dir, &asks);
-                asks.clear();
-            }
-        }
-        if !asks.is_empty() {
-            s.promote_batch(&node, &mut dir, &asks);
         }
         if let Ok(Command::SpillAll(done)) = cmd.try_recv() {
             let _ = done.send(s.spill(&node, &mut dir, usize::MAX));
@@ -654,52 +669,111 @@ impl State {
     }
 
     /// Reads the blocks asked for back into the region, the reads in
-    /// flight at once; each is reserved, filled and published only after
-    /// its read completed and its header and checksum verified. Answers
-    /// every request.
+    /// flight at once. Each block is reserved first; where its payload is
+    /// aligned for the drive, the drive reads straight into it (this host's
+    /// lines of it flushed first, so none lands later over what the drive
+    /// wrote), else into the tier's buffer, copied in after. Published only
+    /// after its read completed and its header and checksum verified;
+    /// aborted otherwise. `there[i]`: block `i` is in the region now.
     fn promote_batch(
         &mut self,
         node: &Node,
         dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>,
-        asks: &[(Message, Key)],
-    ) {
+        asks: &[(u32, Key)],
+    ) -> Vec<bool> {
         let core = node.core();
-        let mut status = vec![CoreError::NotFound as u32; asks.len()];
-        // (request, buffer, location, bytes of I/O)
-        let mut staged: Vec<(usize, usize, Loc, usize)> = Vec::new();
-        for (r, (m, key)) in asks.iter().enumerate() {
-            match self.index.get(&(m.ns, *key)) {
-                Some(loc) => {
-                    let dev = &self.devs[loc.dev];
-                    let align = dev.align as usize;
-                    let io_len = align + (loc.hdr.len as usize).div_ceil(align) * align;
-                    let i = staged.len();
-                    staged.push((r, i, *loc, io_len));
+        let st = node.store();
+        let mut there = vec![false; asks.len()];
+        // (request, buffer, location, reservation, payload straight into it)
+        let mut staged: Vec<(usize, usize, Loc, cxlkv_core::index::Handle, bool)> = Vec::new();
+        for (r, (ns, key)) in asks.iter().enumerate() {
+            let Some(loc) = self.index.get(&(*ns, *key)).copied() else {
+                self.counters.add(|c| c.misses += 1);
+                continue;
+            };
+            let item = ReserveItem { key: loc.hdr.key, len: loc.hdr.len, tokens: loc.hdr.tokens };
+            let mut h = [Err(CoreError::InvalidArgument)];
+            match core.reserve_batch(*ns, &[item], &mut h).and(h[0]) {
+                Ok(h) => {
+                    let align = self.devs[loc.dev].align;
+                    let direct = h.off % align == 0
+                        && h.len % align == 0
+                        && st.view.ptr(h.off, h.len, align).is_ok()
+                        // SYNC: this host's lines of the block leave its
+                        // caches before the drive writes it.
+                        && st.co.flush(&st.view, h.off, h.len, Site("tier.promote.dma")).is_ok();
+                    staged.push((r, staged.len(), loc, h, direct));
                 }
-                None => self.counters.add(|c| c.misses += 1),
+                Err(CoreError::Exists) => there[r] = true,
+                Err(e) => self.log(format_args!("no room in the region to put a block back: {e}")),
             }
         }
-        let ops: Vec<crate::nvme::Op<'_>> = staged
-            .iter()
-            .map(|&(_, i, loc, len)| crate::nvme::Op {
-                file: &self.devs[loc.dev].file,
-                offset: self.devs[loc.dev].at(loc.slot),
-                buf: self.bufs[i].ptr,
-                len,
-                write: false,
-            })
-            .collect();
+        let mut ops: Vec<crate::nvme::Op<'_>> = Vec::new();
+        for &(_, i, loc, h, direct) in &staged {
+            let dev = &self.devs[loc.dev];
+            let align = dev.align as usize;
+            let at = dev.at(loc.slot);
+            let body = (loc.hdr.len as usize).div_ceil(align) * align;
+            if direct {
+                let region = st.view.ptr(h.off, h.len, 1).unwrap_or(std::ptr::null_mut());
+                ops.push(crate::nvme::Op {
+                    file: &dev.file,
+                    offset: at,
+                    buf: self.bufs[i].ptr,
+                    len: align,
+                    write: false,
+                });
+                ops.push(crate::nvme::Op {
+                    file: &dev.file,
+                    offset: at + align as u64,
+                    buf: region,
+                    len: body,
+                    write: false,
+                });
+            } else {
+                ops.push(crate::nvme::Op {
+                    file: &dev.file,
+                    offset: at,
+                    buf: self.bufs[i].ptr,
+                    len: align + body,
+                    write: false,
+                });
+            }
+        }
         let mut out: Vec<std::io::Result<usize>> = (0..ops.len()).map(|_| Ok(0)).collect();
         self.io.run(&ops, &mut out);
         drop(ops);
-        for (&(r, i, loc, io_len), res) in staged.iter().zip(out) {
+        let mut res = out.into_iter();
+        for &(r, i, loc, h, direct) in &staged {
+            let mut read = res.next().unwrap_or(Ok(0));
+            if direct {
+                let second = res.next().unwrap_or(Ok(0));
+                if read.is_ok() {
+                    read = second;
+                }
+            }
             let (align, len) = (self.devs[loc.dev].align as usize, loc.hdr.len as usize);
-            let buf = self.bufs[i].bytes();
-            let ok = res.is_ok()
-                && Header::read(&buf[..align]) == Some(loc.hdr)
-                && payload_sum(&buf[align..align + len]) == loc.hdr.sum;
+            let body: &[u8] = if direct {
+                // SYNC: the drive's bytes, fresh in this host's cache.
+                if st.co.invalidate(&st.view, h.off, h.len, Site("tier.promote.fresh")).is_err() {
+                    read = Err(std::io::Error::other("region invalidate"));
+                }
+                match st.view.ptr(h.off, h.len, 1) {
+                    // SAFETY: the block is this node's reservation (WRITING:
+                    // no other node reads or writes it) and lies inside the
+                    // mapping (checked by `ptr`); the drive's write to it
+                    // completed; it is only read here until published.
+                    Ok(p) => unsafe { std::slice::from_raw_parts(p, len) },
+                    Err(_) => &[],
+                }
+            } else {
+                &self.bufs[i].view()[align..align + len]
+            };
+            let hdr_ok = Header::read(&self.bufs[i].view()[..align]) == Some(loc.hdr);
+            let ok = read.is_ok() && hdr_ok && payload_sum(body) == loc.hdr.sum;
             if !ok {
-                let what = match res {
+                let _ = core.abort(&h);
+                let what = match read {
                     Err(e) => format!("read failed: {e}"),
                     Ok(_) => "header or checksum does not match".to_string(),
                 };
@@ -709,30 +783,29 @@ impl State {
                 self.counters.add(|c| c.misses += 1);
                 continue;
             }
-            self.counters.add(|c| c.bytes_read += io_len as u64);
-            let item = ReserveItem { key: loc.hdr.key, len: loc.hdr.len, tokens: loc.hdr.tokens };
-            let mut h = [Err(CoreError::InvalidArgument)];
-            let put = core.reserve_batch(loc.hdr.ns, &[item], &mut h).and(h[0]).and_then(|h| {
-                if let Err(e) = core.write(&h, 0, &buf[align..align + len]) {
-                    let _ = core.abort(&h);
-                    return Err(e);
-                }
+            let put = if direct { Ok(()) } else { core.write(&h, 0, body) };
+            let put = put.and_then(|()| {
                 let mut done = [Ok(())];
                 core.publish_flushed(&[h], &mut done)?;
                 done[0]
             });
-            status[r] = match put {
+            match put {
                 Ok(()) => {
-                    self.counters.add(|c| c.promotions += 1);
-                    0
+                    there[r] = true;
+                    let io_len = (align + len.div_ceil(align) * align) as u64;
+                    self.counters.add(|c| {
+                        c.promotions += 1;
+                        c.bytes_read += io_len;
+                        c.direct_reads += direct as u64;
+                    });
                 }
-                Err(CoreError::Exists) => 0,
-                Err(e) => e as u32,
-            };
+                Err(e) => {
+                    let _ = core.abort(&h);
+                    self.log(format_args!("a block read back could not be published: {e}"));
+                }
+            }
         }
-        for ((m, _), st) in asks.iter().zip(status) {
-            let _ = node.reply(m, st, &[]);
-        }
+        there
     }
 
     /// Forgets a block whose slot failed (its record removed, its slot
@@ -747,21 +820,44 @@ impl State {
     }
 }
 
+/// Keys one promote request carries at most.
+const PROMOTE_KEYS: usize = 96;
+
 impl Node {
-    /// Asks the tier that holds block `key` (found in the region's tier
-    /// directories) to put it back into the region; true when it is there
-    /// now. A dead or silent tier, or one whose slot fails its checks, is a
-    /// miss (false).
-    pub fn promote(&self, ns: u32, key: Key, timeout: Duration) -> Result<bool> {
-        let Some(t) = self.store().tier_find(ns, key)? else { return Ok(false) };
-        if t.owner == self.id() {
-            return Ok(false);
+    /// Asks the SSD tiers that hold blocks `keys` of namespace `ns` (found
+    /// in the region's tier directories) to put them back into the region,
+    /// one request per tier and up to 96 keys, all sent before any answer
+    /// is awaited; `there[i]` is true when block `i` is in the region now.
+    /// A dead or silent tier, or a slot failing its checks, is a miss.
+    pub fn promote(&self, ns: u32, keys: &[Key], timeout: Duration) -> Result<Vec<bool>> {
+        let mut there = vec![false; keys.len()];
+        if keys.is_empty() || !self.store().tiers_active()? {
+            return Ok(there);
         }
-        let msg = Message { kind: KIND_TIER_PROMOTE, ns, ..Message::default() };
-        match self.call(t.owner, &msg, &[key], timeout) {
-            Ok((m, _)) => Ok(m.status == 0),
-            Err(Error::Core(CoreError::Timeout | CoreError::BadNode | CoreError::InboxFull)) => Ok(false),
-            Err(e) => Err(e),
+        let mut by_owner: HashMap<u32, Vec<usize>> = HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            if let Some(t) = self.store().tier_find(ns, *k)? {
+                if t.owner != self.id() {
+                    by_owner.entry(t.owner).or_default().push(i);
+                }
+            }
         }
+        let cap = (self.store().layout.caps.inbox_slots as usize / 2).max(1) * cxlkv_core::layout::KEYS_PER_SLOT;
+        for (owner, idx) in by_owner {
+            for part in idx.chunks(PROMOTE_KEYS.min(cap)) {
+                let ks: Vec<Key> = part.iter().map(|&i| keys[i]).collect();
+                let msg = Message { kind: KIND_TIER_PROMOTE, ns, ..Message::default() };
+                match self.call(owner, &msg, &ks, timeout) {
+                    Ok((m, back)) if m.status == 0 => {
+                        for &i in part {
+                            there[i] = back.contains(&keys[i]);
+                        }
+                    }
+                    Ok(_) | Err(Error::Core(CoreError::Timeout | CoreError::BadNode | CoreError::InboxFull)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(there)
     }
 }

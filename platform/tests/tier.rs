@@ -120,8 +120,8 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
     let dirs = [Scratch::new(&format!("{tag}-a")), Scratch::new(&format!("{tag}-b"))];
     let topts = TierOptions {
         dirs: dirs.iter().map(|d| d.0.clone()).collect(),
-        slot_bytes: 64 << 10,
-        capacity: 4 << 20,
+        slot_bytes: 256 << 10,
+        capacity: 16 << 20,
         high_water: 1.0,
         batch: 16,
     };
@@ -150,6 +150,27 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
     assert_eq!(tier.stats().promotions, n);
     assert_eq!(get(&b, key(999)), None, "a block nowhere is a miss");
 
+    // Chunk-sized blocks lie page-aligned in the region: the drive reads
+    // them straight in.
+    let big: Vec<u8> = (0..256usize << 10).map(|j| (j * 13 + 5) as u8).collect();
+    let bigkey = |i: u64| key(1000 + i);
+    for i in 0..4 {
+        let h = b.core().reserve(1, bigkey(i), big.len() as u64, 16).unwrap();
+        b.core().write(&h, 0, &big).unwrap();
+        b.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+    }
+    assert_eq!(tier.spill_all().unwrap(), 4);
+    b.core().evict(u64::MAX, &mut Lru).unwrap();
+    for i in 0..4 {
+        let mut buf = vec![0u8; big.len()];
+        let (mut lens, mut out) = ([0u64], [Ok(())]);
+        let mut parts = [&mut buf[..]];
+        b.get(1, &mut [GetItem { key: bigkey(i), parts: &mut parts }], &mut lens, &mut out).unwrap();
+        assert_eq!(out[0], Ok(()));
+        assert!(buf == big, "big block {i} byte-exact");
+    }
+    assert_eq!(tier.stats().direct_reads, 4, "read straight into the region");
+
     // Acquire promotes too.
     b.core().evict(u64::MAX, &mut Lru).unwrap();
     let mut out = [Err(cxlkv_core::Error::InvalidArgument)];
@@ -162,7 +183,7 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
     b.core().evict(u64::MAX, &mut Lru).unwrap();
     let a2 = Arc::new(Node::open(&region, opts()).unwrap());
     let tier = Tier::start(a2.clone(), topts.clone()).unwrap();
-    assert_eq!(tier.stats().held, n);
+    assert_eq!(tier.stats().held, n + 4);
     assert_eq!(get(&b, key(5)).as_deref(), Some(&pattern(5)[..]));
 
     // A damaged slot: its block is a miss (logged), the others are intact.
@@ -176,7 +197,7 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
         let mut at = 0;
         while at + 64 <= len && hit.is_none() {
             f.read_exact_at(&mut buf, at).unwrap();
-            if buf[0..8] == *b"CXLKVSL1" && buf[16..24] == key(victim).lo.to_le_bytes() {
+            if buf[0..8] == *b"CXLKVSL2" && buf[16..24] == key(victim).lo.to_le_bytes() {
                 f.write_all_at(&[0xee; 64], at + 8192).unwrap();
                 f.sync_all().unwrap();
                 hit = Some(at);

@@ -1,0 +1,185 @@
+//! `cxlkv bench --tier DIR`: the SSD tier's write (spill) and read
+//! (promote) bandwidth, through the calls users make (a tier process's
+//! spill, another node's batch get of evicted blocks), beside a same-run
+//! raw `O_DIRECT` write and read of the same size and queue depth with the
+//! same I/O engine on the same drive.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cxlkv_core::hash::Key;
+use cxlkv_core::index::Lru;
+use cxlkv_core::layout::Capacities;
+use cxlkv_platform::nvme::{Io, Op, QUEUE_DEPTH};
+use cxlkv_platform::{GetItem, Node, Options, PutItem, Tier, TierOptions};
+use serde::Serialize;
+
+/// What one run measured (MB/s = 10^6 bytes per second).
+#[derive(Serialize)]
+pub struct TierReport {
+    pub engine: String,
+    pub block_bytes: usize,
+    pub blocks: usize,
+    pub queue_depth: u32,
+    pub raw_write_mbs: f64,
+    pub raw_read_mbs: f64,
+    pub tier_write_mbs: f64,
+    pub tier_read_mbs: f64,
+}
+
+fn mbs(bytes: usize, t: Duration) -> f64 {
+    bytes as f64 / t.as_secs_f64().max(1e-9) / 1e6
+}
+
+fn key(i: u64) -> Key {
+    Key { lo: cxlkv_core::hash::mix64(i ^ 0x7469_6572), hi: i }
+}
+
+struct Buf(*mut u8, std::alloc::Layout);
+impl Buf {
+    fn new(len: usize) -> Buf {
+        let l = std::alloc::Layout::from_size_align(len, 4096).expect("layout");
+        // SAFETY: non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(l) };
+        assert!(!p.is_null(), "out of memory");
+        Buf(p, l)
+    }
+}
+impl Drop for Buf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.0, self.1) }
+    }
+}
+
+/// Raw O_DIRECT writes then reads of `blocks` blocks, QD at most
+/// [`QUEUE_DEPTH`].
+fn raw(dir: &Path, block: usize, blocks: usize, qd: usize) -> Result<(String, f64, f64), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join("cxlkv-raw.bench");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let total = block * blocks;
+    f.set_len(total as u64).map_err(|e| e.to_string())?;
+    let bufs: Vec<Buf> = (0..qd).map(|_| Buf::new(block)).collect();
+    for b in &bufs {
+        // SAFETY: `b` owns `block` bytes.
+        unsafe { std::ptr::write_bytes(b.0, 0x5a, block) };
+    }
+    let regs: Vec<(*mut u8, usize)> = bufs.iter().map(|b| (b.0, block)).collect();
+    let mut io = Io::new(&regs);
+    let mut pass = |write: bool| -> Result<Duration, String> {
+        let t = Instant::now();
+        for start in (0..blocks).step_by(qd) {
+            let ops: Vec<Op<'_>> = (start..(start + qd).min(blocks))
+                .map(|i| Op { file: &f, offset: (i * block) as u64, buf: bufs[i - start].0, len: block, write })
+                .collect();
+            let mut out: Vec<std::io::Result<usize>> = (0..ops.len()).map(|_| Ok(0)).collect();
+            io.run(&ops, &mut out);
+            if let Some(Err(e)) = out.into_iter().find(|r| r.is_err()) {
+                return Err(format!("raw I/O: {e}"));
+            }
+        }
+        if write {
+            f.sync_data().map_err(|e| e.to_string())?;
+        }
+        Ok(t.elapsed())
+    };
+    let w = pass(true)?;
+    let r = pass(false)?;
+    let _ = std::fs::remove_file(&path);
+    Ok((format!("{:?}", io.engine()), mbs(total, w), mbs(total, r)))
+}
+
+pub fn run(dir: &Path, block: usize, blocks: usize) -> Result<TierReport, String> {
+    let qd = (QUEUE_DEPTH as usize).min(32);
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let (engine, raw_w, raw_r) = raw(dir, block, blocks, qd)?;
+    // The region: the blocks and room to put them back.
+    let region = std::path::PathBuf::from(format!("/dev/shm/cxlkv-tierbench-{}", std::process::id()));
+    let e = |x: cxlkv_platform::Error| x.to_string();
+    let size = (block * blocks) as u64 * 5 / 4 + (64 << 20);
+    let chunk = (block as u64).next_power_of_two().max(1 << 21);
+    let caps = Capacities {
+        max_nodes: 4,
+        n_stripes: 16,
+        entries_per_stripe: (blocks as u32 * 2).div_ceil(16).max(16),
+        chunk_shift: chunk.trailing_zeros(),
+        tier_records: (blocks as u32 * 4).next_power_of_two(),
+        ..Capacities::default()
+    };
+    let res = (|| {
+        let user = Node::create(&region, size, caps, Options::default()).map_err(e)?;
+        let data = vec![0xa5u8; block];
+        for i in 0..blocks as u64 {
+            let parts: [&[u8]; 1] = [&data];
+            let mut out = [Ok(())];
+            user.put(1, &[PutItem { key: key(i), tokens: 16, parts: &parts }], &mut out).map_err(e)?;
+            out[0].map_err(|x| format!("put: {x}"))?;
+        }
+        let owner = Arc::new(Node::open(&region, Options::default()).map_err(e)?);
+        let topts = TierOptions {
+            dirs: vec![dir.to_path_buf()],
+            slot_bytes: block as u64,
+            capacity: (block as u64 + 4096) * blocks as u64 + (8 << 20),
+            high_water: 1.0,
+            batch: qd,
+        };
+        let tier = Tier::start(owner.clone(), topts).map_err(e)?;
+        let t = Instant::now();
+        let n = tier.spill_all().map_err(e)?;
+        let tier_w = mbs(block * n as usize, t.elapsed());
+        user.core().evict(u64::MAX, &mut Lru).map_err(|x| x.to_string())?;
+        let mut bufs: Vec<Vec<u8>> = (0..qd).map(|_| vec![0u8; block]).collect();
+        let t = Instant::now();
+        let mut got = 0usize;
+        for start in (0..blocks).step_by(qd) {
+            let end = (start + qd).min(blocks);
+            let mut parts: Vec<[&mut [u8]; 1]> = bufs.iter_mut().take(end - start).map(|b| [&mut b[..]]).collect();
+            let mut items: Vec<GetItem<'_, '_>> =
+                parts.iter_mut().enumerate().map(|(j, p)| GetItem { key: key((start + j) as u64), parts: p }).collect();
+            let (mut lens, mut out) = (vec![0u64; items.len()], vec![Ok(()); items.len()]);
+            user.get(1, &mut items, &mut lens, &mut out).map_err(e)?;
+            got += out.iter().filter(|r| r.is_ok()).count();
+        }
+        let tier_r = mbs(block * got, t.elapsed());
+        if got != blocks || bufs[0].iter().any(|&b| b != 0xa5) {
+            return Err(format!("{got} of {blocks} blocks came back"));
+        }
+        tier.stop().map_err(e)?;
+        Ok((tier_w, tier_r))
+    })();
+    let _ = std::fs::remove_file(&region);
+    let _ = std::fs::remove_file(dir.join("cxlkv-tier.slots"));
+    let (tier_w, tier_r) = res?;
+    Ok(TierReport {
+        engine,
+        block_bytes: block,
+        blocks,
+        queue_depth: qd as u32,
+        raw_write_mbs: raw_w,
+        raw_read_mbs: raw_r,
+        tier_write_mbs: tier_w,
+        tier_read_mbs: tier_r,
+    })
+}
+
+pub fn print(r: &TierReport) {
+    println!("SSD tier, {} blocks of {} KiB, QD {}, engine {}", r.blocks, r.block_bytes >> 10, r.queue_depth, r.engine);
+    println!("  {:<34} {:>10} {:>10}", "", "write MB/s", "read MB/s");
+    println!("  {:<34} {:>10.0} {:>10.0}", "raw O_DIRECT (same drive, engine)", r.raw_write_mbs, r.raw_read_mbs);
+    println!("  {:<34} {:>10.0} {:>10.0}", "tier (spill / get of evicted)", r.tier_write_mbs, r.tier_read_mbs);
+    println!(
+        "  {:<34} {:>9.0}% {:>9.0}%",
+        "tier / raw",
+        100.0 * r.tier_write_mbs / r.raw_write_mbs.max(1e-9),
+        100.0 * r.tier_read_mbs / r.raw_read_mbs.max(1e-9)
+    );
+}
