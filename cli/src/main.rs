@@ -39,8 +39,9 @@ enum Cmd {
     Format(FormatArgs),
     /// Shows what a region holds, read without attaching a node.
     Inspect(PathArgs),
-    /// Checks a region's invariants: exit 0 clean, 1 findings, 2 cannot open.
-    Check(PathArgs),
+    /// Checks a region's invariants (and, with --tier, this host's SSD tier
+    /// slots against it): exit 0 clean, 1 findings, 2 cannot open.
+    Check(CheckArgs),
     /// Frees dead nodes and reclaims what they held.
     Recover(RecoverArgs),
     /// Runs this host's SSD tier: copies cold blocks to slot files on the
@@ -93,6 +94,18 @@ struct PathArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    #[command(flatten)]
+    at: PathArgs,
+    /// A drive directory of this host's tier (repeat for more drives).
+    #[arg(long = "tier")]
+    tier: Vec<PathBuf>,
+    /// The tier's slot size (as `cxlkv tier --slot-size`).
+    #[arg(long, value_parser = size, default_value = "2M")]
+    slot_size: u64,
 }
 
 #[derive(Args)]
@@ -386,7 +399,8 @@ fn cmd_inspect(a: &PathArgs) -> Result<(), Fail> {
     Ok(())
 }
 
-fn cmd_check(a: &PathArgs) -> ExitCode {
+fn cmd_check(c: &CheckArgs) -> ExitCode {
+    let a = &c.at;
     let observed = match observe(a) {
         Ok(x) => x,
         Err(Fail::Run(m) | Fail::Usage(m)) => {
@@ -397,9 +411,10 @@ fn cmd_check(a: &PathArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match observed.check().and_then(|f| Ok((f, observed.stranded()?))) {
-        Ok((f, gone)) => {
-            let clean = f.is_empty() && gone.is_empty();
+    let tier = if c.tier.is_empty() { Ok(Vec::new()) } else { observed.check_tier(&c.tier, c.slot_size) };
+    match observed.check().and_then(|f| Ok((f, observed.stranded()?, tier?))) {
+        Ok((f, gone, tier)) => {
+            let clean = f.is_empty() && gone.is_empty() && tier.is_empty();
             if a.json {
                 let list: Vec<_> = f.iter().map(|x| json!({"kind": x.kind.as_str(), "a": x.a, "b": x.b})).collect();
                 let gone: Vec<_> = gone
@@ -409,7 +424,7 @@ fn cmd_check(a: &PathArgs) -> ExitCode {
                             "pins": g.pins, "reservations": g.reservations})
                     })
                     .collect();
-                println!("{}", json!({"ok": clean, "findings": list, "stranded": gone}));
+                println!("{}", json!({"ok": clean, "findings": list, "stranded": gone, "tier": tier}));
             } else if clean {
                 println!("clean");
             } else {
@@ -419,7 +434,15 @@ fn cmd_check(a: &PathArgs) -> ExitCode {
                 for g in &gone {
                     println!("{g}");
                 }
-                println!("{} findings, {} node(s) awaiting recovery", f.len(), gone.len());
+                for t in &tier {
+                    println!("tier: {t}");
+                }
+                println!(
+                    "{} findings, {} node(s) awaiting recovery, {} tier findings",
+                    f.len() + tier.len(),
+                    gone.len(),
+                    tier.len()
+                );
             }
             if clean {
                 ExitCode::SUCCESS

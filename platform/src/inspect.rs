@@ -193,6 +193,12 @@ impl Observed {
         check_store(&self.store)
     }
 
+    /// Findings of the SSD tier of this host on `dirs` (slot files of
+    /// slots holding `slot_bytes`): see [`crate::tier::check_slots`].
+    pub fn check_tier(&self, dirs: &[std::path::PathBuf], slot_bytes: u64) -> Result<Vec<String>> {
+        crate::tier::check_slots(&self.store, dirs, slot_bytes)
+    }
+
     /// Nodes whose process is gone or that were declared dead, with what
     /// they hold (a recovery reclaims it).
     pub fn stranded(&self) -> Result<Vec<Stranded>> {

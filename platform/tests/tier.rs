@@ -138,6 +138,9 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
     }
     assert_eq!(tier.spill_all().unwrap(), n);
     assert_eq!(tier.spill_all().unwrap(), 0, "each block is copied once");
+    let dir_paths: Vec<PathBuf> = dirs.iter().map(|d| d.0.clone()).collect();
+    let observed = cxlkv_platform::Region::open(&region).unwrap().observe(cxlkv_platform::FlushMode::Clflush).unwrap();
+    assert_eq!(observed.check_tier(&dir_paths, topts.slot_bytes).unwrap(), Vec::<String>::new());
     for i in 0..n {
         let t = b.store().tier_find(1, key(i)).unwrap().expect("recorded in the region");
         assert_eq!((t.owner, t.len), (a.id(), LEN as u64));
@@ -217,6 +220,8 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
     for d in &dirs {
         std::fs::OpenOptions::new().write(true).open(d.0.join("cxlkv-tier.slots")).unwrap().set_len(0).unwrap();
     }
+    let found = observed.check_tier(&dir_paths, topts.slot_bytes).unwrap();
+    assert!(found.iter().any(|f| f.contains("no slot holds")), "{found:?}");
     for i in [10u64, 11, 12] {
         assert_eq!(get(&b, key(i)), None, "block {i} on a failed drive is a miss");
     }
