@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use cxlkv_core::channel::Message;
 use cxlkv_core::hash::{chain_keys, mix64, Key};
-use cxlkv_core::index::{Handle, Lru};
+use cxlkv_core::index::Handle;
 use cxlkv_core::layout::Capacities;
 use cxlkv_core::Error as CoreError;
 use cxlkv_platform::size::human;
@@ -53,6 +53,10 @@ pub struct Config {
     pub seed: u64,
     /// Requests a prefill worker keeps handed off at once (their blocks pinned).
     pub inflight: usize,
+    /// An SSD tier on this directory: blocks evicted from the region are
+    /// kept there and prefill workers get missing prefixes back from it.
+    #[serde(default)]
+    pub ssd: Option<PathBuf>,
 }
 
 /// A flush mode as its name.
@@ -219,6 +223,8 @@ struct Counters {
     requests: u64,
     blocks: u64,
     hit_blocks: u64,
+    /// Of the blocks missing from the region, those the SSD tier put back.
+    ssd_blocks: u64,
     input_tokens: Vec<u32>,
     unique_tokens: Vec<u32>,
     published: u64,
@@ -396,7 +402,14 @@ fn prefill_one(
     inflight: &mut HashMap<u64, Inflight>,
 ) -> Result<Vec<Handle>, String> {
     let node = cache.core();
-    let hit = node.lookup(NS, chain).map_err(|e| e.to_string())?;
+    let mut hit = node.lookup(NS, chain).map_err(|e| e.to_string())?;
+    if cfg.ssd.is_some() && hit < chain.len() {
+        // The prefix goes on where the SSD tier holds the next blocks.
+        let there = cache.promote(NS, &chain[hit..], Duration::from_secs(2)).map_err(|e| e.to_string())?;
+        let more = there.iter().take_while(|&&t| t).count();
+        c.ssd_blocks += more as u64;
+        hit += more;
+    }
     let mut out = vec![Err(CoreError::NotFound); chain.len()];
     node.acquire(NS, &chain[..hit], &mut out[..hit]).map_err(|e| e.to_string())?;
     c.blocks += chain.len() as u64;
@@ -429,7 +442,8 @@ fn prefill_one(
                 }
                 Err(CoreError::Exists) => {}
                 Err(CoreError::OutOfSpace | CoreError::TableFull) => {
-                    let rep = node.evict(cfg.block_bytes * 16, &mut Lru).map_err(|e| e.to_string())?;
+                    // Blocks the SSD tier holds go first (nothing is lost).
+                    let rep = node.evict_for(cfg.block_bytes * 16).map_err(|e| e.to_string())?;
                     c.evictions += rep.entries;
                     c.evicted_bytes += rep.bytes;
                     if rep.entries == 0 {
@@ -570,6 +584,27 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
         let fmt = Node::create(&path, cfg.region, caps, opts).map_err(|e| format!("format: {e}"))?;
         fmt.close().map_err(|e| e.to_string())?;
     }
+    // The SSD tier runs in this process, on its own node (the last slot).
+    let tier = match &cfg.ssd {
+        Some(dir) => {
+            let opts = Options {
+                mode: cfg.mode,
+                local_dir: local.clone(),
+                node: Some(caps.max_nodes - 1),
+                ..Options::default()
+            };
+            let owner = Arc::new(Node::open(&path, opts).map_err(|e| format!("tier node: {e}"))?);
+            let topts = cxlkv_platform::TierOptions {
+                dirs: vec![dir.clone()],
+                slot_bytes: cfg.block_bytes,
+                capacity: (cfg.region * 2).min(8 << 30),
+                high_water: 0.6,
+                batch: 32,
+            };
+            Some(cxlkv_platform::Tier::start(owner, topts).map_err(|e| format!("tier: {e}"))?)
+        }
+        None => None,
+    };
     let conf = serde_json::to_string(cfg).map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let latest: Arc<Mutex<BTreeMap<String, Counters>>> = Arc::default();
@@ -634,6 +669,23 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
     }
     let m = latest.lock().map(|m| m.clone()).unwrap_or_default();
     let (pre, dec) = partition(&m);
+    let ssd = match tier {
+        Some(t) => {
+            let st = t.stats();
+            t.stop().map_err(|e| format!("tier: {e}"))?;
+            let missing = sum(&pre, |c| c.blocks) - sum(&pre, |c| c.hit_blocks - c.ssd_blocks);
+            let _ = cfg.ssd.as_ref().map(|d| std::fs::remove_file(d.join("cxlkv-tier.slots")));
+            Some(SsdReport {
+                spills: st.spills,
+                promotions: st.promotions,
+                bytes_written: st.bytes_written,
+                bytes_read: st.bytes_read,
+                errors: st.errors,
+                hit_rate: sum(&pre, |c| c.ssd_blocks) as f64 / missing.max(1) as f64,
+            })
+        }
+        None => None,
+    };
     // The region is whole after the run: check it and its stats.
     let (findings, evictions_region) = {
         let opts = Options { mode: cfg.mode, local_dir: local.clone(), ..Options::default() };
@@ -702,8 +754,25 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
         first_error,
         failed_workers: failed,
         check_findings: findings,
+        ssd,
     };
     Ok((report, ok))
+}
+
+/// What the SSD tier did in a demo run.
+#[derive(Debug, Serialize)]
+pub struct SsdReport {
+    /// Blocks copied to SSD.
+    pub spills: u64,
+    /// Blocks put back into the region.
+    pub promotions: u64,
+    pub bytes_written: u64,
+    pub bytes_read: u64,
+    /// I/O or checksum errors.
+    pub errors: u64,
+    /// Of the blocks prefill found missing from the region, the share the
+    /// SSD tier put back.
+    pub hit_rate: f64,
 }
 
 /// What `cxlkv demo` reports (printed, or as JSON with --json).
@@ -743,6 +812,8 @@ pub struct Report {
     pub first_error: Option<String>,
     pub failed_workers: Vec<String>,
     pub check_findings: usize,
+    /// The SSD tier's part (with --ssd).
+    pub ssd: Option<SsdReport>,
 }
 
 /// The demo's configuration, as reported.
@@ -836,6 +907,17 @@ pub fn print(r: &Report) {
         r.errors,
         r.first_error.as_ref().map(|e| format!(" (first: {e})")).unwrap_or_default()
     );
+    if let Some(t) = &r.ssd {
+        println!(
+            "  SSD tier           {} spills ({}), {} promotions ({}), SSD hit rate {:.1}% of region misses, {} errors",
+            t.spills,
+            human(t.bytes_written),
+            t.promotions,
+            human(t.bytes_read),
+            100.0 * t.hit_rate,
+            t.errors
+        );
+    }
     println!("  region check       {} findings", r.check_findings);
     println!("  result             {}", if r.ok { "PASS" } else { "FAIL" });
 }

@@ -189,6 +189,10 @@ struct FormatArgs {
 
 #[derive(Args)]
 struct DemoArgs {
+    /// Run an SSD tier on this directory (on a real disk, not tmpfs):
+    /// evicted blocks are kept there and come back on a prefix hit.
+    #[arg(long)]
+    ssd: Option<PathBuf>,
     /// Prefill worker processes (1 to 16).
     #[arg(long, default_value_t = 2)]
     prefill: usize,
@@ -588,6 +592,7 @@ fn demo_config(a: &DemoArgs) -> Result<demo::Config, String> {
         mode: a.mode,
         seed: a.seed,
         inflight: a.inflight,
+        ssd: a.ssd.clone(),
     };
     if !(1..=16).contains(&cfg.prefill) || !(1..=16).contains(&cfg.decode) {
         return Err("--prefill and --decode take 1 to 16 workers".into());
