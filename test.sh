@@ -118,8 +118,16 @@ counted "logic mutants" tests/logic-mutants.sh 16 96
 step "smoke: cxlkv demo (3 seconds: prefill and decode processes, every byte verified)"
 counted demo cargo run --release --locked -p cxlkv-cli -- demo --duration 3
 
+step "smoke: cxlkv demo --ssd (3 seconds with an SSD tier on a disk directory)"
+ssd_dir=$(mktemp -d /var/tmp/cxlkv-ssd.XXXXXX)
+counted "demo --ssd" cargo run --release --locked -p cxlkv-cli -- demo --duration 3 --block-size 256K --region 512M --ssd "$ssd_dir"
+rm -rf "$ssd_dir"
+
 step "smoke: cxlkv bench (quick)"
 cargo run --release --locked -p cxlkv-cli -- bench --quick --blocks 256 --modes coherent,clflush
+ssd_dir=$(mktemp -d /var/tmp/cxlkv-ssd.XXXXXX)
+cargo run --release --locked -p cxlkv-cli -- bench --tier "$ssd_dir" --tier-blocks 32
+rm -rf "$ssd_dir"
 
 passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')

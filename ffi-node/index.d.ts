@@ -318,6 +318,10 @@ export interface FormatOptions {
   inboxSlots?: number
   /** Application locks. */
   appLocks?: number
+  /** Tier directories (hosts whose SSD tier the region can record). */
+  tierSlots?: number
+  /** Records of each tier directory (a power of two). */
+  tierRecords?: number
 }
 
 /** The outcome of one item of a `get`. */
