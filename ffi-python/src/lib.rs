@@ -19,6 +19,7 @@ use cxlkv_platform::{Code as R, Family};
 
 mod blocks;
 mod region;
+mod tier;
 
 create_exception!(_cxlkv, CxlkvError, PyException, "Base of every cxlkv error; `.code` is the C result code.");
 create_exception!(_cxlkv, InvalidArgumentError, CxlkvError, "An argument is out of range or malformed.");
@@ -189,6 +190,7 @@ fn _cxlkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<region::Region>()?;
     m.add_class::<region::Node>()?;
     m.add_class::<region::Message>()?;
+    m.add_class::<tier::Tier>()?;
     m.add_class::<blocks::Pinned>()?;
     m.add_class::<blocks::Reservation>()?;
     m.add_class::<blocks::Payload>()?;

@@ -295,6 +295,26 @@ fn report<'py>(py: Python<'py>, fields: &[(&str, u64)]) -> PyResult<Bound<'py, P
 
 #[pymethods]
 impl Node {
+    /// Starts this host's SSD tier on this node (which it then keeps to
+    /// itself: its inbox serves the rack's requests): slot files of
+    /// `capacity` bytes in each of `dirs` (one per drive, on a real disk
+    /// file system), holding blocks up to `slot_bytes`; cold blocks are
+    /// copied out once the region is `high_water` full.
+    #[pyo3(signature = (dirs, *, slot_bytes=2 << 20, capacity=1 << 30, high_water=0.7))]
+    fn start_tier(
+        &self,
+        py: Python<'_>,
+        dirs: Vec<PathBuf>,
+        slot_bytes: u64,
+        capacity: u64,
+        high_water: f64,
+    ) -> PyResult<crate::tier::Tier> {
+        let c = self.cache(py)?;
+        let opts = crate::tier::options(dirs, slot_bytes, capacity, high_water);
+        let t = py.detach(|| cxlkv_platform::Tier::start(c, opts)).or_raise(py)?;
+        Ok(crate::tier::Tier::new(t))
+    }
+
     /// This node's id (its slot in the node table).
     #[getter]
     fn id(&self, py: Python<'_>) -> PyResult<u32> {

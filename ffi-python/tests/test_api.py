@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import tempfile
 
 import numpy as np
 import pytest
@@ -296,3 +297,31 @@ def test_remove_takes_the_blocks_of_given_keys_only(node: cxlkv.Node, ns: cxlkv.
     assert node.exists(cxlkv.Namespace("other-model"), 1)
     assert node.remove(ns, []) == []
     assert node.remove(ns, [5]) == [True]
+
+
+def test_an_ssd_tier_started_from_python_brings_evicted_blocks_back(region: cxlkv.Region, local_dir: str) -> None:
+    # On a disk file system: tmpfs would not enforce O_DIRECT's alignment.
+    with tempfile.TemporaryDirectory(prefix="cxlkv-py-tier-", dir="/var/tmp") as drive:
+        owner = region.attach(local_dir=local_dir)
+        user = region.attach(local_dir=local_dir)
+        with pytest.raises(cxlkv.InvalidArgumentError):
+            owner.start_tier([])
+        with owner.start_tier([drive], slot_bytes=64 << 10, capacity=8 << 20, high_water=1.0) as tier:
+            keys = cxlkv.chain_keys(range(16 * 12), 16)
+            blocks = [bytes([i]) * 30_000 for i in range(len(keys))]
+            user.put(7, list(zip(keys, blocks)))
+            assert tier.spill_all() == len(keys)
+            user.evict(1 << 40)
+            assert user.lookup(7, keys) == 0
+            out = [bytearray(30_000) for _ in keys]
+            got = user.get(7, list(zip(keys, out)))
+            assert [r for r, _ in got] == [Result.OK] * len(keys)
+            assert [bytes(b) for b in out] == blocks
+            stats = tier.stats()
+            assert stats["promotions"] == len(keys) and stats["held"] == len(keys)
+            assert stats["engine"] is not None
+        with pytest.raises(cxlkv.StaleHandleError):
+            tier.spill_all()
+        tier.stop()  # stopping twice does nothing
+        owner.detach()
+        user.detach()

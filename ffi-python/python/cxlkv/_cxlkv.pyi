@@ -32,6 +32,7 @@ __all__ = [
     "Result",
     "RevokedError",
     "StaleHandleError",
+    "Tier",
     "TimedOutError",
     "__version__",
     "chain_keys",
@@ -151,7 +152,26 @@ class Region:
     ) -> bool: ...
 
 @final
+class Tier:
+    def stats(self) -> dict[str, Any]: ...
+    def spill_all(self) -> int: ...
+    def stop(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        *_exc: Union[type[BaseException], BaseException, TracebackType, None],
+    ) -> bool: ...
+
+@final
 class Node:
+    def start_tier(
+        self,
+        dirs: Sequence[_Path],
+        *,
+        slot_bytes: int = ...,
+        capacity: int = ...,
+        high_water: float = ...,
+    ) -> Tier: ...
     @property
     def id(self) -> int: ...
     @property

@@ -1,0 +1,89 @@
+//! The SSD tier of a host, started from Python (`Node.start_tier`).
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use cxlkv_platform::Code as R;
+use cxlkv_platform::Tier as Running;
+
+use crate::{raise, OrRaise};
+
+/// A running SSD tier: copies cold blocks to slot files on its drives and
+/// puts them back when a node asks. Stop it (or leave its `with` block)
+/// before detaching its node.
+#[pyclass(frozen, module = "cxlkv._cxlkv")]
+pub struct Tier {
+    tier: Mutex<Option<Running>>,
+}
+
+impl Tier {
+    pub(crate) fn new(t: Running) -> Tier {
+        Tier { tier: Mutex::new(Some(t)) }
+    }
+
+    fn with<T>(&self, py: Python<'_>, f: impl FnOnce(&Running) -> PyResult<T>) -> PyResult<T> {
+        let g = self.tier.lock().unwrap_or_else(|e| e.into_inner());
+        match g.as_ref() {
+            Some(t) => f(t),
+            None => Err(raise(py, R::InvalidHandle, "the tier is stopped")),
+        }
+    }
+}
+
+/// The options of `Node.start_tier`.
+pub(crate) fn options(dirs: Vec<PathBuf>, slot_bytes: u64, capacity: u64, high_water: f64) -> cxlkv_platform::TierOptions {
+    cxlkv_platform::TierOptions { dirs, slot_bytes, capacity, high_water, ..Default::default() }
+}
+
+#[pymethods]
+impl Tier {
+    /// Counters: spills, promotions, misses, errors, held, bytes_written,
+    /// bytes_read, direct_reads, and the I/O engine's name.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.with(py, |t| Ok(t.stats()))?;
+        let d = PyDict::new(py);
+        for (k, v) in [
+            ("spills", s.spills),
+            ("promotions", s.promotions),
+            ("misses", s.misses),
+            ("errors", s.errors),
+            ("held", s.held),
+            ("bytes_written", s.bytes_written),
+            ("bytes_read", s.bytes_read),
+            ("direct_reads", s.direct_reads),
+        ] {
+            d.set_item(k, v)?;
+        }
+        d.set_item("engine", s.engine.map(|e| format!("{e:?}")))?;
+        Ok(d)
+    }
+
+    /// Copies every block of the region the tier does not hold yet (up to
+    /// its capacity); returns how many.
+    fn spill_all(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |t| py.detach(|| t.spill_all()).or_raise(py))
+    }
+
+    /// Stops the tier (its directory is let go: its blocks stop being
+    /// offered to the rack). Stopping twice does nothing.
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        let t = self.tier.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match t {
+            Some(t) => py.detach(|| t.stop()).or_raise(py),
+            None => Ok(()),
+        }
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.stop(py)?;
+        Ok(false)
+    }
+}
