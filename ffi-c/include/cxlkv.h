@@ -150,6 +150,9 @@ typedef struct cxlkv_node cxlkv_node;
 // mapping alive after the handle is closed.
 typedef struct cxlkv_region cxlkv_region;
 
+// A running SSD tier.
+typedef struct cxlkv_tier cxlkv_tier;
+
 // One piece to move: `len` bytes at region offset `region_offset` (inside
 // a block: `block.offset` plus a position) and at device address
 // `device_ptr` (a `CUdeviceptr` from the engine's allocator).
@@ -408,6 +411,39 @@ typedef struct cxlkv_root {
   // 0.
   uint32_t reserved;
 } cxlkv_root;
+
+// How a tier runs. Start from `cxlkv_tier_options_default`.
+typedef struct cxlkv_tier_options {
+  // Directories, one per drive, on a disk file system (not tmpfs): a
+  // slot file is made in each.
+  const char *const *dirs;
+  // Entries of `dirs`.
+  size_t n_dirs;
+  // Largest block a slot holds (larger blocks stay in the region only).
+  uint64_t slot_bytes;
+  // Bytes of slot file per directory.
+  uint64_t capacity;
+  // Copy cold blocks out once the region's payload is this full (0 to 1).
+  double high_water;
+} cxlkv_tier_options;
+
+// A tier's counters.
+typedef struct cxlkv_tier_counters {
+  // Blocks copied to the drives.
+  uint64_t spills;
+  // Blocks put back into the region.
+  uint64_t promotions;
+  // Requests for blocks the tier does not hold, or whose slot failed.
+  uint64_t misses;
+  // I/O or checksum errors (each also logged on stderr).
+  uint64_t errors;
+  // Blocks held now.
+  uint64_t held;
+  // Bytes written to the drives.
+  uint64_t bytes_written;
+  // Bytes read from the drives.
+  uint64_t bytes_read;
+} cxlkv_tier_counters;
 
 #ifdef __cplusplus
 extern "C" {
@@ -941,6 +977,47 @@ cxlkv_result cxlkv_flush(const struct cxlkv_node *node, const void *ptr, size_t 
 // `node` is a handle from this library or NULL. `ptr` is only checked
 // against the region and used for cache maintenance, never read as data.
 cxlkv_result cxlkv_invalidate(const struct cxlkv_node *node, const void *ptr, size_t len);
+
+// The default options (no directories: set `dirs` and `n_dirs`).
+struct cxlkv_tier_options cxlkv_tier_options_default(void);
+
+// Starts this host's SSD tier on a node of its own, attached to `region`
+// with `node_opts` (NULL: defaults): one tier per host.
+// CXLKV_RESULT_BUSY when this host runs one already.
+//
+// # Safety
+// `region` is a handle from this library or NULL; `opts` is valid for one
+// read, its `dirs` valid for `n_dirs` reads of NUL-terminated strings;
+// `node_opts` as for `cxlkv_node_attach`; `out` is valid for one write.
+cxlkv_result cxlkv_tier_start(const struct cxlkv_region *region,
+                              const struct cxlkv_tier_options *opts,
+                              const struct cxlkv_node_options *node_opts,
+                              struct cxlkv_tier **out);
+
+// Copies every block of the region the tier does not hold yet (up to its
+// capacity), whatever the high-water mark. `n` (NULL allowed) gets how
+// many.
+//
+// # Safety
+// `tier` is a handle from this library or NULL; `n` is NULL or valid for
+// one write.
+cxlkv_result cxlkv_tier_spill_all(const struct cxlkv_tier *tier, uint64_t *n);
+
+// The tier's counters.
+//
+// # Safety
+// `tier` is a handle from this library or NULL; `out` is valid for one
+// write.
+cxlkv_result cxlkv_tier_stats(const struct cxlkv_tier *tier, struct cxlkv_tier_counters *out);
+
+// Stops the tier (its blocks stop being offered to the rack; its slot
+// files stay for the next start) and detaches its node; closes the handle.
+// Accepts NULL and closed handles (returns OK).
+//
+// # Safety
+// `tier` is NULL or a handle from this library, not in use by another
+// thread.
+cxlkv_result cxlkv_tier_stop(struct cxlkv_tier *tier);
 
 #ifdef __cplusplus
 }  // extern "C"

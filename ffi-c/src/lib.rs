@@ -20,6 +20,7 @@ pub mod gpu;
 pub mod kv;
 pub mod region;
 pub mod shm;
+pub mod tier;
 
 /// The result of every call: platform's result codes (`cxlkv_platform::Code`,
 /// one table for every binding), `CXLKV_RESULT_<NAME>` in C. The C enum is

@@ -337,27 +337,50 @@ pub unsafe extern "C" fn cxlkv_node_attach(
         // SAFETY:
         // - `region` is NULL or a shell from this library.
         let r = Region::clone(&*unsafe { handle(region) }?.0.live(REGION_MAGIC)?);
-        let mut o = Options::default();
-        if !opts.is_null() {
-            // SAFETY:
-            // - `opts` non-NULL and valid for a read by the contract.
-            let c = unsafe { opts.read() };
-            o.node = (c.node_id != CXLKV_ANY_NODE).then_some(c.node_id);
-            o.mode = mode(c.flush_mode)?;
-            o.lease = Duration::from_millis(c.lease_ms as u64);
-            o.lock_timeout = Duration::from_millis(c.lock_timeout_ms as u64);
-            o.settle = Duration::from_millis(c.settle_ms as u64);
-            o.auto_recover = c.auto_recover;
-            if !c.local_dir.is_null() {
-                // SAFETY:
-                // - non-NULL `local_dir` is NUL-terminated by the contract.
-                o.local_dir = unsafe { text(c.local_dir) }?.into();
-            }
-        }
+        // SAFETY:
+        // - `opts` is NULL or valid for one read (its `local_dir` NULL or
+        //   NUL-terminated) by the contract.
+        let o = unsafe { node_options(opts) }?;
         let cache = r.attach(o)?;
         out.write(Box::into_raw(Box::new(cxlkv_node(Shell::new(NODE_MAGIC, cache)))));
         Ok(())
     })
+}
+
+/// The options `opts` describes (NULL: defaults).
+///
+/// # Safety
+/// `opts` is NULL or valid for one read, its `local_dir` NULL or
+/// NUL-terminated.
+pub(crate) unsafe fn node_options(opts: *const cxlkv_node_options) -> Res<Options> {
+    let mut o = Options::default();
+    if !opts.is_null() {
+        // SAFETY:
+        // - `opts` non-NULL and valid for a read by the contract.
+        let c = unsafe { opts.read() };
+        o.node = (c.node_id != CXLKV_ANY_NODE).then_some(c.node_id);
+        o.mode = mode(c.flush_mode)?;
+        o.lease = Duration::from_millis(c.lease_ms as u64);
+        o.lock_timeout = Duration::from_millis(c.lock_timeout_ms as u64);
+        o.settle = Duration::from_millis(c.settle_ms as u64);
+        o.auto_recover = c.auto_recover;
+        if !c.local_dir.is_null() {
+            // SAFETY:
+            // - non-NULL `local_dir` is NUL-terminated by the contract.
+            o.local_dir = unsafe { text(c.local_dir) }?.into();
+        }
+    }
+    Ok(o)
+}
+
+/// The region behind `region`, for one call.
+///
+/// # Safety
+/// `region` is NULL or a handle from this library.
+pub(crate) unsafe fn live_region(region: *const cxlkv_region) -> Res<Region> {
+    // SAFETY:
+    // - `region` is NULL or a handle from this library (caller's contract).
+    Ok(Region::clone(&*unsafe { handle(region) }?.0.live(REGION_MAGIC)?))
 }
 
 /// Detaches the node: drops every pin and reservation it holds, stops its

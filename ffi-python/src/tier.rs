@@ -34,7 +34,12 @@ impl Tier {
 }
 
 /// The options of `Node.start_tier`.
-pub(crate) fn options(dirs: Vec<PathBuf>, slot_bytes: u64, capacity: u64, high_water: f64) -> cxlkv_platform::TierOptions {
+pub(crate) fn options(
+    dirs: Vec<PathBuf>,
+    slot_bytes: u64,
+    capacity: u64,
+    high_water: f64,
+) -> cxlkv_platform::TierOptions {
     cxlkv_platform::TierOptions { dirs, slot_bytes, capacity, high_water, ..Default::default() }
 }
 

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -110,7 +110,40 @@ impl Counters {
 enum Command {
     /// Copy every block of the region the tier does not hold yet, then
     /// answer.
-    SpillAll(mpsc::Sender<Result<u64>>),
+    SpillAll(Arc<Answer<Result<u64>>>),
+}
+
+/// One answer from the tier thread, waited for on a condition variable
+/// (a channel's blocking receive would make std give a thread not started
+/// by Rust, such as a C program's, a handle it never frees).
+struct Answer<T> {
+    value: Mutex<Option<T>>,
+    ready: Condvar,
+}
+
+impl<T> Answer<T> {
+    fn new() -> Arc<Answer<T>> {
+        Arc::new(Answer { value: Mutex::new(None), ready: Condvar::new() })
+    }
+
+    fn give(&self, v: T) {
+        *self.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+        self.ready.notify_all();
+    }
+
+    /// The answer, or `None` when the thread ended without one.
+    fn wait(&self, thread: &Option<JoinHandle<Result<()>>>) -> Option<T> {
+        let mut g = self.value.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(v) = g.take() {
+                return Some(v);
+            }
+            if thread.as_ref().is_none_or(|t| t.is_finished()) {
+                return None;
+            }
+            g = self.ready.wait_timeout(g, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
 }
 
 /// A running tier: its thread owns a node's tier directory. Dropping it
@@ -136,29 +169,30 @@ impl Tier {
         let stop = Arc::new(Flag::new(false));
         let counters = Arc::new(Counters::default());
         let (cmd, rx) = mpsc::channel();
-        let (ready_tx, ready_rx) = mpsc::channel();
+        let ready = Answer::new();
+        let ready_tx = ready.clone();
         let (s, c) = (stop.clone(), counters.clone());
         let thread = std::thread::Builder::new()
             .name("cxlkv-tier".into())
             .spawn(move || run(node, opts, devs, s, c, rx, ready_tx))
             .map_err(|err| Error::Io { what: "spawn the tier thread", err })?;
         let mut tier = Tier { stop, counters, cmd, thread: Some(thread) };
-        match ready_rx.recv() {
-            Ok(Ok(())) => Ok(tier),
-            Ok(Err(e)) => {
+        match ready.wait(&tier.thread) {
+            Some(Ok(())) => Ok(tier),
+            Some(Err(e)) => {
                 let _ = tier.stop_thread();
                 Err(e)
             }
-            Err(_) => Err(tier.stop_thread().err().unwrap_or(Error::Unsupported("the tier thread ended"))),
+            None => Err(tier.stop_thread().err().unwrap_or(Error::Unsupported("the tier thread ended"))),
         }
     }
 
     /// Copies every block of the region the tier does not hold yet (up to
     /// its capacity), whatever the high-water mark; returns how many.
     pub fn spill_all(&self) -> Result<u64> {
-        let (tx, rx) = mpsc::channel();
-        self.cmd.send(Command::SpillAll(tx)).map_err(|_| Error::Unsupported("the tier thread ended"))?;
-        rx.recv().map_err(|_| Error::Unsupported("the tier thread ended"))?
+        let answer = Answer::new();
+        self.cmd.send(Command::SpillAll(answer.clone())).map_err(|_| Error::Unsupported("the tier thread ended"))?;
+        answer.wait(&self.thread).ok_or(Error::Unsupported("the tier thread ended"))?
     }
 
     /// The tier's counters.
@@ -395,7 +429,7 @@ fn run(
     stop: Arc<Flag>,
     counters: Arc<Counters>,
     cmd: mpsc::Receiver<Command>,
-    ready: mpsc::Sender<Result<()>>,
+    ready: Arc<Answer<Result<()>>>,
 ) -> Result<()> {
     let core = node.core();
     let st = node.store();
@@ -403,7 +437,7 @@ fn run(
     let mut dir = match core.tier_claim(host) {
         Ok(d) => d,
         Err(e) => {
-            let _ = ready.send(Err(e.into()));
+            ready.give(Err(e.into()));
             return Ok(());
         }
     };
@@ -427,7 +461,7 @@ fn run(
     s.io = crate::nvme::Io::new(&regions);
     counters.add(|c| c.engine = Some(s.io.engine()));
     s.rebuild(&mut dir);
-    let _ = ready.send(Ok(()));
+    ready.give(Ok(()));
     let mut last_spill = Instant::now() - Duration::from_secs(1);
     while !stop.get() {
         let mut busy = false;
@@ -446,7 +480,7 @@ fn run(
             }
         }
         if let Ok(Command::SpillAll(done)) = cmd.try_recv() {
-            let _ = done.send(s.spill(&node, &mut dir, usize::MAX));
+            done.give(s.spill(&node, &mut dir, usize::MAX));
             busy = true;
         }
         if last_spill.elapsed() >= Duration::from_millis(5) {
