@@ -1,7 +1,18 @@
 //! Host identity and process liveness.
 
 /// A stable id of this boot of this host: a hash of the kernel's boot id.
+///
+/// `CXLKV_HOST_ID` (a number) replaces it, so that processes of one machine
+/// can act as different hosts (tests of multi-host behaviour): such
+/// processes never probe each other's pids (their heartbeats alone tell
+/// liveness) and may each run an SSD tier.
 pub fn host_id() -> u64 {
+    if let Some(v) = std::env::var("CXLKV_HOST_ID").ok().and_then(|v| {
+        let v = v.trim();
+        v.strip_prefix("0x").map_or_else(|| v.parse().ok(), |h| u64::from_str_radix(h, 16).ok())
+    }) {
+        return mix(v) | 1;
+    }
     let s = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for b in s.trim().bytes() {
@@ -9,6 +20,15 @@ pub fn host_id() -> u64 {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     h | 1
+}
+
+fn mix(v: u64) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ 0x686f_7374;
+    for b in v.to_le_bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }
 
 /// This process's PID namespace: a hash of the device and inode of

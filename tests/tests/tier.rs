@@ -46,11 +46,21 @@ fn expect(out: &mut BufReader<ChildStdout>, what: &str) -> String {
 }
 
 fn spawn_tier(region: &std::path::Path, dir: &std::path::Path) -> (Child, BufReader<ChildStdout>) {
-    let mut c = Command::new(WORKER)
-        .args(["tier", region.to_str().unwrap(), dir.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    spawn_tier_on(region, dir, None)
+}
+
+/// A tier process, as host `host` (`CXLKV_HOST_ID`) when given.
+fn spawn_tier_on(
+    region: &std::path::Path,
+    dir: &std::path::Path,
+    host: Option<u64>,
+) -> (Child, BufReader<ChildStdout>) {
+    let mut cmd = Command::new(WORKER);
+    if let Some(h) = host {
+        cmd.env("CXLKV_HOST_ID", h.to_string());
+    }
+    let mut c =
+        cmd.args(["tier", region.to_str().unwrap(), dir.to_str().unwrap()]).stdout(Stdio::piped()).spawn().unwrap();
     let out = BufReader::new(c.stdout.take().unwrap());
     (c, out)
 }
@@ -107,4 +117,71 @@ fn a_killed_tier_restarts_on_its_drive_and_never_yields_wrong_bytes() {
     }
     let findings = node.check().unwrap();
     assert!(findings.is_empty(), "{findings:?}");
+}
+
+/// Two hosts, each with its own tier (one simulated: `CXLKV_HOST_ID`); the
+/// other host's tier process is killed while this host's gets are asking
+/// it for blocks: every get returns the block's exact bytes or a miss, the
+/// dead tier's directory stops naming blocks once its node is declared
+/// dead (by its silence: it is another host), and the region checks clean.
+#[test]
+fn a_second_hosts_tier_serves_gets_and_its_death_only_makes_misses() {
+    let region = shm_path("tier2");
+    let base = std::env::var_os("CXLKV_TIER_TEST_DIR").map(PathBuf::from).unwrap_or_else(|| "/var/tmp".into());
+    let dir = base.join(format!("cxlkv-tier-host2-{}", std::process::id()));
+    let mut clean = Cleanup(vec![region.clone(), dir.clone()], Vec::new());
+    let caps =
+        Capacities { max_nodes: 8, n_stripes: 8, entries_per_stripe: 128, chunk_shift: 18, ..Capacities::default() };
+    let opts =
+        Options { lock_timeout: Duration::from_secs(60), lease: Duration::from_millis(500), ..Options::default() };
+    let node = Node::create(&region, 64 << 20, caps, opts).unwrap();
+    let mut buf = Vec::new();
+    for i in 0..N {
+        buf.resize(len_of(key(i)), 0);
+        fill(key(i), &mut buf);
+        let h = node.core().reserve(NS, key(i), buf.len() as u64, 16).unwrap();
+        node.core().write(&h, 0, &buf).unwrap();
+        node.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+    }
+    let (t, mut out) = spawn_tier_on(&region, &dir, Some(0x5eed_0002));
+    clean.1.push(t);
+    expect(&mut out, "ready");
+    expect(&mut out, "spilled");
+    node.core().evict(u64::MAX, &mut Lru).unwrap();
+    // Half the blocks come back from the other host's tier.
+    for i in 0..N / 2 {
+        let got = get(&node, i).unwrap_or_else(|| panic!("block {i} not promoted"));
+        assert!(verify(key(i), &got), "block {i}: wrong bytes");
+    }
+    // Gets of the rest race the tier's death.
+    let killer = std::thread::spawn({
+        let mut t = clean.1.pop().unwrap();
+        move || {
+            std::thread::sleep(Duration::from_millis(cxlkv_platform::host::random_u64() % 10));
+            t.kill().unwrap();
+            t.wait().unwrap();
+        }
+    });
+    let mut misses = 0;
+    for i in N / 2..N {
+        match get(&node, i) {
+            Some(got) => assert!(verify(key(i), &got), "block {i}: wrong bytes"),
+            None => misses += 1,
+        }
+    }
+    killer.join().unwrap();
+    // Declared dead by its silence, recovered (automatically), its blocks
+    // are misses from then on.
+    let t0 = Instant::now();
+    while node.store().tiers_active().unwrap() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the dead tier still named");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(node.store().tier_find(NS, key(N - 1)).unwrap().is_none());
+    let t0 = Instant::now();
+    while !node.check().unwrap().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", node.check().unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("{misses} of {} gets missed around the tier's death", N / 2);
 }
