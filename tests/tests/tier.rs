@@ -74,15 +74,16 @@ fn get(node: &Node, i: u64) -> Option<Vec<u8>> {
     out[0].ok().map(|_| buf[..lens[0] as usize].to_vec())
 }
 
-#[test]
-fn a_killed_tier_restarts_on_its_drive_and_never_yields_wrong_bytes() {
-    let region = shm_path("tier");
+/// A region in /dev/shm holding blocks 0..N (lease `lease`), a drive
+/// directory for a tier, and what removes both (and the children).
+fn region_with_blocks(tag: &str, lease: Duration) -> (Node, PathBuf, Cleanup) {
+    let region = shm_path(tag);
     let base = std::env::var_os("CXLKV_TIER_TEST_DIR").map(PathBuf::from).unwrap_or_else(|| "/var/tmp".into());
-    let dir = base.join(format!("cxlkv-tier-proc-{}", std::process::id()));
-    let mut clean = Cleanup(vec![region.clone(), dir.clone()], Vec::new());
+    let dir = base.join(format!("cxlkv-{tag}-{}", std::process::id()));
+    let clean = Cleanup(vec![region.clone(), dir.clone()], Vec::new());
     let caps =
         Capacities { max_nodes: 8, n_stripes: 8, entries_per_stripe: 128, chunk_shift: 18, ..Capacities::default() };
-    let opts = Options { lock_timeout: Duration::from_secs(60), ..Options::default() };
+    let opts = Options { lock_timeout: Duration::from_secs(60), lease, ..Options::default() };
     let node = Node::create(&region, 64 << 20, caps, opts).unwrap();
     let mut buf = Vec::new();
     for i in 0..N {
@@ -92,7 +93,14 @@ fn a_killed_tier_restarts_on_its_drive_and_never_yields_wrong_bytes() {
         node.core().write(&h, 0, &buf).unwrap();
         node.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
     }
+    (node, dir, clean)
+}
+
+#[test]
+fn a_killed_tier_restarts_on_its_drive_and_never_yields_wrong_bytes() {
+    let (node, dir, mut clean) = region_with_blocks("tier", Duration::from_secs(2));
     // A tier process, killed a moment after it starts copying.
+    let region = clean.0[0].clone();
     let (mut t1, mut out1) = spawn_tier(&region, &dir);
     expect(&mut out1, "ready");
     std::thread::sleep(Duration::from_millis(cxlkv_platform::host::random_u64() % 20));
@@ -126,23 +134,8 @@ fn a_killed_tier_restarts_on_its_drive_and_never_yields_wrong_bytes() {
 /// dead (by its silence: it is another host), and the region checks clean.
 #[test]
 fn a_second_hosts_tier_serves_gets_and_its_death_only_makes_misses() {
-    let region = shm_path("tier2");
-    let base = std::env::var_os("CXLKV_TIER_TEST_DIR").map(PathBuf::from).unwrap_or_else(|| "/var/tmp".into());
-    let dir = base.join(format!("cxlkv-tier-host2-{}", std::process::id()));
-    let mut clean = Cleanup(vec![region.clone(), dir.clone()], Vec::new());
-    let caps =
-        Capacities { max_nodes: 8, n_stripes: 8, entries_per_stripe: 128, chunk_shift: 18, ..Capacities::default() };
-    let opts =
-        Options { lock_timeout: Duration::from_secs(60), lease: Duration::from_millis(500), ..Options::default() };
-    let node = Node::create(&region, 64 << 20, caps, opts).unwrap();
-    let mut buf = Vec::new();
-    for i in 0..N {
-        buf.resize(len_of(key(i)), 0);
-        fill(key(i), &mut buf);
-        let h = node.core().reserve(NS, key(i), buf.len() as u64, 16).unwrap();
-        node.core().write(&h, 0, &buf).unwrap();
-        node.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
-    }
+    let (node, dir, mut clean) = region_with_blocks("tier2", Duration::from_millis(500));
+    let region = clean.0[0].clone();
     let (t, mut out) = spawn_tier_on(&region, &dir, Some(0x5eed_0002));
     clean.1.push(t);
     expect(&mut out, "ready");
