@@ -792,13 +792,15 @@ impl State {
                 if st.co.invalidate(&st.view, h.off, h.len, Site("tier.promote.fresh")).is_err() {
                     read = Err(std::io::Error::other("region invalidate"));
                 }
-                match st.view.ptr(h.off, h.len, 1) {
-                    // SAFETY: the block is this node's reservation (WRITING:
-                    // no other node reads or writes it) and lies inside the
-                    // mapping (checked by `ptr`); the drive's write to it
-                    // completed; it is only read here until published.
-                    Ok(p) => unsafe { std::slice::from_raw_parts(p, len) },
-                    Err(_) => &[],
+                let p = st.view.ptr(h.off, h.len, 1).unwrap_or(std::ptr::null_mut());
+                if p.is_null() {
+                    &[]
+                } else {
+                    // SAFETY: `p` names the block inside the mapping (checked
+                    // by `ptr`); it is this node's reservation (WRITING: no
+                    // other node reads or writes it), the drive's write to it
+                    // completed, and it is only read here until published.
+                    unsafe { std::slice::from_raw_parts(p, len) }
                 }
             } else {
                 &self.bufs[i].view()[align..align + len]
