@@ -48,7 +48,7 @@ use crate::{Error, Result};
 /// checks).
 pub const KIND_TIER_PROMOTE: u32 = 0x7469_0001;
 
-const MAGIC: u64 = u64::from_le_bytes(*b"CXLKVSL2");
+const MAGIC: u64 = u64::from_le_bytes(*b"CXLKVSL3");
 /// Bytes of a slot header's fields (the rest of its unit is zero).
 const HEADER_BYTES: usize = 72;
 
@@ -95,6 +95,9 @@ pub struct TierStats {
     pub direct_reads: u64,
     /// The I/O engine in use.
     pub engine: Option<crate::nvme::Engine>,
+    /// Bytes registered with io_uring as fixed buffers: the region and the
+    /// tier's buffers, the buffers alone, or none (memlock limit).
+    pub registered_bytes: u64,
 }
 
 /// The counters, shared by the tier thread and its handle.
@@ -153,6 +156,7 @@ pub struct Tier {
     counters: Arc<Counters>,
     cmd: mpsc::Sender<Command>,
     thread: Option<JoinHandle<Result<()>>>,
+    slot_stride: u64,
 }
 
 impl Tier {
@@ -164,8 +168,12 @@ impl Tier {
         {
             return Err(CoreError::InvalidArgument.into());
         }
-        let devs =
-            opts.dirs.iter().map(|d| Dev::open(d, opts.slot_bytes, opts.capacity)).collect::<Result<Vec<_>>>()?;
+        let mut devs = opts.dirs.iter().map(|d| Dev::open(d)).collect::<Result<Vec<_>>>()?;
+        let geo = Geometry::new(&devs.iter().map(|d| d.align).collect::<Vec<_>>(), opts.slot_bytes);
+        for d in &mut devs {
+            d.fit(geo, opts.capacity)?;
+        }
+        let slot_stride = geo.unit + geo.piece_cap;
         let stop = Arc::new(Flag::new(false));
         let counters = Arc::new(Counters::default());
         let (cmd, rx) = mpsc::channel();
@@ -174,9 +182,9 @@ impl Tier {
         let (s, c) = (stop.clone(), counters.clone());
         let thread = std::thread::Builder::new()
             .name("cxlkv-tier".into())
-            .spawn(move || run(node, opts, devs, s, c, rx, ready_tx))
+            .spawn(move || run(node, opts, (devs, geo), s, c, rx, ready_tx))
             .map_err(|err| Error::Io { what: "spawn the tier thread", err })?;
-        let mut tier = Tier { stop, counters, cmd, thread: Some(thread) };
+        let mut tier = Tier { stop, counters, cmd, thread: Some(thread), slot_stride };
         match ready.wait(&tier.thread) {
             Some(Ok(())) => Ok(tier),
             Some(Err(e)) => {
@@ -193,6 +201,12 @@ impl Tier {
         let answer = Answer::new();
         self.cmd.send(Command::SpillAll(answer.clone())).map_err(|_| Error::Unsupported("the tier thread ended"))?;
         answer.wait(&self.thread).ok_or(Error::Unsupported("the tier thread ended"))?
+    }
+
+    /// Bytes from one slot to the next in each drive's slot file
+    /// (`cxlkv-tier.slots`): a header unit, then a piece.
+    pub fn slot_stride(&self) -> u64 {
+        self.slot_stride
     }
 
     /// The tier's counters.
@@ -225,15 +239,15 @@ impl Drop for Tier {
 struct Dev {
     file: File,
     path: PathBuf,
-    /// I/O alignment (offsets, lengths and buffer addresses).
+    /// The drive's own I/O alignment (offsets, lengths, buffer addresses).
     align: u64,
-    /// Bytes from one slot to the next: a header unit, then the payload.
+    /// Bytes from one slot to the next: a header unit, then a piece.
     stride: u64,
     slots: u32,
 }
 
 impl Dev {
-    fn open(dir: &Path, slot_bytes: u64, capacity: u64) -> Result<Dev> {
+    fn open(dir: &Path) -> Result<Dev> {
         let io = |what: &'static str| move |err| Error::Io { what, err };
         std::fs::create_dir_all(dir).map_err(io("create the tier directory"))?;
         let path = dir.join("cxlkv-tier.slots");
@@ -246,27 +260,86 @@ impl Dev {
             .open(&path)
             .map_err(io("open the slot file with O_DIRECT"))?;
         let align = dio_align(&file).max(512);
-        let stride = align + slot_bytes.div_ceil(align) * align;
-        let slots = (capacity / stride).min(u32::MAX as u64) as u32;
-        if slots == 0 {
+        Ok(Dev { file, path, align, stride: 0, slots: 0 })
+    }
+
+    /// Sizes the slot file for the tier's geometry: as many slots as
+    /// `capacity` bytes hold, preallocated.
+    fn fit(&mut self, g: Geometry, capacity: u64) -> Result<()> {
+        self.stride = g.unit + g.piece_cap;
+        self.slots = (capacity / self.stride).min(u32::MAX as u64) as u32;
+        if self.slots == 0 {
             return Err(CoreError::InvalidArgument.into());
         }
-        let len = stride * slots as u64;
-        if file.metadata().map_err(io("stat the slot file"))?.len() < len {
+        let len = self.stride * self.slots as u64;
+        let io = |what: &'static str| move |err| Error::Io { what, err };
+        if self.file.metadata().map_err(io("stat the slot file"))?.len() < len {
             use std::os::fd::AsRawFd;
             // SAFETY: `fallocate` on the open descriptor with in-range
             // arguments; it touches no memory of this process.
-            let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
+            let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, len as libc::off_t) };
             if r != 0 {
                 return Err(io("preallocate the slot file")(std::io::Error::last_os_error()));
             }
         }
-        Ok(Dev { file, path, align, stride, slots })
+        Ok(())
     }
 
     fn at(&self, slot: u32) -> u64 {
         self.stride * slot as u64
     }
+}
+
+/// Blocks of at least this many bytes are striped over every drive.
+pub const STRIPE_MIN: u64 = 1 << 20;
+
+/// The shape of a tier's slots, the same on every drive.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    /// A slot's header unit, and the alignment of every piece: the largest
+    /// I/O alignment of the drives.
+    unit: u64,
+    /// Bytes of a slot's piece: an equal share of the largest block.
+    piece_cap: u64,
+    drives: usize,
+}
+
+impl Geometry {
+    fn new(aligns: &[u64], slot_bytes: u64) -> Geometry {
+        let unit = aligns.iter().copied().max().unwrap_or(4096).max(512);
+        let drives = aligns.len().max(1);
+        let piece_cap = slot_bytes.div_ceil(drives as u64).div_ceil(unit).max(1) * unit;
+        Geometry { unit, piece_cap, drives }
+    }
+
+    /// How a block of `len` bytes is cut: (pieces, bytes of each piece but
+    /// the last). A block of at least [`STRIPE_MIN`] gets a piece on every
+    /// drive, a smaller one as few as fit.
+    fn cut(&self, len: u64) -> (u16, u64) {
+        let mut k = len.div_ceil(self.piece_cap).max(1);
+        if len >= STRIPE_MIN {
+            k = k.max(self.drives as u64);
+        }
+        let p = len.div_ceil(k).div_ceil(self.unit).max(1) * self.unit;
+        (len.div_ceil(p).max(1) as u16, p)
+    }
+
+    /// Bytes of a buffer holding any block, every piece with its header.
+    fn buf_len(&self) -> usize {
+        (self.drives as u64 * (self.unit + self.piece_cap)) as usize
+    }
+}
+
+/// Piece `j` of a block: its offset in the block, its bytes, and its
+/// offset in a tier buffer (header unit first).
+fn piece(hdr: &Header, j: usize, unit: u64) -> (u64, usize, usize) {
+    let at = j as u64 * hdr.plen;
+    let len = hdr.len.saturating_sub(at).min(hdr.plen) as usize;
+    (at, len, (j as u64 * (unit + hdr.plen)) as usize)
+}
+
+fn round_up(n: usize, unit: u64) -> usize {
+    n.div_ceil(unit as usize) * unit as usize
 }
 
 /// The I/O alignment of `file`: `statx`'s `STATX_DIOALIGN` when the kernel
@@ -324,15 +397,22 @@ impl Drop for Aligned {
     }
 }
 
-/// A slot's header.
+/// A slot's header: one piece of one write of a block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Header {
     ns: u32,
     tokens: u32,
     key: Key,
+    /// The block's bytes.
     len: u64,
     seq: u64,
+    /// Checksum of this piece's bytes.
     sum: u64,
+    /// This piece, of `count`.
+    piece: u16,
+    count: u16,
+    /// Bytes of each piece but the last (a multiple of 512).
+    plen: u64,
 }
 
 impl Header {
@@ -346,7 +426,7 @@ impl Header {
             self.len,
             self.seq,
             self.sum,
-            0,
+            self.piece as u64 | (self.count as u64) << 16 | (self.plen / 512) << 32,
         ];
         for (c, f) in w.chunks_exact_mut(8).zip(fields) {
             c.copy_from_slice(&f.to_le_bytes());
@@ -357,19 +437,34 @@ impl Header {
         out[..HEADER_BYTES].copy_from_slice(&w);
     }
 
+    /// The header in `b`, when it is one (its checksum holds and its cut is
+    /// consistent).
     fn read(b: &[u8]) -> Option<Header> {
-        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-        if b.len() < HEADER_BYTES || w(0) != MAGIC || w(8) != payload_sum(&b[..64]) {
+        if b.len() < HEADER_BYTES {
             return None;
         }
-        Some(Header {
+        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        if w(0) != MAGIC || w(8) != payload_sum(&b[..64]) {
+            return None;
+        }
+        let h = Header {
             ns: w(1) as u32,
             tokens: (w(1) >> 32) as u32,
             key: Key { lo: w(2), hi: w(3) },
             len: w(4),
             seq: w(5),
             sum: w(6),
-        })
+            piece: w(7) as u16,
+            count: (w(7) >> 16) as u16,
+            plen: (w(7) >> 32) * 512,
+        };
+        let whole = h.plen > 0 && h.len.div_ceil(h.plen).max(1) == h.count as u64;
+        (whole && h.piece < h.count).then_some(h)
+    }
+
+    /// The header of piece `j` of the same write, with checksum `sum`.
+    fn of_piece(&self, j: usize, sum: u64) -> Header {
+        Header { piece: j as u16, sum, ..*self }
     }
 }
 
@@ -396,17 +491,58 @@ fn payload_sum(b: &[u8]) -> u64 {
     acc
 }
 
-/// Where the tier holds a block.
-#[derive(Clone, Copy, Debug)]
+/// Where the tier holds a block: its first piece's header, and each
+/// piece's drive, slot and checksum.
+#[derive(Clone, Debug)]
 struct Loc {
-    dev: usize,
-    slot: u32,
     hdr: Header,
+    pieces: Vec<(usize, u32, u64)>,
+}
+
+/// A slot: (drive, slot number).
+type Slot = (usize, u32);
+/// A piece found in a slot: (drive, slot number, its header).
+type FoundPiece = (usize, u32, Header);
+/// Pieces found in slots.
+type Found = Vec<FoundPiece>;
+/// Blocks held, by (namespace, key).
+type Held = HashMap<(u32, Key), Loc>;
+
+/// The blocks whole slot sets hold (for each key, the newest write whose
+/// every piece is in a slot that verifies), and the pairs of slots that
+/// claim one piece of one write.
+fn whole_blocks(found: &Found) -> (Held, Vec<(Slot, Slot)>) {
+    let mut sets: HashMap<(u32, Key, u64), Vec<Option<FoundPiece>>> = HashMap::new();
+    let mut twice = Vec::new();
+    for &(d, slot, h) in found {
+        let set = sets.entry((h.ns, h.key, h.seq)).or_insert_with(|| vec![None; h.count as usize]);
+        match set.get(h.piece as usize) {
+            Some(Some((d0, s0, _))) => twice.push(((*d0, *s0), (d, slot))),
+            Some(None) if set.len() == h.count as usize => set[h.piece as usize] = Some((d, slot, h)),
+            _ => {}
+        }
+    }
+    let mut held = Held::new();
+    for ((ns, key, seq), set) in sets {
+        let Some(pieces) = set.into_iter().collect::<Option<Vec<_>>>() else { continue };
+        let first = pieces[0].2;
+        let same = |h: &Header| h.len == first.len && h.tokens == first.tokens && h.plen == first.plen;
+        if !pieces.iter().all(|(_, _, h)| same(h)) {
+            continue;
+        }
+        if held.get(&(ns, key)).is_some_and(|l| l.hdr.seq > seq) {
+            continue;
+        }
+        let loc = Loc { hdr: first, pieces: pieces.iter().map(|&(d, s, h)| (d, s, h.sum)).collect() };
+        held.insert((ns, key), loc);
+    }
+    (held, twice)
 }
 
 /// The tier thread's state.
 struct State {
     devs: Vec<Dev>,
+    geo: Geometry,
     index: HashMap<(u32, Key), Loc>,
     /// Free slots per drive.
     free: Vec<Vec<u32>>,
@@ -415,17 +551,23 @@ struct State {
     order: std::collections::VecDeque<(u32, Key, u64)>,
     seq: u64,
     next_dev: usize,
-    /// One buffer per operation of a batch.
+    /// One buffer per block of a batch.
     bufs: Vec<Aligned>,
     io: crate::nvme::Io,
     counters: Arc<Counters>,
     slot_bytes: u64,
 }
 
+/// Counts an error and logs it.
+fn log_error(counters: &Counters, what: std::fmt::Arguments<'_>) {
+    counters.add(|c| c.errors += 1);
+    eprintln!("cxlkv tier: {what}");
+}
+
 fn run(
     node: Arc<Node>,
     opts: TierOptions,
-    devs: Vec<Dev>,
+    (devs, geo): (Vec<Dev>, Geometry),
     stop: Arc<Flag>,
     counters: Arc<Counters>,
     cmd: mpsc::Receiver<Command>,
@@ -441,25 +583,36 @@ fn run(
             return Ok(());
         }
     };
-    let align = devs.iter().map(|d| d.align).max().unwrap_or(4096) as usize;
-    let stride = devs.iter().map(|d| d.stride).max().unwrap_or(0) as usize;
     let mut s = State {
         free: devs.iter().map(|d| (0..d.slots).rev().collect()).collect(),
         devs,
+        geo,
         index: HashMap::new(),
         order: Default::default(),
         seq: 0,
         next_dev: 0,
         bufs: (0..opts.batch.clamp(1, crate::nvme::QUEUE_DEPTH as usize))
-            .map(|_| Aligned::new(stride, align))
+            .map(|_| Aligned::new(geo.buf_len(), geo.unit as usize))
             .collect(),
         io: crate::nvme::Io::new(&[]),
         counters: counters.clone(),
         slot_bytes: opts.slot_bytes,
     };
-    let regions: Vec<(*mut u8, usize)> = s.bufs.iter().map(|b| (b.ptr, b.layout.size())).collect();
-    s.io = crate::nvme::Io::new(&regions);
-    counters.add(|c| c.engine = Some(s.io.engine()));
+    // The tier's buffers and the region (which drives read straight into)
+    // registered when the memlock limit allows; else the buffers alone;
+    // else nothing. The mapping outlives the engine: `node` is held until
+    // this thread ends, after `s`.
+    let bufs: Vec<(*mut u8, usize)> = s.bufs.iter().map(|b| (b.ptr, b.layout.size())).collect();
+    let mut all = bufs.clone();
+    all.push((st.view.base(), st.view.len() as usize));
+    if !s.io.register(&all) {
+        s.io.register(&bufs);
+    }
+    let registered = s.io.registered();
+    counters.add(|c| {
+        c.engine = Some(s.io.engine());
+        c.registered_bytes = registered;
+    });
     s.rebuild(&mut dir);
     ready.give(Ok(()));
     let mut last_spill = Instant::now() - Duration::from_secs(1);
@@ -499,43 +652,39 @@ fn run(
 
 impl State {
     fn log(&self, what: std::fmt::Arguments<'_>) {
-        self.counters.add(|c| c.errors += 1);
-        eprintln!("cxlkv tier: {what}");
+        log_error(&self.counters, what);
     }
 
-    /// Reads every slot header and records the blocks the slots hold.
+    /// Reads every slot header and records the blocks whole slot sets hold.
     fn rebuild(&mut self, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>) {
-        let mut taken: Vec<Vec<bool>> = self.devs.iter().map(|d| vec![false; d.slots as usize]).collect();
+        let unit = self.geo.unit as usize;
+        let mut found: Found = Vec::new();
         for d in 0..self.devs.len() {
             for slot in 0..self.devs[d].slots {
-                let (at, unit) = (self.devs[d].at(slot), self.devs[d].align as usize);
                 let buf = self.bufs[0].bytes();
-                let r = self.devs[d].file.read_exact_at(&mut buf[..unit], at);
+                let r = self.devs[d].file.read_exact_at(&mut buf[..unit], self.devs[d].at(slot));
                 let Some(hdr) = r.ok().and_then(|_| Header::read(&buf[..unit])) else { continue };
-                if hdr.len > self.slot_bytes {
-                    continue;
+                if hdr.len <= self.slot_bytes && hdr.plen <= self.geo.piece_cap {
+                    found.push((d, slot, hdr));
                 }
-                self.seq = self.seq.max(hdr.seq);
-                let loc = Loc { dev: d, slot, hdr };
-                match self.index.get(&(hdr.ns, hdr.key)) {
-                    Some(old) if old.hdr.seq >= hdr.seq => continue,
-                    Some(old) => taken[old.dev][old.slot as usize] = false,
-                    None => {}
-                }
-                taken[d][slot as usize] = true;
-                self.index.insert((hdr.ns, hdr.key), loc);
             }
         }
-        let mut held: Vec<Loc> = self.index.values().copied().collect();
-        held.sort_by_key(|l| l.hdr.seq);
-        for l in held {
-            if dir.put(l.hdr.ns, l.hdr.key, l.hdr.len).is_err() {
-                // The directory is full: the slot is reused.
-                taken[l.dev][l.slot as usize] = false;
-                self.index.remove(&(l.hdr.ns, l.hdr.key));
-                continue;
+        let (index, _) = whole_blocks(&found);
+        self.seq = found.iter().map(|(_, _, h)| h.seq).max().unwrap_or(0);
+        let mut held: Vec<((u32, Key), Loc)> = index.into_iter().collect();
+        held.sort_by_key(|(_, l)| l.hdr.seq);
+        for (k, l) in held {
+            // A full directory: the block is dropped and its slots reused.
+            if dir.put(l.hdr.ns, l.hdr.key, l.hdr.len).is_ok() {
+                self.order.push_back((l.hdr.ns, l.hdr.key, l.hdr.seq));
+                self.index.insert(k, l);
             }
-            self.order.push_back((l.hdr.ns, l.hdr.key, l.hdr.seq));
+        }
+        let mut taken: Vec<Vec<bool>> = self.devs.iter().map(|d| vec![false; d.slots as usize]).collect();
+        for l in self.index.values() {
+            for &(d, slot, _) in &l.pieces {
+                taken[d][slot as usize] = true;
+            }
         }
         for (d, t) in taken.iter().enumerate() {
             self.free[d] = (0..self.devs[d].slots).rev().filter(|&i| !t[i as usize]).collect();
@@ -561,7 +710,7 @@ impl State {
                         break 'stripes;
                     }
                     if len <= self.slot_bytes && !self.index.contains_key(&(ns, k)) {
-                        todo.push((ns, k));
+                        todo.push((ns, k, len));
                     }
                 }
                 if got < cold.len() || max != usize::MAX {
@@ -577,92 +726,127 @@ impl State {
         Ok(n)
     }
 
-    /// Copies one batch of blocks out: each pinned while its bytes are
-    /// copied into its buffer, then every slot write in flight at once, one
-    /// sync per drive, and only then the records.
+    /// Copies one batch of blocks out. Slots are taken first; then each
+    /// block, pinned, is copied into its buffer piece by piece and its
+    /// writes start at once, while the next block is copied; one sync per
+    /// drive once all completed, and only then are the blocks recorded.
     fn spill_batch(
         &mut self,
         node: &Node,
         dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>,
-        batch: &[(u32, Key)],
+        batch: &[(u32, Key, u64)],
     ) -> u64 {
         let core = node.core();
-        // (buffer, header, drive, slot, bytes of I/O)
-        let mut staged: Vec<(usize, Header, usize, u32, usize)> = Vec::new();
-        for &(ns, key) in batch {
+        let mut plans: Vec<(u32, Key, u64, Vec<Slot>)> = Vec::new();
+        for &(ns, key, len) in batch {
+            let (count, _) = self.geo.cut(len);
+            let Some(slots) = self.take_slots(dir, count as usize) else { break };
+            plans.push((ns, key, len, slots));
+        }
+        let State { devs, geo, bufs, io, counters, seq, .. } = self;
+        let unit = geo.unit;
+        // Per plan: the write's first header, its pieces (with checksums),
+        // its I/O bytes, and whether every one of its writes succeeded so
+        // far.
+        type Made = (Header, Vec<(usize, u32, u64)>, u64, bool);
+        let mut made: Vec<Option<Made>> = vec![None; plans.len()];
+        let mut op_of: Vec<usize> = Vec::new();
+        let mut b = io.batch();
+        for (i, (ns, key, len, slots)) in plans.iter().enumerate() {
             let mut h = [Err(CoreError::InvalidArgument)];
-            if core.acquire(ns, &[key], &mut h).is_err() {
+            let Ok(hd) = core.acquire(*ns, &[*key], &mut h).and(h[0]) else { continue };
+            let (count, plen) = geo.cut(hd.len);
+            if hd.len != *len || count as usize != slots.len() {
+                // Stored again with another length since it was chosen.
+                let _ = core.release(&[hd]);
                 continue;
             }
-            let Ok(hd) = h[0] else { continue };
-            let Some((d, slot)) = self.take_slot(dir) else {
-                let _ = core.release(&[hd]);
-                break;
-            };
-            let i = staged.len();
-            let (align, len) = (self.devs[d].align as usize, hd.len as usize);
-            let io_len = align + len.div_ceil(align) * align;
-            let buf = self.bufs[i].bytes();
-            buf[align..io_len].fill(0);
-            // The copy reads the payload fresh (it invalidates this host's
-            // lines first), under the pin.
-            let read = core.read(&hd, 0, &mut buf[align..align + len]);
+            *seq += 1;
+            let hdr =
+                Header { ns: *ns, tokens: hd.tokens, key: *key, len: hd.len, seq: *seq, sum: 0, piece: 0, count, plen };
+            let buf = bufs[i].bytes();
+            let mut pieces = Vec::with_capacity(slots.len());
+            let mut read = Ok(());
+            for (j, &(d, slot)) in slots.iter().enumerate() {
+                let (at, l, o) = piece(&hdr, j, unit);
+                let body = &mut buf[o + unit as usize..o + unit as usize + round_up(l, unit)];
+                body[l..].fill(0);
+                // The copy reads the payload fresh (it invalidates this
+                // host's lines first), under the pin.
+                read = read.and(core.read(&hd, at, &mut body[..l]));
+                pieces.push((d, slot, payload_sum(&body[..l])));
+            }
             let _ = core.release(&[hd]);
             if let Err(e) = read {
-                self.free[d].push(slot);
-                self.log(format_args!("copy of a block out of the region failed: {e}"));
+                log_error(counters, format_args!("copy of a block out of the region failed: {e}"));
                 continue;
             }
-            self.seq += 1;
-            let hdr = Header {
-                ns,
-                tokens: hd.tokens,
-                key,
-                len: hd.len,
-                seq: self.seq,
-                sum: payload_sum(&buf[align..align + len]),
-            };
-            hdr.write(&mut buf[..align]);
-            staged.push((i, hdr, d, slot, io_len));
+            for (j, &(_, _, sum)) in pieces.iter().enumerate() {
+                let (_, _, o) = piece(&hdr, j, unit);
+                hdr.of_piece(j, sum).write(&mut buf[o..o + unit as usize]);
+            }
+            let mut io_bytes = 0;
+            for (j, &(d, slot, _)) in pieces.iter().enumerate() {
+                let (_, l, o) = piece(&hdr, j, unit);
+                let n = unit as usize + round_up(l, unit);
+                io_bytes += n as u64;
+                let op = crate::nvme::Op {
+                    file: &devs[d].file,
+                    offset: devs[d].at(slot),
+                    // Inside buffer `i` (`o + n` is at most its length).
+                    buf: bufs[i].ptr.wrapping_add(o),
+                    len: n,
+                    write: true,
+                };
+                let k = b.push(op);
+                op_of.resize(k + 1, usize::MAX);
+                op_of[k] = i;
+            }
+            made[i] = Some((hdr, pieces, io_bytes, true));
         }
-        let ops: Vec<crate::nvme::Op<'_>> = staged
-            .iter()
-            .map(|&(i, _, d, slot, len)| crate::nvme::Op {
-                file: &self.devs[d].file,
-                offset: self.devs[d].at(slot),
-                buf: self.bufs[i].ptr,
-                len,
-                write: true,
-            })
-            .collect();
-        let mut out: Vec<std::io::Result<usize>> = (0..ops.len()).map(|_| Ok(0)).collect();
-        self.io.run(&ops, &mut out);
-        drop(ops);
+        while let Some((k, r)) = b.wait_one() {
+            let i = op_of.get(k).copied().unwrap_or(usize::MAX);
+            if let (Err(e), Some(Some(m))) = (r, made.get_mut(i)) {
+                if m.3 {
+                    let (d, _) = plans[i].3[0];
+                    log_error(counters, format_args!("write of a block to {} failed: {e}", devs[d].path.display()));
+                }
+                m.3 = false;
+            }
+        }
+        drop(b);
         // The slots are durable on the drives before the rack learns of
         // them (O_DIRECT bypasses the page cache; fdatasync flushes the
         // drive's own cache).
         let mut synced: Vec<Option<bool>> = vec![None; self.devs.len()];
         let mut n = 0;
-        for (&(_, hdr, d, slot, io_len), r) in staged.iter().zip(out) {
-            let ok = match r {
-                Ok(_) => *synced[d].get_or_insert_with(|| self.devs[d].file.sync_data().is_ok()),
-                Err(e) => {
-                    self.log(format_args!("write of slot {slot} of {} failed: {e}", self.devs[d].path.display()));
-                    false
-                }
+        for (plan, m) in plans.iter().zip(made) {
+            let ok = match &m {
+                Some((_, pieces, _, true)) => pieces
+                    .iter()
+                    .all(|&(d, _, _)| *synced[d].get_or_insert_with(|| self.devs[d].file.sync_data().is_ok())),
+                _ => false,
             };
-            if !ok || dir.put(hdr.ns, hdr.key, hdr.len).is_err() {
-                self.free[d].push(slot);
+            let Some((hdr, pieces, io_bytes, _)) = m.filter(|_| ok) else {
+                for &(d, slot) in &plan.3 {
+                    self.free[d].push(slot);
+                }
+                continue;
+            };
+            if dir.put(hdr.ns, hdr.key, hdr.len).is_err() {
+                for &(d, slot, _) in &pieces {
+                    self.free[d].push(slot);
+                }
                 continue;
             }
-            self.index.insert((hdr.ns, hdr.key), Loc { dev: d, slot, hdr });
+            self.index.insert((hdr.ns, hdr.key), Loc { hdr, pieces });
             self.order.push_back((hdr.ns, hdr.key, hdr.seq));
             n += 1;
             let held = self.index.len() as u64;
             self.counters.add(|c| {
                 c.spills += 1;
                 c.held = held;
-                c.bytes_written += io_len as u64;
+                c.bytes_written += io_bytes;
             });
         }
         if synced.contains(&Some(false)) {
@@ -671,44 +855,45 @@ impl State {
         n
     }
 
-    /// A free slot, on the drives in turn; when every drive is full (or the
-    /// directory is), the oldest block held is dropped first.
-    fn take_slot(&mut self, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>) -> Option<(usize, u32)> {
-        for _ in 0..2 {
+    /// `count` free slots, on the drives in turn (so a striped block's
+    /// pieces land on different drives); when too few are free (or the
+    /// directory is full), the oldest blocks held are dropped first.
+    fn take_slots(&mut self, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>, count: usize) -> Option<Vec<Slot>> {
+        loop {
             let full = dir.live() >= dir.capacity() / 2;
-            if !full {
-                for i in 0..self.devs.len() {
-                    let d = (self.next_dev + i) % self.devs.len();
-                    if let Some(slot) = self.free[d].pop() {
-                        self.next_dev = d + 1;
-                        return Some((d, slot));
+            if !full && self.free.iter().map(Vec::len).sum::<usize>() >= count {
+                let n = self.devs.len();
+                let mut got = Vec::with_capacity(count);
+                let mut d = self.next_dev;
+                while got.len() < count {
+                    if let Some(slot) = self.free[d % n].pop() {
+                        got.push((d % n, slot));
                     }
+                    d += 1;
                 }
+                self.next_dev = d % n;
+                return Some(got);
             }
             // Drop the oldest block held.
-            while let Some((ns, key, seq)) = self.order.pop_front() {
-                match self.index.get(&(ns, key)) {
-                    Some(l) if l.hdr.seq == seq => {
-                        let l = *l;
-                        let _ = dir.remove(ns, key);
-                        self.index.remove(&(ns, key));
-                        self.free[l.dev].push(l.slot);
-                        break;
-                    }
-                    _ => continue,
+            loop {
+                let (ns, key, seq) = self.order.pop_front()?;
+                if self.index.get(&(ns, key)).is_some_and(|l| l.hdr.seq == seq) {
+                    self.forget(dir, ns, key);
+                    break;
                 }
             }
         }
-        None
     }
 
-    /// Reads the blocks asked for back into the region, the reads in
-    /// flight at once. Each block is reserved first; where its payload is
-    /// aligned for the drive, the drive reads straight into it (this host's
-    /// lines of it flushed first, so none lands later over what the drive
-    /// wrote), else into the tier's buffer, copied in after. Published only
-    /// after its read completed and its header and checksum verified;
-    /// aborted otherwise. `there[i]`: block `i` is in the region now.
+    /// Reads the blocks asked for back into the region. Each block is
+    /// reserved and its reads start at once, while the next is reserved;
+    /// where its payload is aligned for the drives, they read straight into
+    /// it (this host's lines of it flushed first, so none lands later over
+    /// what the drive wrote), else into the tier's buffer, copied in after.
+    /// Each block is checked and published as soon as its reads completed
+    /// (while the others' are in flight): only when every piece's header and
+    /// checksum verify; aborted otherwise. `there[i]`: block `i` is in the
+    /// region now.
     fn promote_batch(
         &mut self,
         node: &Node,
@@ -718,108 +903,153 @@ impl State {
         let core = node.core();
         let st = node.store();
         let mut there = vec![false; asks.len()];
-        // (request, buffer, location, reservation, payload straight into it)
-        let mut staged: Vec<(usize, usize, Loc, cxlkv_core::index::Handle, bool)> = Vec::new();
+        let mut bad: Vec<(u32, Key)> = Vec::new();
+        let State { devs, geo, bufs, io, counters, index, .. } = self;
+        let unit = geo.unit;
+        struct Staged {
+            r: usize,
+            loc: Loc,
+            h: cxlkv_core::index::Handle,
+            direct: bool,
+            left: usize,
+            failed: Option<std::io::Error>,
+            io_bytes: u64,
+        }
+        let mut staged: Vec<Staged> = Vec::new();
+        let mut op_of: Vec<usize> = Vec::new();
+        let mut b = io.batch();
         for (r, (ns, key)) in asks.iter().enumerate() {
-            let Some(loc) = self.index.get(&(*ns, *key)).copied() else {
-                self.counters.add(|c| c.misses += 1);
+            let Some(loc) = index.get(&(*ns, *key)).cloned() else {
+                counters.add(|c| c.misses += 1);
                 continue;
             };
             let item = ReserveItem { key: loc.hdr.key, len: loc.hdr.len, tokens: loc.hdr.tokens };
             let mut h = [Err(CoreError::InvalidArgument)];
-            match core.reserve_batch(*ns, &[item], &mut h).and(h[0]) {
-                Ok(h) => {
-                    let align = self.devs[loc.dev].align;
-                    let direct = h.off % align == 0
-                        && h.len % align == 0
-                        && st.view.ptr(h.off, h.len, align).is_ok()
-                        // SYNC: this host's lines of the block leave its
-                        // caches before the drive writes it.
-                        && st.co.flush(&st.view, h.off, h.len, Site("tier.promote.dma")).is_ok();
-                    staged.push((r, staged.len(), loc, h, direct));
+            let h = match core.reserve_batch(*ns, &[item], &mut h).and(h[0]) {
+                Ok(h) => h,
+                Err(CoreError::Exists) => {
+                    there[r] = true;
+                    continue;
                 }
-                Err(CoreError::Exists) => there[r] = true,
-                Err(e) => self.log(format_args!("no room in the region to put a block back: {e}")),
-            }
-        }
-        let mut ops: Vec<crate::nvme::Op<'_>> = Vec::new();
-        for &(_, i, loc, h, direct) in &staged {
-            let dev = &self.devs[loc.dev];
-            let align = dev.align as usize;
-            let at = dev.at(loc.slot);
-            let body = (loc.hdr.len as usize).div_ceil(align) * align;
-            if direct {
-                let region = st.view.ptr(h.off, h.len, 1).unwrap_or(std::ptr::null_mut());
-                ops.push(crate::nvme::Op {
-                    file: &dev.file,
-                    offset: at,
-                    buf: self.bufs[i].ptr,
-                    len: align,
-                    write: false,
-                });
-                ops.push(crate::nvme::Op {
-                    file: &dev.file,
-                    offset: at + align as u64,
-                    buf: region,
-                    len: body,
-                    write: false,
-                });
-            } else {
-                ops.push(crate::nvme::Op {
-                    file: &dev.file,
-                    offset: at,
-                    buf: self.bufs[i].ptr,
-                    len: align + body,
-                    write: false,
-                });
-            }
-        }
-        let mut out: Vec<std::io::Result<usize>> = (0..ops.len()).map(|_| Ok(0)).collect();
-        self.io.run(&ops, &mut out);
-        drop(ops);
-        let mut res = out.into_iter();
-        for &(r, i, loc, h, direct) in &staged {
-            let mut read = res.next().unwrap_or(Ok(0));
-            if direct {
-                let second = res.next().unwrap_or(Ok(0));
-                if read.is_ok() {
-                    read = second;
+                Err(e) => {
+                    log_error(counters, format_args!("no room in the region to put a block back: {e}"));
+                    continue;
                 }
-            }
-            let (align, len) = (self.devs[loc.dev].align as usize, loc.hdr.len as usize);
-            let body: &[u8] = if direct {
-                // SYNC: the drive's bytes, fresh in this host's cache.
-                if st.co.invalidate(&st.view, h.off, h.len, Site("tier.promote.fresh")).is_err() {
-                    read = Err(std::io::Error::other("region invalidate"));
-                }
-                let p = st.view.ptr(h.off, h.len, 1).unwrap_or(std::ptr::null_mut());
-                if p.is_null() {
-                    &[]
-                } else {
-                    // SAFETY: `p` names the block inside the mapping (checked
-                    // by `ptr`); it is this node's reservation (WRITING: no
-                    // other node reads or writes it), the drive's write to it
-                    // completed, and it is only read here until published.
-                    unsafe { std::slice::from_raw_parts(p, len) }
-                }
-            } else {
-                &self.bufs[i].view()[align..align + len]
             };
-            let hdr_ok = Header::read(&self.bufs[i].view()[..align]) == Some(loc.hdr);
-            let ok = read.is_ok() && hdr_ok && payload_sum(body) == loc.hdr.sum;
-            if !ok {
-                let _ = core.abort(&h);
-                let what = match read {
-                    Err(e) => format!("read failed: {e}"),
-                    Ok(_) => "header or checksum does not match".to_string(),
-                };
-                let path = self.devs[loc.dev].path.clone();
-                self.log(format_args!("slot {} of {} unusable ({what}): a miss", loc.slot, path.display()));
-                self.forget(dir, loc.hdr.ns, loc.hdr.key);
-                self.counters.add(|c| c.misses += 1);
+            let direct = h.off % unit == 0
+                && h.len % unit == 0
+                && st.view.ptr(h.off, h.len, unit).is_ok()
+                // SYNC: this host's lines of the block leave its caches
+                // before the drives write it.
+                && st.co.flush(&st.view, h.off, h.len, Site("tier.promote.dma")).is_ok();
+            let i = staged.len();
+            let mut s = Staged { r, loc, h, direct, left: 0, failed: None, io_bytes: 0 };
+            for (j, &(d, slot, _)) in s.loc.pieces.iter().enumerate() {
+                let (at, l, o) = piece(&s.loc.hdr, j, unit);
+                let (dev, body) = (&devs[d], round_up(l, unit));
+                // Inside buffer `i` (`o` plus a piece and its header is at
+                // most its length).
+                let hbuf = bufs[i].ptr.wrapping_add(o);
+                let mut ops = Vec::with_capacity(2);
+                if direct {
+                    // Inside the reservation: checked by `ptr` above.
+                    let region = st.view.base().wrapping_add((h.off + at) as usize);
+                    ops.push(crate::nvme::Op {
+                        file: &dev.file,
+                        offset: dev.at(slot),
+                        buf: hbuf,
+                        len: unit as usize,
+                        write: false,
+                    });
+                    ops.push(crate::nvme::Op {
+                        file: &dev.file,
+                        offset: dev.at(slot) + unit,
+                        buf: region,
+                        len: body,
+                        write: false,
+                    });
+                } else {
+                    ops.push(crate::nvme::Op {
+                        file: &dev.file,
+                        offset: dev.at(slot),
+                        buf: hbuf,
+                        len: unit as usize + body,
+                        write: false,
+                    });
+                }
+                for op in ops {
+                    s.io_bytes += op.len as u64;
+                    s.left += 1;
+                    let k = b.push(op);
+                    op_of.resize(k + 1, usize::MAX);
+                    op_of[k] = i;
+                }
+            }
+            staged.push(s);
+        }
+        while let Some((k, res)) = b.wait_one() {
+            let Some(s) = op_of.get(k).and_then(|&i| staged.get_mut(i)) else { continue };
+            s.left -= 1;
+            if let Err(e) = res {
+                s.failed.get_or_insert(e);
+            }
+            if s.left > 0 {
                 continue;
             }
-            let put = if direct { Ok(()) } else { core.write(&h, 0, body) };
+            let (h, hdr) = (s.h, s.loc.hdr);
+            if s.direct && s.failed.is_none() {
+                // SYNC: the drive's bytes, fresh in this host's cache.
+                if let Err(e) = st.co.invalidate(&st.view, h.off, h.len, Site("tier.promote.fresh")) {
+                    s.failed = Some(std::io::Error::other(format!("region invalidate: {e}")));
+                }
+            }
+            let i = op_of[k];
+            let buf = bufs[i].view();
+            let mut verified = s.failed.is_none();
+            for (j, &(_, _, sum)) in s.loc.pieces.iter().enumerate() {
+                if !verified {
+                    break;
+                }
+                let (at, l, o) = piece(&hdr, j, unit);
+                let body: &[u8] = if s.direct {
+                    match st.view.ptr(h.off + at, l as u64, 1) {
+                        // SAFETY: `p` names `l` bytes inside the mapping
+                        // (checked by `ptr`) of this node's reservation
+                        // (WRITING: no other node reads or writes it); the
+                        // drive's write to it completed, and it is only read
+                        // here until published.
+                        Ok(p) => unsafe { std::slice::from_raw_parts(p, l) },
+                        Err(_) => &[],
+                    }
+                } else {
+                    &buf[o + unit as usize..o + unit as usize + l]
+                };
+                verified = Header::read(&buf[o..o + unit as usize]) == Some(hdr.of_piece(j, sum))
+                    && body.len() == l
+                    && payload_sum(body) == sum;
+            }
+            if !verified {
+                let _ = core.abort(&h);
+                let what = match &s.failed {
+                    Some(e) => format!("read failed: {e}"),
+                    None => "a header or checksum does not match".to_string(),
+                };
+                let (d, slot, _) = s.loc.pieces[0];
+                log_error(
+                    counters,
+                    format_args!("block in slot {slot} of {} unusable ({what}): a miss", devs[d].path.display()),
+                );
+                bad.push((hdr.ns, hdr.key));
+                counters.add(|c| c.misses += 1);
+                continue;
+            }
+            let mut put = Ok(());
+            if !s.direct {
+                for j in 0..s.loc.pieces.len() {
+                    let (at, l, o) = piece(&hdr, j, unit);
+                    put = put.and_then(|()| core.write(&h, at, &buf[o + unit as usize..o + unit as usize + l]));
+                }
+            }
             let put = put.and_then(|()| {
                 let mut done = [Ok(())];
                 core.publish_flushed(&[h], &mut done)?;
@@ -827,77 +1057,86 @@ impl State {
             });
             match put {
                 Ok(()) => {
-                    there[r] = true;
-                    let io_len = (align + len.div_ceil(align) * align) as u64;
-                    self.counters.add(|c| {
+                    there[s.r] = true;
+                    let (io_bytes, direct) = (s.io_bytes, s.direct);
+                    counters.add(|c| {
                         c.promotions += 1;
-                        c.bytes_read += io_len;
+                        c.bytes_read += io_bytes;
                         c.direct_reads += direct as u64;
                     });
                 }
                 Err(e) => {
                     let _ = core.abort(&h);
-                    self.log(format_args!("a block read back could not be published: {e}"));
+                    log_error(counters, format_args!("a block read back could not be published: {e}"));
                 }
             }
+        }
+        drop(b);
+        for (ns, key) in bad {
+            self.forget(dir, ns, key);
         }
         there
     }
 
-    /// Forgets a block whose slot failed (its record removed, its slot
-    /// freed for reuse).
+    /// Forgets a block (its record removed, its slots freed for reuse).
     fn forget(&mut self, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>, ns: u32, key: Key) {
         let _ = dir.remove(ns, key);
         if let Some(l) = self.index.remove(&(ns, key)) {
-            self.free[l.dev].push(l.slot);
+            for (d, slot, _) in l.pieces {
+                self.free[d].push(slot);
+            }
         }
         let held = self.index.len() as u64;
         self.counters.add(|c| c.held = held);
     }
 }
 
-/// Checks the slot files of this host's tier on `dirs` (slots holding
-/// `slot_bytes`, as the tier was started with) against themselves and the
-/// region: every slot header is readable (a slot torn by a crash fails its
-/// checksums and is counted as free, not reported), no two slots claim one
-/// key with the same write, and every block the region records for a live
-/// tier of this host has a slot. Returns one line per finding.
+/// Checks the slot files of this host's tier on `dirs` (the tier's
+/// directories in the order it was started with, slots holding
+/// `slot_bytes`) against themselves and the region: every slot header is
+/// readable (a slot torn by a crash fails its checksums and is counted as
+/// free, not reported), no two slots claim one piece of one write, and
+/// every block the region records for a live tier of this host has a whole
+/// set of slots. Returns one line per finding.
 pub fn check_slots(
     store: &cxlkv_core::store::Store<crate::Flush>,
     dirs: &[PathBuf],
     slot_bytes: u64,
 ) -> Result<Vec<String>> {
     let mut findings = Vec::new();
-    let mut held: HashMap<(u32, Key), (u64, String)> = HashMap::new();
+    let mut files = Vec::new();
     for dir in dirs {
         let path = dir.join("cxlkv-tier.slots");
         let file = File::open(&path).map_err(|err| Error::Io { what: "open a slot file", err })?;
         let align = dio_align(&file).max(512);
-        let stride = align + slot_bytes.div_ceil(align) * align;
+        files.push((path, file, align));
+    }
+    let geo = Geometry::new(&files.iter().map(|f| f.2).collect::<Vec<_>>(), slot_bytes);
+    let stride = geo.unit + geo.piece_cap;
+    let mut found: Found = Vec::new();
+    let mut unit = vec![0u8; HEADER_BYTES];
+    for (d, (path, file, _)) in files.iter().enumerate() {
         let len = file.metadata().map_err(|err| Error::Io { what: "stat a slot file", err })?.len();
-        let mut unit = vec![0u8; HEADER_BYTES];
-        for slot in 0..len / stride {
-            let at = slot * stride;
-            if file.read_exact_at(&mut unit, at).is_err() {
+        for slot in 0..(len / stride).min(u32::MAX as u64) as u32 {
+            if file.read_exact_at(&mut unit, slot as u64 * stride).is_err() {
                 findings.push(format!("{}: slot {slot} unreadable", path.display()));
                 continue;
             }
             let Some(h) = Header::read(&unit) else { continue };
-            if h.len > slot_bytes {
+            if h.len > slot_bytes || h.plen > geo.piece_cap {
                 findings.push(format!("{}: slot {slot} claims {} bytes, more than a slot", path.display(), h.len));
                 continue;
             }
-            let here = format!("{} slot {slot}", path.display());
-            if let Some((seq, other)) = held.get(&(h.ns, h.key)) {
-                if *seq == h.seq {
-                    findings.push(format!("{here} and {other} claim one key with one write ({})", h.seq));
-                }
-                if *seq >= h.seq {
-                    continue;
-                }
-            }
-            held.insert((h.ns, h.key), (h.seq, here));
+            found.push((d, slot, h));
         }
+    }
+    let (held, twice) = whole_blocks(&found);
+    for ((d0, s0), (d1, s1)) in twice {
+        findings.push(format!(
+            "{} slot {s0} and {} slot {s1} claim one piece of one write",
+            files[d0].0.display(),
+            files[d1].0.display()
+        ));
     }
     let host = crate::host::host_id();
     for d in 0..store.layout.caps.tier_slots {
@@ -910,7 +1149,7 @@ pub fn check_slots(
             let key = Key { lo: r.key_lo, hi: r.key_hi };
             if !held.contains_key(&(r.ns, key)) {
                 findings.push(format!(
-                    "directory {d} records block {:016x}{:016x} (ns {}) that no slot holds",
+                    "directory {d} records block {:016x}{:016x} (ns {}) that no whole set of slots holds",
                     key.hi, key.lo, r.ns
                 ));
             }

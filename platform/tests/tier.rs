@@ -57,38 +57,184 @@ fn get(node: &Node, k: Key) -> Option<Vec<u8>> {
     out[0].ok().map(|_| buf[..lens[0] as usize].to_vec())
 }
 
-/// Both I/O engines, and io_uring whose buffer registration a low memlock
-/// limit refuses (one test: the environment and limits are per process).
+/// Both I/O engines, each end to end (one test: the environment is per
+/// process); io_uring registers the region and the tier's buffers when the
+/// process may lock them.
 #[test]
 fn spilled_blocks_come_back_byte_exact_with_every_io_engine() {
     use cxlkv_platform::nvme::Engine;
-    scenario("uring", |e| matches!(e, Engine::Uring { .. }));
-    let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: reads this process's limit into `old`.
-    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut old) }, 0);
-    let low = libc::rlimit { rlim_cur: 16 << 10, rlim_max: old.rlim_max };
-    // SAFETY: lowers the soft limit only (restored below).
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &low) }, 0);
-    // Registration counts against the limit unless the process may lock
-    // memory anyway (CAP_IPC_LOCK, as root usually has): then the tier must
-    // still run, registered or not.
     let may_lock = ipc_lock_capable();
-    scenario("unregistered", |e| e == Engine::Uring { fixed: false } || e == Engine::Threads || may_lock);
-    // SAFETY: restores the soft limit read above.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &old) }, 0);
+    scenario("uring", |e| matches!(e, Engine::Uring { fixed } if fixed || !may_lock));
     std::env::set_var("CXLKV_TIER_URING", "off");
     scenario("threads", |e| e == Engine::Threads);
     std::env::remove_var("CXLKV_TIER_URING");
 }
 
-/// Whether this process holds CAP_IPC_LOCK (bit 14 of CapEff).
+/// A memlock limit too low to register anything: the tier runs
+/// unregistered (or on threads, where even the ring is refused), end to
+/// end. Run in a child process that first gives up CAP_IPC_LOCK (which
+/// root holds and which lifts the limit), so the limit really applies.
+#[test]
+fn a_memlock_limit_refusing_registration_falls_back_cleanly() {
+    use cxlkv_platform::nvme::Engine;
+    const CHILD: &str = "CXLKV_TIER_TEST_LOW_MEMLOCK";
+    if std::env::var_os(CHILD).is_none() {
+        let exe = std::env::current_exe().unwrap();
+        let name = "a_memlock_limit_refusing_registration_falls_back_cleanly";
+        let mut child = std::process::Command::new(exe)
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if t.elapsed() > Duration::from_secs(300) {
+                let _ = child.kill();
+                panic!("the low-memlock child hung");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "the low-memlock child failed: {status}");
+        return;
+    }
+    drop_ipc_lock();
+    assert!(!ipc_lock_capable(), "CAP_IPC_LOCK given up");
+    let low = libc::rlimit { rlim_cur: 16 << 10, rlim_max: 16 << 10 };
+    // SAFETY: sets this (child) process's memlock limit from a valid struct.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &low) }, 0);
+    scenario("unregistered", |e| e == Engine::Uring { fixed: false } || e == Engine::Threads);
+}
+
+/// Whether this thread holds CAP_IPC_LOCK (bit 14 of CapEff; capabilities
+/// are per thread, and threads it starts inherit them).
 fn ipc_lock_capable() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
     status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .is_some_and(|caps| caps & (1 << 14) != 0)
+}
+
+/// Removes CAP_IPC_LOCK from this thread's effective and permitted sets
+/// (and so from the threads it starts).
+fn drop_ipc_lock() {
+    #[repr(C)]
+    struct Head {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const V3: u32 = 0x2008_0522;
+    const CAP_IPC_LOCK: u32 = 14;
+    let mut head = Head { version: V3, pid: 0 };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget writes two `Data` (version 3) into `data`.
+    let r = unsafe { libc::syscall(libc::SYS_capget, &mut head as *mut Head, data.as_mut_ptr()) };
+    assert_eq!(r, 0, "capget");
+    data[0].effective &= !(1 << CAP_IPC_LOCK);
+    data[0].permitted &= !(1 << CAP_IPC_LOCK);
+    // SAFETY: capset reads the header and two `Data` from live memory.
+    let r = unsafe { libc::syscall(libc::SYS_capset, &mut head as *mut Head, data.as_ptr()) };
+    assert_eq!(r, 0, "capset");
+}
+
+/// Blocks of at least 1 MiB are cut into one piece per drive: every drive
+/// holds a piece of each, the drives read them straight into the region,
+/// a restart finds the whole sets, and one damaged piece makes its block a
+/// miss while the others come back.
+#[test]
+fn large_blocks_are_striped_across_the_drives() {
+    let region = std::env::temp_dir().join(format!("cxlkv-tier-region-stripe-{}", std::process::id()));
+    let dirs = [Scratch::new("stripe-a"), Scratch::new("stripe-b")];
+    let topts = TierOptions {
+        dirs: dirs.iter().map(|d| d.0.clone()).collect(),
+        slot_bytes: 2 << 20,
+        capacity: 24 << 20,
+        high_water: 1.0,
+        batch: 8,
+    };
+    let caps = Capacities { chunk_shift: 21, ..caps() };
+    let b = Node::create(&region, 64 << 20, caps, opts()).unwrap();
+    let a = Arc::new(Node::open(&region, opts()).unwrap());
+    let tier = Tier::start(a.clone(), topts.clone()).unwrap();
+    let len = (3usize << 20) / 2;
+    let block = |i: u64| -> Vec<u8> { (0..len).map(|j| (j as u64 * 7 + i * 131 + (j as u64 >> 12)) as u8).collect() };
+    let n = 6u64;
+    for i in 0..n {
+        let h = b.core().reserve(1, key(i), len as u64, 16).unwrap();
+        b.core().write(&h, 0, &block(i)).unwrap();
+        b.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+    }
+    assert_eq!(tier.spill_all().unwrap(), n);
+    // Each drive holds n pieces: headers at the start of each slot.
+    for d in &dirs {
+        let f = std::fs::File::open(d.0.join("cxlkv-tier.slots")).unwrap();
+        let flen = f.metadata().unwrap().len();
+        let mut pieces = std::collections::HashSet::new();
+        let mut head = [0u8; 64];
+        let mut at = 0;
+        while at + 64 <= flen {
+            f.read_exact_at(&mut head, at).unwrap();
+            if head[0..8] == *b"CXLKVSL3" {
+                pieces.insert((u64::from_le_bytes(head[24..32].try_into().unwrap()), head[56]));
+            }
+            at += 512;
+        }
+        assert_eq!(pieces.len() as u64, n, "{}: one piece of every block", d.0.display());
+    }
+    let dir_paths: Vec<PathBuf> = dirs.iter().map(|d| d.0.clone()).collect();
+    let observed = cxlkv_platform::Region::open(&region).unwrap().observe(cxlkv_platform::FlushMode::Clflush).unwrap();
+    assert_eq!(observed.check_tier(&dir_paths, topts.slot_bytes).unwrap(), Vec::<String>::new());
+    b.core().evict(u64::MAX, &mut Lru).unwrap();
+    let fetch = |i: u64| -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        let (mut lens, mut out) = ([0u64], [Ok(())]);
+        let mut parts = [&mut buf[..]];
+        b.get(1, &mut [GetItem { key: key(i), parts: &mut parts }], &mut lens, &mut out).unwrap();
+        out[0].ok().map(|_| buf)
+    };
+    for i in 0..n {
+        assert!(fetch(i) == Some(block(i)), "striped block {i} byte-exact");
+    }
+    assert_eq!(tier.stats().direct_reads, n, "read straight into the region");
+
+    // A restart finds every whole set.
+    tier.stop().unwrap();
+    b.core().evict(u64::MAX, &mut Lru).unwrap();
+    let tier = Tier::start(a.clone(), topts.clone()).unwrap();
+    assert_eq!(tier.stats().held, n);
+    // Damage the second piece of block 2 (on the second drive): a miss.
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(dirs[1].0.join("cxlkv-tier.slots")).unwrap();
+    let mut head = [0u8; 64];
+    let mut at = 0;
+    loop {
+        f.read_exact_at(&mut head, at).unwrap();
+        if head[0..8] == *b"CXLKVSL3" && head[24..32] == key(2).hi.to_le_bytes() {
+            f.write_all_at(&[0xee; 64], at + 8192).unwrap();
+            f.sync_all().unwrap();
+            break;
+        }
+        at += 512;
+    }
+    assert_eq!(fetch(2), None, "a block with a damaged piece is a miss");
+    assert!(tier.stats().errors >= 1);
+    for i in [0u64, 1, 3, 4, 5] {
+        assert!(fetch(i) == Some(block(i)), "block {i} unharmed");
+    }
+    assert!(b.check().unwrap().is_empty(), "{:?}", b.check().unwrap());
+    tier.stop().unwrap();
+    drop(a);
+    let _ = std::fs::remove_file(&region);
 }
 
 /// A drive without room for the slot file: the tier refuses to start with
@@ -200,7 +346,7 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
         let mut at = 0;
         while at + 64 <= len && hit.is_none() {
             f.read_exact_at(&mut buf, at).unwrap();
-            if buf[0..8] == *b"CXLKVSL2" && buf[16..24] == key(victim).lo.to_le_bytes() {
+            if buf[0..8] == *b"CXLKVSL3" && buf[16..24] == key(victim).lo.to_le_bytes() {
                 f.write_all_at(&[0xee; 64], at + 8192).unwrap();
                 f.sync_all().unwrap();
                 hit = Some(at);
@@ -221,7 +367,7 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
         std::fs::OpenOptions::new().write(true).open(d.0.join("cxlkv-tier.slots")).unwrap().set_len(0).unwrap();
     }
     let found = observed.check_tier(&dir_paths, topts.slot_bytes).unwrap();
-    assert!(found.iter().any(|f| f.contains("no slot holds")), "{found:?}");
+    assert!(found.iter().any(|f| f.contains("no whole set of slots holds")), "{found:?}");
     for i in [10u64, 11, 12] {
         assert_eq!(get(&b, key(i)), None, "block {i} on a failed drive is a miss");
     }
