@@ -100,7 +100,8 @@ struct PathArgs {
 struct CheckArgs {
     #[command(flatten)]
     at: PathArgs,
-    /// A drive directory of this host's tier (repeat for more drives).
+    /// A drive directory of this host's tier (repeat for more drives, in
+    /// the order the tier was started with).
     #[arg(long = "tier")]
     tier: Vec<PathBuf>,
     /// The tier's slot size (as `cxlkv tier --slot-size`).

@@ -29,6 +29,8 @@ pub struct TierReport {
     pub raw_read_mbs: f64,
     pub tier_write_mbs: f64,
     pub tier_read_mbs: f64,
+    /// Every round: [raw write, raw read, tier write, tier read] MB/s.
+    pub rounds: Vec<[f64; 4]>,
 }
 
 fn mbs(bytes: usize, t: Duration) -> f64 {
@@ -128,9 +130,20 @@ pub fn run(dir: &Path, block: usize, blocks: usize) -> Result<TierReport, String
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let mut rows: Vec<[f64; 4]> = Vec::new();
     let (mut engine, mut registered_bytes) = (String::new(), 0);
-    for _ in 0..ROUNDS {
-        let (tier_w, tier_r, reg, stride) = tier(dir, block, blocks, qd)?;
-        let (e, raw_w, raw_r) = raw(dir, stride as usize, block, blocks, qd)?;
+    // The slot stride, from the tier's geometry (a first short tier run).
+    let stride = tier(dir, block, 1, 1)?.3 as usize;
+    for round in 0..ROUNDS {
+        // Which goes first alternates (a drive may still be busy with the
+        // run before).
+        let (mut t, mut r) = (None, None);
+        for which in [round % 2, 1 - round % 2] {
+            if which == 0 {
+                r = Some(raw(dir, stride, block, blocks, qd)?);
+            } else {
+                t = Some(tier(dir, block, blocks, qd)?);
+            }
+        }
+        let ((tier_w, tier_r, reg, _), (e, raw_w, raw_r)) = (t.expect("ran"), r.expect("ran"));
         (engine, registered_bytes) = (e, reg);
         rows.push([raw_w, raw_r, tier_w, tier_r]);
     }
@@ -149,6 +162,7 @@ pub fn run(dir: &Path, block: usize, blocks: usize) -> Result<TierReport, String
         raw_read_mbs: median(1),
         tier_write_mbs: median(2),
         tier_read_mbs: median(3),
+        rounds: rows,
     })
 }
 
@@ -242,4 +256,8 @@ pub fn print(r: &TierReport) {
         100.0 * r.tier_write_mbs / r.raw_write_mbs.max(1e-9),
         100.0 * r.tier_read_mbs / r.raw_read_mbs.max(1e-9)
     );
+    println!("  medians of {} rounds (raw w/r, tier w/r):", r.rounds.len());
+    for x in &r.rounds {
+        println!("    {:>6.0} {:>6.0}   {:>6.0} {:>6.0}", x[0], x[1], x[2], x[3]);
+    }
 }
