@@ -9,6 +9,7 @@ mod bench;
 mod demo;
 mod gpucheck;
 mod inspect;
+mod metrics;
 mod tierbench;
 
 use std::path::PathBuf;
@@ -44,6 +45,14 @@ enum Cmd {
     Check(CheckArgs),
     /// Frees dead nodes and reclaims what they held.
     Recover(RecoverArgs),
+    /// Prints the region's metrics (per node and region-wide), read without
+    /// attaching a node: for people, as JSON, or with --prometheus in the
+    /// OpenMetrics text format.
+    Stats(StatsArgs),
+    /// Serves the region's metrics over HTTP (GET /metrics, OpenMetrics
+    /// text) for Prometheus to scrape, read without attaching a node, until
+    /// SIGINT or SIGTERM (or --seconds).
+    ServeMetrics(ServeArgs),
     /// Runs this host's SSD tier: copies cold blocks to slot files on the
     /// given drives ahead of eviction, records them in the region for the
     /// rack, and puts them back when a node asks. Runs until SIGINT or
@@ -116,6 +125,28 @@ struct RecoverArgs {
     /// Attach as this node slot (default: the first free one).
     #[arg(long)]
     node: Option<u32>,
+}
+
+#[derive(Args)]
+struct StatsArgs {
+    #[command(flatten)]
+    at: PathArgs,
+    /// Print the OpenMetrics text format (what Prometheus scrapes).
+    #[arg(long)]
+    prometheus: bool,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    at: PathArgs,
+    /// Address to listen on (loopback unless another is given; port 0
+    /// picks a free one, printed at start).
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    listen: std::net::SocketAddr,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    seconds: Option<u64>,
 }
 
 #[derive(Args)]
@@ -286,6 +317,8 @@ fn run() -> ExitCode {
         Cmd::Inspect(a) => cmd_inspect(&a),
         Cmd::Check(a) => return cmd_check(&a),
         Cmd::Recover(a) => cmd_recover(&a),
+        Cmd::Stats(a) => cmd_stats(&a),
+        Cmd::ServeMetrics(a) => cmd_serve_metrics(&a),
         Cmd::Tier(a) => cmd_tier(&a),
         Cmd::Bench(a) => cmd_bench(a),
         Cmd::Demo(a) => return cmd_demo(&a),
@@ -490,19 +523,54 @@ fn cmd_recover(a: &RecoverArgs) -> Result<(), Fail> {
     Ok(())
 }
 
-fn cmd_tier(a: &TierArgs) -> Result<(), Fail> {
-    // SIGINT and SIGTERM wait for `sigtimedwait` below: blocked before any
-    // thread starts, so every thread inherits the mask.
-    // SAFETY: `sigset_t` is plain data; `sigemptyset` fills it next.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: each call only writes `set`, which lives here.
-    unsafe { libc::sigemptyset(&mut set) };
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: as above.
-        unsafe { libc::sigaddset(&mut set, sig) };
+/// SIGINT and SIGTERM, blocked (call before any thread starts, so every
+/// thread inherits the mask) and waited for with [`Signals::wait`].
+struct Signals(libc::sigset_t);
+
+impl Signals {
+    fn block() -> Signals {
+        // SAFETY: `sigset_t` is plain data; `sigemptyset` fills it next.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: each call only writes `set`, which lives here.
+        unsafe { libc::sigemptyset(&mut set) };
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            // SAFETY: as above.
+            unsafe { libc::sigaddset(&mut set, sig) };
+        }
+        // SAFETY: `set` is initialised; the old mask is not asked for.
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+        Signals(set)
     }
-    // SAFETY: `set` is initialised; the old mask is not asked for.
-    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+
+    /// Waits up to `d` for one of the signals; true when one came.
+    fn wait(&self, d: std::time::Duration) -> bool {
+        let ts = libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long };
+        // SAFETY: the set is initialised and `ts` a valid timeout; no
+        // siginfo is asked for.
+        unsafe { libc::sigtimedwait(&self.0, std::ptr::null_mut(), &ts) > 0 }
+    }
+}
+
+fn cmd_stats(a: &StatsArgs) -> Result<(), Fail> {
+    let m = observe(&a.at)?.metrics()?;
+    if a.prometheus {
+        print!("{}", m.to_openmetrics());
+    } else if a.at.json {
+        println!("{}", serde_json::to_string_pretty(&m).unwrap_or_default());
+    } else {
+        metrics::print_human(&m);
+    }
+    Ok(())
+}
+
+fn cmd_serve_metrics(a: &ServeArgs) -> Result<(), Fail> {
+    let signals = Signals::block();
+    let observed = observe(&a.at)?;
+    metrics::serve(&observed, a.listen, a.seconds, &|d| signals.wait(d)).map_err(Fail::Run)
+}
+
+fn cmd_tier(a: &TierArgs) -> Result<(), Fail> {
+    let signals = Signals::block();
     let opts = Options { mode: a.at.mode.mode, ..Options::default() };
     let node = std::sync::Arc::new(Node::open(&a.at.path, opts)?);
     let topts = cxlkv_platform::TierOptions {
@@ -519,10 +587,7 @@ fn cmd_tier(a: &TierArgs) -> Result<(), Fail> {
         if a.seconds.is_some_and(|s| start.elapsed().as_secs() >= s) {
             break;
         }
-        let ts = libc::timespec { tv_sec: 0, tv_nsec: 200_000_000 };
-        // SAFETY: `set` is an initialised signal set and `ts` a valid
-        // timeout; no siginfo is asked for.
-        if unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) } > 0 {
+        if signals.wait(std::time::Duration::from_millis(200)) {
             break;
         }
     }

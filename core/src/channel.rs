@@ -287,6 +287,31 @@ impl<C: Coherence> Node<'_, C> {
     }
 }
 
+impl<C: Coherence> crate::store::Store<C> {
+    /// Messages waiting in node `n`'s inbox and the slots they take, read
+    /// fresh without a lock (a snapshot for metrics: senders and the owner
+    /// move on meanwhile).
+    pub fn inbox_depth(&self, n: u32) -> Result<(u64, u64)> {
+        let l = &self.layout;
+        if n >= l.caps.max_nodes {
+            return Err(Error::BadNode);
+        }
+        let cap = l.caps.inbox_slots as u64;
+        // SYNC: fresh reads that feed only a report (metrics), as below.
+        let head = self.fresh::<InboxHead>(l.inbox_head(n), Site("inbox.depth.head.report"))?.head;
+        let (mut pos, mut msgs) = (head, 0u64);
+        while pos.wrapping_sub(head) < cap {
+            let h: MsgHeader = self.fresh_state_first(l.inbox_slot(n, pos), Site("inbox.depth.probe.report"))?;
+            if !starts_message(&h, pos) {
+                break;
+            }
+            msgs = msgs.saturating_add(1);
+            pos = pos.wrapping_add(claimed_slots(&h, cap));
+        }
+        Ok((msgs, pos.wrapping_sub(head).min(cap)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::vec::Vec;
@@ -326,6 +351,21 @@ mod tests {
                     assert_eq!(b.try_recv(&mut buf), Ok(None));
                 }
             }
+        });
+    }
+
+    #[test]
+    fn inbox_depth_counts_waiting_messages_and_their_slots() {
+        with_two(|f, a, b| {
+            let mut buf = std::vec![Key::default(); 100];
+            assert_eq!(f.store.inbox_depth(1), Ok((0, 0)));
+            a.send(1, &msg(1), &keys(0, 1)).unwrap();
+            a.send(1, &msg(2), &keys(0, KEYS_PER_SLOT + 1)).unwrap();
+            assert_eq!(f.store.inbox_depth(1), Ok((2, 3)));
+            assert_eq!(f.store.inbox_depth(0), Ok((0, 0)));
+            b.try_recv(&mut buf).unwrap().unwrap();
+            assert_eq!(f.store.inbox_depth(1), Ok((1, 2)));
+            assert_eq!(f.store.inbox_depth(99), Err(Error::BadNode));
         });
     }
 

@@ -16,7 +16,7 @@ use crate::{Error, Result};
 /// "CXLKV\0\0\1" little-endian: the region magic.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
 /// Format version; bumped with every incompatible change.
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 /// Largest number of nodes (pinner bitmask is one u64).
 pub const MAX_NODES: u32 = 64;
 /// Most granules a chunk is cut into (two maps of 4096 bits follow its
@@ -160,11 +160,22 @@ pub const TIER_LIVE: u32 = 1;
 pub const TIER_GONE: u32 = 2;
 
 shared_struct! {
-    /// A node's heartbeat line, written only by that node.
+    /// A node's heartbeat line, written only by that node. Beside the beat
+    /// it carries the node's lock and recovery counters, counted in
+    /// host-local memory and published with each beat (so counting costs
+    /// the locks' callers no flush).
     pub struct Heartbeat {
         pub beat: u64,
         pub nonce: u64,
-        pub reserved: [u64; 6],
+        /// Global locks granted to the node.
+        pub lock_grants: u64,
+        /// Nanoseconds its lock requests waited for the grant, in all.
+        pub lock_wait_ns: u64,
+        /// Recoveries it ran that freed at least one dead node.
+        pub recoveries: u64,
+        /// Dead nodes those recoveries freed.
+        pub nodes_recovered: u64,
+        pub reserved: [u64; 2],
     } size 64
 }
 

@@ -60,9 +60,17 @@ impl<C: Coherence> Node<'_, C> {
             return Err(Error::InvalidArgument);
         }
         let mut i = 0u32;
+        let t0 = self.env.now_ns();
         loop {
             match self.try_request(lock, flags, &mut i)? {
-                Some(held) => return Ok(held),
+                Some(held) => {
+                    let waited = self.env.now_ns().saturating_sub(t0);
+                    self.local.beat_counters.add(|c| {
+                        c.lock_grants = c.lock_grants.wrapping_add(1);
+                        c.lock_wait_ns = c.lock_wait_ns.wrapping_add(waited);
+                    });
+                    return Ok(held);
+                }
                 None if nested => return Err(Error::Recovering),
                 None => {
                     // The lock awaits repair after a revocation; only recovery

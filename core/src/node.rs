@@ -22,6 +22,31 @@ pub struct NodeLocal {
     pub(crate) alloc_cursor: spin::Mutex<u32>,
     pub(crate) stats: spin::Mutex<()>,
     pub(crate) touched: spin::Mutex<Touched>,
+    /// Counters published with the heartbeat (see [`Heartbeat`]).
+    pub(crate) beat_counters: BeatCounters,
+}
+
+/// Counters a node keeps in host-local memory and publishes with each
+/// heartbeat.
+#[derive(Default)]
+pub(crate) struct BeatCounters(spin::Mutex<BeatCounts>);
+
+/// The values of [`BeatCounters`].
+#[derive(Clone, Copy, Default)]
+pub(crate) struct BeatCounts {
+    pub(crate) lock_grants: u64,
+    pub(crate) lock_wait_ns: u64,
+    pub(crate) recoveries: u64,
+    pub(crate) nodes_recovered: u64,
+}
+
+impl BeatCounters {
+    pub(crate) fn add(&self, f: impl FnOnce(&mut BeatCounts)) {
+        f(&mut self.0.lock());
+    }
+    pub(crate) fn get(&self) -> BeatCounts {
+        *self.0.lock()
+    }
 }
 
 /// Reads this node made without a lock, not yet applied to the LRU lists:
@@ -44,6 +69,7 @@ impl Default for NodeLocal {
             alloc_cursor: spin::Mutex::new(0),
             stats: spin::Mutex::new(()),
             touched: spin::Mutex::new(Touched { at: [(0, 0); TOUCHED], n: 0 }),
+            beat_counters: BeatCounters::default(),
         }
     }
 }
@@ -133,7 +159,7 @@ pub fn attach_node<C: Coherence>(store: &Store<C>, want: Option<u32>, who: Ident
     store.co.flush(&store.view, l.journal(id), l.journal_len(), Site("node.attach.journal"))?;
     store.publish(l.node_stats(id), &NodeStats::default(), Site("node.attach.stats"))?;
     store.publish(l.requests(id), &RequestLine::default(), Site("node.attach.requests"))?;
-    let hb = Heartbeat { beat: 1, nonce: who.nonce, reserved: [0; 6] };
+    let hb = Heartbeat { beat: 1, nonce: who.nonce, ..Heartbeat::default() };
     store.publish(l.heartbeat(id), &hb, Site("node.attach.heartbeat"))?;
     // SYNC: no fence here: ALIVE may be seen before the lines above land.
     // Nothing trusts them early: recovery validates every record of a live
@@ -260,6 +286,11 @@ impl<'a, C: Coherence> Node<'a, C> {
         let mut hb: Heartbeat = self.store.view.read(l.heartbeat(self.id))?;
         hb.beat = hb.beat.wrapping_add(1);
         hb.nonce = nonce;
+        let c = self.local.beat_counters.get();
+        hb.lock_grants = c.lock_grants;
+        hb.lock_wait_ns = c.lock_wait_ns;
+        hb.recoveries = c.recoveries;
+        hb.nodes_recovered = c.nodes_recovered;
         // SYNC: heartbeat visible to the manager's liveness scan.
         self.store.publish(l.heartbeat(self.id), &hb, Site("node.beat"))?;
         self.store.co.store_fence(Site("node.beat.fence"));

@@ -94,6 +94,12 @@ impl<C: Coherence> Node<'_, C> {
         flushed?;
         rel?;
         rep.locks_repaired = rep.locks_repaired.saturating_add(self.repair_app_locks()?);
+        if rep.nodes_freed != 0 {
+            self.local.beat_counters.add(|c| {
+                c.recoveries = c.recoveries.wrapping_add(1);
+                c.nodes_recovered = c.nodes_recovered.wrapping_add(rep.nodes_freed.count_ones() as u64);
+            });
+        }
         Ok(rep)
     }
 

@@ -45,6 +45,11 @@ pub trait NodeEnv: Sync {
     fn withdrawal_expired(&self, _iteration: u32) -> bool {
         false
     }
+    /// A monotonic clock in nanoseconds, for the lock-wait counters; 0 where
+    /// the environment has none (the counters then count grants only).
+    fn now_ns(&self) -> u64 {
+        0
+    }
 }
 
 impl<C: Coherence> Store<C> {

@@ -40,6 +40,29 @@ fn recover_drops_dead_nodes_pins_and_aborts_its_writes() {
 }
 
 #[test]
+fn heartbeat_publishes_the_lock_and_recovery_counters() {
+    with_two_nodes(|f, env, a, b| {
+        let beat = |n: &crate::node::Node<'_, crate::coherence::Coherent>| {
+            n.heartbeat(77 + n.id as u64).unwrap();
+            f.store.view.read::<crate::layout::Heartbeat>(f.store.layout.heartbeat(n.id)).unwrap()
+        };
+        assert_eq!((beat(&a).lock_grants, beat(&a).recoveries), (0, 0));
+        let held = a.lock(2).unwrap();
+        a.unlock(held).unwrap();
+        assert_eq!(beat(&a).lock_grants, 1, "one grant, published with the beat");
+        let _w = b.reserve(1, key(2), 5000, 1).unwrap();
+        *env.killed.lock() = 1 << 1;
+        env.step().unwrap();
+        let grants = beat(&a).lock_grants;
+        a.recover(0).unwrap();
+        let hb = beat(&a);
+        assert_eq!((hb.recoveries, hb.nodes_recovered), (1, 1));
+        assert!(hb.lock_grants > grants, "recovery takes every core lock");
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+    });
+}
+
+#[test]
 fn dead_holders_lock_is_revoked_and_granted_only_to_recovery() {
     with_two_nodes(|f, env, a, b| {
         let held = b.lock(2).unwrap();

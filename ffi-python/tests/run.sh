@@ -13,7 +13,12 @@ fi
 export PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$venv/bin/python" -m pip install -q "maturin>=1.9,<2" "pytest>=8" "pytest-timeout>=2" "hypothesis>=6" "xxhash>=3" \
-  "numpy>=1.24" "mypy>=1.10" typing_extensions
+  "numpy>=1.24" "mypy>=1.10" typing_extensions "prometheus_client>=0.20"
+# The command-line binary the metrics tests run, built and found through
+# cargo (any CARGO_TARGET_DIR).
+cargo build --release --locked -q -p cxlkv-cli
+target_dir=$(cargo metadata --format-version 1 --no-deps | "$venv/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+export CXLKV_CLI="$target_dir/release/cxlkv"
 # Built as a user would install it: a wheel through the maturin backend,
 # sharing this workspace's target directory.
 CARGO_TARGET_DIR=$PWD/target "$venv/bin/python" -m pip install -q --no-build-isolation --force-reinstall ./ffi-python

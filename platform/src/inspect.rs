@@ -188,6 +188,11 @@ pub struct LockReport {
 }
 
 impl Observed {
+    /// The store observed.
+    pub(crate) fn store(&self) -> &Store<Flush> {
+        &self.store
+    }
+
     /// Every finding of the region's invariants (empty: clean).
     pub fn check(&self) -> Result<Vec<Finding>> {
         check_store(&self.store)

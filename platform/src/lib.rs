@@ -21,6 +21,7 @@ pub mod host;
 pub mod inspect;
 pub mod local;
 pub mod map;
+pub mod metrics;
 pub mod node;
 pub mod nvme;
 pub mod pattern;

@@ -115,6 +115,9 @@ impl NodeEnv for Inner {
     fn local_unlock(&self, lock: u32) {
         self.tier.unlock(lock, self.owner());
     }
+    fn now_ns(&self) -> u64 {
+        crate::sync::monotonic_ns()
+    }
     fn wait(&self, iteration: u32) -> cxlkv_core::Result<()> {
         if self.fenced.get() {
             return Err(cxlkv_core::Error::Revoked);

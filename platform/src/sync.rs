@@ -116,3 +116,13 @@ impl<'a> HostBell<'a> {
         self.sleepers.load(Ordering::SeqCst) > 0
     }
 }
+
+/// Nanoseconds of `CLOCK_MONOTONIC` (the lock-wait counters' clock).
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `clock_gettime` writes one `timespec` into `ts`, which lives here.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}

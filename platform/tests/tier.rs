@@ -49,6 +49,13 @@ impl Drop for Scratch {
     }
 }
 
+/// Stores `data` as block `k` of namespace 1 (16 tokens).
+fn put_block(node: &Node, k: Key, data: &[u8]) {
+    let h = node.core().reserve(1, k, data.len() as u64, 16).unwrap();
+    node.core().write(&h, 0, data).unwrap();
+    node.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+}
+
 fn get(node: &Node, k: Key) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; LEN];
     let (mut lens, mut out) = ([0u64], [Ok(())]);
@@ -171,9 +178,7 @@ fn large_blocks_are_striped_across_the_drives() {
     let block = |i: u64| -> Vec<u8> { (0..len).map(|j| (j as u64 * 7 + i * 131 + (j as u64 >> 12)) as u8).collect() };
     let n = 6u64;
     for i in 0..n {
-        let h = b.core().reserve(1, key(i), len as u64, 16).unwrap();
-        b.core().write(&h, 0, &block(i)).unwrap();
-        b.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+        put_block(&b, key(i), &block(i));
     }
     assert_eq!(tier.spill_all().unwrap(), n);
     // Each drive holds n pieces: headers at the start of each slot.
@@ -244,9 +249,7 @@ fn a_drive_too_small_for_the_slot_file_is_refused_at_start() {
     let region = std::env::temp_dir().join(format!("cxlkv-tier-region-full-{}", std::process::id()));
     let dir = Scratch::new("full");
     let b = Node::create(&region, 32 << 20, caps(), opts()).unwrap();
-    let h = b.core().reserve(1, key(1), LEN as u64, 16).unwrap();
-    b.core().write(&h, 0, &pattern(1)).unwrap();
-    b.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+    put_block(&b, key(1), &pattern(1));
     let a = Arc::new(Node::open(&region, opts()).unwrap());
     let topts = TierOptions { dirs: vec![dir.0.clone()], capacity: 1 << 60, ..TierOptions::default() };
     match Tier::start(a.clone(), topts) {
@@ -278,9 +281,7 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
     assert!(engine_ok(engine), "{tag}: engine {engine:?}");
     let n = 40u64;
     for i in 0..n {
-        let h = b.core().reserve(1, key(i), LEN as u64, 16).unwrap();
-        b.core().write(&h, 0, &pattern(i)).unwrap();
-        b.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+        put_block(&b, key(i), &pattern(i));
     }
     assert_eq!(tier.spill_all().unwrap(), n);
     assert_eq!(tier.spill_all().unwrap(), 0, "each block is copied once");
@@ -304,9 +305,7 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
     let big: Vec<u8> = (0..256usize << 10).map(|j| (j * 13 + 5) as u8).collect();
     let bigkey = |i: u64| key(1000 + i);
     for i in 0..4 {
-        let h = b.core().reserve(1, bigkey(i), big.len() as u64, 16).unwrap();
-        b.core().write(&h, 0, &big).unwrap();
-        b.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+        put_block(&b, bigkey(i), &big);
     }
     assert_eq!(tier.spill_all().unwrap(), 4);
     b.core().evict(u64::MAX, &mut Lru).unwrap();
@@ -372,9 +371,7 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
         assert_eq!(get(&b, key(i)), None, "block {i} on a failed drive is a miss");
     }
     assert!(tier.stats().errors >= errors + 3);
-    let h = b.core().reserve(1, key(500), LEN as u64, 16).unwrap();
-    b.core().write(&h, 0, &pattern(500)).unwrap();
-    b.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+    put_block(&b, key(500), &pattern(500));
     assert_eq!(get(&b, key(500)).as_deref(), Some(&pattern(500)[..]), "the region works on");
     assert!(b.check().unwrap().is_empty(), "{:?}", b.check().unwrap());
     tier.stop().unwrap();

@@ -1,0 +1,307 @@
+//! Metrics of a region, read by an observer that attaches no node: per node
+//! (hits, misses, bytes read and written, evictions, lock grants and the
+//! time they waited, recoveries run, inbox depth, pins) and region-wide
+//! (live blocks and bytes, capacity, chunks, evictions, SSD tier records),
+//! as a snapshot ([`RegionMetrics`]) or in the OpenMetrics text format that
+//! Prometheus scrapes ([`RegionMetrics::to_openmetrics`]), encoded by the
+//! `prometheus-client` crate. What `cxlkv stats` and `cxlkv serve-metrics`
+//! print and serve.
+//!
+//! Every count comes from the region: each node's counters line and
+//! heartbeat line (its lock and recovery counters ride on the beat), the
+//! stripe headers, the chunk records, the inbox rings and the tier
+//! directories. Nothing is written, so any process of any host can serve
+//! the rack's metrics.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+
+use cxlkv_core::coherence::Site;
+use cxlkv_core::layout::{
+    ChunkRecord, Heartbeat, NodeInfo, NodeStats, StripeHeader, CHUNK_FREE, NODE_ALIVE, NODE_DEAD,
+};
+use cxlkv_core::pins::journal_census;
+
+use crate::host::{pid_alive, Locality};
+use crate::inspect::{Counters, Observed};
+use crate::Result;
+
+/// The media type of [`RegionMetrics::to_openmetrics`]'s text.
+pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// One attached (or dead, unrecovered) node's metrics.
+#[derive(Clone, Debug, Serialize)]
+pub struct NodeMetrics {
+    /// Node id.
+    pub id: u32,
+    /// Process id (in its PID namespace).
+    pub pid: u32,
+    /// Its host id, in hex.
+    pub host_id: String,
+    /// `alive`, `dead` (declared dead, recovery pending) or `gone` (its
+    /// process exited; this host can tell).
+    pub state: &'static str,
+    /// Its operation counters.
+    #[serde(flatten)]
+    pub counters: Counters,
+    /// Global locks granted to it.
+    pub lock_grants: u64,
+    /// Seconds its lock requests waited for their grants, in all.
+    pub lock_wait_seconds: f64,
+    /// Recoveries it ran that freed a dead node.
+    pub recoveries: u64,
+    /// Dead nodes those recoveries freed.
+    pub nodes_recovered: u64,
+    /// Messages waiting in its inbox, and the slots they take.
+    pub inbox_messages: u64,
+    /// Inbox slots in use.
+    pub inbox_slots_used: u64,
+    /// Pins it holds.
+    pub pins: u32,
+    /// Blocks it has reserved and not yet published.
+    pub reservations: u32,
+}
+
+/// A region's metrics.
+#[derive(Clone, Debug, Serialize)]
+pub struct RegionMetrics {
+    /// Mapped size, bytes.
+    pub region_bytes: u64,
+    /// Payload area, bytes.
+    pub capacity_bytes: u64,
+    /// Index entries (blocks the index can name).
+    pub capacity_blocks: u64,
+    /// Published blocks.
+    pub live_blocks: u64,
+    /// Their payload bytes.
+    pub live_bytes: u64,
+    /// Payload chunks, and those in use.
+    pub chunks: u64,
+    /// Chunks not free.
+    pub chunks_used: u64,
+    /// Evictions counted by the stripes (whichever node evicted).
+    pub evictions: u64,
+    /// Inbox slots per node.
+    pub inbox_capacity: u64,
+    /// Blocks each live SSD tier records: (owner node, blocks).
+    pub tier_blocks: Vec<(u32, u64)>,
+    /// Nodes.
+    pub nodes: Vec<NodeMetrics>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    node: u32,
+    host: String,
+    pid: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    node: u32,
+    host: String,
+    pid: u32,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TierLabels {
+    node: u32,
+}
+
+impl Observed {
+    /// The region's metrics now (see the module documentation).
+    pub fn metrics(&self) -> Result<RegionMetrics> {
+        let store = self.store();
+        let l = &store.layout;
+        let me = Locality::here();
+        let mut nodes = Vec::new();
+        for n in 0..l.caps.max_nodes {
+            let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("platform.metrics.info"))?;
+            if info.state == 0 {
+                continue;
+            }
+            let hb: Heartbeat = store.fresh(l.heartbeat(n), Site("platform.metrics.beat"))?;
+            let st: NodeStats = store.fresh(l.node_stats(n), Site("platform.metrics.stats"))?;
+            let state = match info.state {
+                NODE_DEAD => "dead",
+                NODE_ALIVE if me.can_probe(&info) && !pid_alive(info.pid) => "gone",
+                NODE_ALIVE => "alive",
+                _ => "unknown",
+            };
+            let held = journal_census(store, n, Site("platform.metrics.journal"))?;
+            let (inbox_messages, inbox_slots_used) = store.inbox_depth(n)?;
+            nodes.push(NodeMetrics {
+                id: n,
+                pid: info.pid,
+                host_id: format!("{:016x}", info.host_id),
+                state,
+                counters: st.into(),
+                lock_grants: hb.lock_grants,
+                lock_wait_seconds: hb.lock_wait_ns as f64 / 1e9,
+                recoveries: hb.recoveries,
+                nodes_recovered: hb.nodes_recovered,
+                inbox_messages,
+                inbox_slots_used,
+                pins: held.pins,
+                reservations: held.reservations,
+            });
+        }
+        let (mut live_blocks, mut live_bytes, mut evictions) = (0u64, 0u64, 0u64);
+        for s in 0..l.caps.n_stripes {
+            let h: StripeHeader = store.fresh(l.stripe(s), Site("platform.metrics.stripe"))?;
+            live_blocks += h.live as u64;
+            live_bytes += h.bytes;
+            evictions += h.evictions;
+        }
+        let mut chunks_used = 0u64;
+        for c in 0..l.n_chunks {
+            let r: ChunkRecord = store.fresh(l.chunk(c), Site("platform.metrics.chunk"))?;
+            chunks_used += (r.kind != CHUNK_FREE) as u64;
+        }
+        let mut tier_blocks = Vec::new();
+        for d in 0..l.caps.tier_slots {
+            if let Some(owner) = store.tier_owner(d)? {
+                let mut n = 0u64;
+                store.tier_records(d, |_, _| {
+                    n += 1;
+                    Ok(())
+                })?;
+                tier_blocks.push((owner, n));
+            }
+        }
+        Ok(RegionMetrics {
+            region_bytes: l.region_size,
+            capacity_bytes: l.payload.len(),
+            capacity_blocks: l.caps.n_stripes as u64 * l.caps.entries_per_stripe as u64,
+            live_blocks,
+            live_bytes,
+            chunks: l.n_chunks as u64,
+            chunks_used,
+            evictions,
+            inbox_capacity: l.caps.inbox_slots as u64,
+            tier_blocks,
+            nodes,
+        })
+    }
+}
+
+/// Registers a family of per-node metrics and sets each node's value.
+fn per_node<M>(reg: &mut Registry, m: &RegionMetrics, name: &str, help: &str, set: impl Fn(&M, &NodeMetrics))
+where
+    M: prometheus_client::metrics::TypedMetric
+        + prometheus_client::encoding::EncodeMetric
+        + Default
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let fam = Family::<NodeLabels, M>::default();
+    for n in &m.nodes {
+        set(&fam.get_or_create(&NodeLabels { node: n.id, host: n.host_id.clone(), pid: n.pid }), n);
+    }
+    reg.register(name, help, fam);
+}
+
+/// Registers a region-wide gauge.
+fn gauge(reg: &mut Registry, name: &str, help: &str, v: u64) {
+    let g = Gauge::<i64>::default();
+    g.set(v.min(i64::MAX as u64) as i64);
+    reg.register(name, help, g);
+}
+
+impl RegionMetrics {
+    /// The metrics in the OpenMetrics text format (metric names prefixed
+    /// `cxlkv_`; counters end in `_total`; per-node metrics labelled
+    /// `node`, `host`, `pid`).
+    pub fn to_openmetrics(&self) -> String {
+        let mut reg = Registry::with_prefix("cxlkv");
+        let c = |get: fn(&NodeMetrics) -> u64| {
+            move |m: &Counter, n: &NodeMetrics| {
+                m.inc_by(get(n));
+            }
+        };
+        per_node(
+            &mut reg,
+            self,
+            "hits",
+            "Blocks found by the node's lookups, acquires and gets",
+            c(|n| n.counters.hits),
+        );
+        per_node(&mut reg, self, "misses", "Blocks the node looked for and did not find", c(|n| n.counters.misses));
+        per_node(&mut reg, self, "inserts", "Blocks the node reserved", c(|n| n.counters.inserts));
+        per_node(&mut reg, self, "exists", "Puts of keys already stored", c(|n| n.counters.exists));
+        per_node(&mut reg, self, "node_evictions", "Blocks the node evicted", c(|n| n.counters.evictions));
+        per_node(&mut reg, self, "read_bytes", "Payload bytes the node read", c(|n| n.counters.bytes_read));
+        per_node(&mut reg, self, "written_bytes", "Payload bytes the node wrote", c(|n| n.counters.bytes_written));
+        per_node(&mut reg, self, "lock_grants", "Global locks granted to the node", c(|n| n.lock_grants));
+        per_node(&mut reg, self, "recoveries", "Recoveries the node ran that freed a dead node", c(|n| n.recoveries));
+        per_node(&mut reg, self, "nodes_recovered", "Dead nodes the node's recoveries freed", c(|n| n.nodes_recovered));
+        // The crate keeps an f64 counter's value in an AtomicU64: a snapshot
+        // in this process's memory, nothing shared.
+        #[allow(clippy::disallowed_types)]
+        type Seconds = Counter<f64, std::sync::atomic::AtomicU64>;
+        per_node(
+            &mut reg,
+            self,
+            "lock_wait_seconds",
+            "Seconds the node's lock requests waited for their grants",
+            |m: &Seconds, n| {
+                m.inc_by(n.lock_wait_seconds);
+            },
+        );
+        let g = |get: fn(&NodeMetrics) -> u64| {
+            move |m: &Gauge, n: &NodeMetrics| {
+                m.set(get(n).min(i64::MAX as u64) as i64);
+            }
+        };
+        per_node(&mut reg, self, "inbox_messages", "Messages waiting in the node's inbox", g(|n| n.inbox_messages));
+        per_node(
+            &mut reg,
+            self,
+            "inbox_slots_used",
+            "Inbox slots the waiting messages take",
+            g(|n| n.inbox_slots_used),
+        );
+        per_node(&mut reg, self, "pins", "Blocks the node holds pinned", g(|n| n.pins as u64));
+        per_node(
+            &mut reg,
+            self,
+            "reservations",
+            "Blocks the node reserved and has not published",
+            g(|n| n.reservations as u64),
+        );
+        let states = Family::<StateLabels, Gauge>::default();
+        for n in &self.nodes {
+            let l = StateLabels { node: n.id, host: n.host_id.clone(), pid: n.pid, state: n.state.to_string() };
+            states.get_or_create(&l).set(1);
+        }
+        reg.register("node_state", "A node slot in use, by state (alive, dead, gone)", states);
+        gauge(&mut reg, "region_bytes", "Mapped size of the region", self.region_bytes);
+        gauge(&mut reg, "capacity_bytes", "Payload area of the region", self.capacity_bytes);
+        gauge(&mut reg, "capacity_blocks", "Blocks the index can name", self.capacity_blocks);
+        gauge(&mut reg, "live_blocks", "Published blocks", self.live_blocks);
+        gauge(&mut reg, "live_bytes", "Payload bytes of published blocks", self.live_bytes);
+        gauge(&mut reg, "chunks", "Payload chunks", self.chunks);
+        gauge(&mut reg, "chunks_used", "Payload chunks not free", self.chunks_used);
+        gauge(&mut reg, "inbox_capacity_slots", "Inbox slots per node", self.inbox_capacity);
+        let ev = Counter::<u64>::default();
+        ev.inc_by(self.evictions);
+        reg.register("evictions", "Blocks evicted from the region, by any node", ev);
+        let tiers = Family::<TierLabels, Gauge>::default();
+        for &(node, n) in &self.tier_blocks {
+            tiers.get_or_create(&TierLabels { node }).set(n.min(i64::MAX as u64) as i64);
+        }
+        reg.register("tier_blocks", "Blocks a live SSD tier records (by its node)", tiers);
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &reg);
+        out
+    }
+}
