@@ -1013,12 +1013,14 @@ impl State {
                 let (at, l, o) = piece(&hdr, j, unit);
                 let body: &[u8] = if s.direct {
                     match st.view.ptr(h.off + at, l as u64, 1) {
-                        // SAFETY: `p` names `l` bytes inside the mapping
-                        // (checked by `ptr`) of this node's reservation
-                        // (WRITING: no other node reads or writes it); the
-                        // drive's write to it completed, and it is only read
-                        // here until published.
-                        Ok(p) => unsafe { std::slice::from_raw_parts(p, l) },
+                        Ok(p) => {
+                            // SAFETY: `p` names `l` bytes inside the mapping
+                            // (checked by `ptr`) of this node's reservation
+                            // (WRITING: no other node reads or writes it); the
+                            // drive's write to it completed, and it is only
+                            // read here until published.
+                            unsafe { std::slice::from_raw_parts(p, l) }
+                        }
                         Err(_) => &[],
                     }
                 } else {
