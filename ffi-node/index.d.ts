@@ -322,6 +322,8 @@ export interface FormatOptions {
   tierSlots?: number
   /** Records of each tier directory (a power of two). */
   tierRecords?: number
+  /** Records of each stripe's change log (a power of two). */
+  changeRecords?: number
 }
 
 /** The outcome of one item of a `get`. */

@@ -53,6 +53,13 @@ enum Cmd {
     /// text) for Prometheus to scrape, read without attaching a node, until
     /// SIGINT or SIGTERM (or --seconds).
     ServeMetrics(ServeArgs),
+    /// Follows the region's change log and prints its block events, one
+    /// JSON object per line: first `cleared` and every stored block, then
+    /// each store and removal by any node as it happens. Read without
+    /// attaching a node, until SIGINT or SIGTERM (or --seconds). With
+    /// --zmq, publishes them to KV-aware routers as vLLM KV events instead
+    /// (through an attached node, which reads the blocks' route records).
+    Events(EventsArgs),
     /// Runs this host's SSD tier: copies cold blocks to slot files on the
     /// given drives ahead of eviction, records them in the region for the
     /// rack, and puts them back when a node asks. Runs until SIGINT or
@@ -150,6 +157,57 @@ struct ServeArgs {
 }
 
 #[derive(Args)]
+struct EventsArgs {
+    #[command(flatten)]
+    at: PathArgs,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    seconds: Option<u64>,
+    /// Milliseconds between polls of the log.
+    #[arg(long, default_value_t = 10)]
+    interval_ms: u64,
+    /// Publish to KV-aware routers instead of printing: vLLM
+    /// `KVEventBatch`es on a ZMQ PUB socket bound here (tcp://HOST:PORT;
+    /// port 0 takes a free one). Prints the bound endpoints as one JSON
+    /// line.
+    #[arg(long, value_name = "ENDPOINT")]
+    zmq: Option<String>,
+    /// With --zmq: bind vLLM's replay socket (ROUTER) here.
+    #[arg(long, value_name = "ENDPOINT", requires = "zmq")]
+    replay: Option<String>,
+    /// With --zmq: the topic frame of every message.
+    #[arg(long, default_value = "", requires = "zmq")]
+    topic: String,
+    /// With --zmq: the events' medium.
+    #[arg(long, default_value = "CXL", requires = "zmq")]
+    medium: String,
+    /// With --zmq: block hashes as vLLM's integers (the key's last 8 bytes,
+    /// big-endian) or as the key's 16 bytes.
+    #[arg(long, value_enum, default_value = "int", requires = "zmq")]
+    hash: HashArg,
+    /// With --zmq: publish only this namespace's blocks (repeat for more).
+    #[arg(long = "ns", requires = "zmq")]
+    namespaces: Vec<u32>,
+    /// With --zmq: the batches' data-parallel rank.
+    #[arg(long, requires = "zmq")]
+    dp_rank: Option<i64>,
+    /// With --zmq: batches kept for replay.
+    #[arg(long, default_value_t = 10_000, requires = "zmq")]
+    buffer: usize,
+    /// With --zmq: publish without attaching a node. Stored events then
+    /// carry the block hash alone: the blocks' route records (token ids,
+    /// parent, block size) are read through a node.
+    #[arg(long, requires = "zmq")]
+    observe: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum HashArg {
+    Int,
+    Bytes,
+}
+
+#[derive(Args)]
 struct TierArgs {
     #[command(flatten)]
     at: PathArgs,
@@ -209,6 +267,10 @@ struct FormatArgs {
     /// can make known to the rack, up to three quarters of it.
     #[arg(long)]
     tier_records: Option<u32>,
+    /// Records of each stripe's change log (a power of two): how far a
+    /// reader of the log may fall behind before it must rescan.
+    #[arg(long)]
+    change_records: Option<u32>,
     /// Overwrite an existing file.
     #[arg(long)]
     force: bool,
@@ -319,6 +381,7 @@ fn run() -> ExitCode {
         Cmd::Recover(a) => cmd_recover(&a),
         Cmd::Stats(a) => cmd_stats(&a),
         Cmd::ServeMetrics(a) => cmd_serve_metrics(&a),
+        Cmd::Events(a) => cmd_events(&a),
         Cmd::Tier(a) => cmd_tier(&a),
         Cmd::Bench(a) => cmd_bench(a),
         Cmd::Demo(a) => return cmd_demo(&a),
@@ -390,6 +453,7 @@ fn cmd_format(a: &FormatArgs) -> Result<(), Fail> {
         app_locks: a.app_locks.unwrap_or(d.app_locks),
         tier_slots: a.tier_slots.unwrap_or(d.tier_slots),
         tier_records: a.tier_records.unwrap_or(d.tier_records),
+        change_records: a.change_records.unwrap_or(d.change_records),
     };
     let total = a.entries.unwrap_or(caps.n_stripes.saturating_mul(d.entries_per_stripe));
     let caps = Capacities { entries_per_stripe: total.div_ceil(caps.n_stripes.max(1)), ..caps };
@@ -567,6 +631,99 @@ fn cmd_serve_metrics(a: &ServeArgs) -> Result<(), Fail> {
     let signals = Signals::block();
     let observed = observe(&a.at)?;
     metrics::serve(&observed, a.listen, a.seconds, &|d| signals.wait(d)).map_err(Fail::Run)
+}
+
+fn cmd_events(a: &EventsArgs) -> Result<(), Fail> {
+    use cxlkv_platform::events::Event;
+    use std::io::Write;
+    let signals = Signals::block();
+    if let Some(ep) = &a.zmq {
+        return publish_events(a, ep, &signals);
+    }
+    let observed = observe(&a.at)?;
+    let mut feed = observed.feed();
+    let start = std::time::Instant::now();
+    let mut events = Vec::new();
+    let key = |k: cxlkv_core::hash::Key| format!("{:016x}{:016x}", k.hi, k.lo);
+    loop {
+        events.clear();
+        feed.poll(&mut events)?;
+        let mut out = std::io::stdout().lock();
+        for e in &events {
+            let line = match *e {
+                Event::Cleared => json!({"event": "cleared"}),
+                Event::Stored { ns, key: k, len, tokens, node } => {
+                    json!({"event": "stored", "ns": ns, "key": key(k), "len": len, "tokens": tokens, "node": node})
+                }
+                Event::Removed { ns, key: k, node } => {
+                    json!({"event": "removed", "ns": ns, "key": key(k), "node": node})
+                }
+            };
+            // A closed pipe ends the command.
+            if writeln!(out, "{line}").is_err() {
+                return Ok(());
+            }
+        }
+        if out.flush().is_err() {
+            return Ok(());
+        }
+        drop(out);
+        if a.seconds.is_some_and(|s| start.elapsed().as_secs() >= s)
+            || signals.wait(std::time::Duration::from_millis(a.interval_ms.max(1)))
+        {
+            let st = feed.stats();
+            eprintln!(
+                "cxlkv events: {} changes read, {} gaps repaired, {} blocks stored",
+                st.changes, st.gaps, st.stored
+            );
+            return Ok(());
+        }
+    }
+}
+
+fn publish_events(a: &EventsArgs, ep: &str, signals: &Signals) -> Result<(), Fail> {
+    use cxlkv_platform::publish::{HashForm, Publisher, PublisherOptions};
+    let opts = PublisherOptions {
+        endpoint: ep.to_string(),
+        replay: a.replay.clone(),
+        topic: a.topic.clone(),
+        medium: a.medium.clone(),
+        hash: match a.hash {
+            HashArg::Int => HashForm::Int,
+            HashArg::Bytes => HashForm::Bytes,
+        },
+        namespaces: a.namespaces.clone(),
+        dp_rank: a.dp_rank,
+        buffer: a.buffer,
+        interval: std::time::Duration::from_millis(a.interval_ms.max(1)),
+        ..PublisherOptions::default()
+    };
+    let p = if a.observe {
+        Publisher::start(&Region::open(&a.at.path)?, a.at.mode.mode, opts)?
+    } else {
+        let node = std::sync::Arc::new(Node::open(&a.at.path, Options { mode: a.at.mode.mode, ..Options::default() })?);
+        Publisher::attached(node, opts)?
+    };
+    println!("{}", json!({"endpoint": p.endpoint(), "replay": p.replay_endpoint()}));
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    let start = std::time::Instant::now();
+    while a.seconds.is_none_or(|s| start.elapsed().as_secs() < s) {
+        if signals.wait(std::time::Duration::from_millis(100)) {
+            break;
+        }
+    }
+    let st = p.stop();
+    eprintln!(
+        "cxlkv events: {} batches, {} events, {} gaps repaired, {} replays ({} snapshots), {} messages dropped{}",
+        st.batches,
+        st.events,
+        st.feed_gaps,
+        st.replays,
+        st.snapshots,
+        st.dropped,
+        st.last_error.map(|e| format!("; last error: {e}")).unwrap_or_default()
+    );
+    Ok(())
 }
 
 fn cmd_tier(a: &TierArgs) -> Result<(), Fail> {

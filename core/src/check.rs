@@ -85,6 +85,9 @@ pub enum FindingKind {
     /// Two live records of one tier directory claim one key (a = directory,
     /// b = record).
     TierDuplicate,
+    /// A stripe's change log: its floor is above its count, or a record it
+    /// counts is unreadable (a = stripe, b = change number).
+    ChangeLog,
 }
 
 impl FindingKind {
@@ -120,6 +123,7 @@ impl FindingKind {
             FindingKind::TierHead => "tier directory head malformed",
             FindingKind::TierRecord => "tier record malformed or unreachable",
             FindingKind::TierDuplicate => "two tier records claim one key",
+            FindingKind::ChangeLog => "change log record missing or floor above count",
         }
     }
 }
@@ -378,6 +382,28 @@ impl<C: Coherence> Checker<'_, C> {
         self.lists(s, &h, &counts);
         if h.live != counts.ready || h.bytes != counts.bytes {
             self.rep(FindingKind::StripeCounters, s as u64, 0);
+        }
+        self.change_log(s, &h)
+    }
+
+    /// Stripe `s`'s change log (header `h`): the floor at most the count,
+    /// and every record the header counts readable, but the oldest (a
+    /// writer holding the lock now may be writing its place over).
+    fn change_log(&mut self, s: u32, h: &StripeHeader) -> Result<()> {
+        if h.changes_floor > h.changes {
+            self.rep(FindingKind::ChangeLog, s as u64, h.changes_floor);
+            return Ok(());
+        }
+        let ring = self.st.layout.caps.change_records as u64;
+        let first = h.changes_floor.max(h.changes.saturating_sub(ring).saturating_add(1)).saturating_add(1);
+        let mut buf = [crate::changes::Change::default(); 1];
+        for seq in first..=h.changes {
+            match self.st.read_changes(s, seq.wrapping_sub(1), &mut buf) {
+                Ok(crate::changes::Tail::Read { n: 1 }) if buf[0].seq == seq => {}
+                // The log moved on meanwhile (a live region).
+                Ok(crate::changes::Tail::Gap { .. }) => return Ok(()),
+                _ => self.rep(FindingKind::ChangeLog, s as u64, seq),
+            }
         }
         Ok(())
     }

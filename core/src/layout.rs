@@ -93,9 +93,10 @@ shared_struct! {
         pub app_locks: u32,
         pub tier_slots: u32,
         pub tier_records: u32,
-        pub reserved0: u32,
+        pub change_records: u32,
         pub off_tiers: u64,
-        pub reserved: [u64; 4],
+        pub off_changes: u64,
+        pub reserved: [u64; 3],
         pub checksum: u64,
     } size 256
 }
@@ -317,9 +318,44 @@ shared_struct! {
         pub bytes: u64,
         pub inserts: u64,
         pub evictions: u64,
-        pub reserved: [u64; 3],
+        /// Sequence number of the stripe's last change (see `changes.rs`):
+        /// its change log holds changes `changes - change_records + 1 ..=
+        /// changes`, none at or below `changes_floor`.
+        pub changes: u64,
+        /// Changes at or below this number are not in the log (recovery
+        /// raises it: what it rebuilt is known only by a scan).
+        pub changes_floor: u64,
+        pub reserved: u64,
     } size 64
 }
+
+shared_struct! {
+    /// One change of a stripe's index, in its change log ring (record `seq %
+    /// change_records`): written under the stripe lock, before the stripe
+    /// header that counts it; read without a lock.
+    pub struct ChangeRecord {
+        /// The change's sequence number in its stripe (from 1).
+        pub seq: u64,
+        /// `CHANGE_STORED` or `CHANGE_REMOVED`.
+        pub kind: u32,
+        pub ns: u32,
+        pub key_lo: u64,
+        pub key_hi: u64,
+        /// Payload bytes of the block.
+        pub len: u64,
+        pub tokens: u32,
+        /// The node that made the change.
+        pub node: u32,
+        pub reserved: u64,
+        /// Over every field but itself (see `changes::record_check`).
+        pub check: u64,
+    } size 64
+}
+
+/// A change record: a block was published.
+pub const CHANGE_STORED: u32 = 1;
+/// A change record: a published block was removed (evicted or removed).
+pub const CHANGE_REMOVED: u32 = 2;
 
 shared_struct! {
     /// An index bucket: a tag of the key's hash and the entry it names.
@@ -505,6 +541,7 @@ pub const LAYOUT_FINGERPRINT: u64 = {
     h = MsgKeys::fold_layout(h);
     h = TierHead::fold_layout(h);
     h = TierRecord::fold_layout(h);
+    h = ChangeRecord::fold_layout(h);
     h
 };
 
@@ -533,6 +570,9 @@ pub struct Capacities {
     /// Records of each tier directory (a power of two): blocks its tier can
     /// make known at once, at most three quarters of it.
     pub tier_records: u32,
+    /// Records of each stripe's change log (a power of two): how far a
+    /// reader of the log may fall behind before it must rescan.
+    pub change_records: u32,
 }
 
 impl Default for Capacities {
@@ -548,6 +588,7 @@ impl Default for Capacities {
             app_locks: 64,
             tier_slots: 4,
             tier_records: 8192,
+            change_records: 256,
         }
     }
 }
@@ -567,6 +608,8 @@ impl Capacities {
             && (4..=65536).contains(&self.inbox_slots)
             && self.app_locks <= MAX_APP_LOCKS
             && self.tier_slots <= MAX_NODES
+            && self.change_records.is_power_of_two()
+            && (4..=1 << 20).contains(&self.change_records)
             && self.tier_records.is_power_of_two()
             && (2..=1 << 26).contains(&self.tier_records)
             && self.n_locks() <= MAX_LOCKS;
@@ -669,6 +712,8 @@ pub struct Layout {
     pub inboxes: Area,
     /// Tier directories: per directory, its head line then its records.
     pub tiers: Area,
+    /// Every stripe's change log.
+    pub changes: Area,
     /// Payload chunks.
     pub payload: Area,
 }
@@ -730,6 +775,7 @@ impl Layout {
         let journals = area(&mut at, mul(n, journal_len(caps.pin_slots)));
         let inboxes = area(&mut at, mul(mul(n, mul(caps.inbox_slots as u64, SLOT_LINES).saturating_add(1)), LINE));
         let tiers = area(&mut at, mul(caps.tier_slots as u64, tier_dir_len(caps.tier_records)));
+        let changes = area(&mut at, mul(mul(s, caps.change_records as u64), LINE));
         // Chunk metadata depends on the chunk count, which depends on what is
         // left: solve with the per-chunk cost (record + bitmap bit).
         let meta_end = at;
@@ -778,6 +824,7 @@ impl Layout {
             journals,
             inboxes,
             tiers,
+            changes,
             payload,
         })
     }
@@ -820,9 +867,10 @@ impl Layout {
             app_locks: c.app_locks,
             tier_slots: c.tier_slots,
             tier_records: c.tier_records,
-            reserved0: 0,
+            change_records: c.change_records,
             off_tiers: self.tiers.start,
-            reserved: [0; 4],
+            off_changes: self.changes.start,
+            reserved: [0; 3],
             checksum: 0,
         };
         h.checksum = header_checksum(&h);
@@ -861,6 +909,7 @@ impl Layout {
             app_locks: h.app_locks,
             tier_slots: h.tier_slots,
             tier_records: h.tier_records,
+            change_records: h.change_records,
         };
         let l = Layout::compute(caps, h.region_size).map_err(|_| Error::CorruptHeader)?;
         let mut expect = l.header(h.creation_id, h.flags);
@@ -979,6 +1028,12 @@ impl Layout {
     pub fn tier_head(&self, d: u32) -> u64 {
         at(self.tiers.start, d as u64, tier_dir_len(self.caps.tier_records))
     }
+    /// Offset of record `i` (a sequence number: taken modulo the ring) of
+    /// stripe `s`'s change log.
+    pub fn change(&self, s: u32, i: u64) -> u64 {
+        let n = self.caps.change_records as u64;
+        at(self.changes.start, (s as u64).wrapping_mul(n).wrapping_add(i & n.wrapping_sub(1)), LINE)
+    }
     /// Offset of record `i` of tier directory `d`.
     pub fn tier_record(&self, d: u32, i: u32) -> u64 {
         at(self.tier_head(d).wrapping_add(LINE), i as u64, size_of::<TierRecord>() as u64)
@@ -1047,6 +1102,7 @@ mod tests {
             sut.journals,
             sut.inboxes,
             sut.tiers,
+            sut.changes,
             sut.chunk_bitmap,
             sut.chunks,
             sut.payload,

@@ -27,6 +27,7 @@ extern crate std;
 
 pub mod alloc;
 pub mod applock;
+pub mod changes;
 pub mod channel;
 pub mod check;
 pub mod coherence;

@@ -693,12 +693,13 @@ impl Manager {
             ll.grant_seq = ll.grant_seq.max(max_seq).wrapping_add(1);
             ll.holder = n.wrapping_add(1);
             ll.last = n;
-            // SYNC: the fields a grant changes (holder, last, grant_seq) are
-            // the manager's own bookkeeping: it reads the line fresh each
-            // step, and a grant's count never falls behind a ticket anyone
-            // holds (see `max_seq`). The step's closing fence completes this
-            // write-back.
+            // SYNC: the line (holder, last, grant_seq) reaches memory before
+            // the grant can be seen (reader: the manager's next step, and a
+            // recovery holding the lock, which rewrites the line to clear
+            // `repair`: a line still in flight when the grantee sees LOCKED
+            // could land over that write and bring `repair` back).
             store.publish(l.lock_line(lock), ll, Site("mgr.grant.line"))?;
+            store.co.store_fence(Site("mgr.grant.line.fence"));
             let g = LockSlot { state: SLOT_LOCKED, flags, seq: ll.grant_seq, reserved: [0; 6] };
             // SYNC: LOCKED visible to the polling node (reader: lock_with).
             store.publish_state_last(soff, &g, Site("mgr.grant"))?;

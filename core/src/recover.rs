@@ -412,11 +412,18 @@ impl<C: Coherence> Node<'_, C> {
             }
         }
         let lru_ok = self.lru_consistent(s, &old, ready)?;
+        // What the rebuild dropped is not logged one by one: a new change
+        // number that no record carries becomes the floor, so every reader
+        // of the stripe's change log meets a gap and rescans.
+        let skip = mutant!("changes.no_recovery_gap");
+        let changes = if skip { old.changes } else { old.changes.max(old.changes_floor).wrapping_add(1) };
         let mut h = StripeHeader {
             live: ready,
             bytes,
             inserts: old.inserts,
             evictions: old.evictions,
+            changes,
+            changes_floor: if skip { old.changes_floor } else { changes },
             ..StripeHeader::default()
         };
         h.lru_head = if lru_ok { old.lru_head } else { NIL };

@@ -47,6 +47,7 @@ pub fn small_caps() -> Capacities {
         app_locks: 4,
         tier_slots: 2,
         tier_records: 32,
+        change_records: 16,
     }
 }
 

@@ -293,6 +293,9 @@ typedef struct cxlkv_capacities {
   // Records of each tier directory (a power of two, 2 to 2^26): blocks
   // one SSD tier can make known to the rack, up to three quarters of it.
   uint32_t tier_records;
+  // Records of each stripe's change log (a power of two, 4 to 2^20): how
+  // far a reader of the log may fall behind before it must rescan.
+  uint32_t change_records;
 } cxlkv_capacities;
 
 // How a node attaches. Start from `cxlkv_node_options_default`.

@@ -81,6 +81,9 @@ pub struct cxlkv_capacities {
     /// Records of each tier directory (a power of two, 2 to 2^26): blocks
     /// one SSD tier can make known to the rack, up to three quarters of it.
     pub tier_records: u32,
+    /// Records of each stripe's change log (a power of two, 4 to 2^20): how
+    /// far a reader of the log may fall behind before it must rescan.
+    pub change_records: u32,
 }
 
 impl From<Capacities> for cxlkv_capacities {
@@ -96,6 +99,7 @@ impl From<Capacities> for cxlkv_capacities {
             app_locks: c.app_locks,
             tier_slots: c.tier_slots,
             tier_records: c.tier_records,
+            change_records: c.change_records,
         }
     }
 }
@@ -113,6 +117,7 @@ impl From<cxlkv_capacities> for Capacities {
             app_locks: c.app_locks,
             tier_slots: c.tier_slots,
             tier_records: c.tier_records,
+            change_records: c.change_records,
         }
     }
 }

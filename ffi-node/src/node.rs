@@ -82,6 +82,8 @@ pub struct FormatOptions {
     pub tier_slots: Option<u32>,
     /// Records of each tier directory (a power of two).
     pub tier_records: Option<u32>,
+    /// Records of each stripe's change log (a power of two).
+    pub change_records: Option<u32>,
 }
 
 /// Options of `Region.attach`.
@@ -209,6 +211,7 @@ impl Region {
             app_locks: o.u32("appLocks")?.unwrap_or(d.app_locks),
             tier_slots: o.u32("tierSlots")?.unwrap_or(d.tier_slots),
             tier_records: o.u32("tierRecords")?.unwrap_or(d.tier_records),
+            change_records: o.u32("changeRecords")?.unwrap_or(d.change_records),
         };
         let mode = mode_of(&env, o.string("flushMode")?)?;
         if map.in_use() {

@@ -18,6 +18,7 @@ use cxlkv_core::hash::{chain_keys as core_chain_keys, Key, Namespace};
 use cxlkv_platform::{Code as R, Family};
 
 mod blocks;
+mod events;
 mod region;
 mod tier;
 
@@ -191,6 +192,7 @@ fn _cxlkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<region::Node>()?;
     m.add_class::<region::Message>()?;
     m.add_class::<tier::Tier>()?;
+    m.add_class::<events::EventPublisher>()?;
     m.add_class::<blocks::Pinned>()?;
     m.add_class::<blocks::Reservation>()?;
     m.add_class::<blocks::Payload>()?;

@@ -79,7 +79,7 @@ impl Region {
     /// Formats the region, erasing it. Capacities left out keep their
     /// defaults. `BusyError` while a node of this process is attached.
     #[pyo3(signature = (*, flush_mode="default", max_nodes=None, n_stripes=None, entries_per_stripe=None,
-        n_roots=None, pin_slots=None, chunk_shift=None, inbox_slots=None, app_locks=None, tier_slots=None, tier_records=None))]
+        n_roots=None, pin_slots=None, chunk_shift=None, inbox_slots=None, app_locks=None, tier_slots=None, tier_records=None, change_records=None))]
     #[allow(clippy::too_many_arguments)]
     fn format(
         &self,
@@ -95,6 +95,7 @@ impl Region {
         app_locks: Option<u32>,
         tier_slots: Option<u32>,
         tier_records: Option<u32>,
+        change_records: Option<u32>,
     ) -> PyResult<()> {
         let map = self.mapping(py)?;
         let d = Capacities::default();
@@ -109,6 +110,7 @@ impl Region {
             app_locks: app_locks.unwrap_or(d.app_locks),
             tier_slots: tier_slots.unwrap_or(d.tier_slots),
             tier_records: tier_records.unwrap_or(d.tier_records),
+            change_records: change_records.unwrap_or(d.change_records),
         };
         if map.in_use() {
             return Err(raise(py, R::Busy, "a node of this process is attached to the region"));
@@ -315,6 +317,34 @@ impl Node {
         Ok(crate::tier::Tier::new(t))
     }
 
+    /// Publishes the whole region's block events to KV-aware routers from
+    /// a thread of this process: vLLM `KVEventBatch`es on a ZMQ PUB socket
+    /// bound at `endpoint` (`tcp://HOST:PORT`, port 0 takes a free one), and
+    /// vLLM's replay socket at `replay` if given. `hash` is 'int' (vLLM's
+    /// integer block hash: the key's last 8 bytes, big-endian) or 'bytes'
+    /// (the key's 16 bytes); `namespaces` limits the events to those
+    /// namespaces' blocks. One publisher per region is enough for a rack.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (endpoint="tcp://127.0.0.1:5557".to_string(), *, replay=None, topic=String::new(), medium="CXL".to_string(), hash="int".to_string(), namespaces=None, dp_rank=None, buffer=10_000))]
+    fn publish_events(
+        &self,
+        py: Python<'_>,
+        endpoint: String,
+        replay: Option<String>,
+        topic: String,
+        medium: String,
+        hash: String,
+        namespaces: Option<Vec<Bound<'_, PyAny>>>,
+        dp_rank: Option<i64>,
+        buffer: usize,
+    ) -> PyResult<crate::events::EventPublisher> {
+        let c = self.cache(py)?;
+        let ns = namespaces.unwrap_or_default().iter().map(|n| ns_of(n)).collect::<PyResult<Vec<u32>>>()?;
+        let opts = crate::events::options(py, endpoint, replay, topic, medium, &hash, ns, dp_rank, buffer)?;
+        let p = py.detach(|| cxlkv_platform::publish::Publisher::attached(c, opts)).or_raise(py)?;
+        Ok(crate::events::EventPublisher::new(p))
+    }
+
     /// This node's id (its slot in the node table).
     #[getter]
     fn id(&self, py: Python<'_>) -> PyResult<u32> {
@@ -417,6 +447,51 @@ impl Node {
         let mut out = vec![Ok(()); put.len()];
         py.detach(|| c.put(ns, &put, &mut out)).or_raise(py)?;
         out.iter().map(|r| blocks::result(py, r)).collect()
+    }
+
+    /// Stores route records: what a KV-aware router needs of blocks beyond
+    /// their keys, read by the event publisher (`publish_events`) when it
+    /// sees the blocks stored. `items` are `(key, token_ids, parent_key or
+    /// None)` of namespace `ns`'s blocks, `block_size` tokens per block.
+    /// Store the records before the blocks. Returns a `Result` per item:
+    /// `OK`, `EXISTS` (a record is stored already), or why it failed.
+    #[pyo3(signature = (ns, items, block_size, *, lora_id=None))]
+    fn put_routes<'py>(
+        &self,
+        py: Python<'py>,
+        ns: &Bound<'py, PyAny>,
+        items: &Bound<'py, PyAny>,
+        block_size: u32,
+        lora_id: Option<i64>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let ns = ns_of(ns)?;
+        let mut routes = Vec::new();
+        for it in items.try_iter()? {
+            let (k, tokens, parent): (Bound<'py, PyAny>, Vec<u32>, Option<Bound<'py, PyAny>>) = it?.extract()?;
+            let parent = parent.map(|p| key_of(&p)).transpose()?;
+            routes.push((key_of(&k)?, cxlkv_platform::route::Route { parent, block_size, tokens, lora_id }));
+        }
+        let c = self.cache(py)?;
+        let mut out = vec![Ok(()); routes.len()];
+        py.detach(|| c.put_routes(ns, &routes, &mut out)).or_raise(py)?;
+        out.iter().map(|r| blocks::result(py, r)).collect()
+    }
+
+    /// The route record of block `key` of namespace `ns` as `(token_ids,
+    /// parent_key or None, block_size, lora_id or None)`, or None when none
+    /// is stored.
+    #[allow(clippy::type_complexity)]
+    fn route<'py>(
+        &self,
+        py: Python<'py>,
+        ns: &Bound<'py, PyAny>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<(Vec<u32>, Option<Bound<'py, pyo3::types::PyBytes>>, u32, Option<i64>)>> {
+        let (ns, key, c) = (ns_of(ns)?, key_of(key)?, self.cache(py)?);
+        let r = py.detach(|| c.route(ns, key)).or_raise(py)?;
+        Ok(r.map(|r| {
+            (r.tokens, r.parent.map(|p| pyo3::types::PyBytes::new(py, &p.to_bytes())), r.block_size, r.lora_id)
+        }))
     }
 
     /// Copies stored blocks into existing writable buffers: `items` are

@@ -193,6 +193,11 @@ impl Observed {
         &self.store
     }
 
+    /// A feed of the region's block events (see [`crate::events`]).
+    pub fn feed(&self) -> crate::events::Feed<'_> {
+        crate::events::Feed::new(&self.store)
+    }
+
     /// Every finding of the region's invariants (empty: clean).
     pub fn check(&self) -> Result<Vec<Finding>> {
         check_store(&self.store)

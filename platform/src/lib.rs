@@ -9,12 +9,15 @@
 //! - [`copy`]: batch put and get through lists of buffers;
 //! - [`blocks`]: a batch of pinned or reserved blocks handed to a user,
 //!   ended once;
-//! - [`gpu`]: the region registered with CUDA, and DMA copies of KV blocks.
+//! - [`gpu`]: the region registered with CUDA, and DMA copies of KV blocks;
+//! - [`events`], [`publish`], [`zmtp`]: the region's block events, published
+//!   to KV-aware routers in vLLM's wire format over ZeroMQ.
 
 pub mod blocks;
 pub mod code;
 pub mod copy;
 pub mod error;
+pub mod events;
 pub mod flush;
 pub mod gpu;
 pub mod host;
@@ -25,11 +28,14 @@ pub mod metrics;
 pub mod node;
 pub mod nvme;
 pub mod pattern;
+pub mod publish;
 pub mod region;
+pub mod route;
 pub mod size;
 mod sync;
 pub mod tier;
 pub mod user;
+pub mod zmtp;
 
 pub use blocks::{Blocks, Finish, Kind};
 pub use code::{Code, Family};

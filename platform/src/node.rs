@@ -491,6 +491,12 @@ impl Node {
         &self.inner.store
     }
 
+    /// The region this node is attached to (another handle on its
+    /// mapping).
+    pub fn region(&self) -> Region {
+        Region::from_mapping(self.inner.map.clone())
+    }
+
     /// This node's id.
     pub fn id(&self) -> u32 {
         self.inner.id

@@ -40,6 +40,23 @@ impl Flag {
     }
 }
 
+/// A process-local count (a statistic, or a source of ids): no memory it
+/// guards.
+#[derive(Debug, Default)]
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n`; returns the count before.
+    pub(crate) fn add(&self, n: u64) -> u64 {
+        self.0.fetch_add(n, Ordering::Relaxed)
+    }
+
+    /// The count now.
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// A 64-bit lock word of the host-local tier file.
 pub(crate) struct HostLockWord<'a>(&'a AtomicU64);
 

@@ -50,7 +50,12 @@ mutants_names() {
 # sizes up to two chunks. Short runs have 3-4 hosts and 80 operations; deep
 # ones 4-5 hosts and 300, for rarer interleavings.
 mutants_seed() {
-  local m=$1 s=$2 cfg=$3 hosts ops crash= lazy= mixed=
+  local m=$1 s=$2 cfg=$3 hosts ops crash= lazy= mixed= feed=1
+  # A recorded seed may name the operation after which the change log is
+  # read (short/f3: CXLKV_SIM_FEED_AT=3), another family of interleavings.
+  case "$cfg" in
+    */f[0-3]) feed=${cfg##*/f}; cfg=${cfg%/f*} ;;
+  esac
   if [ $((s % 2)) -eq 1 ]; then crash=--crash; fi
   if [ $((s % 4)) -ge 2 ]; then lazy=--lazy; fi
   if [ $((s % 6)) -eq 3 ]; then mixed=--mixed; fi
@@ -61,7 +66,7 @@ mutants_seed() {
     hosts=$((s % 8 >= 4 ? 5 : 4))
     ops=300
   fi
-  "$5" run --seed "$s" --hosts "$hosts" --ops "$ops" $crash $lazy $mixed "$4" "$m" --quiet >/dev/null 2>&1
+  CXLKV_SIM_FEED_AT=$feed "$5" run --seed "$s" --hosts "$hosts" --ops "$ops" $crash $lazy $mixed "$4" "$m" --quiet >/dev/null 2>&1
 }
 export -f mutants_seed
 

@@ -120,6 +120,7 @@ impl State {
                     app_locks: 2,
                     tier_slots: 1,
                     tier_records: 8,
+                    change_records: 8,
                 };
                 match inp.small(4) {
                     0 => caps.n_stripes = 3,

@@ -27,6 +27,7 @@ pub fn tiny_caps() -> Capacities {
         app_locks: 2,
         tier_slots: 1,
         tier_records: 4,
+        change_records: 4,
     }
 }
 

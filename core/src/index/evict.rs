@@ -193,7 +193,7 @@ impl<C: Coherence> Node<'_, C> {
                         if f.entry != e {
                             return Err(Error::Corrupt);
                         }
-                        let (off, len) = st.remove_locked(s, h, e, f.bucket, &mut ent)?;
+                        let (off, len) = st.remove_locked(s, h, e, f.bucket, &mut ent, self.id)?;
                         h.evictions = h.evictions.wrapping_add(1);
                         // SYNC: the header is flushed by the caller before unlock;
                         // the payload is freed only after the entry is EMPTY:

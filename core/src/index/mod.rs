@@ -332,8 +332,9 @@ impl<C: Coherence> Store<C> {
     }
 
     /// Removes entry `e` (found at bucket `b`, value `ent`) from the stripe:
-    /// EVICTING, bucket deleted, then EMPTY on the free list. Returns its
-    /// payload (offset, length) for the caller to free. Caller holds the lock.
+    /// EVICTING, bucket deleted (a published block's removal by node `by`
+    /// logged), then EMPTY on the free list. Returns its payload (offset,
+    /// length) for the caller to free. Caller holds the lock.
     pub(crate) fn remove_locked(
         &self,
         s: u32,
@@ -341,8 +342,10 @@ impl<C: Coherence> Store<C> {
         e: u32,
         b: u32,
         ent: &mut Entry,
+        by: u32,
     ) -> Result<(u64, u64)> {
-        if ent.state == state::READY {
+        let was_ready = ent.state == state::READY;
+        if was_ready {
             self.lru_unlink(s, h, e, ent)?;
             h.live = h.live.saturating_sub(1);
             h.bytes = h.bytes.saturating_sub(ent.payload_len as u64);
@@ -350,6 +353,9 @@ impl<C: Coherence> Store<C> {
         ent.state = state::EVICTING;
         self.put_ent(s, e, ent)?;
         probe::delete(self, s, b)?;
+        if was_ready && !crate::mutant::mutant!("changes.skip_removal") {
+            self.log_change(s, h, crate::layout::CHANGE_REMOVED, ent, by)?;
+        }
         let payload = (ent.payload_off, ent.payload_len as u64);
         *ent = Entry { ver: ent.ver, gen: ent.gen, lru_prev: NIL, lru_next: h.free_head, ..Entry::default() };
         self.put_ent(s, e, ent)?;
@@ -635,6 +641,9 @@ impl<C: Coherence> Node<'_, C> {
         st.put_ent(s, h.entry, &mut e)?;
         hdr.live = hdr.live.saturating_add(1);
         hdr.bytes = hdr.bytes.saturating_add(e.payload_len as u64);
+        if !mutant!("changes.skip_store") {
+            st.log_change(s, hdr, crate::layout::CHANGE_STORED, &e, self.id)?;
+        }
         let mut j = self.local.journal.lock();
         self.journal_sub(&mut j, self.global(s, h.entry), h.gen).map(|_| ())
     }
@@ -659,7 +668,7 @@ impl<C: Coherence> Node<'_, C> {
             let tag = place(h.ns, h.key);
             let f = probe::find(st, s, tag, h.ns, h.key)?.ok_or(Error::Corrupt)?;
             let mut hdr = st.hdr(s)?;
-            let (off, _) = st.remove_locked(s, &mut hdr, h.entry, f.bucket, &mut e)?;
+            let (off, _) = st.remove_locked(s, &mut hdr, h.entry, f.bucket, &mut e, self.id)?;
             st.put_hdr(s, &hdr)?;
             {
                 let mut j = self.local.journal.lock();

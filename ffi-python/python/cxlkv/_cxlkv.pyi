@@ -18,6 +18,7 @@ __all__ = [
     "CapacityError",
     "CudaError",
     "CxlkvError",
+    "EventPublisher",
     "ExistsError",
     "InvalidArgumentError",
     "Message",
@@ -128,6 +129,7 @@ class Region:
         app_locks: Optional[int] = None,
         tier_slots: Optional[int] = None,
         tier_records: Optional[int] = None,
+        change_records: Optional[int] = None,
     ) -> None: ...
     @property
     def size(self) -> int: ...
@@ -163,7 +165,33 @@ class Tier:
     ) -> bool: ...
 
 @final
+class EventPublisher:
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def replay_endpoint(self) -> Optional[str]: ...
+    def stats(self) -> dict[str, Any]: ...
+    def stop(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        *_exc: Union[type[BaseException], BaseException, TracebackType, None],
+    ) -> bool: ...
+
+@final
 class Node:
+    def publish_events(
+        self,
+        endpoint: str = ...,
+        *,
+        replay: Optional[str] = None,
+        topic: str = ...,
+        medium: str = ...,
+        hash: str = ...,
+        namespaces: Optional[Sequence[_Ns]] = None,
+        dp_rank: Optional[int] = None,
+        buffer: int = ...,
+    ) -> EventPublisher: ...
     def start_tier(
         self,
         dirs: Sequence[_Path],
@@ -181,6 +209,15 @@ class Node:
     def exists(self, ns: _Ns, key: _Key) -> bool: ...
     def acquire(self, ns: _Ns, keys: Iterable[_Key]) -> Pinned: ...
     def reserve(self, ns: _Ns, keys: Iterable[_Key], sizes: Union[int, Sequence[int]], tokens: int = 0) -> Reservation: ...
+    def put_routes(
+        self,
+        ns: _Ns,
+        items: Iterable[tuple[_Key, Sequence[int], Optional[_Key]]],
+        block_size: int,
+        *,
+        lora_id: Optional[int] = None,
+    ) -> list[Result]: ...
+    def route(self, ns: _Ns, key: _Key) -> Optional[tuple[list[int], Optional[bytes], int, Optional[int]]]: ...
     def put(
         self, ns: _Ns, items: Iterable[tuple[_Key, Union[Buffer, Sequence[Buffer]]]], tokens: int = 0
     ) -> list[Result]: ...

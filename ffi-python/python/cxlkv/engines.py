@@ -2,7 +2,7 @@
 definition of how an engine's block hash becomes a cxlkv key and of what
 goes into the namespace, shared by every adapter.
 
-- A block's key is the first 16 bytes of the engine's hash of the block
+- A block's key is the last 16 bytes of the engine's hash of the block
   (vLLM's block hash, SGLang's page key, LMCache's chunk hash), zero-padded
   when the hash is shorter.
 - Everything that makes two blocks with equal hashes not interchangeable
@@ -83,10 +83,17 @@ def put_evicting(node: Node, ns: int, items: Sequence[tuple[bytes, Any]]) -> tup
 
 
 def block_key(engine_hash: bytes) -> bytes:
-    """The cxlkv key of a block whose engine hash is `engine_hash`."""
+    """The cxlkv key of a block whose engine hash is `engine_hash`: the
+    hash's last 16 bytes (a shorter hash is padded in front with zeros).
+
+    The key's last 8 bytes are then the hash's, and those, read big-endian,
+    are the integer vLLM puts in its KV events for the block (its default,
+    `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`): the region's event publisher
+    (`cxlkv events --zmq`, `Node.publish_events`) sends that same integer,
+    so a router matches the region's blocks with the engines' own."""
     if not engine_hash:
         raise ValueError("an engine block hash is not empty")
-    return bytes(engine_hash[:16]).ljust(16, b"\0")
+    return bytes(engine_hash[-16:]).rjust(16, b"\0")
 
 
 def _stable_u64(text: str) -> int:

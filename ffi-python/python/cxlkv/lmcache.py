@@ -15,7 +15,7 @@ the connector, which makes one cxlkv batch call per namespace of the batch
 with the GIL released, then signals the connector's eventfd; the adapter
 drains the completions. An LMCache key (`model@rank@group@chunk_hash[@salt]`)
 becomes namespace (model, KV rank, object group, cache salt) and key (the
-chunk hash's first 16 bytes).
+chunk hash's last 16 bytes).
 """
 
 from __future__ import annotations

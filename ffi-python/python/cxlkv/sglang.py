@@ -12,7 +12,7 @@ Extra-config keys beside those SGLang reads: `region` (required: the path of
 a formatted cxlkv region), `flush_mode`, `local_dir`, `node_id`, `lease_ms`,
 `lock_timeout_ms`.
 
-A page's key is the first 16 bytes of SGLang's page hash; its namespace holds
+A page's key is the last 16 bytes of SGLang's page hash; its namespace holds
 the model, the host pool's layout, dtype, page size and segment sizes, and the
 ranks SGLang's own file backend scopes by: the TP rank and size for MHA models
 (MLA pages are the same on every TP rank: shared, and written only by
@@ -52,7 +52,7 @@ _OPTIONS = {"region", "flush_mode", "local_dir", "node_id", "lease_ms", "lock_ti
 
 
 def page_key(key: str) -> bytes:
-    """The cxlkv key of SGLang page key `key`: its hash's first 16 bytes (a
+    """The cxlkv key of SGLang page key `key`: its hash's last 16 bytes (a
     key that is not hex, as the legacy calls may pass, is hashed first)."""
     try:
         raw = bytes.fromhex(key)

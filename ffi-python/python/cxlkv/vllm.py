@@ -20,7 +20,7 @@ this machine's), `local_dir` (the host-local lock directory, default
 threads, default 4), `enable_kv_events` (report what the tier stored and
 learnt was dropped, when vLLM's KV events are on), `locality`.
 
-A chunk's key is the first 16 bytes of its block hash; its namespace holds
+A chunk's key is the last 16 bytes of its block hash; its namespace holds
 what vLLM itself says makes chunks interchangeable (`FileMapper`'s fields:
 model, dtype, tokens per hash, blocks per chunk, parallel layout, KV cache
 groups) plus the chunk's size and KV cache group. Lookups are batched per

@@ -24,6 +24,19 @@ if [ ! -e "$venv/.complete" ]; then
   "$venv/bin/python" -m pip install -q --no-deps $engines
   touch "$venv/.complete"
 fi
+# Dynamo's router index (dynamo._core), for the KV event tests: its runtime
+# wheel alone (its Python dependencies are in the venv already), added to
+# the cached venv once.
+dynamo=ai-dynamo-runtime==1.6.1
+if [ ! -e "$venv/.dynamo-1.6.1" ]; then
+  "$venv/bin/python" -m pip install -q --no-deps "$dynamo"
+  touch "$venv/.dynamo-1.6.1"
+fi
+# The command-line binary the KV event tests run, built and found through
+# cargo (any CARGO_TARGET_DIR).
+cargo build --release --locked -q -p cxlkv-cli
+target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+export CXLKV_CLI="$target_dir/release/cxlkv"
 # cxlkv from this checkout: a wheel built by maturin from the project's
 # .venv (ffi-python/tests/run.sh makes it), into the engines venv.
 wheels=$(mktemp -d)

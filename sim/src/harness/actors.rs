@@ -257,6 +257,15 @@ pub(crate) fn bury_predecessor<C: Coherence>(w: &World, store: &Store<C>, h: usi
     }
 }
 
+thread_local! {
+    /// Which operation of every four is followed by a read of the change
+    /// log (`CXLKV_SIM_FEED_AT`, 0 to 3; default 1): a knob that moves the
+    /// readers' memory traffic, and so the interleavings, for replaying a
+    /// run found with another setting.
+    pub(crate) static FEED_AT: Cell<u32> =
+        Cell::new(std::env::var("CXLKV_SIM_FEED_AT").ok().and_then(|v| v.parse().ok()).unwrap_or(1));
+}
+
 pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
     if h == 0 && !restarted {
         if let Err(e) = format(w.mem.view(0), w.mem.host(0), sim_caps(w.hosts), seed) {
@@ -626,6 +635,9 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
         }
         w.published_all(me, "an operation", writing.map(|(hd, _, _)| (hd.off, hd.len)));
         always_invariants(w, h, op);
+        if op % 4 == FEED_AT.with(|c| c.get()) {
+            feed_tail(w, node.store, h);
+        }
     }
     w.model.lock().unwrap().op_at[h] = ops;
     if let Some((hd, _, raw)) = writing {
@@ -827,6 +839,16 @@ pub(crate) fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize
     let st = node.store;
     let patient = (r >> 36).is_multiple_of(2);
     WAIT_LIMIT.with(|l| l.set(if patient { 200_000 } else { 2 + (r >> 37) as u32 % 40 }));
+    // The limit goes back even when this process is killed inside the
+    // lock (its actor unwinds and restarts on this thread): a restarted
+    // process must not inherit an impatient caller's limit.
+    struct Patient;
+    impl Drop for Patient {
+        fn drop(&mut self) {
+            WAIT_LIMIT.with(|l| l.set(200_000));
+        }
+    }
+    let _patient = Patient;
     // The application lock's API, with `with_lock`'s rule: a revoked lock
     // outranks what ran under it.
     let r = node.lock_app(lock).and_then(|held| {
@@ -850,7 +872,7 @@ pub(crate) fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize
             u => body.and(u),
         }
     });
-    WAIT_LIMIT.with(|l| l.set(200_000));
+    drop(_patient);
     match r {
         Ok(()) => w.model.lock().unwrap().counter += 1,
         Err(Error::Timeout) if !patient => {}

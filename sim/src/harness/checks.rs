@@ -4,6 +4,11 @@
 use super::*;
 
 pub(crate) fn final_checks(w: &World) {
+    // First, before any check below reads stripe headers fresh through the
+    // hosts' caches: each host's change-log reader catches up through its
+    // cache as the run left it (a reader that trusts a stale header would
+    // stay behind for good).
+    feed_final(w);
     // Every live host checks the region through its own cache; host 0 (or 1)
     // then reads the results.
     let crashed = w.crashed();
@@ -86,6 +91,27 @@ pub(crate) fn always_invariants(w: &World, h: usize, op: u32) {
         return;
     }
     let Ok(store) = attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return };
+    // A stripe's change count never goes back in memory (its log's numbers
+    // are unique).
+    for s in 0..store.layout.caps.n_stripes {
+        let Ok(hd) = store.view.read::<cxlkv_core::layout::StripeHeader>(store.layout.stripe(s)) else { continue };
+        let mut m = w.model.lock().unwrap();
+        if m.changes_seen.len() <= s as usize {
+            m.changes_seen.resize(s as usize + 1, 0);
+        }
+        let seen = m.changes_seen[s as usize];
+        m.changes_seen[s as usize] = seen.max(hd.changes);
+        drop(m);
+        if hd.changes < seen {
+            let line = (store.layout.stripe(s) / 64) as usize;
+            w.violation(format!(
+                "step {} (host {h} after op {op}): stripe {s}'s change count went back from {seen} to {} (line last written by {:?})",
+                w.now(),
+                hd.changes,
+                w.mem.provenance(line)
+            ));
+        }
+    }
     let mut scratch = vec![0u64; cxlkv_core::check::scratch_words(&store)];
     let mut bad = Vec::new();
     let _ = cxlkv_core::check::check(&store, &mut scratch, &mut |f| {

@@ -25,6 +25,7 @@ pub(crate) use std::sync::{Arc, Condvar, Mutex};
 
 mod actors;
 mod checks;
+mod feed;
 mod model;
 mod ops;
 mod scenarios;
@@ -34,6 +35,7 @@ mod world;
 
 pub(crate) use actors::*;
 pub(crate) use checks::*;
+pub(crate) use feed::*;
 pub(crate) use model::*;
 pub(crate) use ops::*;
 pub(crate) use scenarios::*;

@@ -80,6 +80,9 @@ pub(crate) struct Model {
     pub(crate) stall: Option<usize>,
     /// The stalled host's op actor asks for the stall.
     pub(crate) stall_req: bool,
+    /// Stall requests that timed out (the host's manager actor stayed the
+    /// active manager, say): a few, then the run goes on without a stall.
+    pub(crate) stall_misses: u32,
     /// The stall began.
     pub(crate) stalled: bool,
     /// The stalled host's heartbeat found its node no longer ALIVE.
@@ -134,6 +137,10 @@ pub(crate) struct Model {
     pub(crate) node_epoch: BTreeMap<u32, u64>,
     /// The SSD tier's directory records.
     pub(crate) tier: TierModel,
+    /// Each host's reader of the change log.
+    pub(crate) feeds: Vec<Feed>,
+    /// The highest change count memory has shown for each stripe.
+    pub(crate) changes_seen: Vec<u64>,
 }
 
 /// A message a node sent (or tried to: a send that failed half way may or

@@ -55,6 +55,7 @@ pub fn sim_caps(hosts: usize) -> Capacities {
         app_locks: 2,
         tier_slots: 2,
         tier_records: 16,
+        change_records: 8,
     }
 }
 

@@ -76,7 +76,7 @@ pub(crate) fn rnd(x: &mut u64) -> u64 {
 pub(crate) fn stall_now(w: &World, h: usize, op: u32, ops: u32, idle: bool) -> bool {
     {
         let mut m = w.model.lock().unwrap();
-        if m.stall != Some(h) || m.stalled || op < ops / 3 || !idle {
+        if m.stall != Some(h) || m.stalled || op < ops / 3 || !idle || m.stall_misses >= 3 {
             return false;
         }
         if m.stall_in_release {
@@ -94,6 +94,9 @@ pub(crate) fn stall_now(w: &World, h: usize, op: u32, ops: u32, idle: bool) -> b
     }
     let mut m = w.model.lock().unwrap();
     m.stall_req = false;
+    if !m.stalled {
+        m.stall_misses += 1;
+    }
     m.stalled
 }
 

@@ -407,6 +407,10 @@ impl NodeEnv for Env<'_> {
     }
     fn wait(&self, iteration: u32) -> cxlkv_core::Result<()> {
         if iteration > WAIT_LIMIT.with(|l| l.get()) {
+            // `CXLKV_SIM_DEBUG`: what the locks were when a wait timed out.
+            if std::env::var_os("CXLKV_SIM_DEBUG").is_some() {
+                dump_locks(self.w);
+            }
             return Err(Error::Timeout);
         }
         {
@@ -535,4 +539,37 @@ pub(crate) fn identity(w: &World, h: usize) -> Identity {
         now: 0,
         pid_ns: 0,
     }
+}
+
+/// Prints every lock slot in use, every lock line with a holder or a
+/// repair, every node's request bits (memory's and each host's cached
+/// copy) and the manager line, as memory holds them.
+fn dump_locks(w: &World) {
+    use cxlkv_core::layout::{LockLine, LockSlot, ManagerLine, RequestLine};
+    let Ok(g) = attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return };
+    let l = &g.layout;
+    for lock in 0..l.n_locks {
+        for n in 0..l.caps.max_nodes {
+            if let Ok(sl) = g.view.read::<LockSlot>(l.lock_slot(lock, n)) {
+                if sl.state != 0 {
+                    eprintln!("at timeout: lock {lock} node {n}: {sl:?}");
+                }
+            }
+        }
+        if let Ok(ll) = g.view.read::<LockLine>(l.lock_line(lock)) {
+            if ll.repair != 0 || ll.holder != 0 {
+                eprintln!("at timeout: lock {lock} line {ll:?}");
+            }
+        }
+    }
+    for n in 0..l.caps.max_nodes {
+        let off = l.requests(n);
+        let cached: Vec<_> = (0..w.hosts).map(|h| w.mem.view(h).read::<RequestLine>(off).map(|r| r.want)).collect();
+        eprintln!(
+            "at timeout: requests of node {n}: {:?} (line by {:?}); hosts' copies {cached:?}",
+            g.view.read::<RequestLine>(off).map(|r| r.want),
+            w.mem.provenance((off / 64) as usize)
+        );
+    }
+    eprintln!("at timeout: manager {:?} step {}", g.view.read::<ManagerLine>(l.manager.start), w.now());
 }
