@@ -48,7 +48,9 @@ def main() -> None:
             for rnd in range(rounds):
                 node.evict(1 << 62)  # room for this round's chunks, untimed
                 keys = [key(rnd * n + c) for c in range(n)]
-                raw = [(block_key(bytes([1, rnd % 256]) + c.to_bytes(4, "little") * 4), v) for c, v in enumerate(views)]
+                # Keys the tier's never are: a key is the hash's last 16
+                # bytes, and the tier's hashes repeat their index there.
+                raw = [(block_key(b"raw" + bytes([rnd % 256]) + c.to_bytes(4, "little") * 3), v) for c, v in enumerate(views)]
                 into = [(k, tier._row(n + c)) for c, (k, _) in enumerate(raw)]
 
                 def tier_store() -> None:
