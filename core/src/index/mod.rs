@@ -727,20 +727,26 @@ impl<C: Coherence> Node<'_, C> {
         // Keys still to pin: all at first, then those whose entry changed.
         // At most 64 keys (`acquire` passes chunks of 64).
         let mut todo: u64 = if keys.len() >= 64 { u64::MAX } else { (1u64 << keys.len()).wrapping_sub(1) };
-        for _ in 0..5 {
+        for round in 0..5 {
             let mut announced = 0u64;
+            // A later round follows one that dropped records (of the keys
+            // in `todo`).
+            let dropped = round > 0;
             for (i, k) in keys.iter().enumerate().filter(|&(i, _)| todo & (1 << i) != 0) {
                 let Some(o) = out.get_mut(i) else { continue };
                 *o = self.announce(ns, *k);
                 announced |= (o.is_ok() as u64) << i;
             }
             todo = 0;
-            if announced == 0 {
+            if announced == 0 && !dropped {
                 return Ok(());
             }
             // SYNC: the records announced above reach memory before any of
             // their entries is read again (pairs with the evictor's fence
-            // after CLAIMED).
+            // after CLAIMED). So do the records the round before dropped,
+            // before acquire returns: one left in the cache would reach
+            // memory whenever the cache liked, maybe after recovery gave
+            // this node's journal to another node.
             st.co.full_fence(Site("pins.announce.fence"));
             for i in (0..keys.len()).filter(|&i| announced & (1 << i) != 0) {
                 if let Some(Ok(h)) = out.get(i) {

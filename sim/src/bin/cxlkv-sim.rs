@@ -102,7 +102,8 @@ fn main() {
             for sd in seed..seed + seeds {
                 let crash = has("--crash") || has("--crash-odd") && sd % 2 == 1;
                 let lazy = has("--lazy") || has("--lazy-alt") && sd % 4 >= 2;
-                let cfg = RunConfig { seed: sd, hosts, ops, crash, disable, lazy, mixed: has("--mixed") };
+                let cfg =
+                    RunConfig { seed: sd, hosts, ops, crash, disable, lazy, mixed: has("--mixed"), feed_at: None };
                 let mut r = run(&cfg);
                 r.violations.extend(reformat_run(sd, disable, lazy));
                 total_ops += r.ops;
@@ -127,7 +128,16 @@ fn main() {
             );
         }
         Some("sites") => {
-            let r = run(&RunConfig { seed, hosts, ops, crash: true, disable: None, lazy: has("--lazy"), mixed: true });
+            let r = run(&RunConfig {
+                seed,
+                hosts,
+                ops,
+                crash: true,
+                disable: None,
+                lazy: has("--lazy"),
+                mixed: true,
+                feed_at: None,
+            });
             for (s, n) in r.executed {
                 println!("{s} {n}");
             }

@@ -23,6 +23,9 @@ pub struct RunConfig {
     /// Block lengths from 64 bytes to two chunks (runs of whole chunks
     /// among them) instead of up to three kilobytes.
     pub mixed: bool,
+    /// Which operation of every four the change log is read after (0 to
+    /// 3); `None`: `CXLKV_SIM_FEED_AT`, else 1. Moves the interleavings.
+    pub feed_at: Option<u32>,
 }
 
 /// What a run found.
@@ -213,9 +216,13 @@ pub fn run(cfg: &RunConfig) -> RunResult {
         let ops = cfg.ops;
         let seed = cfg.seed;
         let mixed = cfg.mixed;
+        let feed_at = cfg.feed_at;
         threads.push(std::thread::spawn(move || {
             ACTOR.with(|a| a.set(actor));
             MIXED.with(|m| m.set(mixed));
+            if let Some(f) = feed_at {
+                FEED_AT.with(|c| c.set(f));
+            }
             w.wait_turn(actor);
             let mut restarted = false;
             let r = loop {
