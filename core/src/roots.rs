@@ -98,18 +98,60 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// Removes root `name` (the object it names is not freed).
+    ///
+    /// The allocation it named is then named by nothing: should the node
+    /// that allocated it die, recovery reclaims it, and a later
+    /// [`Node::free`] of it fails or frees whatever was allocated there
+    /// since. To free what the root named, use [`Node::root_free`].
     pub fn root_destroy(&self, name: &[u8]) -> Result<Root> {
         let want = name_bytes(name)?;
-        let l = &self.store.layout;
-        self.with_lock(l.locks().roots(), || {
-            for i in 0..l.caps.n_roots {
-                let r: RootRecord = self.store.fresh(l.root(i), Site("roots.destroy.scan"))?;
-                if record_valid(&r) && r.name == want {
-                    self.store.publish(l.root(i), &RootRecord::default(), Site("roots.destroy"))?;
-                    return Ok(Root { offset: r.offset, size: r.size, tag: r.tag });
-                }
-            }
-            Err(Error::NotFound)
+        self.with_lock(self.store.layout.locks().roots(), || {
+            let (i, r) = self.root_find_locked(want)?;
+            self.root_clear_locked(i)?;
+            Ok(r)
         })
+    }
+
+    /// Removes root `name` and frees the raw allocation it names (from
+    /// [`Node::alloc`], by any node), in one step: under the roots lock and
+    /// the allocation's heap lock, so no recovery comes between (see
+    /// [`Node::root_destroy`]). Returns what the root named.
+    /// `InvalidArgument`, changing nothing, when the root names no live raw
+    /// allocation; `Recovering`, changing nothing, while that allocation's
+    /// heap awaits repair after its node's death (retry once recovered).
+    pub fn root_free(&self, name: &[u8]) -> Result<Root> {
+        let want = name_bytes(name)?;
+        self.with_lock(self.store.layout.locks().roots(), || {
+            let (i, r) = self.root_find_locked(want)?;
+            // The record goes once the allocation is found, under its heap
+            // lock; it comes back if the free is refused after all.
+            self.free_raw_unlinking(r.offset, &mut |gone| {
+                if gone {
+                    self.root_clear_locked(i)
+                } else {
+                    self.root_put_locked(want, r)
+                }
+            })?;
+            Ok(r)
+        })
+    }
+
+    /// The slot and value of root `want`; the caller holds the roots lock.
+    fn root_find_locked(&self, want: [u8; MAX_NAME]) -> Result<(u32, Root)> {
+        let l = &self.store.layout;
+        for i in 0..l.caps.n_roots {
+            let r: RootRecord = self.store.fresh(l.root(i), Site("roots.destroy.scan"))?;
+            if record_valid(&r) && r.name == want {
+                return Ok((i, Root { offset: r.offset, size: r.size, tag: r.tag }));
+            }
+        }
+        Err(Error::NotFound)
+    }
+
+    /// Clears root slot `i`; the caller holds the roots lock.
+    fn root_clear_locked(&self, i: u32) -> Result<()> {
+        let l = &self.store.layout;
+        // SYNC: cleared record published under the roots lock (reader: get).
+        self.store.publish(l.root(i), &RootRecord::default(), Site("roots.destroy"))
     }
 }

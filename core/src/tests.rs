@@ -173,6 +173,71 @@ fn roots_put_get_destroy() {
 }
 
 #[test]
+fn root_free_takes_the_root_and_frees_its_allocation_at_once() {
+    with_two_nodes(|f, _, a, b| {
+        let off = a.alloc(3000).unwrap();
+        let r = Root { offset: off, size: 3000, tag: 5 };
+        a.root_put(b"obj", r).unwrap();
+        // A root naming no allocation is refused and kept.
+        let inside = Root { offset: off + 64, size: 64, tag: 6 };
+        a.root_put(b"inside", inside).unwrap();
+        assert_eq!(b.root_free(b"inside"), Err(Error::InvalidArgument));
+        assert_eq!(get(&f.store, b"inside"), Ok(inside));
+        assert_eq!(b.root_destroy(b"inside"), Ok(inside));
+        // Another node frees what a's root named.
+        assert_eq!(b.root_free(b"obj"), Ok(r));
+        assert_eq!(get(&f.store, b"obj"), Err(Error::NotFound));
+        assert_eq!(b.root_free(b"obj"), Err(Error::NotFound));
+        assert_eq!(a.free(off), Err(Error::InvalidArgument), "freed already");
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+    });
+}
+
+#[test]
+fn root_free_of_a_dead_nodes_allocation_after_recovery() {
+    with_two_nodes(|f, env, a, b| {
+        let kept = b.alloc(1000).unwrap();
+        let r = Root { offset: kept, size: 1000, tag: 1 };
+        b.root_put(b"kept", r).unwrap();
+        let _lost = b.alloc(1000).unwrap();
+        *env.killed.lock() = 1 << 1;
+        assert_eq!(env.step().unwrap().newly_dead, 1 << 1);
+        let rep = a.recover(0).unwrap();
+        assert_eq!(rep.blocks_reclaimed, 1, "the unrooted block only");
+        assert_eq!(a.root_free(b"kept"), Ok(r));
+        assert_eq!(a.free(kept), Err(Error::InvalidArgument), "freed already");
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+    });
+}
+
+#[test]
+fn root_free_refused_while_the_alloc_lock_awaits_repair_changes_nothing() {
+    with_two_nodes(|f, env, a, b| {
+        // The only block of its chunk: freeing it gives the chunk back, which
+        // needs the alloc lock, revoked from a dead holder. The root, taken
+        // away once the block was found, comes back.
+        let off = a.alloc(1000).unwrap();
+        let r = Root { offset: off, size: 1000, tag: 2 };
+        a.root_put(b"obj", r).unwrap();
+        let held = b.lock(f.store.layout.locks().alloc()).unwrap();
+        *env.killed.lock() = 1 << 1;
+        assert_eq!(env.step().unwrap().newly_dead, 1 << 1);
+        assert_eq!(a.root_free(b"obj"), Err(Error::Recovering));
+        assert_eq!(get(&f.store, b"obj"), Ok(r));
+        let wrong: Vec<_> = findings(f)
+            .into_iter()
+            .filter(|x| !matches!(x.kind, FindingKind::NodeDead | FindingKind::NeedsRepair | FindingKind::HeldByDead))
+            .collect();
+        assert!(wrong.is_empty(), "a refused root_free changed the chunk: {wrong:?}");
+        a.recover(0).unwrap();
+        assert_eq!(a.root_free(b"obj"), Ok(r));
+        assert_eq!(get(&f.store, b"obj"), Err(Error::NotFound));
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+        let _ = held;
+    });
+}
+
+#[test]
 fn check_reports_scribbled_metadata_and_recovery_repairs_it() {
     let f = Fixture::new(8 << 20, small_caps());
     f.attach(0);

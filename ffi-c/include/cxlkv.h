@@ -932,7 +932,10 @@ cxlkv_result cxlkv_root_get(const struct cxlkv_node *node,
                             struct cxlkv_root *out);
 
 // Removes root `name`; its value goes to `out` (NULL allowed). The object
-// it named is not freed.
+// it named is not freed: from then on nothing names it, and should the
+// node that allocated it die, recovery reclaims it (a later `cxlkv_free`
+// of it fails, or frees what was allocated there since). To free it, use
+// `cxlkv_root_free`.
 //
 // # Safety
 // `node` is a handle from this library or NULL; `name` is NUL-terminated;
@@ -940,6 +943,20 @@ cxlkv_result cxlkv_root_get(const struct cxlkv_node *node,
 cxlkv_result cxlkv_root_destroy(const struct cxlkv_node *node,
                                 const char *name,
                                 struct cxlkv_root *out);
+
+// Removes root `name` and frees the allocation it names (from
+// `cxlkv_alloc`, by any node) in one step, so no recovery comes between;
+// its value goes to `out` (NULL allowed). CXLKV_RESULT_NOT_FOUND if
+// absent; CXLKV_RESULT_INVALID_ARGUMENT, changing nothing, when the root
+// names no live allocation; CXLKV_RESULT_RECOVERING, changing nothing,
+// while the allocation's node awaits recovery (retry).
+//
+// # Safety
+// `node` is a handle from this library or NULL; `name` is NUL-terminated;
+// `out` is NULL or valid for one write.
+cxlkv_result cxlkv_root_free(const struct cxlkv_node *node,
+                             const char *name,
+                             struct cxlkv_root *out);
 
 // The address, in this process, of `len` bytes at region offset `offset`.
 // CXLKV_RESULT_OUT_OF_BOUNDS unless they lie in the payload area (where

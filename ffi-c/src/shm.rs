@@ -239,7 +239,10 @@ pub unsafe extern "C" fn cxlkv_root_get(
 }
 
 /// Removes root `name`; its value goes to `out` (NULL allowed). The object
-/// it named is not freed.
+/// it named is not freed: from then on nothing names it, and should the
+/// node that allocated it die, recovery reclaims it (a later `cxlkv_free`
+/// of it fails, or frees what was allocated there since). To free it, use
+/// `cxlkv_root_free`.
 ///
 /// # Safety
 /// `node` is a handle from this library or NULL; `name` is NUL-terminated;
@@ -261,6 +264,40 @@ pub unsafe extern "C" fn cxlkv_root_destroy(
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
         let r = c.core().root_destroy(name)?;
+        if let Some(o) = out {
+            o.write(cxlkv_root { offset: r.offset, size: r.size, tag: r.tag, reserved: 0 });
+        }
+        Ok(())
+    })
+}
+
+/// Removes root `name` and frees the allocation it names (from
+/// `cxlkv_alloc`, by any node) in one step, so no recovery comes between;
+/// its value goes to `out` (NULL allowed). CXLKV_RESULT_NOT_FOUND if
+/// absent; CXLKV_RESULT_INVALID_ARGUMENT, changing nothing, when the root
+/// names no live allocation; CXLKV_RESULT_RECOVERING, changing nothing,
+/// while the allocation's node awaits recovery (retry).
+///
+/// # Safety
+/// `node` is a handle from this library or NULL; `name` is NUL-terminated;
+/// `out` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_root_free(
+    node: *const cxlkv_node,
+    name: *const c_char,
+    out: *mut cxlkv_root,
+) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is NULL or valid for one write by the contract.
+        let out = unsafe { Out::maybe(out) };
+        // SAFETY:
+        // - `name` is NUL-terminated by the contract.
+        let name = name_of(unsafe { text(name) }?)?;
+        // SAFETY:
+        // - `node` is NULL or a handle from this library.
+        let c = unsafe { live(node) }?;
+        let r = c.core().root_free(name)?;
         if let Some(o) = out {
             o.write(cxlkv_root { offset: r.offset, size: r.size, tag: r.tag, reserved: 0 });
         }

@@ -283,6 +283,24 @@ static void test_shared_memory_library(cxlkv_node *a, cxlkv_node *b) {
   CHECK(seen.offset == off);
   EXPECT(cxlkv_root_destroy(b, "counters", NULL), CXLKV_RESULT_NOT_FOUND);
   OK(cxlkv_free(b, off));
+
+  /* root_free: the root and the allocation it names go in one step, here
+   * by another node than the allocator; a root naming no allocation is
+   * refused and kept. */
+  uint64_t obj = 0;
+  OK(cxlkv_alloc(a, 512, &obj));
+  cxlkv_root named = {obj, 512, 3, 0};
+  OK(cxlkv_root_put(a, "obj", &named));
+  cxlkv_root inside = {obj + 64, 64, 4, 0};
+  OK(cxlkv_root_put(a, "inside", &inside));
+  EXPECT(cxlkv_root_free(b, "inside", NULL), CXLKV_RESULT_INVALID_ARGUMENT);
+  OK(cxlkv_root_get(b, "inside", &seen));
+  OK(cxlkv_root_destroy(b, "inside", NULL));
+  OK(cxlkv_root_free(b, "obj", &seen));
+  CHECK(seen.offset == obj && seen.size == 512 && seen.tag == 3);
+  EXPECT(cxlkv_root_get(a, "obj", &seen), CXLKV_RESULT_NOT_FOUND);
+  EXPECT(cxlkv_root_free(b, "obj", NULL), CXLKV_RESULT_NOT_FOUND);
+  EXPECT(cxlkv_free(a, obj), CXLKV_RESULT_INVALID_ARGUMENT); /* freed already */
   OK(cxlkv_lock_free(b, l1));
   OK(cxlkv_lock_free(a, l2));
   EXPECT(cxlkv_lock_free(a, l2), CXLKV_RESULT_NOT_FOUND);

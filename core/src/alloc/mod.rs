@@ -166,6 +166,14 @@ pub fn block_of(layout: &Layout, c: u32, rec: &ChunkRecord, m: &ChunkMap, off: u
     }
 }
 
+/// A block found by [`Node::locate`], to be freed: `(i, k)`, its `k`
+/// granules from granule `i` of the chunk whose maps are `m`, or `None` for
+/// a run of whole chunks (a large block).
+struct Located {
+    m: ChunkMap,
+    block: Option<(u32, u32)>,
+}
+
 /// True if the chunk kind is one the allocator writes.
 pub fn kind_valid(kind: u32) -> bool {
     matches!(kind, CHUNK_FREE | CHUNK_KV | CHUNK_RAW | CHUNK_LARGE | CHUNK_CONT)
@@ -362,6 +370,29 @@ impl<C: Coherence> Node<'_, C> {
     /// Frees the block at `off` (of `kind`), taking its chunk owner's heap
     /// lock; `nested` when the caller holds another lock.
     fn free_block(&self, off: u64, kind: Kind, nested: bool) -> Result<()> {
+        self.free_block_with(off, kind, nested, &mut |_| Ok(()))
+    }
+
+    /// Frees the raw allocation at `off` for a caller holding another lock
+    /// (the roots lock): `unlink(true)` runs under the owner's heap lock
+    /// once the allocation is found, just before it is freed, and
+    /// `unlink(false)` undoes it should the free then be refused
+    /// (`Recovering`). `InvalidArgument`, with `unlink` never called, when
+    /// no raw allocation starts at `off`.
+    pub(crate) fn free_raw_unlinking(&self, off: u64, unlink: &mut dyn FnMut(bool) -> Result<()>) -> Result<()> {
+        if chunk_of(&self.store.layout, off).is_err() {
+            return Err(Error::InvalidArgument);
+        }
+        self.free_block_with(off, Kind::Raw, true, unlink)
+    }
+
+    fn free_block_with(
+        &self,
+        off: u64,
+        kind: Kind,
+        nested: bool,
+        unlink: &mut dyn FnMut(bool) -> Result<()>,
+    ) -> Result<()> {
         let l = &self.store.layout;
         let c = chunk_of(l, off)?;
         for _ in 0..4 {
@@ -385,7 +416,12 @@ impl<C: Coherence> Node<'_, C> {
                 if rec.owner != owner.wrapping_add(1) && !mutant!("alloc.free_under_wrong_lock") {
                     return Ok(false);
                 }
-                self.free_locked(c, rec, off, kind)?;
+                let b = self.locate(c, &rec, off, kind)?;
+                unlink(true)?;
+                if let Err(e) = self.free_located(c, rec, b) {
+                    unlink(false)?;
+                    return Err(e);
+                }
                 Ok(true)
             })?;
             if done {
@@ -398,10 +434,11 @@ impl<C: Coherence> Node<'_, C> {
         Err(Error::Busy)
     }
 
-    /// Frees the block of `kind` at `off` in chunk `c` (record `rec`, read
-    /// fresh); caller holds the owner's heap lock. `InvalidArgument` when no
-    /// such block starts there.
-    pub(crate) fn free_locked(&self, c: u32, rec: ChunkRecord, off: u64, kind: Kind) -> Result<()> {
+    /// Finds the block of `kind` at `off` in chunk `c` (record `rec`, read
+    /// fresh; its maps are read fresh here), changing nothing; caller holds
+    /// the owner's heap lock. `InvalidArgument` when no such block starts
+    /// there.
+    fn locate(&self, c: u32, rec: &ChunkRecord, off: u64, kind: Kind) -> Result<Located> {
         let l = &self.store.layout;
         let base = l.chunk_payload(c);
         match rec.kind {
@@ -409,14 +446,29 @@ impl<C: Coherence> Node<'_, C> {
                 if off != base || rec.large_kind != kind.code() || rec.blocks != 1 {
                     return Err(Error::InvalidArgument);
                 }
-                self.with_lock_nested(l.locks().alloc(), || self.release_chunks(c, rec.run.max(1)))
+                Ok(Located { m: ChunkMap::empty(l.granules()), block: None })
             }
             CHUNK_KV | CHUNK_RAW if rec.kind == kind.code() => {
                 let g = l.granule();
                 let rel = off.checked_sub(base).ok_or(Error::InvalidArgument)?;
                 let i = rel.checked_div(g).filter(|_| rel.is_multiple_of(g)).ok_or(Error::InvalidArgument)? as u32;
-                let mut m = read_map(self.store, c, Some(Site("alloc.free.map.read")))?;
+                let m = read_map(self.store, c, Some(Site("alloc.free.map.read")))?;
                 let k = m.extent(i).ok_or(Error::InvalidArgument)?;
+                Ok(Located { m, block: Some((i, k)) })
+            }
+            _ => Err(Error::InvalidArgument),
+        }
+    }
+
+    /// Frees the block [`Node::locate`] found in chunk `c` (record `rec`);
+    /// caller holds the owner's heap lock. A refusal (`Recovering`, the
+    /// alloc lock awaiting repair) changes nothing.
+    fn free_located(&self, c: u32, rec: ChunkRecord, b: Located) -> Result<()> {
+        let l = &self.store.layout;
+        let Located { mut m, block } = b;
+        match block {
+            None => self.with_lock_nested(l.locks().alloc(), || self.release_chunks(c, rec.run.max(1))),
+            Some((i, k)) => {
                 if rec.blocks <= 1 {
                     // The chunk's last block: the chunk goes back whole, under
                     // the alloc lock taken before anything changes, so a
@@ -425,7 +477,6 @@ impl<C: Coherence> Node<'_, C> {
                 }
                 self.clear_block(c, rec, &mut m, i, k)
             }
-            _ => Err(Error::InvalidArgument),
         }
     }
 
