@@ -253,22 +253,9 @@ pub unsafe extern "C" fn cxlkv_root_destroy(
     name: *const c_char,
     out: *mut cxlkv_root,
 ) -> cxlkv_result {
-    guard(|| {
-        // SAFETY:
-        // - `out` is NULL or valid for one write by the contract.
-        let out = unsafe { Out::maybe(out) };
-        // SAFETY:
-        // - `name` is NUL-terminated by the contract.
-        let name = name_of(unsafe { text(name) }?)?;
-        // SAFETY:
-        // - `node` is NULL or a handle from this library.
-        let c = unsafe { live(node) }?;
-        let r = c.core().root_destroy(name)?;
-        if let Some(o) = out {
-            o.write(cxlkv_root { offset: r.offset, size: r.size, tag: r.tag, reserved: 0 });
-        }
-        Ok(())
-    })
+    // SAFETY:
+    // - The arguments meet `take_root`'s contract, which is this one's.
+    unsafe { take_root(node, name, out, false) }
 }
 
 /// Removes root `name` and frees the allocation it names (from
@@ -287,6 +274,18 @@ pub unsafe extern "C" fn cxlkv_root_free(
     name: *const c_char,
     out: *mut cxlkv_root,
 ) -> cxlkv_result {
+    // SAFETY:
+    // - The arguments meet `take_root`'s contract, which is this one's.
+    unsafe { take_root(node, name, out, true) }
+}
+
+/// Removes root `name`, freeing the allocation it names when `free`, and
+/// writes what it named to `out` (NULL allowed).
+///
+/// # Safety
+/// `node` is a handle from this library or NULL; `name` is NUL-terminated;
+/// `out` is NULL or valid for one write.
+unsafe fn take_root(node: *const cxlkv_node, name: *const c_char, out: *mut cxlkv_root, free: bool) -> cxlkv_result {
     guard(|| {
         // SAFETY:
         // - `out` is NULL or valid for one write by the contract.
@@ -297,7 +296,8 @@ pub unsafe extern "C" fn cxlkv_root_free(
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        let r = c.core().root_free(name)?;
+        let core = c.core();
+        let r = if free { core.root_free(name)? } else { core.root_destroy(name)? };
         if let Some(o) = out {
             o.write(cxlkv_root { offset: r.offset, size: r.size, tag: r.tag, reserved: 0 });
         }
