@@ -112,6 +112,8 @@ impl<C: Coherence> Node<'_, C> {
             let r = if e == Some(Error::Revoked) { Ok(()) } else { self.cancel(lock, flags, slot_off) };
             self.env.local_unlock(lock);
             match (e, r) {
+                // Learnt while withdrawing: fencing outranks a deadline.
+                (_, Err(Error::Revoked)) => Err(Error::Revoked),
                 (Some(e), _) | (None, Err(e)) => Err(e),
                 (None, Ok(())) => Ok(None),
             }
@@ -131,6 +133,14 @@ impl<C: Coherence> Node<'_, C> {
                 let _ = self.bell(lock, false);
                 self.env.local_unlock(lock);
                 return Err(Error::Revoked);
+            }
+            // A node declared dead or freed meanwhile (stopped past its
+            // lease, woken) learns it here even when no heartbeat tells it
+            // and no live node runs a manager to drop its request.
+            if *i % 64 == 63 && !mutant!("lock.wait_ignores_fencing") {
+                if let Err(e) = self.owns_slot() {
+                    return withdraw(Some(e));
+                }
             }
             if flags & SLOT_RECOVERY == 0 && *i % 16 == 15 {
                 let ll: LockLine = match self.store.fresh(l.lock_line(lock), Site("lock.repair.check")) {
@@ -189,6 +199,14 @@ impl<C: Coherence> Node<'_, C> {
             if self.env.wait(j) == Err(Error::Revoked) {
                 break Err(Error::Revoked);
             }
+            // Fencing is learnt here too, not only from the environment (whose
+            // heartbeat thread may be gone): a node declared dead or freed
+            // gets no answer once no live node runs a manager.
+            if j % 16 == 15 && !mutant!("lock.withdraw_ignores_fencing") {
+                if let Err(e) = self.owns_slot() {
+                    break Err(e);
+                }
+            }
             if self.env.withdrawal_expired(j) {
                 break Err(Error::Timeout);
             }
@@ -245,6 +263,9 @@ impl<C: Coherence> Node<'_, C> {
             self.env.local_unlock(held.lock);
             return Err(Error::Revoked);
         }
+        // SYNC(release-landed): a manager of this host may see this IDLE in
+        // the shared cache before it lands; it writes the line back itself
+        // before its next grant of the lock.
         let r = self.store.publish_state_last(slot_off, &LockSlot::default(), Site("lock.release"));
         self.store.co.store_fence(Site("lock.release.done"));
         self.env.local_unlock(held.lock);
@@ -686,6 +707,20 @@ impl Manager {
             let rang = cx.bells.at(n as usize).at(wi) & bit != 0;
             if state != SLOT_WAITING || !rang || (ll.repair != 0 && flags & SLOT_RECOVERY == 0) {
                 continue;
+            }
+            // SYNC(release-landed): the last grantee's release (or given-back
+            // grant) reaches memory before the next grant can. This step may
+            // have read that IDLE from its own host's cache, written there by
+            // a sibling process whose flush has not completed: a crash of the
+            // host then would leave the old grant LOCKED in memory beside the
+            // new one, and revoking it would grant the lock to recovery while
+            // the new holder runs. The write-back of the line as this host
+            // sees it (IDLE, or a newer request) is completed by the fence
+            // after the line below (writer of the IDLE: `unlock`,
+            // `cancel`).
+            if ll.holder != 0 && ll.holder <= nn {
+                let prev = l.lock_slot(lock, ll.holder.wrapping_sub(1));
+                store.co.flush(&store.view, prev, 64, Site("mgr.grant.prev"))?;
             }
             // The count goes on from the largest ticket out there, in
             // case a line with it never landed (its manager crashed
