@@ -7,7 +7,11 @@
 //!   (a coherence mutant);
 //! - [`harness`]: simulated hosts over that memory under a seeded
 //!   deterministic scheduler, with crashes, checked against a reference model
-//!   and the region's invariants.
+//!   and the region's invariants;
+//! - [`steer`]: named scenarios that steer core into one interleaving each
+//!   (a store seen through a shared cache before it lands, a host stopped
+//!   and declared dead that wakes up), deterministic, for the mutant checks.
 
 pub mod harness;
 pub mod memory;
+pub mod steer;

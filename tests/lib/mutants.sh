@@ -71,12 +71,28 @@ mutants_seed() {
 export -f mutants_seed
 
 # One mutant ($1) against the simulator ($5, switched by option $4): first
-# the seeds recorded for it in tests/mutant-seeds (seeds that killed it
+# the steered scenarios (`cxlkv-sim scenario`), then the seeds recorded for
+# it in tests/mutant-seeds (seeds that killed it
 # once, deeper than CI's range: replayed like a fuzz corpus), then short
 # seeds 1..$2, then deep seeds 1..$3. Prints the verdict; returns 255
 # (stopping xargs) when a run ends without one.
 mutants_one() {
   local m=$1 s rc cfg n runs
+  # The steered scenarios first: each reaches one interleaving on purpose,
+  # whatever the seeds' traffic does.
+  "$5" scenario "$4" "$m" --quiet >/dev/null 2>&1
+  rc=$?
+  case $rc in
+    0) ;;
+    1)
+      echo "killed   $m (scenario)"
+      return 0
+      ;;
+    *)
+      echo "ABORT    $m (scenario): the simulator exited $rc, not with a verdict" >&2
+      return 255
+      ;;
+  esac
   runs=$(awk -v m="$m" '$1 == m { print $2 " " $3 }' tests/mutant-seeds 2>/dev/null)
   for cfg in short deep; do
     if [ "$cfg" = short ]; then n=$2; else n=$3; fi

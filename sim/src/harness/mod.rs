@@ -25,6 +25,7 @@ pub(crate) use std::sync::{Arc, Condvar, Mutex};
 
 mod actors;
 mod checks;
+mod debug;
 mod feed;
 mod model;
 mod ops;
@@ -35,6 +36,7 @@ mod world;
 
 pub(crate) use actors::*;
 pub(crate) use checks::*;
+pub(crate) use debug::*;
 pub(crate) use feed::*;
 pub(crate) use model::*;
 pub(crate) use ops::*;

@@ -231,6 +231,11 @@ pub(crate) struct RootModel {
 /// Owner of a raw block in `Model::raw` that a named root keeps.
 pub(crate) const ROOTED: usize = usize::MAX;
 
+/// Owner of a rooted block whose `root_free` began and may have been cut
+/// off (a crash, a revocation): freed or not, nobody knows; an allocation
+/// over it later means it was freed.
+pub(crate) const IN_FREE: usize = usize::MAX - 1;
+
 pub(crate) fn counted_insert(w: &World, h: usize) {
     let mut m = w.model.lock().unwrap();
     m.inserts[h] += 1;

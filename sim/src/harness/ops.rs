@@ -48,6 +48,8 @@ pub(crate) fn fill_raw<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, of
 pub(crate) fn track_raw(w: &World, h: usize, off: u64, len: u64) -> bool {
     let crashed = w.crashed();
     let mut m = w.model.lock().unwrap();
+    // A cut-off root_free whose block is handed out again did free it.
+    m.raw.retain(|b| !(b.2 == IN_FREE && b.0 < off + len && off < b.0 + b.1));
     let stalled = m.stall.filter(|_| m.stalled);
     if let Some(b) =
         m.raw.iter().find(|b| Some(b.2) != crashed && Some(b.2) != stalled && b.0 < off + len && off < b.0 + b.1)
@@ -73,12 +75,8 @@ pub(crate) fn track_raw(w: &World, h: usize, off: u64, len: u64) -> bool {
     true
 }
 
-pub(crate) fn raw_free<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64) {
-    let len = {
-        let mut m = w.model.lock().unwrap();
-        let Some(i) = m.raw.iter().position(|b| b.0 == off && b.2 == h) else { return };
-        m.raw.swap_remove(i).1
-    };
+/// A raw block still holds the pattern it was filled with (read fresh).
+pub(crate) fn check_raw_bytes<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64, len: u64) {
     let st = node.store;
     let mut buf = vec![0u8; len as usize];
     let r =
@@ -86,6 +84,15 @@ pub(crate) fn raw_free<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, of
     if r.is_err() || buf != raw_pattern(off, len) {
         w.violation(format!("host {h} raw block {off}+{len} changed while allocated ({r:?})"));
     }
+}
+
+pub(crate) fn raw_free<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64) {
+    let len = {
+        let mut m = w.model.lock().unwrap();
+        let Some(i) = m.raw.iter().position(|b| b.0 == off && b.2 == h) else { return };
+        m.raw.swap_remove(i).1
+    };
+    check_raw_bytes(w, node, h, off, len);
     log(w, off, format!("host {h} free raw {off}+{len}"));
     if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
         eprintln!("step {}: host {h} free raw {off}+{len}", w.now());
@@ -165,7 +172,7 @@ pub(crate) fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r:
     let before = begin(true);
     // A put names a raw block of its own, which the root then keeps alive
     // (its allocator may die: recovery must not reclaim it); a destroy
-    // frees the block its root named.
+    // frees the block its root named, in the same step (`root_free`).
     let block = if put { rooted_alloc(w, node, h, size) } else { None };
     if put && block.is_none() {
         w.model.lock().unwrap().roots[g].inflight -= 1;
@@ -174,11 +181,7 @@ pub(crate) fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r:
     let res = if let Some(off) = block {
         node.root_put(name.as_bytes(), cxlkv_core::roots::Root { offset: off, size, tag: h as u32 })
     } else {
-        node.root_destroy(name.as_bytes()).map(|root| {
-            if root.offset != 0 {
-                unroot(w, node, h, root.offset);
-            }
-        })
+        root_free(w, node, h, &name)
     };
     if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
         eprintln!(
@@ -261,10 +264,11 @@ pub(crate) fn rooted_alloc<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize
 }
 
 /// Once, when every operation is done: blocks the model still takes for
-/// rooted that no root names any more are freed by host `h`. A destroy whose
-/// unlock was interrupted by a stall past the lease returns Revoked after it
-/// took the root away, so its caller never learnt the block; a live process
-/// cleaning up frees it, as an application would.
+/// rooted that no root names any more are freed by host `h`. A put or a
+/// root_free whose unlock was interrupted by a stall past the lease returns
+/// Revoked after it changed the roots, so its caller never learnt the
+/// block's fate; a live process cleaning up frees it, as an application
+/// would.
 pub(crate) fn adopt_unrooted<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
     {
         let mut m = w.model.lock().unwrap();
@@ -277,45 +281,67 @@ pub(crate) fn adopt_unrooted<C: Coherence>(w: &World, node: &Node<'_, C>, h: usi
         .filter_map(|g| cxlkv_core::roots::get(node.store, format!("r{g}").as_bytes()).ok())
         .map(|r| r.offset)
         .collect();
-    let lost: Vec<u64> = {
+    let (lost, cut): (Vec<u64>, Vec<u64>) = {
         let mut m = w.model.lock().unwrap();
         let counter = m.counter_root;
-        m.raw
+        let lost = m
+            .raw
             .iter_mut()
             .filter(|b| b.2 == ROOTED && b.0 != counter && !named.contains(&b.0))
             .map(|b| {
                 b.2 = h;
                 b.0
             })
-            .collect()
+            .collect();
+        let cut = m.raw.iter().filter(|b| b.2 == IN_FREE && !named.contains(&b.0)).map(|b| b.0).collect();
+        m.raw.retain(|b| b.2 != IN_FREE || named.contains(&b.0));
+        (lost, cut)
     };
     for off in lost {
         raw_free(w, node, h, off);
     }
-}
-
-/// The block a destroyed root named becomes host `h`'s, which frees it
-/// (checking it kept its bytes).
-pub(crate) fn unroot<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, off: u64) {
-    let known = {
-        let mut m = w.model.lock().unwrap();
-        m.raw.iter_mut().find(|b| b.0 == off && b.2 == ROOTED).map(|b| b.2 = h).is_some()
-    };
-    if known {
-        raw_free(w, node, h, off);
-    } else {
-        // Named by a put the model lost track of (its host died): free it.
+    // A root_free cut off after it freed leaves nothing to free (refused);
+    // cut off before, the block is still allocated: freed now.
+    for off in cut {
         let mut r = node.free(off);
         while r == Err(Error::Recovering) {
             w.yield_now(3 * h, "free-retry");
             r = node.free(off);
         }
-        if let Err(e) = r {
-            if !revoked_ok(w, h, e) {
-                w.violation(format!("host {h} free of an unrooted block {off}: {e:?}"));
-            }
+        match r {
+            Ok(()) | Err(Error::InvalidArgument) => {}
+            Err(e) if revoked_ok(w, h, e) => {}
+            Err(e) => w.violation(format!("host {h} free of a cut-off root_free's block {off}: {e:?}")),
         }
     }
+}
+
+/// Destroys root `name` and frees the block it names in one step
+/// (`Node::root_free`), retried while that block's heap awaits repair. The
+/// block, checked for its bytes first, is in the model as being freed until
+/// the call returns: cut off by a crash or a revocation, it stays so
+/// (freed or not; see [`IN_FREE`]).
+pub(crate) fn root_free<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, name: &str) -> Result<(), Error> {
+    if let Ok(root) = cxlkv_core::roots::get(node.store, name.as_bytes()) {
+        let mine = {
+            let mut m = w.model.lock().unwrap();
+            m.raw.iter_mut().find(|b| b.0 == root.offset && b.2 == ROOTED).map(|b| b.2 = IN_FREE).is_some()
+        };
+        if mine {
+            check_raw_bytes(w, node, h, root.offset, root.size);
+        }
+    }
+    let mut r = node.root_free(name.as_bytes());
+    while r == Err(Error::Recovering) {
+        w.yield_now(3 * h, "free-retry");
+        r = node.root_free(name.as_bytes());
+    }
+    let root = r?;
+    let mut m = w.model.lock().unwrap();
+    m.raw.retain(|b| !(b.0 == root.offset && (b.2 == ROOTED || b.2 == IN_FREE)));
+    drop(m);
+    log(w, root.offset, format!("host {h} root_free {name} {}+{}", root.offset, root.size));
+    Ok(())
 }
 
 pub(crate) fn chan_attached(w: &World, id: u32) {

@@ -117,23 +117,7 @@ pub fn run(cfg: &RunConfig) -> RunResult {
     w.mem.set_yield_hook(Box::new(move |_h, site| {
         let a = ACTOR.with(|a| a.get());
         if a != usize::MAX {
-            if let Some(line) = entry_line() {
-                // A published entry's life in memory (`CXLKV_SIM_ENTRY_LINE`).
-                static LAST: std::sync::Mutex<(u16, u32)> = std::sync::Mutex::new((u16::MAX, 0));
-                let e: Result<cxlkv_core::layout::Entry, _> = w2.mem.shared_region().read(line * 64);
-                let mut last = LAST.lock().unwrap();
-                if let Ok(e) = e.map(|e| (e.state, e.gen)).map_err(|_| ()) {
-                    if e != *last {
-                        *last = e;
-                        eprintln!(
-                            "step {}: actor {a} at {site}: entry line {line} state {} gen {}",
-                            w2.now(),
-                            e.0,
-                            e.1
-                        );
-                    }
-                }
-            }
+            watch(&w2, a, site);
             if site.starts_with("bury.") {
                 w2.bury_in_order(a / 3);
             }

@@ -11,8 +11,12 @@ pub(crate) struct Crashed;
 /// its host's next process.
 pub(crate) struct Killed;
 
-/// A run taking more scheduler steps than this is livelocked.
-pub(crate) const STEP_LIMIT: u64 = 3_000_000;
+/// A run taking more scheduler steps than this is livelocked
+/// (`CXLKV_SIM_STEP_LIMIT`, default 3,000,000).
+pub(crate) fn step_limit() -> u64 {
+    static N: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::env::var("CXLKV_SIM_STEP_LIMIT").ok().and_then(|v| v.parse().ok()).unwrap_or(3_000_000))
+}
 
 #[derive(Default)]
 pub(crate) struct Sched {

@@ -16,6 +16,15 @@ pub(crate) struct World {
 impl World {
     pub(crate) fn violation(&self, s: String) {
         let mut m = self.model.lock().unwrap();
+        if m.violations.is_empty() && std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+            // The events that led to the first violation (later ones bury them).
+            eprintln!("first violation: {s}\nevents before it:");
+            if let Ok(sched) = self.sched.try_lock() {
+                for e in &sched.trace {
+                    eprintln!("  {e}");
+                }
+            }
+        }
         if m.violations.len() < 20 {
             m.violations.push(s);
         }
@@ -33,16 +42,17 @@ impl World {
     pub(crate) fn yield_maybe(&self, actor: usize, what: impl std::fmt::Display, force: bool) {
         let mut s = self.sched.lock().unwrap();
         s.steps += 1;
-        if s.steps == STEP_LIMIT {
+        let limit = step_limit();
+        if s.steps == limit {
             let m = format!(
-                "run did not finish within {STEP_LIMIT} scheduler steps (livelock); host-local locks held {:?}, finished {:?}",
+                "run did not finish within {limit} scheduler steps (livelock); host-local locks held {:?}, finished {:?}",
                 s.local, s.finished
             );
             drop(s);
             self.violation(m);
             s = self.sched.lock().unwrap();
         }
-        if s.steps > STEP_LIMIT {
+        if s.steps > limit {
             // Stop everyone: unwind this actor like a crash.
             for r in s.runnable.iter_mut() {
                 *r = false;
@@ -174,7 +184,7 @@ impl World {
             s = self.cvs[actor].wait(s).unwrap();
         }
         self.mem.set_tag(tag_of(&s, actor));
-        if s.host_crashed[actor / 3] || s.steps > STEP_LIMIT {
+        if s.host_crashed[actor / 3] || s.steps > step_limit() {
             drop(s);
             std::panic::resume_unwind(Box::new(Crashed));
         }
@@ -406,21 +416,21 @@ impl NodeEnv for Env<'_> {
         }
     }
     fn wait(&self, iteration: u32) -> cxlkv_core::Result<()> {
+        {
+            // As the platform's: a process whose heartbeat found it fenced
+            // stops waiting, whatever its deadline.
+            let h = ACTOR.with(|a| a.get()) / 3;
+            let m = self.w.model.lock().unwrap();
+            if m.fenced && m.stall == Some(h) {
+                return Err(Error::Revoked);
+            }
+        }
         if iteration > WAIT_LIMIT.with(|l| l.get()) {
             // `CXLKV_SIM_DEBUG`: what the locks were when a wait timed out.
             if std::env::var_os("CXLKV_SIM_DEBUG").is_some() {
                 dump_locks(self.w);
             }
             return Err(Error::Timeout);
-        }
-        {
-            // As the platform's: a process whose heartbeat found it fenced
-            // stops waiting.
-            let h = ACTOR.with(|a| a.get()) / 3;
-            let m = self.w.model.lock().unwrap();
-            if m.fenced && m.stall == Some(h) {
-                return Err(Error::Revoked);
-            }
         }
         if iteration == 50_000 && std::env::var("CXLKV_SIM_DEBUG").is_ok() {
             let a = ACTOR.with(|a| a.get());

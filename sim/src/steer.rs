@@ -1,0 +1,377 @@
+//! Steered scenarios: short, deterministic runs that put the protocol into
+//! one named interleaving on purpose — a process stopped between two
+//! instructions, a sibling's store seen through the shared cache before it
+//! lands, a host declared dead that wakes up — instead of hoping a seed
+//! reaches it. Each scenario drives core's real code over [`SimMemory`]
+//! with lazy caches (nothing moves unless the protocol moves it) and a yield
+//! hook that acts at a named coherence call; it reports violations of the
+//! invariants it checks, so a disabled site (`--disable`) or a logic mutant
+//! it covers makes it fail. `cxlkv-sim scenario` runs them; the mutant
+//! checks run them before any seed.
+
+use std::sync::{Arc, Mutex};
+
+use cxlkv_core::check::{check, scratch_words, FindingKind};
+use cxlkv_core::coherence::{Coherence, Coherent, Site};
+use cxlkv_core::format::format;
+use cxlkv_core::layout::{LockSlot, NodeInfo, NODE_ALIVE};
+use cxlkv_core::lock::{LeaseConfig, Manager};
+use cxlkv_core::mem::View;
+use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
+use cxlkv_core::store::{attach, NodeEnv, Store};
+use cxlkv_core::{Error, Result};
+
+use crate::harness::{sim_caps, SIM_BYTES};
+use crate::memory::{SimCoherence, SimConfig, SimMemory};
+
+/// One named scenario.
+pub struct Scenario {
+    /// Its name (`cxlkv-sim scenario NAME`).
+    pub name: &'static str,
+    /// The interleaving it steers into, in a line.
+    pub what: &'static str,
+    run: fn(Option<&'static str>) -> Result<Vec<String>>,
+}
+
+impl Scenario {
+    /// Runs the scenario with coherence site `disable` switched off (a
+    /// mutant; logic mutants are switched globally). Returns the violations
+    /// found; an error of the run itself is one.
+    pub fn run(&self, disable: Option<&'static str>) -> Vec<String> {
+        match (self.run)(disable) {
+            Ok(v) => v,
+            Err(e) => vec![format!("{}: the run failed: {e}", self.name)],
+        }
+    }
+}
+
+/// Every steered scenario.
+pub fn scenarios() -> &'static [Scenario] {
+    &[
+        Scenario {
+            name: "release-seen-early",
+            what: "a holder's IDLE sits in its host's cache, unwritten, when that host's manager reads it and grants \
+                   the lock to another host",
+            run: release_seen_early,
+        },
+        Scenario {
+            name: "fenced-withdrawal",
+            what: "a node gives up waiting for a lock, is declared dead and freed while it withdraws, and no live \
+                   node runs a manager to answer its withdrawal",
+            run: fenced_withdrawal,
+        },
+        Scenario {
+            name: "fenced-request",
+            what: "a node waiting for a lock is declared dead and freed; no manager step drops its request",
+            run: fenced_request,
+        },
+    ]
+}
+
+/// What an action at a coherence call gets: the call's host and site.
+type Action = Box<dyn FnMut(usize, &'static str) -> bool + Send>;
+
+/// A simulated memory with `hosts` hosts and lazy caches, its region formatted
+/// by host 0 with room for `nodes` nodes, and a hook that runs the current
+/// action (if any) at every coherence call until the action returns true.
+struct Rig {
+    mem: Box<SimMemory>,
+    action: Arc<Mutex<Option<Action>>>,
+}
+
+impl Rig {
+    fn new(hosts: usize, nodes: usize, disable: Option<&'static str>) -> Result<Rig> {
+        let mem = Box::new(SimMemory::new(SIM_BYTES, hosts, 1, SimConfig::lazy()));
+        format(mem.view(0), mem.host(0), sim_caps(nodes), 1)?;
+        mem.drain(0);
+        mem.disable(disable);
+        let action: Arc<Mutex<Option<Action>>> = Arc::new(Mutex::new(None));
+        let a = action.clone();
+        mem.set_yield_hook(Box::new(move |h, site| {
+            let mut slot = a.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(f) = slot.as_mut() {
+                if f(h, site) {
+                    *slot = None;
+                }
+            }
+        }));
+        Ok(Rig { mem, action })
+    }
+
+    fn store(&self, h: usize) -> Result<Store<SimCoherence<'_>>> {
+        attach(self.mem.view(h), self.mem.host(h))
+    }
+
+    /// Host `h`'s cache as a view (stores there are that host's stores).
+    fn cache(&self, h: usize) -> View {
+        self.mem.view(h)
+    }
+
+    /// Runs `f` at coherence calls from now on, until it returns true.
+    fn at_calls(&self, f: impl FnMut(usize, &'static str) -> bool + Send + 'static) {
+        *self.action.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(f));
+    }
+
+    /// Findings of `check` on memory itself (what a host reads after
+    /// invalidating everything; what a crash of every host would leave).
+    fn memory_findings(&self) -> Result<Vec<FindingKind>> {
+        let st = attach(self.mem.shared_region(), Coherent)?;
+        let mut scratch = vec![0u64; scratch_words(&st)];
+        let mut out = Vec::new();
+        check(&st, &mut scratch, &mut |f| out.push(f.kind))?;
+        Ok(out)
+    }
+}
+
+/// Attaches node `id` through `store` (a host's view), as a process of host
+/// `host` would.
+fn attach_as<C: Coherence>(store: &Store<C>, id: u32, host: u64) -> Result<u32> {
+    attach_node(store, Some(id), Identity { pid: 100 + id, host_id: host + 1, pid_ns: 0, nonce: 1 + id as u64, now: 0 })
+}
+
+/// A node environment whose waits step one lock manager inline (running on
+/// its own host's view), so one thread plays every process; nobody is ever
+/// declared dead unless a scenario says so.
+struct StepEnv<'a> {
+    store: &'a Store<SimCoherence<'a>>,
+    mgr: spin::Mutex<Manager>,
+    now: spin::Mutex<u64>,
+}
+
+impl<'a> StepEnv<'a> {
+    fn new(store: &'a Store<SimCoherence<'a>>, me: u32) -> StepEnv<'a> {
+        StepEnv { store, mgr: spin::Mutex::new(Manager::new(me)), now: spin::Mutex::new(0) }
+    }
+
+    fn step(&self) -> Result<()> {
+        let now = {
+            let mut t = self.now.lock();
+            *t += 1;
+            *t
+        };
+        let probe = |_: u32, _: &NodeInfo| None;
+        self.mgr.lock().step(self.store, now, LeaseConfig { lease: u64::MAX / 4, settle: 0 }, &probe).map(|_| ())
+    }
+}
+
+impl NodeEnv for StepEnv<'_> {
+    fn local_lock(&self, _lock: u32) -> Result<()> {
+        Ok(())
+    }
+    fn local_unlock(&self, _lock: u32) {}
+    fn wait(&self, iteration: u32) -> Result<()> {
+        if iteration > 10_000 {
+            return Err(Error::Timeout);
+        }
+        self.step()
+    }
+}
+
+/// Host 0 runs the lock manager (node 0) and node 1, which holds a lock;
+/// node 2 on host 1 asks for it. The manager's step invalidates the lock
+/// line and node 1's slot, and while it invalidates node 2's, node 1 stores
+/// its release (IDLE) — stopped there, before its own write-back. The
+/// manager then loads node 1's slot through the cache it shares with node 1,
+/// sees IDLE, and grants node 2. Memory must never show both grants: a crash
+/// of host 0 would leave node 1's old grant LOCKED, and its revocation would
+/// give the lock to recovery while node 2 holds it (seed 51 of
+/// `run --hosts 4 --ops 200 --crash-odd --lazy` found this).
+fn release_seen_early(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LOCK: u32 = 0;
+    let rig = Rig::new(2, 3, disable)?;
+    let (s0, s1) = (rig.store(0)?, rig.store(1)?);
+    attach_as(&s0, 0, 0)?;
+    attach_as(&s0, 1, 0)?;
+    attach_as(&s1, 2, 1)?;
+    let env = StepEnv::new(&s0, 0);
+    let (l1, l2) = (NodeLocal::default(), NodeLocal::default());
+    let (n1, n2) = (Node::new(&s0, 1, &env, &l1)?, Node::new(&s1, 2, &env, &l2)?);
+    let held = n1.lock(LOCK)?;
+    let slot1 = s0.layout.lock_slot(LOCK, 1);
+    let cache0 = rig.cache(0);
+    let fired = Arc::new(Mutex::new(false));
+    let f2 = fired.clone();
+    // The manager's batch for the lock: its line, node 1's slot, node 2's.
+    let mut calls = 0;
+    rig.at_calls(move |h, site| {
+        match (h, site) {
+            (0, "mgr.line") => calls = 0,
+            (0, "mgr.lock") => calls += 1,
+            _ => {}
+        }
+        if calls < 3 {
+            return false;
+        }
+        // Node 1's unlock up to its write-back: the IDLE store alone.
+        let _ = cache0.write(slot1, &LockSlot::default());
+        *f2.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        true
+    });
+    let granted = n2.lock(LOCK)?;
+    let mut out = Vec::new();
+    if !*fired.lock().unwrap_or_else(|p| p.into_inner()) {
+        out.push("release-seen-early: the manager's batch never reached node 2's slot".to_string());
+        return Ok(out);
+    }
+    if rig.memory_findings()?.contains(&FindingKind::TwoHolders) {
+        out.push(format!(
+            "release-seen-early: memory shows node 1's released grant (seq {}) LOCKED beside node 2's (seq {}): a \
+             crash of host 0 now hands the lock to recovery while node 2 holds it",
+            held.seq, granted.seq
+        ));
+    }
+    // Node 1's unlock completes (its write-back), node 2 releases: clean.
+    s0.co.flush(&s0.view, slot1, 64, Site("steer.release"))?;
+    s0.co.store_fence(Site("steer.release.fence"));
+    n2.unlock(granted)?;
+    let left = rig.memory_findings()?;
+    if !left.is_empty() {
+        out.push(format!("release-seen-early: findings after both released: {left:?}"));
+    }
+    Ok(out)
+}
+
+/// What [`FencedEnv`] does at each wait.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    /// Waits step the manager; the `n`th of them gives up (`Timeout`).
+    Asking { n: u32 },
+    /// Nobody steps a manager any more (every other node left); waits just
+    /// count, and the environment never says the node is fenced (its
+    /// heartbeat thread is gone).
+    Alone,
+}
+
+/// A node environment for the fencing scenarios: waits step the manager
+/// while the scenario wants them to, then nothing answers; the node is
+/// freed (as recovery frees a dead node) at the first wait of `free_at`.
+struct FencedEnv<'a> {
+    inner: StepEnv<'a>,
+    phase: spin::Mutex<Phase>,
+    waits: spin::Mutex<u32>,
+    free_at: Phase,
+    node: u32,
+    freed: spin::Mutex<bool>,
+}
+
+/// Waits a fenced node may spend before it must have learnt it is fenced.
+const FENCED_WAITS: u32 = 10_000;
+
+impl FencedEnv<'_> {
+    /// Frees node `self.node`'s slot through the manager's host, as a
+    /// recovery that declared it dead would.
+    fn free_node(&self) -> Result<()> {
+        let st = self.inner.store;
+        let off = st.layout.node_info(self.node);
+        let mut info: NodeInfo = st.fresh_state_first(off, Site("steer.info"))?;
+        if info.state != NODE_ALIVE {
+            return Ok(());
+        }
+        info = NodeInfo { incarnation: info.incarnation, ..NodeInfo::default() };
+        st.publish_state_last(off, &info, Site("steer.free"))?;
+        st.co.store_fence(Site("steer.free.fence"));
+        *self.freed.lock() = true;
+        Ok(())
+    }
+}
+
+impl NodeEnv for FencedEnv<'_> {
+    fn local_lock(&self, _lock: u32) -> Result<()> {
+        Ok(())
+    }
+    fn local_unlock(&self, _lock: u32) {}
+    fn wait(&self, _iteration: u32) -> Result<()> {
+        let phase = *self.phase.lock();
+        let first = {
+            let mut w = self.waits.lock();
+            *w += 1;
+            *w == 1
+        };
+        if first && std::mem::discriminant(&phase) == std::mem::discriminant(&self.free_at) {
+            self.free_node()?;
+        }
+        match phase {
+            Phase::Asking { n } => {
+                if *self.waits.lock() >= n {
+                    *self.phase.lock() = Phase::Alone;
+                    *self.waits.lock() = 0;
+                    return Err(Error::Timeout);
+                }
+                self.inner.step()
+            }
+            Phase::Alone => {
+                if *self.waits.lock() > FENCED_WAITS {
+                    return Err(Error::Timeout);
+                }
+                Ok(())
+            }
+        }
+    }
+    fn withdrawal_expired(&self, _iteration: u32) -> bool {
+        *self.waits.lock() > FENCED_WAITS
+    }
+}
+
+/// Node 0 holds a lock; node 1 on another host asks for it with `env`
+/// (whose phases say when it gives up, when it is freed and when managers
+/// stop). The call must end with `Revoked` before the environment's
+/// watchdog: a fenced node never waits for an answer it cannot get.
+fn fenced_case(name: &str, asking: u32, free_at: Phase) -> Result<Vec<String>> {
+    const LOCK: u32 = 1;
+    let rig = Rig::new(2, 2, None)?;
+    let (s0, s1) = (rig.store(0)?, rig.store(1)?);
+    attach_as(&s0, 0, 0)?;
+    attach_as(&s1, 1, 1)?;
+    let env0 = StepEnv::new(&s0, 0);
+    let l0 = NodeLocal::default();
+    let n0 = Node::new(&s0, 0, &env0, &l0)?;
+    let held = n0.lock(LOCK)?;
+    let env1 = FencedEnv {
+        inner: StepEnv::new(&s0, 0),
+        phase: spin::Mutex::new(Phase::Asking { n: asking }),
+        waits: spin::Mutex::new(0),
+        free_at,
+        node: 1,
+        freed: spin::Mutex::new(false),
+    };
+    // The manager's state so far is node 0's: carry it over.
+    *env1.inner.mgr.lock() = std::mem::replace(&mut *env0.mgr.lock(), Manager::new(0));
+    *env1.inner.now.lock() = *env0.now.lock();
+    let l1 = NodeLocal::default();
+    let n1 = Node::new(&s1, 1, &env1, &l1)?;
+    let r = n1.lock(LOCK);
+    let mut out = Vec::new();
+    if !*env1.freed.lock() {
+        out.push(format!("{name}: the node was never freed (the scenario did not reach its point)"));
+    } else if r != Err(Error::Revoked)
+        || std::mem::discriminant(&*env1.phase.lock()) != std::mem::discriminant(&free_at)
+    {
+        out.push(format!(
+            "{name}: a node freed while it waited got {r:?} after {} waits (phase {:?}), not Revoked at once: \
+             it waited for an answer no manager gives",
+            *env1.waits.lock(),
+            *env1.phase.lock()
+        ));
+    }
+    *env0.mgr.lock() = std::mem::replace(&mut *env1.inner.mgr.lock(), Manager::new(0));
+    n0.unlock(held)?;
+    Ok(out)
+}
+
+/// Node 1 gives up on a lock node 0 holds (its environment's deadline);
+/// as it withdraws it is freed, and no manager runs any more: its CANCEL
+/// is never answered. It must learn it is fenced from the region and
+/// return `Revoked` (seed 129 of `run --hosts 3 --ops 80 --lazy` waited for
+/// ever here).
+fn fenced_withdrawal(disable: Option<&'static str>) -> Result<Vec<String>> {
+    let _ = disable;
+    fenced_case("fenced-withdrawal", 3, Phase::Alone)
+}
+
+/// Node 1 waits for a lock node 0 holds and is freed meanwhile; no manager
+/// step drops its request (only full steps read a freed node's bell). It
+/// must learn it is fenced before its deadline.
+fn fenced_request(disable: Option<&'static str>) -> Result<Vec<String>> {
+    let _ = disable;
+    fenced_case("fenced-request", FENCED_WAITS + 2, Phase::Asking { n: 0 })
+}
