@@ -37,13 +37,31 @@ impl Scenario {
     /// Runs the scenario with coherence site `disable` switched off (a
     /// mutant; logic mutants are switched globally). Returns the violations
     /// found; an error of the run itself is one.
+    ///
+    /// A scenario that gives no verdict within [`SCENARIO_DEADLINE`] is a
+    /// violation too (a wait that never ends); its thread is left behind.
     pub fn run(&self, disable: Option<&'static str>) -> Vec<String> {
-        match (self.run)(disable) {
-            Ok(v) => v,
-            Err(e) => vec![format!("{}: the run failed: {e}", self.name)],
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (f, name) = (self.run, self.name);
+        let spawned = std::thread::Builder::new().name(format!("scenario {name}")).spawn(move || {
+            let _ = tx.send(f(disable));
+        });
+        if let Err(e) = spawned {
+            return vec![format!("{name}: could not start: {e}")];
+        }
+        match rx.recv_timeout(SCENARIO_DEADLINE) {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => vec![format!("{name}: the run failed: {e}")],
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                vec![format!("{name}: no verdict within {}s: a wait that never ends", SCENARIO_DEADLINE.as_secs())]
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => vec![format!("{name}: the run panicked")],
         }
     }
 }
+
+/// How long a scenario may run (each takes milliseconds).
+pub const SCENARIO_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Every steered scenario.
 pub fn scenarios() -> &'static [Scenario] {
@@ -164,6 +182,9 @@ impl NodeEnv for StepEnv<'_> {
             return Err(Error::Timeout);
         }
         self.step()
+    }
+    fn withdrawal_expired(&self, iteration: u32) -> bool {
+        iteration > 10_000
     }
 }
 
