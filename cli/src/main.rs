@@ -361,7 +361,24 @@ struct Helper {
     args: Vec<String>,
 }
 
+/// True when a panic is std's report of a write to a closed stdout or
+/// stderr (`failed printing to stdout: Broken pipe`).
+fn is_broken_pipe(info: &std::panic::PanicHookInfo<'_>) -> bool {
+    let p = info.payload();
+    let msg = p.downcast_ref::<String>().map(String::as_str).or_else(|| p.downcast_ref::<&str>().copied());
+    msg.is_some_and(|m| m.starts_with("failed printing to std") && m.contains("Broken pipe"))
+}
+
 fn main() -> ExitCode {
+    // A reader that went away (`cxlkv check R | head -1`) ends the command
+    // quietly, as it ends any Unix tool: nothing on stderr, status 0.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if is_broken_pipe(info) {
+            std::process::exit(0);
+        }
+        default_hook(info);
+    }));
     // Never let a panic escape as an abort with a backtrace: report and exit 2.
     match std::panic::catch_unwind(run) {
         Ok(code) => code,

@@ -40,6 +40,27 @@ fn format_inspect_check_recover_round_trip() {
     let _ = std::fs::remove_file(&p);
 }
 
+/// `cxlkv inspect R --json | head -1` and `cxlkv check R | head -1`: the
+/// reader closes the pipe after a line; the command ends quietly.
+#[test]
+fn a_closed_pipe_ends_a_command_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let p = path("pipe");
+    assert!(run(&["format", &p, "--size", "16M", "--chunk", "64K", "--entries", "1024"]).status.success());
+    for args in [vec!["inspect", &p, "--json"], vec!["check", &p, "--json"], vec!["stats", &p, "--prometheus"]] {
+        let mut child = Command::new(BIN).args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        // Read nothing: close the pipe at once, so every write fails.
+        drop(child.stdout.take());
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let st = child.wait().unwrap();
+        assert_eq!(st.code(), Some(0), "{args:?}: {err}");
+        assert!(err.is_empty(), "{args:?} printed: {err}");
+    }
+    let _ = std::fs::remove_file(&p);
+}
+
 #[test]
 fn every_subcommand_takes_help() {
     for cmd in ["demo", "format", "inspect", "check", "recover", "bench", "gpu-check"] {
