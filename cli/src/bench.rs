@@ -180,6 +180,8 @@ pub struct Report {
     pub block_bytes: usize,
     /// Cost per line of each flush primitive.
     pub flush: Vec<FlushRow>,
+    /// The demo's payload checker against memcpy.
+    pub checker: Vec<CheckerRow>,
     /// Every measure, per coherence mode.
     pub modes: Vec<ModeReport>,
 }
@@ -191,6 +193,16 @@ pub struct FlushRow {
     pub ns_per_line: f64,
     /// Against plain stores.
     pub x_plain: f64,
+}
+
+/// Bandwidth of one pass over payload bytes (the demo's pattern fill or
+/// verify, or the memcpy reference).
+#[derive(Debug, Serialize)]
+pub struct CheckerRow {
+    pub what: &'static str,
+    pub gb_per_s: f64,
+    /// Against the same run's memcpy.
+    pub x_memcpy: f64,
 }
 
 /// The measures of one coherence mode.
@@ -295,6 +307,7 @@ struct LockRun {
 /// Runs the benchmark and returns its report.
 pub fn run(cfg: &Config) -> Result<Report, cxlkv_platform::Error> {
     let flush = flush_costs(cfg.quick)?;
+    let checker = checker_rows(cfg.quick);
     let mut modes = Vec::new();
     for &mode in &cfg.modes {
         let rows = one_mode(mode, cfg)?;
@@ -303,7 +316,48 @@ pub fn run(cfg: &Config) -> Result<Report, cxlkv_platform::Error> {
         modes.push(ModeReport { mode: mode.name(), rows, cross_process });
     }
     let unix_time = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    Ok(Report { unix_time, blocks: cfg.blocks, block_bytes: cfg.block_bytes, flush, modes })
+    Ok(Report { unix_time, blocks: cfg.blocks, block_bytes: cfg.block_bytes, flush, checker, modes })
+}
+
+/// The demo's payload checker (`pattern::fill`, `pattern::verify`) against a
+/// same-run memcpy, 2 MiB blocks over 64 MiB (a verify as slow as a copy
+/// per word once made the demo measure its checker instead of the store).
+fn checker_rows(quick: bool) -> Vec<CheckerRow> {
+    const BLOCK: usize = 2 << 20;
+    let blocks = 32;
+    let passes = if quick { 2 } else { 6 };
+    let src = vec![0x5au8; BLOCK * blocks];
+    let mut dst = vec![0u8; BLOCK * blocks];
+    dst.fill(1);
+    let bytes = (BLOCK * blocks * passes) as f64;
+    let time = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        for _ in 0..passes {
+            f();
+        }
+        bytes / t.elapsed().as_secs_f64().max(1e-9) / 1e9
+    };
+    let memcpy = time(&mut || {
+        for (d, s) in dst.chunks_mut(BLOCK).zip(src.chunks(BLOCK)) {
+            d.copy_from_slice(std::hint::black_box(s));
+        }
+    });
+    let fill = time(&mut || {
+        for (i, d) in dst.chunks_mut(BLOCK).enumerate() {
+            cxlkv_platform::pattern::fill(key(i as u64), d);
+        }
+    });
+    let mut good = 0;
+    let verify = time(&mut || {
+        for (i, d) in dst.chunks(BLOCK).enumerate() {
+            good += cxlkv_platform::pattern::verify(key(i as u64), std::hint::black_box(d)) as usize;
+        }
+    });
+    if good != blocks * passes {
+        eprintln!("bench: the checker rejected {} of its own blocks", blocks * passes - good);
+    }
+    let row = |what, gb: f64| CheckerRow { what, gb_per_s: gb, x_memcpy: gb / memcpy.max(1e-9) };
+    vec![row("memcpy (reference)", memcpy), row("pattern fill", fill), row("pattern verify", verify)]
 }
 
 /// Cost per 64-byte line of writing a payload and making it reach memory,
@@ -806,6 +860,12 @@ pub fn print_table(r: &Report) {
     println!("{:<32}{:>12}{:>12}", "primitive", "ns/line", "x plain");
     for row in &r.flush {
         println!("{:<32}{:>12.2}{:>12.1}", row.primitive, row.ns_per_line, row.x_plain);
+    }
+    println!();
+    println!("payload checker of the demo and tests, 2 MiB blocks over 64 MiB, against memcpy");
+    println!("{:<32}{:>12}{:>12}", "pass", "GB/s", "x memcpy");
+    for row in &r.checker {
+        println!("{:<32}{:>12.2}{:>12.2}", row.what, row.gb_per_s, row.x_memcpy);
     }
     println!();
     let modes = &r.modes;

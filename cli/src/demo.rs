@@ -231,11 +231,17 @@ struct Counters {
     published_bytes: u64,
     evictions: u64,
     evicted_bytes: u64,
+    /// Evictions this worker's node made, as the region counts them (its
+    /// reserves evict too, not only its explicit evict calls).
+    node_evictions: u64,
     read: u64,
     read_bytes: u64,
     verify_failures: u64,
     missing: u64,
     errors: u64,
+    /// Nanoseconds spent writing (prefill) or checking (decode) the payload
+    /// pattern: the demo's own work, not the store's.
+    check_ns: u64,
     handoff: Hist,
     /// Gets once this process's page tables of the region were populated.
     get: Hist,
@@ -339,6 +345,7 @@ fn prefill(cache: &Node, cfg: &Config, index: usize) -> Result<(), String> {
         }
         if last.elapsed() >= Duration::from_secs(1) {
             last = Instant::now();
+            c.node_evictions = node.stats().map_or(c.node_evictions, |s| s.evictions);
             report(&mut c, false);
         }
     }
@@ -429,7 +436,9 @@ fn prefill_one(
             match node.reserve(NS, *key, len, TOKENS_PER_BLOCK as u32) {
                 Ok(h) => {
                     let buf = &mut buf[..len as usize];
+                    let tf = Instant::now();
                     pattern::fill(*key, buf);
+                    c.check_ns += tf.elapsed().as_nanos() as u64;
                     let published = node.write(&h, 0, buf).and_then(|_| node.publish_flushed(&[h], &mut [Ok(())]));
                     if let Err(e) = published {
                         let _ = node.abort(&h);
@@ -509,9 +518,10 @@ fn decode(cache: &Node, cfg: &Config) -> Result<(), String> {
                         continue;
                     };
                     let len = h.len as usize;
-                    let ok = len as u64 == len_of(cfg, *key)
-                        && node.read(&h, 0, &mut buf[..len]).is_ok()
-                        && pattern::verify(*key, &buf[..len]);
+                    let read = len as u64 == len_of(cfg, *key) && node.read(&h, 0, &mut buf[..len]).is_ok();
+                    let tv = Instant::now();
+                    let ok = read && pattern::verify(*key, &buf[..len]);
+                    c.check_ns += tv.elapsed().as_nanos() as u64;
                     if let Err(e) = node.release(&[h]) {
                         c.error(format!("release: {e}"));
                     }
@@ -634,6 +644,7 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
         children.push((name, child, reader));
     }
     let start = Instant::now();
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut failed = Vec::new();
     let mut running = children.len();
     while running > 0 {
@@ -646,22 +657,27 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
                 _ => {}
             }
         }
-        if progress && start.elapsed().as_millis() % 1000 < 250 {
+        // A terminal gets one line rewritten every second; a log, a line
+        // every five seconds.
+        let every = if tty { 1000 } else { 5000 };
+        if progress && start.elapsed().as_millis() % every < 250 {
             let m = latest.lock().map(|m| m.clone()).unwrap_or_default();
             let (p, d) = partition(&m);
             eprint!(
-                "\r[{:>4.0}s] requests {:>5} handed off, {:>5} decoded; blocks {:>7} published, {:>7} read; hit {:>5.1}%; evicted {:>6}   ",
+                "{}[{:>4.0}s] requests {:>5} handed off, {:>5} decoded; blocks {:>7} published, {:>7} read; hit {:>5.1}%; evicted {:>6}   {}",
+                if tty { "\r" } else { "" },
                 start.elapsed().as_secs_f64(),
                 sum(&p, |c| c.requests),
                 sum(&d, |c| c.requests),
                 sum(&p, |c| c.published),
                 sum(&d, |c| c.read),
                 100.0 * sum(&p, |c| c.hit_blocks) as f64 / sum(&p, |c| c.blocks).max(1) as f64,
-                sum(&p, |c| c.evictions),
+                sum(&p, |c| c.evictions).max(sum(&p, |c| c.node_evictions)),
+                if tty { "" } else { "\n" },
             );
         }
     }
-    if progress {
+    if progress && tty {
         eprintln!();
     }
     for (_, _, reader) in children {
@@ -710,6 +726,7 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
     let first_error = pre.iter().chain(&dec).find_map(|c| c.first_error.clone());
     let requests = sum(&dec, |c| c.requests);
     let verify_failures = sum(&dec, |c| c.verify_failures);
+    let check_ns = (sum(&pre, |c| c.check_ns), sum(&dec, |c| c.check_ns));
     let missing = sum(&dec, |c| c.missing);
     let errors = sum(&pre, |c| c.errors) + sum(&dec, |c| c.errors);
     let finished = pre.iter().chain(&dec).filter(|c| c.done).count();
@@ -747,6 +764,8 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
         get_warmup_ns: get_warmup.summary(),
         populated_ms,
         verify_failures,
+        fill_ms: check_ns.0 as f64 / 1e6,
+        verify_ms: check_ns.1 as f64 / 1e6,
         missing_blocks: missing,
         evictions: sum(&pre, |c| c.evictions).max(evictions_region),
         live_at_first_eviction: pre.iter().filter_map(|c| c.live_at_first_eviction).reduce(f64::min),
@@ -804,6 +823,10 @@ pub struct Report {
     /// When the last decode worker's page tables were populated.
     pub populated_ms: Option<u64>,
     pub verify_failures: u64,
+    /// Time prefill workers spent writing the payload pattern, ms.
+    pub fill_ms: f64,
+    /// Time decode workers spent checking it (within the get latency), ms.
+    pub verify_ms: f64,
     pub missing_blocks: u64,
     pub evictions: u64,
     /// Share of payload capacity live when evictions began.
@@ -881,18 +904,22 @@ pub fn print(r: &Report) {
         r.handoff_ns.p50 as f64 / 1e6,
         r.handoff_ns.p99 as f64 / 1e6
     );
-    println!(
-        "  get latency        p50 {:.1} us, p99 {:.1} us per block, steady state (acquire, copy out, verify, release)",
-        r.get_ns.p50 as f64 / 1e3,
-        r.get_ns.p99 as f64 / 1e3
-    );
+    if r.get_ns.n > 0 {
+        println!(
+            "  get latency        p50 {:.1} us, p99 {:.1} us per block, steady state (acquire, copy out, verify, release)",
+            r.get_ns.p50 as f64 / 1e3,
+            r.get_ns.p99 as f64 / 1e3
+        );
+    } else {
+        println!("  get latency        no steady-state gets (the run ended before page tables were populated)");
+    }
     if r.get_warmup_ns.n > 0 {
         println!(
-            "  warm-up            p50 {:.1} us, p99 {:.1} us per block over {} gets while page tables were populated ({} ms after attach)",
+            "  warm-up            p50 {:.1} us, p99 {:.1} us per block over {} gets while page tables were populated ({})",
             r.get_warmup_ns.p50 as f64 / 1e3,
             r.get_warmup_ns.p99 as f64 / 1e3,
             r.get_warmup_ns.n,
-            r.populated_ms.map_or("not finished".to_string(), |m| m.to_string())
+            r.populated_ms.map_or("not finished when the run ended".to_string(), |m| format!("done {m} ms after attach"))
         );
     }
     match r.live_at_first_eviction {
@@ -902,6 +929,14 @@ pub fn print(r: &Report) {
         None => println!("  evictions          {}", r.evictions),
     }
     println!("  verify failures    {} (missing blocks {})", r.verify_failures, r.missing_blocks);
+    let worker_ms = c.seconds * 1e3;
+    println!(
+        "  checker's share    fill {:.0} ms ({:.1}% of prefill time), verify {:.0} ms ({:.1}% of decode time)",
+        r.fill_ms,
+        100.0 * r.fill_ms / (worker_ms * c.prefill.max(1) as f64),
+        r.verify_ms,
+        100.0 * r.verify_ms / (worker_ms * c.decode.max(1) as f64)
+    );
     println!(
         "  errors             {}{}",
         r.errors,
