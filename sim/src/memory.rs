@@ -417,6 +417,14 @@ impl SimMemory {
         }
     }
 
+    /// Host `h`'s cache writes line `i` back now if it is dirty (an
+    /// eviction, which hardware may do at any moment): the line as the
+    /// cache holds it reaches memory; a queued write-back of it stays queued.
+    pub fn evict_line(&self, h: usize, i: usize) {
+        let mut st = self.st();
+        writeback(&mut st, h, i, 2);
+    }
+
     /// True when host `h` holds line `i` modified and not written back.
     pub fn is_dirty(&self, h: usize, i: usize) -> bool {
         self.st().hosts[h].dirty[i]

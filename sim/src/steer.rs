@@ -83,6 +83,23 @@ pub fn scenarios() -> &'static [Scenario] {
             what: "a node waiting for a lock is declared dead and freed; no manager step drops its request",
             run: fenced_request,
         },
+        Scenario {
+            name: "waiter-attached-mid-step",
+            what: "a node attaches and asks for a lock after a full manager step read it FREE, before that step \
+                   reads its request",
+            run: waiter_attached_mid_step,
+        },
+        Scenario {
+            name: "grant-seen-before-its-line",
+            what: "a grant to recovery lands before the lock line it rewrote, recovery repairs the line meanwhile, \
+                   and the manager's line lands after",
+            run: grant_seen_before_its_line,
+        },
+        Scenario {
+            name: "root-put-elsewhere",
+            what: "a host that read a root missing frees it after another host put it",
+            run: root_put_elsewhere,
+        },
     ]
 }
 
@@ -93,23 +110,35 @@ type Action = Box<dyn FnMut(usize, &'static str) -> bool + Send>;
 /// by host 0 with room for `nodes` nodes, and a hook that runs the current
 /// action (if any) at every coherence call until the action returns true.
 struct Rig {
-    mem: Box<SimMemory>,
+    mem: Arc<SimMemory>,
     action: Arc<Mutex<Option<Action>>>,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        // An action may hold the memory (whose hook holds the action).
+        *self.action.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
 }
 
 impl Rig {
     fn new(hosts: usize, nodes: usize, disable: Option<&'static str>) -> Result<Rig> {
-        let mem = Box::new(SimMemory::new(SIM_BYTES, hosts, 1, SimConfig::lazy()));
+        let mem = Arc::new(SimMemory::new(SIM_BYTES, hosts, 1, SimConfig::lazy()));
         format(mem.view(0), mem.host(0), sim_caps(nodes), 1)?;
         mem.drain(0);
         mem.disable(disable);
         let action: Arc<Mutex<Option<Action>>> = Arc::new(Mutex::new(None));
         let a = action.clone();
         mem.set_yield_hook(Box::new(move |h, site| {
-            let mut slot = a.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(f) = slot.as_mut() {
-                if f(h, site) {
-                    *slot = None;
+            // Taken out while it runs: what it calls makes coherence calls
+            // of its own, which pass by it.
+            let taken = a.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(mut f) = taken {
+                if !f(h, site) {
+                    let mut slot = a.lock().unwrap_or_else(|p| p.into_inner());
+                    if slot.is_none() {
+                        *slot = Some(f);
+                    }
                 }
             }
         }));
@@ -395,4 +424,174 @@ fn fenced_withdrawal(disable: Option<&'static str>) -> Result<Vec<String>> {
 fn fenced_request(disable: Option<&'static str>) -> Result<Vec<String>> {
     let _ = disable;
     fenced_case("fenced-request", FENCED_WAITS + 2, Phase::Asking { n: 0 })
+}
+
+/// A full manager step (the first after a takeover) reads every node's info:
+/// node 1 is FREE. Then, as the step reads the doorbells, node 1 attaches
+/// on host 1 and asks for a free lock. The step finds the request of a node
+/// that was not ALIVE at its scan and must read its info afresh: it is
+/// ALIVE now, and is granted (a stale read would drop a live node's request
+/// as a stranger's, and its lock call would fail with `Revoked`).
+fn waiter_attached_mid_step(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LOCK: u32 = 0;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = (rig.store(0)?, rig.store(1)?);
+    attach_as(&s0, 0, 0)?;
+    let env = StepEnv::new(&s0, 0);
+    // The claim; the next step is the new manager's first, a full one.
+    env.step()?;
+    let slot = s1.layout.lock_slot(LOCK, 1);
+    let bells = s1.layout.requests(1);
+    let s1v = rig.cache(1);
+    let done = Arc::new(Mutex::new(None::<Result<()>>));
+    let d2 = done.clone();
+    let mem = rig.mem.clone();
+    rig.at_calls(move |h, site| {
+        if (h, site) != (0, "mgr.doorbell") {
+            return false;
+        }
+        // Node 1 attaches and asks: its info ALIVE, its WAITING slot and
+        // its doorbell reach memory (what `attach_node` and a lock
+        // request do).
+        let r = (|| {
+            let st1 = attach(s1v, mem.host(1))?;
+            attach_as(&st1, 1, 1)?;
+            st1.publish_state_last(
+                slot,
+                &LockSlot { state: cxlkv_core::layout::SLOT_WAITING, ..LockSlot::default() },
+                Site("steer.request"),
+            )?;
+            st1.view.fetch_or_u64(bells, 1 << LOCK)?;
+            st1.co.flush(&st1.view, bells, 8, Site("steer.bell"))?;
+            st1.co.store_fence(Site("steer.bell.fence"));
+            Ok(())
+        })();
+        *d2.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        true
+    });
+    env.step()?;
+    let mut out = Vec::new();
+    match done.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        None => out.push("waiter-attached-mid-step: the step never read the doorbells".to_string()),
+        Some(Err(e)) => out.push(format!("waiter-attached-mid-step: node 1 could not attach and ask: {e}")),
+        Some(Ok(())) => {}
+    }
+    let st = attach(rig.mem.shared_region(), Coherent)?;
+    let got: LockSlot = st.view.read(slot)?;
+    if got.state != cxlkv_core::layout::SLOT_LOCKED {
+        out.push(format!(
+            "waiter-attached-mid-step: a live node's request for a free lock ended in state {} (not granted): the \
+             manager took it for a stranger's",
+            got.state
+        ));
+    }
+    Ok(out)
+}
+
+/// Node 2 holds an application lock and dies; the manager revokes it
+/// (`repair` set). Node 1's recovery asks for it; the manager's grant
+/// rewrites the lock line (holder, count) and then stores LOCKED in node 1's
+/// slot — and host 0's cache writes the slot back at once, before the line.
+/// Node 1 sees LOCKED and repairs the line (`repair` cleared, as recovery
+/// does). The manager's line must already be in memory by then: landing
+/// after, it would bring `repair` back, and the lock would await a repair
+/// that already happened (granted to nobody but recovery, for ever).
+fn grant_seen_before_its_line(disable: Option<&'static str>) -> Result<Vec<String>> {
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = (rig.store(0)?, rig.store(1)?, rig.store(2)?);
+    attach_as(&s0, 0, 0)?;
+    attach_as(&s1, 1, 1)?;
+    attach_as(&s2, 2, 2)?;
+    let env = StepEnv::new(&s0, 0);
+    let (l1, l2) = (NodeLocal::default(), NodeLocal::default());
+    let (n1, n2) = (Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    let app = n2.lock_alloc()?;
+    let lock = s0.layout.locks().app(app);
+    let _held = n2.lock_app(app)?;
+    // Node 2 dies: declared so (its info DEAD, as the manager's liveness
+    // scan writes it), and the manager's next step revokes its lock.
+    let info_off = s0.layout.node_info(2);
+    let mut info: NodeInfo = s0.fresh_state_first(info_off, Site("steer.info"))?;
+    info.state = cxlkv_core::layout::NODE_DEAD;
+    s0.publish_state_last(info_off, &info, Site("steer.dead"))?;
+    s0.co.store_fence(Site("steer.dead.fence"));
+    env.step()?;
+    let line_off = s0.layout.lock_line(lock);
+    let slot1 = s0.layout.lock_slot(lock, 1);
+    let ll: cxlkv_core::layout::LockLine = attach(rig.mem.shared_region(), Coherent)?.view.read(line_off)?;
+    if ll.repair == 0 {
+        return Ok(vec!["grant-seen-before-its-line: the dead holder's lock was not revoked".to_string()]);
+    }
+    let repaired = Arc::new(Mutex::new(None::<Result<()>>));
+    let r2 = repaired.clone();
+    let v1 = rig.cache(1);
+    let mem = rig.mem.clone();
+    rig.at_calls(move |h, site| {
+        if (h, site) != (0, "mgr.grant") {
+            return false;
+        }
+        // Host 0's cache writes the granted slot back before the line.
+        mem.evict_line(0, (slot1 / 64) as usize);
+        let r = (|| {
+            // Node 1's recovery sees its grant and repairs the line, as
+            // `Node::recover` does for an application lock.
+            let st1 = attach(v1, mem.host(1))?;
+            let s: LockSlot = st1.fresh_state_first(slot1, Site("steer.poll"))?;
+            if s.state != cxlkv_core::layout::SLOT_LOCKED {
+                return Err(Error::Changed);
+            }
+            let mut ll: cxlkv_core::layout::LockLine = st1.fresh(line_off, Site("steer.line"))?;
+            ll.repair = 0;
+            ll.grant_seq = ll.grant_seq.max(s.seq);
+            st1.publish(line_off, &ll, Site("steer.repaired"))?;
+            st1.co.store_fence(Site("steer.repaired.fence"));
+            Ok(())
+        })();
+        *r2.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        true
+    });
+    let held = n1.lock_recovery(lock)?;
+    let mut out = Vec::new();
+    match repaired.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        None => out.push("grant-seen-before-its-line: the grant never ran".to_string()),
+        Some(Err(e)) => out.push(format!("grant-seen-before-its-line: recovery could not repair: {e}")),
+        Some(Ok(())) => {}
+    }
+    let ll: cxlkv_core::layout::LockLine = attach(rig.mem.shared_region(), Coherent)?.view.read(line_off)?;
+    if ll.repair != 0 {
+        out.push(
+            "grant-seen-before-its-line: the lock awaits repair again after recovery repaired it: the grant's line \
+             landed after"
+                .to_string(),
+        );
+    }
+    n1.unlock(held)?;
+    Ok(out)
+}
+
+/// Host 1 looks for root `r` and finds none (its cache keeps the empty
+/// record); host 0 puts `r` naming a block; host 1 then frees `r` with
+/// `root_free`, which must find it (the scan reads each record afresh).
+fn root_put_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = (rig.store(0)?, rig.store(1)?);
+    attach_as(&s0, 0, 0)?;
+    attach_as(&s1, 1, 1)?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let mut out = Vec::new();
+    if cxlkv_core::roots::get(&s1, b"r") != Err(Error::NotFound) {
+        out.push("root-put-elsewhere: a root named before any put".to_string());
+    }
+    let off = n0.alloc(256)?;
+    n0.root_put(b"r", cxlkv_core::roots::Root { offset: off, size: 256, tag: 0 })?;
+    match n1.root_free(b"r") {
+        Ok(root) if root.offset == off => {}
+        other => out.push(format!("root-put-elsewhere: host 1's root_free of a root host 0 put gave {other:?}")),
+    }
+    if cxlkv_core::roots::get(&s0, b"r") != Err(Error::NotFound) {
+        out.push("root-put-elsewhere: the root is still there after root_free".to_string());
+    }
+    Ok(out)
 }
