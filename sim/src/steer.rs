@@ -96,6 +96,18 @@ pub fn scenarios() -> &'static [Scenario] {
             run: grant_seen_before_its_line,
         },
         Scenario {
+            name: "free-cut-after-its-map",
+            what: "a process freeing another live node's raw block dies after the chunk's map reached memory, \
+                   before its record did; recovery must take the map's word",
+            run: free_cut_after_its_map,
+        },
+        Scenario {
+            name: "eviction-cut-before-its-record",
+            what: "an evictor dies after removing a block from the index and before logging the removal; a \
+                   reader of the change log must learn of it after recovery",
+            run: eviction_cut_before_its_record,
+        },
+        Scenario {
             name: "root-put-elsewhere",
             what: "a host that read a root missing frees it after another host put it",
             run: root_put_elsewhere,
@@ -594,4 +606,158 @@ fn root_put_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
         out.push("root-put-elsewhere: the root is still there after root_free".to_string());
     }
     Ok(out)
+}
+
+/// Unwinds a process stopped for good inside a call (a crash).
+struct Died;
+
+/// Node 0 allocates two raw blocks; node 1, on another host, frees one of
+/// them (under node 0's heap lock) and dies inside the free: the chunk's
+/// map words reached memory, its record's new counts did not (they stay in
+/// host 1's cache, which nothing writes back). Node 1 is declared dead, its
+/// locks revoked; node 0 recovers. Node 0 lives, so its raw chunk is not
+/// re-derived: but the map is the state of record, and the record must be
+/// made to agree with it (`check` clean), not trusted.
+fn free_cut_after_its_map(disable: Option<&'static str>) -> Result<Vec<String>> {
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = (rig.store(0)?, rig.store(1)?);
+    attach_as(&s0, 0, 0)?;
+    attach_as(&s1, 1, 1)?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let a = n0.alloc(1000)?;
+    let _b = n0.alloc(1000)?;
+    let mem = rig.mem.clone();
+    rig.at_calls(move |h, site| {
+        if (h, site) != (1, "alloc.free.publish") {
+            return false;
+        }
+        // The map's write-back (queued at its flush) lands; the record,
+        // stored just now, stays in host 1's cache; node 1 dies here.
+        mem.drain(1);
+        std::panic::resume_unwind(Box::new(Died));
+    });
+    let cut = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n1.free(a)));
+    let mut out = Vec::new();
+    match cut {
+        Err(p) if p.is::<Died>() => {}
+        other => {
+            out.push(format!("free-cut-after-its-map: node 1's free was not cut where intended: {:?}", other.ok()));
+            return Ok(out);
+        }
+    }
+    // Node 1 is declared dead; the manager revokes what it held.
+    let info_off = s0.layout.node_info(1);
+    let mut info: NodeInfo = s0.fresh_state_first(info_off, Site("steer.info"))?;
+    info.state = cxlkv_core::layout::NODE_DEAD;
+    s0.publish_state_last(info_off, &info, Site("steer.dead"))?;
+    s0.co.store_fence(Site("steer.dead.fence"));
+    env.step()?;
+    let rep = n0.recover(0)?;
+    if rep.nodes_freed != 1 << 1 {
+        out.push(format!("free-cut-after-its-map: recovery freed nodes {:b}, not node 1", rep.nodes_freed));
+    }
+    let left = rig.memory_findings()?;
+    if !left.is_empty() {
+        out.push(format!(
+            "free-cut-after-its-map: after recovery the region has findings {left:?}: the chunk record was trusted \
+             over its map"
+        ));
+    }
+    Ok(out)
+}
+
+/// Node 1 (host 1) publishes a block; a router-like reader on host 0 reads
+/// the change log and holds it as stored. Node 1 then evicts it and dies
+/// after the index dropped it (entry EVICTING and bucket deleted, written
+/// back) and before its removal record reached memory. Recovery empties
+/// the entry without logging it; the reader, reading on, must meet a gap
+/// (and rescan), never go on believing the block is stored.
+fn eviction_cut_before_its_record(disable: Option<&'static str>) -> Result<Vec<String>> {
+    use cxlkv_core::changes::{Change, Tail};
+    use cxlkv_core::hash::Key;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = (rig.store(0)?, rig.store(1)?);
+    attach_as(&s0, 0, 0)?;
+    attach_as(&s1, 1, 1)?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let key = Key { lo: 0x1234_5678_9abc_def1, hi: 7 };
+    let h = n1.reserve(1, key, 256, 16)?;
+    n1.publish(&h)?;
+    // The reader: every stripe's log from the start, into a replica.
+    let stripes = s0.layout.caps.n_stripes;
+    let mut cursor = vec![0u64; stripes as usize];
+    let mut replica: Vec<Vec<Key>> = vec![Vec::new(); stripes as usize];
+    let mut buf = [Change::default(); 16];
+    let mut out = Vec::new();
+    let mut read_all = |cursor: &mut Vec<u64>, replica: &mut Vec<Vec<Key>>, out: &mut Vec<String>| -> Result<()> {
+        for st in 0..stripes {
+            match s0.read_changes(st, cursor[st as usize], &mut buf)? {
+                Tail::Read { n } => {
+                    for c in &buf[..n] {
+                        cursor[st as usize] = c.seq;
+                        let r = &mut replica[st as usize];
+                        if c.stored {
+                            r.push(c.key);
+                        } else {
+                            r.retain(|k| *k != c.key);
+                        }
+                    }
+                }
+                Tail::Gap { resume } => {
+                    // Rescan the stripe, then read on from `resume`.
+                    let mut now = Vec::new();
+                    s0.scan_stored(st, |_, k, _, _| now.push(k))?;
+                    replica[st as usize] = now;
+                    cursor[st as usize] = resume;
+                    out.push(String::new());
+                }
+            }
+        }
+        Ok(())
+    };
+    read_all(&mut cursor, &mut replica, &mut out)?;
+    out.clear();
+    if !replica.iter().any(|r| r.contains(&key)) {
+        return Ok(vec!["eviction-cut-before-its-record: the reader never saw the block stored".to_string()]);
+    }
+    let mem = rig.mem.clone();
+    rig.at_calls(move |h, site| {
+        if (h, site) != (1, "changes.record.write") {
+            return false;
+        }
+        // What the eviction wrote back so far lands; the removal record
+        // does not; node 1 dies here.
+        mem.drain(1);
+        std::panic::resume_unwind(Box::new(Died));
+    });
+    let cut =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n1.evict(u64::MAX, &mut cxlkv_core::index::Lru)));
+    if !matches!(cut, Err(ref p) if p.is::<Died>()) {
+        return Ok(vec!["eviction-cut-before-its-record: the eviction was not cut where intended".to_string()]);
+    }
+    let info_off = s0.layout.node_info(1);
+    let mut info: NodeInfo = s0.fresh_state_first(info_off, Site("steer.info"))?;
+    info.state = cxlkv_core::layout::NODE_DEAD;
+    s0.publish_state_last(info_off, &info, Site("steer.dead"))?;
+    s0.co.store_fence(Site("steer.dead.fence"));
+    env.step()?;
+    n0.recover(0)?;
+    read_all(&mut cursor, &mut replica, &mut out)?;
+    let mut stored = Vec::new();
+    for st in 0..stripes {
+        s0.scan_stored(st, |_, k, _, _| stored.push(k))?;
+    }
+    let mut v = Vec::new();
+    if replica.iter().any(|r| r.contains(&key)) && !stored.contains(&key) {
+        v.push(format!(
+            "eviction-cut-before-its-record: after recovery the reader still holds the block as stored (gaps met: \
+             {}), though the index dropped it",
+            out.len()
+        ));
+    }
+    Ok(v)
 }
