@@ -161,6 +161,15 @@ impl Rig {
         attach(self.mem.view(h), self.mem.host(h))
     }
 
+    /// Host 0's and host 1's stores, with node 0 attached on host 0 and
+    /// node 1 on host 1.
+    fn two_hosts_one_node_each(&self) -> Result<(Store<SimCoherence<'_>>, Store<SimCoherence<'_>>)> {
+        let (s0, s1) = (self.store(0)?, self.store(1)?);
+        attach_as(&s0, 0, 0)?;
+        attach_as(&s1, 1, 1)?;
+        Ok((s0, s1))
+    }
+
     /// Host `h`'s cache as a view (stores there are that host's stores).
     fn cache(&self, h: usize) -> View {
         self.mem.view(h)
@@ -186,6 +195,17 @@ impl Rig {
 /// `host` would.
 fn attach_as<C: Coherence>(store: &Store<C>, id: u32, host: u64) -> Result<u32> {
     attach_node(store, Some(id), Identity { pid: 100 + id, host_id: host + 1, pid_ns: 0, nonce: 1 + id as u64, now: 0 })
+}
+
+/// Declares node `n` dead through `store` (its info DEAD, as the manager's
+/// liveness scan writes it); the manager's next step revokes its locks.
+fn declare_dead(store: &Store<SimCoherence<'_>>, n: u32) -> Result<()> {
+    let off = store.layout.node_info(n);
+    let mut info: NodeInfo = store.fresh_state_first(off, Site("steer.info"))?;
+    info.state = cxlkv_core::layout::NODE_DEAD;
+    store.publish_state_last(off, &info, Site("steer.dead"))?;
+    store.co.store_fence(Site("steer.dead.fence"));
+    Ok(())
 }
 
 /// A node environment whose waits step one lock manager inline (running on
@@ -522,11 +542,7 @@ fn grant_seen_before_its_line(disable: Option<&'static str>) -> Result<Vec<Strin
     let _held = n2.lock_app(app)?;
     // Node 2 dies: declared so (its info DEAD, as the manager's liveness
     // scan writes it), and the manager's next step revokes its lock.
-    let info_off = s0.layout.node_info(2);
-    let mut info: NodeInfo = s0.fresh_state_first(info_off, Site("steer.info"))?;
-    info.state = cxlkv_core::layout::NODE_DEAD;
-    s0.publish_state_last(info_off, &info, Site("steer.dead"))?;
-    s0.co.store_fence(Site("steer.dead.fence"));
+    declare_dead(&s0, 2)?;
     env.step()?;
     let line_off = s0.layout.lock_line(lock);
     let slot1 = s0.layout.lock_slot(lock, 1);
@@ -586,9 +602,7 @@ fn grant_seen_before_its_line(disable: Option<&'static str>) -> Result<Vec<Strin
 /// `root_free`, which must find it (the scan reads each record afresh).
 fn root_put_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = (rig.store(0)?, rig.store(1)?);
-    attach_as(&s0, 0, 0)?;
-    attach_as(&s1, 1, 1)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
     let env = StepEnv::new(&s0, 0);
     let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
     let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
@@ -620,9 +634,7 @@ struct Died;
 /// made to agree with it (`check` clean), not trusted.
 fn free_cut_after_its_map(disable: Option<&'static str>) -> Result<Vec<String>> {
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = (rig.store(0)?, rig.store(1)?);
-    attach_as(&s0, 0, 0)?;
-    attach_as(&s1, 1, 1)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
     let env = StepEnv::new(&s0, 0);
     let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
     let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
@@ -648,11 +660,7 @@ fn free_cut_after_its_map(disable: Option<&'static str>) -> Result<Vec<String>> 
         }
     }
     // Node 1 is declared dead; the manager revokes what it held.
-    let info_off = s0.layout.node_info(1);
-    let mut info: NodeInfo = s0.fresh_state_first(info_off, Site("steer.info"))?;
-    info.state = cxlkv_core::layout::NODE_DEAD;
-    s0.publish_state_last(info_off, &info, Site("steer.dead"))?;
-    s0.co.store_fence(Site("steer.dead.fence"));
+    declare_dead(&s0, 1)?;
     env.step()?;
     let rep = n0.recover(0)?;
     if rep.nodes_freed != 1 << 1 {
@@ -678,9 +686,7 @@ fn eviction_cut_before_its_record(disable: Option<&'static str>) -> Result<Vec<S
     use cxlkv_core::changes::{Change, Tail};
     use cxlkv_core::hash::Key;
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = (rig.store(0)?, rig.store(1)?);
-    attach_as(&s0, 0, 0)?;
-    attach_as(&s1, 1, 1)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
     let env = StepEnv::new(&s0, 0);
     let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
     let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
@@ -739,11 +745,7 @@ fn eviction_cut_before_its_record(disable: Option<&'static str>) -> Result<Vec<S
     if !matches!(cut, Err(ref p) if p.is::<Died>()) {
         return Ok(vec!["eviction-cut-before-its-record: the eviction was not cut where intended".to_string()]);
     }
-    let info_off = s0.layout.node_info(1);
-    let mut info: NodeInfo = s0.fresh_state_first(info_off, Site("steer.info"))?;
-    info.state = cxlkv_core::layout::NODE_DEAD;
-    s0.publish_state_last(info_off, &info, Site("steer.dead"))?;
-    s0.co.store_fence(Site("steer.dead.fence"));
+    declare_dead(&s0, 1)?;
     env.step()?;
     n0.recover(0)?;
     read_all(&mut cursor, &mut replica, &mut out)?;
