@@ -109,6 +109,9 @@ counted() {
   fi
 }
 
+step "simulator sweep (fresh seeds of every configuration, step and time limits)"
+counted "simulator sweep" cargo run --release --locked -q -p cxlkv-sim --bin cxlkv-sim -- sweep --from 9000 --seeds 3 --time-limit 240
+
 step "coherence mutants (every flush, invalidate and fence site of core must matter)"
 counted "coherence mutants" tests/coherence-mutants.sh 32 32
 
