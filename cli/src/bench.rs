@@ -4,6 +4,9 @@
 //! ratios. Numbers, not pass/fail.
 //!
 //! - flush cost per line of each primitive against a plain store;
+//! - QD1 copying puts through `Node::put` of 16 KiB, 256 KiB and 2 MiB
+//!   blocks over the working set, with the mode's default payload stores
+//!   and with plain stores + flush, beside a same-run memcpy;
 //! - per-block cost of the cache operations in one process (a 8192-block,
 //!   128K-token key chain by default), through the calls the C API makes
 //!   (`Node::get`, `Node::acquire_views`, ...);
@@ -28,7 +31,7 @@ use cxlkv_core::index::{Handle, ReserveItem};
 use cxlkv_core::layout::Capacities;
 use cxlkv_core::Error;
 use cxlkv_platform::local::LocalTier;
-use cxlkv_platform::{Flush, FlushMode, GetItem, Mapping, Node, Options};
+use cxlkv_platform::{Flush, FlushMode, GetItem, Mapping, Node, Options, PayloadStores, PutItem};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -211,6 +214,8 @@ pub struct ModeReport {
     pub mode: &'static str,
     /// Per-block costs in one process.
     pub rows: Vec<OpRow>,
+    /// Copying puts of each block size, as users make them.
+    pub put: Vec<PutReport>,
     pub cross_process: CrossProcess,
 }
 
@@ -273,6 +278,31 @@ pub struct GetReport {
     pub memcpy_cold: CopyRow,
 }
 
+/// QD1 puts of one block size through `Node::put` (what `cxlkv_put` and
+/// Python's `Node.put` call), fresh keys over the working set.
+#[derive(Debug, Serialize)]
+pub struct PutReport {
+    pub bytes: usize,
+    pub blocks: usize,
+    /// Payloads by the default stores of the mode (streaming where it flushes).
+    pub default_stores: PutRow,
+    /// Payloads by plain stores, then the mode's flush of every line.
+    pub plain_stores: PutRow,
+    /// Same-run memcpy of as many blocks into a faulted-in /dev/shm mapping
+    /// as large.
+    pub memcpy: CopyRow,
+}
+
+/// One pass of puts.
+#[derive(Debug, Serialize)]
+pub struct PutRow {
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub gb_per_s: f64,
+    /// Against the same run's memcpy.
+    pub pct_of_memcpy: f64,
+}
+
 /// One pass of gets.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct GetRow {
@@ -311,9 +341,10 @@ pub fn run(cfg: &Config) -> Result<Report, cxlkv_platform::Error> {
     let mut modes = Vec::new();
     for &mode in &cfg.modes {
         let rows = one_mode(mode, cfg)?;
+        let put = GET_SIZES.iter().map(|&size| puts(mode, size, working_set(cfg.quick))).collect::<Result<_, _>>()?;
         let cross_process = cross_process(mode, cfg.quick)?;
         let rows = rows.into_iter().map(|(op, v)| OpRow { op, ns_per_block: (v * 10.0).round() / 10.0 }).collect();
-        modes.push(ModeReport { mode: mode.name(), rows, cross_process });
+        modes.push(ModeReport { mode: mode.name(), rows, put, cross_process });
     }
     let unix_time = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     Ok(Report { unix_time, blocks: cfg.blocks, block_bytes: cfg.block_bytes, flush, checker, modes })
@@ -403,6 +434,73 @@ fn flush_costs(quick: bool) -> Result<Vec<FlushRow>, cxlkv_platform::Error> {
     Ok(rows)
 }
 
+/// QD1 copying puts of `size`-byte blocks through [`Node::put`], fresh keys
+/// filling `ws` bytes of a faulted-in region, once with the mode's default
+/// payload stores and once with plain stores + flush, beside a same-run
+/// memcpy of as many blocks into a faulted-in /dev/shm mapping as large.
+fn puts(mode: FlushMode, size: usize, ws: usize) -> Result<PutReport, cxlkv_platform::Error> {
+    let n = (ws / size).max(16);
+    let entries = (n as u32 * 2).next_power_of_two().max(1024);
+    let caps = Capacities { max_nodes: 4, n_stripes: 64, entries_per_stripe: entries / 64, ..Capacities::default() };
+    let region = (n * size) as u64 + (n as u64 * 256) + (64 << 20);
+    let payload = vec![0x6bu8; size];
+    let pass = |payload_stores: PayloadStores| -> Result<Vec<u64>, cxlkv_platform::Error> {
+        let path = PathBuf::from(format!("/dev/shm/cxlkv-bench-p-{}-{}", std::process::id(), mode.name()));
+        let _cleanup = Cleanup(path.clone());
+        let opts = Options { mode, payload: payload_stores, populate: false, ..Options::default() };
+        let cache = Node::create(&path, region + region / 8, caps, opts)?;
+        // Measure the store, not first-touch page faults of fresh shm pages.
+        cache.prefault()?;
+        let parts = [&payload[..]];
+        let mut lat = Vec::with_capacity(n);
+        for i in 0..n as u64 {
+            let items = [PutItem { key: key(i), tokens: 16, parts: &parts }];
+            let mut out = [Ok(())];
+            let t = Instant::now();
+            cache.put(1, &items, &mut out)?;
+            lat.push(t.elapsed().as_nanos() as u64);
+            out[0]?;
+        }
+        cache.close()?;
+        Ok(lat)
+    };
+    let row = |mut lat: Vec<u64>, copy_gbps: f64| {
+        let total: u64 = lat.iter().sum();
+        let gb_per_s = (size * lat.len()) as f64 / total.max(1) as f64;
+        PutRow {
+            p50_ns: quantile(&mut lat, 0.5),
+            p99_ns: quantile(&mut lat, 0.99),
+            gb_per_s,
+            pct_of_memcpy: 100.0 * gb_per_s / copy_gbps.max(1e-9),
+        }
+    };
+    let default_stores = pass(PayloadStores::Auto)?;
+    let plain_stores = pass(PayloadStores::Plain)?;
+    // The reference: memcpy into memory of the same kind (a faulted-in
+    // /dev/shm mapping as large, 4 KiB pages like the region's).
+    let path = PathBuf::from(format!("/dev/shm/cxlkv-bench-pm-{}-{}", std::process::id(), mode.name()));
+    let _cleanup = Cleanup(path.clone());
+    let pool = Mapping::create_file(&path, (n * size) as u64, 0o600, true)?;
+    pool.prefault()?;
+    let view = pool.view();
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = Instant::now();
+        view.copy_in((i * size) as u64, std::hint::black_box(&payload))?;
+        lat.push(t.elapsed().as_nanos() as u64);
+    }
+    let total: u64 = lat.iter().sum();
+    let copy_gbps = (size * n) as f64 / total.max(1) as f64;
+    let memcpy = CopyRow { p50_ns: quantile(&mut lat, 0.5) as f64, gb_per_s: copy_gbps };
+    Ok(PutReport {
+        bytes: size,
+        blocks: n,
+        default_stores: row(default_stores, copy_gbps),
+        plain_stores: row(plain_stores, copy_gbps),
+        memcpy,
+    })
+}
+
 fn now_ns() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
@@ -469,16 +567,7 @@ fn cross_get(mode: FlushMode, size: usize, ws: usize, tag: &str) -> Result<GetRe
     let n = (ws / size).max(16);
     let entries = (n as u32 * 2).next_power_of_two().max(1024);
     let caps = Capacities { max_nodes: 4, n_stripes: 64, entries_per_stripe: entries / 64, ..Capacities::default() };
-    // The writer's speed is not measured here: non-temporal stores where
-    // the mode flushes (as correct as flushing, and faster to fill with).
-    let nt = mode != FlushMode::Coherent && cfg!(target_arch = "x86_64");
-    let opts = Options {
-        mode,
-        nt_payload: nt,
-        local_dir: local.clone(),
-        lock_timeout: Duration::from_secs(60),
-        ..Options::default()
-    };
+    let opts = Options { mode, local_dir: local.clone(), lock_timeout: Duration::from_secs(60), ..Options::default() };
     let region = (n * size) as u64 + (n as u64 * 256) + (64 << 20);
     let cache = Node::create(&path, region + region / 8, caps, opts)?;
     let node = cache.core();
@@ -888,6 +977,28 @@ pub fn print_table(r: &Report) {
     }
     println!();
     let ws = modes.first().map_or(0, |m| m.cross_process.working_set_bytes);
+    println!("put through Node::put (as cxlkv_put and Python's Node.put; QD1, fresh keys over {} MiB)", ws >> 20);
+    header("measure");
+    for (i, size) in GET_SIZES.iter().enumerate() {
+        let kib = size >> 10;
+        let put_row = |name: String, f: &dyn Fn(&PutReport) -> f64, prec: usize| {
+            print!("{name:<40}");
+            for m in modes {
+                print!("{:>12.prec$}", m.put.get(i).map_or(f64::NAN, f));
+            }
+            println!();
+        };
+        for (how, pick) in [
+            ("", (|p: &PutReport| &p.default_stores) as fn(&PutReport) -> &PutRow),
+            (" plain+flush", |p| &p.plain_stores),
+        ] {
+            put_row(format!("put {kib} KiB{how} p50, us"), &|p| pick(p).p50_ns as f64 / 1e3, 1);
+            put_row(format!("put {kib} KiB{how}, GB/s"), &|p| pick(p).gb_per_s, 2);
+            put_row(format!("put {kib} KiB{how}, % of memcpy"), &|p| pick(p).pct_of_memcpy, 0);
+        }
+        put_row(format!("memcpy {kib} KiB, GB/s (same run)"), &|p| p.memcpy.gb_per_s, 2);
+    }
+    println!();
     println!(
         "between two processes (QD1; gets through Node::get, as cxlkv_get; random keys over {} MiB, LLC {} MiB)",
         ws >> 20,

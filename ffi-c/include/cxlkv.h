@@ -121,8 +121,9 @@ typedef uint32_t cxlkv_result;
 // Any free node slot (for `cxlkv_node_options.node_id`).
 #define CXLKV_ANY_NODE UINT32_MAX
 
-// Cache maintenance: the architecture's default (clflush on x86-64,
-// dc civac on aarch64), safe on non-coherent CXL memory.
+// Cache maintenance: the cheapest mode of this CPU that is correct on
+// non-coherent CXL memory (clwb, else clflushopt, else clflush on x86-64;
+// dc civac on aarch64), payloads by streaming stores.
 #define CXLKV_FLUSH_DEFAULT 0
 
 // No cache maintenance: only for memory that is coherent for every user

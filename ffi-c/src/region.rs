@@ -27,8 +27,9 @@ const NODE_MAGIC: u64 = u64::from_le_bytes(*b"cxlkvNOD");
 /// Any free node slot (for `cxlkv_node_options.node_id`).
 pub const CXLKV_ANY_NODE: u32 = u32::MAX;
 
-/// Cache maintenance: the architecture's default (clflush on x86-64,
-/// dc civac on aarch64), safe on non-coherent CXL memory.
+/// Cache maintenance: the cheapest mode of this CPU that is correct on
+/// non-coherent CXL memory (clwb, else clflushopt, else clflush on x86-64;
+/// dc civac on aarch64), payloads by streaming stores.
 pub const CXLKV_FLUSH_DEFAULT: u32 = 0;
 /// No cache maintenance: only for memory that is coherent for every user
 /// (one host, /dev/shm).

@@ -41,7 +41,7 @@ pub use blocks::{Blocks, Finish, Kind};
 pub use code::{Code, Family};
 pub use copy::{GetItem, PutItem};
 pub use error::{Error, Result};
-pub use flush::{Flush, FlushMode};
+pub use flush::{Flush, FlushMode, PayloadStores};
 pub use map::{Mapping, Populate, Source};
 pub use node::{Node, Options, Stats, KIND_RESPONSE};
 pub use region::Region;

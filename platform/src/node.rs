@@ -19,7 +19,7 @@ use cxlkv_core::node::{attach_node, bury, Identity, Node as CoreNode, NodeLocal}
 use cxlkv_core::recover::RecoverReport;
 use cxlkv_core::store::{attach, NodeEnv, Store};
 
-use crate::flush::{Flush, FlushMode};
+use crate::flush::{Flush, FlushMode, PayloadStores};
 use crate::gpu::{CudaPath, GpuState};
 use crate::host::{pid_alive, random_u64, Locality};
 use crate::local::{LocalTier, Owner};
@@ -35,8 +35,9 @@ pub struct Options {
     pub node: Option<u32>,
     /// Cache maintenance.
     pub mode: FlushMode,
-    /// Write payloads with non-temporal stores.
-    pub nt_payload: bool,
+    /// How payloads are written (streaming stores by default wherever the
+    /// mode flushes).
+    pub payload: PayloadStores,
     /// A heartbeat or manager lease silent this long means dead.
     pub lease: Duration,
     /// Wait after claiming the manager role before granting.
@@ -70,7 +71,7 @@ impl Default for Options {
         Options {
             node: None,
             mode: FlushMode::default_for_arch(),
-            nt_payload: false,
+            payload: PayloadStores::Auto,
             lease: Duration::from_secs(2),
             settle: Duration::from_millis(50),
             lock_timeout: Duration::from_secs(60),
@@ -376,7 +377,7 @@ impl Node {
     pub fn attach(map: impl Into<Arc<Mapping>>, opts: Options) -> Result<Node> {
         opts.validate()?;
         let map = map.into();
-        let co = Flush::new(opts.mode, opts.nt_payload)?;
+        let co = Flush::new(opts.mode, opts.payload.streaming(opts.mode))?;
         let store = attach(map.view(), co)?;
         if opts.populate {
             map.populate_background()?;

@@ -8,9 +8,18 @@
 //! | `clwb`       | `clwb`               | `clflushopt`/`clflush`  | `sfence`    |
 //! | aarch64      | `dc cvac`            | `dc civac`              | `dsb sy`    |
 //!
-//! `clflush` is the default (TraCT §3.4: synchronous, so a flush has reached
-//! memory when the instruction retires). `clwb` keeps the line valid and so is
-//! never used to invalidate. Non-temporal stores can carry payloads (`nt`).
+//! The default (`auto`) is the cheapest mode that is correct on
+//! non-coherent memory on this CPU: `clwb` where the CPU has it (and
+//! `clflushopt`, which invalidates in that mode), else `clflushopt`, else
+//! `clflush`; `dc civac` on aarch64. `clwb` writes a line back and may keep
+//! a now possibly stale copy in this host's cache — exactly the behaviour the
+//! simulator gives every flush (a flush queues a write-back, the host keeps
+//! its copy), so the protocol is proven under the weakest of the three;
+//! every read that must be fresh invalidates first. `clflush` (synchronous,
+//! TraCT §3.4) stays selectable. Payloads are written with streaming
+//! (non-temporal) stores in every mode that flushes ([`PayloadStores`]):
+//! they leave no dirty line behind, and the store fence that orders the
+//! publication drains them.
 //!
 //! In `clflush` mode a range of [`BULK_LINES`] lines or more (a payload) is
 //! invalidated with `clflushopt` where the CPU has it: `clflush` runs one
@@ -35,7 +44,7 @@ use crate::{Error, Result};
 pub enum FlushMode {
     /// Genuinely coherent memory (one host): no cache maintenance.
     Coherent,
-    /// x86 `clflush` (synchronous; the default).
+    /// x86 `clflush` (synchronous; the conservative choice).
     Clflush,
     /// x86 `clflushopt` + `sfence`.
     Clflushopt,
@@ -78,23 +87,19 @@ impl FlushMode {
         }
     }
 
-    /// The safe default for non-coherent memory on this architecture.
+    /// The default for non-coherent memory: the cheapest mode this CPU has
+    /// that is correct there (see the module notes).
     pub fn default_for_arch() -> FlushMode {
-        if cfg!(target_arch = "aarch64") {
-            FlushMode::DcCivac
-        } else if cfg!(target_arch = "x86_64") {
-            FlushMode::Clflush
-        } else {
-            FlushMode::Coherent
-        }
-    }
-
-    /// The cheapest available mode that still publishes and invalidates.
-    pub fn fastest_available() -> FlushMode {
         [FlushMode::Clwb, FlushMode::Clflushopt, FlushMode::DcCivac, FlushMode::Clflush]
             .into_iter()
             .find(|m| m.available())
             .unwrap_or(FlushMode::Coherent)
+    }
+
+    /// The cheapest available mode that still publishes and invalidates
+    /// (the same as [`FlushMode::default_for_arch`]; kept as `fastest`).
+    pub fn fastest_available() -> FlushMode {
+        FlushMode::default_for_arch()
     }
 }
 
@@ -108,6 +113,30 @@ impl FromStr for FlushMode {
                 .into_iter()
                 .find(|m| m.name() == s)
                 .ok_or(Error::Core(cxlkv_core::Error::InvalidArgument)),
+        }
+    }
+}
+
+/// How payloads are written into the region.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PayloadStores {
+    /// Streaming (non-temporal) stores in every mode that flushes, where the
+    /// CPU has them (x86-64); plain stores on coherent memory and elsewhere.
+    #[default]
+    Auto,
+    /// Streaming stores in every mode (x86-64 only).
+    Streaming,
+    /// Plain stores, then the mode's flush of every line.
+    Plain,
+}
+
+impl PayloadStores {
+    /// Whether payloads written in `mode` use streaming stores.
+    pub fn streaming(self, mode: FlushMode) -> bool {
+        match self {
+            PayloadStores::Auto => cfg!(target_arch = "x86_64") && mode != FlushMode::Coherent,
+            PayloadStores::Streaming => true,
+            PayloadStores::Plain => false,
         }
     }
 }
@@ -167,6 +196,11 @@ impl Coherence for Flush {
         let (p, n) = Self::lines(region, off, len)?;
         match self.mode {
             FlushMode::Coherent => {}
+            // A payload written through a pointer: `clflushopt` overlaps the
+            // write-backs, and the `mfence` that `store_fence` is in this
+            // mode completes every one before the store that publishes them.
+            #[cfg(target_arch = "x86_64")]
+            FlushMode::Clflush if self.bulk_opt && n >= BULK_LINES => x86::clflushopt_lines(p, n),
             #[cfg(target_arch = "x86_64")]
             FlushMode::Clflush => x86::clflush_lines(p, n),
             #[cfg(target_arch = "x86_64")]
@@ -253,6 +287,11 @@ impl Coherence for Flush {
             FlushMode::Clflushopt | FlushMode::Clwb => x86::sfence(),
             #[cfg(target_arch = "aarch64")]
             FlushMode::DcCivac => aarch64::dsb_sy(),
+            // `mfence` itself, not whatever a compiler lowers a fence to (a
+            // locked instruction may not drain streaming stores).
+            #[cfg(target_arch = "x86_64")]
+            _ => x86::mfence(),
+            #[cfg(not(target_arch = "x86_64"))]
             _ => cxlkv_core::mem::fence_seq_cst(),
         }
     }
@@ -261,6 +300,9 @@ impl Coherence for Flush {
         match self.mode {
             #[cfg(target_arch = "aarch64")]
             FlushMode::DcCivac => aarch64::dsb_sy(),
+            #[cfg(target_arch = "x86_64")]
+            _ => x86::mfence(),
+            #[cfg(not(target_arch = "x86_64"))]
             _ => cxlkv_core::mem::fence_seq_cst(),
         }
     }
@@ -273,7 +315,9 @@ impl Coherence for Flush {
             // - `p..p+src.len()` is inside the region (checked by `ptr`);
             // - the payload range is owned by the writer (entry WRITING).
             unsafe { x86::nt_copy(p, src) };
-            x86::sfence();
+            // No fence here: the caller's next `store_fence` (`sfence`, or
+            // `mfence` in `clflush` and `coherent` mode) orders the streaming
+            // stores before the entry that publishes them, once per batch.
             return Ok(());
         }
         region.copy_in(off, src)?;

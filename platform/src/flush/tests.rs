@@ -8,7 +8,7 @@ use cxlkv_core::layout::Capacities;
 use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
 use cxlkv_core::store::{attach, NodeEnv};
 
-use super::{Flush, FlushMode};
+use super::{Flush, FlushMode, PayloadStores};
 use crate::map::Mapping;
 
 const S: Site = Site("test");
@@ -65,6 +65,17 @@ fn every_impl_publishes_what_another_mapping_reads_fresh() {
         let mut got = vec![0u8; 4096];
         b.view().copy_out(base, &mut got).unwrap();
         assert_eq!(got, bytes, "{}", co.name());
+        // A payload through the bulk path (streaming stores where the
+        // implementation has them), partial lines at both edges.
+        let at = base + 4096 + 13;
+        let bytes: Vec<u8> = (0..3000u32).map(|i| (i as u8).wrapping_mul(3) ^ k as u8 ^ 0x80).collect();
+        co.invalidate(&b.view(), at, 3000, S).unwrap();
+        co.write_payload(&a.view(), at, &bytes, S).unwrap();
+        co.store_fence(S);
+        co.invalidate(&b.view(), at, 3000, S).unwrap();
+        let mut got = vec![0u8; 3000];
+        b.view().copy_out(at, &mut got).unwrap();
+        assert_eq!(got, bytes, "{}", co.name());
     }
     std::fs::remove_file(&p).unwrap();
 }
@@ -86,6 +97,56 @@ fn every_impl_writes_payloads_exactly_at_any_alignment() {
             assert!(back[8 + len..].iter().all(|&b| b == 0), "{} wrote past {off}+{len}", co.name());
         }
     }
+}
+
+#[test]
+fn every_impl_writes_payloads_exactly_at_every_line_edge() {
+    let m = Mapping::memfd(1 << 20, false).unwrap();
+    let r = m.view();
+    for co in impls() {
+        for head in 0..64u64 {
+            for len in [0usize, 1, 7, 8, 15, 16, 63, 64, 65, 127, 128, 129, 191, 256, 1000] {
+                let off = 4096 + head;
+                r.zero(off - 64, len as u64 + 128).unwrap();
+                let src: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_add(head as u8) | 1).collect();
+                co.write_payload(&r, off, &src, S).unwrap();
+                co.store_fence(S);
+                let mut back = vec![0u8; len + 128];
+                r.copy_out(off - 64, &mut back).unwrap();
+                let name = co.name();
+                assert_eq!(&back[64..64 + len], &src[..], "{name} at {off}+{len}");
+                assert!(back[..64].iter().all(|&b| b == 0), "{name} wrote before {off}");
+                assert!(back[64 + len..].iter().all(|&b| b == 0), "{name} wrote past {off}+{len}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_default_is_the_cheapest_correct_mode_with_streaming_payloads() {
+    let m = FlushMode::default_for_arch();
+    assert_ne!(m, FlushMode::Coherent, "the default must be correct on non-coherent memory");
+    assert!(m.available());
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::x86::{has_clflushopt, has_clwb};
+        let want = if has_clwb() && has_clflushopt() {
+            FlushMode::Clwb
+        } else if has_clflushopt() {
+            FlushMode::Clflushopt
+        } else {
+            FlushMode::Clflush
+        };
+        assert_eq!(m, want);
+        for mode in [FlushMode::Clflush, FlushMode::Clflushopt, FlushMode::Clwb] {
+            assert!(PayloadStores::Auto.streaming(mode), "{mode:?}");
+        }
+        let co = Flush::new(m, PayloadStores::Auto.streaming(m)).unwrap();
+        assert!(co.nt_payload() && co.name().ends_with("+nt"), "{}", co.name());
+    }
+    assert!(!PayloadStores::Auto.streaming(FlushMode::Coherent));
+    assert!(!PayloadStores::Plain.streaming(m));
+    assert!(crate::Options::default().payload == PayloadStores::Auto);
 }
 
 struct Solo<'a, C: Coherence> {
