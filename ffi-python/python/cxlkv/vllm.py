@@ -131,6 +131,9 @@ class CxlkvTier(SecondaryTierManager):
         self._stored: OrderedDict[OffloadKey, None] = OrderedDict()
         self._done: list[JobResult] = []
         self._removed: list[OffloadKey] = []
+        # Keys whose load failed (evicted since the lookup said HIT), for
+        # the scheduler thread to mark as misses.
+        self._missed: list[OffloadKey] = []
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
@@ -230,6 +233,8 @@ class CxlkvTier(SecondaryTierManager):
         missing = [k for k, ok in zip(keys, loaded) if not ok]
         if missing:
             self._forget(missing)
+            with self._lock:
+                self._missed.extend(missing)
         n_ok = len(keys) - len(missing)
         return JobResult(
             job_id=job.job_id,
@@ -273,6 +278,13 @@ class CxlkvTier(SecondaryTierManager):
     def get_finished_jobs(self) -> Iterable[JobResult]:
         with self._lock:
             done, self._done = self._done, []
+            missed, self._missed = self._missed, []
+        if missed:
+            # A chunk evicted between lookup and load: the lookup's cached
+            # HIT turns into a MISS (on the scheduler thread, as vLLM's own
+            # tiers do it), so the request recomputes it instead of asking
+            # for the same doomed promotion at every step.
+            self._lookups.mark_miss(missed)
         return done
 
     def has_pending_work(self) -> bool:

@@ -6,17 +6,18 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from vllm.v1.kv_offload.base import LookupResult, Medium, OffloadingEvent
+from vllm.v1.kv_offload.base import LookupResult, Medium, OffloadingEvent, ReqContext, ScheduleEndContext
 
 import cxlkv
 from cxlkv.vllm import CxlkvTier
 
-from vllm_support import CHUNK_BYTES, fill, job, key, lookup, make_tier, wait_job
+from vllm_support import CHUNK_BYTES, WATCHDOG_S, fill, job, key, lookup, make_tier, wait_job
 
 HERE = Path(__file__).parent
 
@@ -91,6 +92,38 @@ def test_a_missing_chunk_fails_its_load_and_is_reported_removed(tier_config: dic
         assert not r.success and r.successful_keys is None
         removed = [e for e in tier.take_events() if e.removed]
         assert removed and keys[0] in removed[0].keys
+    finally:
+        tier.shutdown()
+
+
+def test_a_chunk_evicted_between_lookup_and_load_becomes_a_miss_not_a_retry_loop(
+    tier_config: dict[str, object],
+) -> None:
+    tier, rows = make_tier(tier_config)
+    try:
+        k = key(7)
+        fill(rows, 0, seed=7)
+        tier.submit_store(job(1, [k], [0], promotion=False))
+        assert wait_job(tier, 1).success
+        # A live request's lookup resolves to HIT (and stays cached for it).
+        ctx = ReqContext(req_id="live")
+        deadline = time.monotonic() + WATCHDOG_S
+        while (r := tier.lookup(k, ctx)) is LookupResult.RETRY:
+            assert time.monotonic() < deadline, "lookup never resolved"
+            tier.on_schedule_end(ScheduleEndContext(new_req_ids=["live"], preempted_req_ids=[]))
+            time.sleep(0.001)
+        assert r is LookupResult.HIT
+        # Another node evicts the chunk before the promotion runs.
+        with cxlkv.Region.open(str(tier_config["region"])) as reg, reg.attach(local_dir=str(tier_config["local_dir"])) as n:
+            assert n.evict(1 << 40)[0] == 1
+        tier.submit_load(job(2, [k], [5], promotion=True))
+        assert not wait_job(tier, 2).success
+        # The scheduler asks again for the same request: a miss (recompute),
+        # not a HIT that would promote, fail and ask again at every step.
+        for _ in range(3):
+            assert tier.lookup(k, ctx) is LookupResult.MISS
+            tier.on_schedule_end(ScheduleEndContext(new_req_ids=[], preempted_req_ids=[]))
+        tier.on_request_finished(ctx)
     finally:
         tier.shutdown()
 
