@@ -480,8 +480,19 @@ fn cmd_format(a: &FormatArgs) -> Result<(), Fail> {
         // Refuse impossible sizes before touching an existing file.
         Region::plan(caps, a.size)?;
     }
-    if a.path.exists() && !a.force && !dax {
-        return Err(Fail::Run(format!("{path} exists (use --force to overwrite)")));
+    if a.path.exists() {
+        // Never under a running node: a format erases what it uses.
+        let live = Region::live_nodes_at(&a.path, cxlkv_platform::region::LIVE_WAIT)?;
+        if !live.is_empty() {
+            let names: Vec<String> = live.iter().map(ToString::to_string).collect();
+            return Err(Fail::Run(format!(
+                "{path} has nodes that may still run: {} (detach them or end their processes first)",
+                names.join(", ")
+            )));
+        }
+        if !a.force && !dax {
+            return Err(Fail::Run(format!("{path} exists (use --force to overwrite)")));
+        }
     }
     let l = Region::create(&a.path, a.size, true)?.format(caps, a.mode.mode)?;
     if a.json {

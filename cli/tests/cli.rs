@@ -140,3 +140,48 @@ fn usage_errors_exit_2() {
     assert_eq!(run(&["format", "/dev/shm/x", "--size", "ten"]).status.code(), Some(2));
     assert_eq!(run(&["inspect", "/dev/shm/x", "--bogus"]).status.code(), Some(2));
 }
+
+/// `format --force` never erases a region under a running node (it names
+/// it, and the node's blocks stay), and never truncates a file a process
+/// still maps: the old mapping stays readable after a smaller format.
+#[test]
+fn format_refuses_live_nodes_and_never_truncates_a_mapped_file() {
+    use cxlkv_core::hash::Key;
+    use cxlkv_platform::{FlushMode, GetItem, Options, PutItem, Region};
+    let p = path("live");
+    let local = format!("{p}.local");
+    std::fs::create_dir_all(&local).unwrap();
+    assert!(run(&["format", &p, "--size", "32M", "--chunk", "64K", "--entries", "1024"]).status.success());
+    let region = Region::open(std::path::Path::new(&p)).unwrap();
+    let opts = Options { mode: FlushMode::Coherent, local_dir: local.clone().into(), ..Options::default() };
+    let node = region.attach(opts).unwrap();
+    let key = Key { lo: 7, hi: 7 };
+    let payload = vec![0x5au8; 4096];
+    let mut out = [Ok(())];
+    node.put(1, &[PutItem { key, tokens: 1, parts: &[&payload[..]] }], &mut out).unwrap();
+    out[0].unwrap();
+    for size in ["32M", "16M"] {
+        let o = run(&["format", &p, "--size", size, "--force"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("may still run") && err.contains("node 0 (pid"), "{err}");
+    }
+    let mut buf = vec![0u8; 4096];
+    let (mut lens, mut res) = ([0u64], [Ok(())]);
+    let mut parts = [&mut buf[..]];
+    node.get(1, &mut [GetItem { key, parts: &mut parts }], &mut lens, &mut res).unwrap();
+    assert!(res[0].is_ok() && buf == payload, "the block survived the refused formats");
+    node.close().unwrap();
+    // No node runs now; this process still maps the 32 MiB file.
+    let o = run(&["format", &p, "--size", "16M", "--chunk", "64K", "--entries", "1024", "--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 16 << 20);
+    let old = region.mapping().view();
+    assert_eq!(old.len(), 32 << 20);
+    // Past the new file's end: a truncated mapping would kill us here.
+    old.load_u64(old.len() - 8).unwrap();
+    assert_eq!(run(&["check", &p]).status.code(), Some(0));
+    drop(region);
+    let _ = std::fs::remove_file(&p);
+    let _ = std::fs::remove_dir_all(&local);
+}

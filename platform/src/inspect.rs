@@ -117,6 +117,25 @@ pub struct EntryReport {
     pub invalid: u64,
 }
 
+/// A node that may still be running (see [`Observed::live_nodes`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveNode {
+    /// Node id.
+    pub id: u32,
+    /// Process id (in its PID namespace).
+    pub pid: u32,
+    /// Its host id, in hex.
+    pub host_id: String,
+    /// Why it counts as live.
+    pub how: &'static str,
+}
+
+impl std::fmt::Display for LiveNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "node {} (pid {} on host {}, {})", self.id, self.pid, self.host_id, self.how)
+    }
+}
+
 /// One node slot in use.
 #[derive(Clone, Debug, Serialize)]
 pub struct NodeReport {
@@ -213,6 +232,53 @@ impl Observed {
     /// they hold (a recovery reclaims it).
     pub fn stranded(&self) -> Result<Vec<Stranded>> {
         stranded(&self.store)
+    }
+
+    /// Nodes that may still be running: ALIVE slots whose process this
+    /// host can probe and finds running (stopped processes included), and
+    /// ALIVE slots it cannot probe (another host or PID namespace) whose
+    /// heartbeat moves within `wait`. A format must not go on under them.
+    pub fn live_nodes(&self, wait: std::time::Duration) -> Result<Vec<LiveNode>> {
+        let store = &self.store;
+        let l = &store.layout;
+        let me = Locality::here();
+        let mut live = Vec::new();
+        let mut watched = Vec::new();
+        for n in 0..l.caps.max_nodes {
+            let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("platform.live"))?;
+            if info.state != NODE_ALIVE {
+                continue;
+            }
+            let node = LiveNode { id: n, pid: info.pid, host_id: format!("{:016x}", info.host_id), how: "running" };
+            if me.can_probe(&info) {
+                if pid_alive(info.pid) {
+                    live.push(node);
+                }
+                continue;
+            }
+            let hb: Heartbeat = store.fresh(l.heartbeat(n), Site("platform.live.beat"))?;
+            watched.push((node, hb.beat));
+        }
+        let t0 = std::time::Instant::now();
+        while !watched.is_empty() {
+            let mut i = 0;
+            while i < watched.len() {
+                let hb: Heartbeat = store.fresh(l.heartbeat(watched[i].0.id), Site("platform.live.beat"))?;
+                if hb.beat != watched[i].1 {
+                    let (mut node, _) = watched.swap_remove(i);
+                    node.how = "heartbeat moving";
+                    live.push(node);
+                } else {
+                    i += 1;
+                }
+            }
+            if t0.elapsed() >= wait {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        live.sort_by_key(|n| n.id);
+        Ok(live)
     }
 
     /// What the region holds.

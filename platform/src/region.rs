@@ -36,6 +36,11 @@ impl Drop for Attachment {
     }
 }
 
+/// How long a format watches the heartbeats of nodes this host cannot
+/// probe (another host or PID namespace) before it counts them as stopped:
+/// a default lease.
+pub const LIVE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Region {
     /// Wraps a mapping.
     pub fn from_mapping(map: impl Into<Arc<Mapping>>) -> Region {
@@ -44,12 +49,19 @@ impl Region {
 
     /// Creates a region file of `size` bytes at `path`, readable and
     /// writable by its owner only (not formatted). `overwrite` false refuses
-    /// an existing file. A device-DAX path is opened instead: the device is
-    /// the region, whatever its size.
+    /// an existing file; `overwrite` replaces it with a new file (never
+    /// truncating one that processes map), and fails with `Busy` while the
+    /// region it holds has nodes that may still run. A device-DAX path is
+    /// opened instead: the device is the region, whatever its size.
     pub fn create(path: &Path, size: u64, overwrite: bool) -> Result<Region> {
         let map = match Source::for_path(path) {
             Source::DevDax(_) => Mapping::open(path)?,
-            _ => Mapping::create_file(path, size, 0o600, overwrite)?,
+            _ => {
+                if overwrite && !Region::live_nodes_at(path, LIVE_WAIT)?.is_empty() {
+                    return Err(Error::Core(cxlkv_core::Error::Busy));
+                }
+                Mapping::create_file(path, size, 0o600, overwrite)?
+            }
         };
         Ok(Region::from_mapping(map))
     }
@@ -76,15 +88,36 @@ impl Region {
     /// Formats the region with `caps`, erasing what it held, with cache
     /// maintenance `mode`. The header is written last, so a crash leaves an
     /// unformatted region, never a half-formatted one. `Busy` while a node of
-    /// this process is attached through it (nodes of other processes must
-    /// have detached).
+    /// this process is attached through it, or while the region it holds has
+    /// nodes that may still run ([`Region::live_nodes`], waiting up to
+    /// [`LIVE_WAIT`] for the heartbeats of nodes this host cannot probe):
+    /// only a region whose nodes all stopped is erased.
     pub fn format(&self, caps: Capacities, mode: FlushMode) -> Result<Layout> {
-        if self.in_use() {
+        if self.in_use() || !self.live_nodes(LIVE_WAIT)?.is_empty() {
             return Err(Error::Core(cxlkv_core::Error::Busy));
         }
         let co = Flush::new(mode, false)?;
         let store = cxlkv_core::format::format(self.0.map.view(), co, caps, random_u64())?;
         Ok(store.layout)
+    }
+
+    /// The nodes of the region this mapping holds that may still run (see
+    /// [`crate::inspect::Observed::live_nodes`]); none when it holds no
+    /// formatted region.
+    pub fn live_nodes(&self, wait: std::time::Duration) -> Result<Vec<crate::inspect::LiveNode>> {
+        match self.observe(FlushMode::default_for_arch()) {
+            Ok(o) => o.live_nodes(wait),
+            Err(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// [`Region::live_nodes`] of the region at `path`: none when nothing is
+    /// there, or nothing formatted.
+    pub fn live_nodes_at(path: &Path, wait: std::time::Duration) -> Result<Vec<crate::inspect::LiveNode>> {
+        match Region::open(path) {
+            Ok(r) => r.live_nodes(wait),
+            Err(_) => Ok(Vec::new()),
+        }
     }
 
     /// Attaches a node to the formatted region and starts its background

@@ -164,11 +164,20 @@ fn fd_len(fd: &OwnedFd) -> Result<u64> {
 }
 
 impl Mapping {
-    /// Creates (or truncates, when `overwrite`) a file of `size` bytes with
-    /// permissions `mode` (owner-only by default: 0o600) and maps it.
+    /// Creates a file of `size` bytes with permissions `mode` (owner-only
+    /// by default: 0o600) and maps it. With `overwrite`, an existing file at
+    /// `path` is unlinked first and a new one created, never truncated: a
+    /// process that still maps the old one keeps its pages (truncating a
+    /// mapped file kills its users with SIGBUS).
     pub fn create_file(path: &Path, size: u64, mode: u32, overwrite: bool) -> Result<Mapping> {
-        let mut flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC;
-        flags |= if overwrite { libc::O_TRUNC } else { libc::O_EXCL };
+        if overwrite {
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => return Err(Error::Io { what: "replace region file", err }),
+            }
+        }
+        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_EXCL;
         let fd = open_fd(path, flags, mode, "open region file")?;
         let len = usize::try_from(size).map_err(|_| Error::Core(cxlkv_core::Error::TooLarge))?;
         // SAFETY: `fd` is an open regular file.
