@@ -20,11 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ._cxlkv import CapacityError, CxlkvError, Node, Region, Result, namespace_id
+from ._cxlkv import CxlkvError, Node, Region, Result, namespace_id
 
 #: Results of a store that leave the block in the region.
 STORED = (Result.OK, Result.EXISTS)
-_FULL = (Result.OUT_OF_SPACE, Result.TABLE_FULL)
 
 
 def attach(
@@ -57,29 +56,13 @@ def attach(
         raise RuntimeError(f"{who}: cannot use region {region!r}: {e}") from e
 
 
-def _nbytes(payload: Any) -> int:
-    if isinstance(payload, (list, tuple)):
-        return sum(memoryview(p).nbytes for p in payload)
-    return memoryview(payload).nbytes
-
-
-def put_evicting(node: Node, ns: int, items: Sequence[tuple[bytes, Any]]) -> tuple[list[bool], int]:
-    """Stores `items` (key, buffer or buffers) in one batch call; where the
-    region is full, evicts its least recently used blocks and tries those
-    items once more (what still does not fit is not stored: a miss later,
-    never an error of the engine's request). Returns whether each item is
-    stored (stored already counts) and how many blocks were evicted."""
-    results = node.put(ns, items)
-    full = [i for i, r in enumerate(results) if r in _FULL]
-    evicted = 0
-    if full:
-        try:
-            evicted, _ = node.evict(sum(_nbytes(items[i][1]) for i in full))
-        except CapacityError:
-            pass
-        for i, r in zip(full, node.put(ns, [items[i] for i in full])):
-            results[i] = r
-    return [r in STORED for r in results], evicted
+def put_stored(node: Node, ns: int, items: Sequence[tuple[bytes, Any]]) -> list[bool]:
+    """Stores `items` (key, buffer or buffers) in one batch call and says
+    whether each is stored (stored already counts). A full region makes room
+    itself (each reserve evicts least recently used blocks until the block
+    fits or only pinned blocks are left), so what is not stored here could
+    not be: a miss later, never an error of the engine's request."""
+    return [r in STORED for r in node.put(ns, items)]
 
 
 def block_key(engine_hash: bytes) -> bytes:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from . import CxlkvError, Result
-from .engines import EngineNamespace, attach, block_key, put_evicting
+from .engines import EngineNamespace, attach, block_key, put_stored
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class CxlkvConnector:
     def _set(self, keys: Sequence[str], views: Sequence[Any]) -> list[bool]:
         out = [False] * len(keys)
         for ns, items in self._by_namespace(keys).items():
-            stored, _ = put_evicting(self._node, ns, [(key, views[i]) for i, key in items])
+            stored = put_stored(self._node, ns, [(key, views[i]) for i, key in items])
             for (i, _), s in zip(items, stored):
                 out[i] = s
         return out

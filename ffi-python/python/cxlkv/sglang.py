@@ -42,7 +42,7 @@ from sglang.srt.mem_cache.hicache_storage import (
 )
 
 from . import Result
-from .engines import EngineNamespace, attach, block_key, put_evicting
+from .engines import EngineNamespace, attach, block_key, put_stored
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,10 @@ class CxlkvStorage(HiCacheStorage):
         self._ns: Optional[int] = None
         self._pool_ns: dict[str, int] = {}
         self._ns_legacy = self._namespace(layout="tensor", dtype="bytes", segments=(), pool="legacy")
-        self.stats = {"stored_pages": 0, "loaded_pages": 0, "missed_pages": 0, "evicted_pages": 0}
+        self.stats = {"stored_pages": 0, "loaded_pages": 0, "missed_pages": 0}
+        # Blocks this node evicted before this backend used it: evicted_pages
+        # counts from here (every eviction its stores or clears made room by).
+        self._evictions_at_start = int(self._node.stats()["node_evictions"])
         logger.info("cxlkv storage: node %d of region %s (writer: %s)", self._node.id, extra["region"], self.is_writer)
 
     # -- namespaces -------------------------------------------------------
@@ -190,8 +193,7 @@ class CxlkvStorage(HiCacheStorage):
         ]
 
     def _put(self, ns: int, items: list[tuple[bytes, Any]]) -> list[bool]:
-        ok, evicted = put_evicting(self._node, ns, items)
-        self.stats["evicted_pages"] += evicted
+        ok = put_stored(self._node, ns, items)
         self.stats["stored_pages"] += sum(ok)
         return ok
 
@@ -345,14 +347,14 @@ class CxlkvStorage(HiCacheStorage):
     def clear(self) -> None:
         """Empties the region, as SGLang's clear of a shared store does (every
         engine's blocks that nothing has pinned)."""
-        blocks, _ = self._node.evict(1 << 62)
-        self.stats["evicted_pages"] += blocks
+        self._node.evict(1 << 62)
 
     def get_stats(self) -> dict[str, int]:
         """This backend's page counts and the region's occupancy."""
         s = self._node.stats()
         return {
             **self.stats,
+            "evicted_pages": int(s["node_evictions"]) - self._evictions_at_start,
             "region_live_blocks": int(s["live_blocks"]),
             "region_live_bytes": int(s["live_bytes"]),
             "region_capacity_bytes": int(s["capacity_bytes"]),

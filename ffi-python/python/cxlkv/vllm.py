@@ -55,7 +55,7 @@ from vllm.v1.kv_offload.tiering.async_lookup import AsyncLookupManager
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
 from . import CxlkvError, Result
-from .engines import EngineNamespace, attach, block_key, put_evicting
+from .engines import EngineNamespace, attach, block_key, put_stored
 
 if TYPE_CHECKING:
     from vllm.v1.kv_offload.base import OffloadingSpec
@@ -186,6 +186,9 @@ class CxlkvTier(SecondaryTierManager):
         return out
 
     def _remember(self, keys: Iterable[OffloadKey]) -> None:
+        # Kept only to report removals as events: nothing per chunk without.
+        if self.events is None:
+            return
         with self._lock:
             for k in keys:
                 self._stored[k] = None
@@ -194,6 +197,8 @@ class CxlkvTier(SecondaryTierManager):
                 self._stored.popitem(last=False)
 
     def _forget(self, keys: Iterable[OffloadKey]) -> None:
+        if self.events is None:
+            return
         with self._lock:
             for k in keys:
                 if self._stored.pop(k, 0) is None:
@@ -211,7 +216,7 @@ class CxlkvTier(SecondaryTierManager):
         for group, idx in self._by_group(keys).items():
             ns = self.namespace(group)
             items = [(block_key(get_offload_block_hash(keys[i])), self._row(job.chunk_ids[i])) for i in idx]
-            stored, _ = put_evicting(self._node, ns, items)
+            stored = put_stored(self._node, ns, items)
             ok.extend(keys[i] for i, s in zip(idx, stored) if s)
         self._remember(ok)
         if self.events is not None and ok:

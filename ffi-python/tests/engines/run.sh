@@ -37,11 +37,15 @@ fi
 cargo build --release --locked -q -p cxlkv-cli
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 export CXLKV_CLI="$target_dir/release/cxlkv"
-# cxlkv from this checkout: a wheel built by maturin from the project's
-# .venv (ffi-python/tests/run.sh makes it), into the engines venv.
+# cxlkv from this checkout: a wheel built by maturin (installed in the
+# engines venv itself, so this script runs on its own), into the engines
+# venv.
+if [ ! -x "$venv/bin/maturin" ]; then
+  "$venv/bin/python" -m pip install -q "maturin>=1.9,<2"
+fi
 wheels=$(mktemp -d)
 trap 'rm -rf "$wheels"' EXIT
-maturin=${CXLKV_VENV:-$root/.venv}/bin/maturin
+maturin=$venv/bin/maturin
 CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target} "$maturin" build --release -q -m ffi-python/Cargo.toml -o "$wheels"
 "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheels"/cxlkv-*.whl
 echo "test result: ok. 1 passed; 0 failed (cxlkv wheel installed beside $engines, torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null))"

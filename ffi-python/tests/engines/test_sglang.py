@@ -169,6 +169,10 @@ def test_a_full_region_evicts_and_never_fails_a_request(small_region: str, tmp_p
             assert b.batch_set_v1(keys, pool.page_indices(list(range(64)))) == [True] * 64
         assert b.batch_exists(page_keys(64, start=0)) < 64
         assert b.batch_exists(page_keys(64, start=192)) == 64
+        # Every page that made room counts, automatic evictions included.
+        stats = b.get_stats()
+        assert stats["stored_pages"] == 256
+        assert stats["evicted_pages"] == 256 - stats["region_live_blocks"] > 0
     finally:
         b.close()
 

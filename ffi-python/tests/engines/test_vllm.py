@@ -128,6 +128,26 @@ def test_a_chunk_evicted_between_lookup_and_load_becomes_a_miss_not_a_retry_loop
         tier.shutdown()
 
 
+def test_without_events_the_tier_keeps_nothing_per_chunk(tier_config: dict[str, object]) -> None:
+    tier, rows = make_tier({**tier_config, "enable_kv_events": False})
+    try:
+        keys = [key(i) for i in range(20)]
+        for c in range(20):
+            fill(rows, c, seed=c)
+        for round in range(3):
+            tier.submit_store(job(10 * round + 1, keys, list(range(20)), promotion=False))
+            assert wait_job(tier, 10 * round + 1).success
+            with cxlkv.Region.open(str(tier_config["region"])) as reg, reg.attach(local_dir=str(tier_config["local_dir"])) as n:
+                n.evict(1 << 40)
+            tier.submit_load(job(10 * round + 2, keys, list(range(20, 40)), promotion=True))
+            assert not wait_job(tier, 10 * round + 2).success
+            assert lookup(tier, keys, req=f"r{round}") == [LookupResult.MISS] * 20
+        # Nothing per chunk grew: the region knows what it holds.
+        assert len(tier._stored) == 0 and tier._removed == [] and list(tier.take_events()) == []
+    finally:
+        tier.shutdown()
+
+
 def test_another_process_with_its_own_tier_finds_and_loads_the_chunks(tier_config: dict[str, object]) -> None:
     tier, rows = make_tier(tier_config)
     try:
