@@ -23,7 +23,9 @@ learnt was dropped, when vLLM's KV events are on), `locality`.
 A chunk's key is the last 16 bytes of its block hash; its namespace holds
 what vLLM itself says makes chunks interchangeable (`FileMapper`'s fields:
 model, dtype, tokens per hash, blocks per chunk, parallel layout, KV cache
-groups) plus the chunk's size and KV cache group. Lookups are batched per
+groups, the canonical format) plus the attention backend's KV layout (NHD,
+HND) when there is no canonical format, the chunk's size and KV cache
+group. Lookups are batched per
 scheduler step (vLLM's `AsyncLookupManager`, one cxlkv presence call per
 group); stores and loads run on the tier's threads, one cxlkv batch call per
 job and group, never on the scheduler thread.
@@ -121,6 +123,7 @@ class CxlkvTier(SecondaryTierManager):
         self._fields = FileMapper.from_offloading_spec(
             root_dir="", offloading_spec=offloading_spec, blocks_per_file=offloading_spec.blocks_per_chunk
         ).get_run_config()
+        self._kv_cache_layout = offloading_spec.config.kv_cache_layout
         self._namespaces: dict[int, int] = {}
         self.events: list[OffloadingEvent] | None = None
         if enable_kv_events:
@@ -159,7 +162,9 @@ class CxlkvTier(SecondaryTierManager):
                 engine="vllm",
                 model=str(f.get("model_name", "")),
                 dtype=str(f.get("dtype", "")),
-                kv_layout=str(f.get("canonical_format", "")),
+                # The canonical format when vLLM writes one (the same on
+                # every backend), else the attention backend's layout.
+                kv_layout=str(f.get("canonical_format") or self._kv_cache_layout or ""),
                 block_tokens=int(f.get("tokens_per_hash", 0)),
                 tp_rank=0,
                 tp_size=int(f.get("tp_size", 1)),

@@ -187,6 +187,9 @@ def test_instances_with_other_models_or_layouts_do_not_share(tier_config: dict[s
     a, rows = make_tier(tier_config)
     b, _ = make_tier(tier_config, model="cxlkv/other-model")
     c, _ = make_tier(tier_config, tp_size=2)
+    # The attention backend's KV layout (NHD here, HND there): the same bytes
+    # in another order.
+    d, _ = make_tier(tier_config, kv_cache_layout="HND")
     try:
         fill(rows, 0, seed=1)
         a.submit_store(job(1, [key(1)], [0], promotion=False))
@@ -194,10 +197,11 @@ def test_instances_with_other_models_or_layouts_do_not_share(tier_config: dict[s
         assert lookup(a, [key(1)]) == [LookupResult.HIT]
         assert lookup(b, [key(1)]) == [LookupResult.MISS]
         assert lookup(c, [key(1)]) == [LookupResult.MISS]
+        assert lookup(d, [key(1)]) == [LookupResult.MISS]
         # A different KV cache group of the same block hash is another chunk.
         assert lookup(a, [key(1, group=1)]) == [LookupResult.MISS]
     finally:
-        for t in (a, b, c):
+        for t in (a, b, c, d):
             t.shutdown()
 
 

@@ -32,6 +32,7 @@ def spec(
     tp_size: int = 1,
     events: bool = True,
     chunk_bytes: int = CHUNK_BYTES,
+    kv_cache_layout: str | None = "NHD",
 ) -> TieringOffloadingSpec:
     config = OffloadingConfig(
         groups=(OffloadingGroupConfig(tokens_per_block=16, layer_names=("layer.0", "layer.1"), group_id=0),),
@@ -39,6 +40,7 @@ def spec(
         enable_kv_cache_events=events,
         extra_config={"cpu_bytes_to_use": 64 * chunk_bytes, "secondary_tiers": [tier]},
         engine_id="engine-0",
+        kv_cache_layout=kv_cache_layout,
         model=OffloadingModelConfig(name=model, dtype="float16"),
         cache=OffloadingCacheConfig(tokens_per_hash=16, blocks_per_chunk=1),
         parallel=OffloadingParallelConfig(
