@@ -527,6 +527,15 @@ impl Node {
         py.detach(|| c.remove(ns, &keys)).or_raise(py)
     }
 
+    /// Removes every stored block of `namespaces` that nothing pins (other
+    /// namespaces' blocks stay); returns `(blocks, bytes)` freed. It walks
+    /// every stripe: an engine's clear, not the data path.
+    fn clear_namespaces(&self, py: Python<'_>, namespaces: &Bound<'_, PyAny>) -> PyResult<(u64, u64)> {
+        let ns = namespaces.try_iter()?.map(|n| ns_of(&n?)).collect::<PyResult<Vec<u32>>>()?;
+        let c = self.cache(py)?;
+        py.detach(|| c.clear_namespaces(&ns)).or_raise(py)
+    }
+
     /// Evicts least-recently-used unpinned blocks until `nbytes` of payload
     /// are freed or none is left; returns `(blocks, bytes)` freed.
     fn evict(&self, py: Python<'_>, nbytes: u64) -> PyResult<(u64, u64)> {

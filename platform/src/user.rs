@@ -42,7 +42,34 @@ impl Policy for Pick {
     }
 }
 
+/// Picks every entry of the given namespaces, as an eviction policy.
+struct Namespaces(std::collections::HashSet<u32>);
+
+impl Policy for Namespaces {
+    fn consider(&mut self, _stripe: u32, entry: &Entry) -> Verdict {
+        if self.0.contains(&entry.ns) {
+            Verdict::Evict
+        } else {
+            Verdict::Skip
+        }
+    }
+}
+
 impl Node {
+    /// Removes every stored block of the namespaces `ns` that nothing pins
+    /// (a pinned block stays until released; one being written is not
+    /// stored yet) and returns the blocks and payload bytes freed; blocks of
+    /// other namespaces stay. Like [`Node::remove`] it walks every stripe:
+    /// an engine's "clear", not a data-path call; removals count as
+    /// evictions.
+    pub fn clear_namespaces(&self, ns: &[u32]) -> Result<(u64, u64)> {
+        if ns.is_empty() {
+            return Ok((0, 0));
+        }
+        let r = self.core().evict(u64::MAX, &mut Namespaces(ns.iter().copied().collect()))?;
+        Ok((r.entries, r.bytes))
+    }
+
     /// Removes the stored blocks of `keys` in namespace `ns` and says, per
     /// key, whether it was removed (`false`: not stored, or pinned now: a
     /// pinned block stays until released). It is an eviction that picks

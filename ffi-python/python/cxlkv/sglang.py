@@ -345,9 +345,13 @@ class CxlkvStorage(HiCacheStorage):
         )
 
     def clear(self) -> None:
-        """Empties the region, as SGLang's clear of a shared store does (every
-        engine's blocks that nothing has pinned)."""
-        self._node.evict(1 << 62)
+        """Removes this backend's pages that nothing pins: its KV pages, its
+        extra pools' pages and its legacy tensor pages (this model, layout,
+        rank and page size). Other engines' blocks in the region stay."""
+        mine = [self._ns_legacy, *self._pool_ns.values()]
+        if self._ns is not None:
+            mine.append(self._ns)
+        self._node.clear_namespaces(mine)
 
     def get_stats(self) -> dict[str, int]:
         """This backend's page counts and the region's occupancy."""

@@ -104,7 +104,7 @@ def test_mla_pages_are_shared_by_tp_ranks_and_written_by_the_writer_only(extra: 
         r.close()
 
 
-def test_legacy_tensor_calls_clear_and_stats(extra: dict[str, object]) -> None:
+def test_legacy_tensor_calls_stats_and_a_clear_of_this_backends_pages_only(extra: dict[str, object]) -> None:
     b = make_backend(extra, HostPool(4))
     try:
         t = torch.arange(64, dtype=torch.float32)
@@ -120,8 +120,20 @@ def test_legacy_tensor_calls_clear_and_stats(extra: dict[str, object]) -> None:
         assert got[0] is outs[0] and torch.equal(outs[1], t + 2) and got[2] is None
         before = b.get_stats()["region_live_blocks"]
         assert before == 3
-        b.clear()
-        assert b.get_stats()["region_live_blocks"] == 0 and not b.exists("legacy-key-1")
+        # Another engine's pages (another TP rank) share the region.
+        other_pool = HostPool(4)
+        other = make_backend(extra, other_pool, tp_rank=1, tp_size=2)
+        try:
+            other_pool.fill(0, seed=3)
+            assert other.batch_set_v1(page_keys(2), other_pool.page_indices([0, 1])) == [True, True]
+            assert b.batch_set_v1(page_keys(1, start=9), HostPool(4).page_indices([0])) == [True]
+            b.clear()
+            # Only this backend's pages went (legacy and v1 alike).
+            assert not b.exists("legacy-key-1") and b.batch_exists(page_keys(1, start=9)) == 0
+            assert other.batch_exists(page_keys(2)) == 2
+            assert b.get_stats()["region_live_blocks"] == 2
+        finally:
+            other.close()
     finally:
         b.close()
 
