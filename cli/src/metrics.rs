@@ -2,8 +2,8 @@
 //! (platform's [`RegionMetrics`]) printed for people, as JSON, in the
 //! OpenMetrics text format, or served over HTTP for Prometheus to scrape.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use cxlkv_platform::inspect::Observed;
@@ -47,81 +47,57 @@ pub fn print_human(m: &RegionMetrics) {
     }
 }
 
-/// One HTTP request's answer: (status line, content type, body).
-fn answer(observed: &Observed, head: &str) -> (&'static str, &'static str, String) {
-    let mut words = head.split_whitespace();
-    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
+/// One HTTP request's answer: (status code, content type, body).
+fn answer(observed: &Observed, method: &tiny_http::Method, url: &str) -> (u16, &'static str, String) {
+    let path = url.split('?').next().unwrap_or("");
     match (method, path) {
-        ("GET", "/metrics") => match observed.metrics() {
-            Ok(m) => ("200 OK", OPENMETRICS_CONTENT_TYPE, m.to_openmetrics()),
-            Err(e) => {
-                ("503 Service Unavailable", "text/plain; charset=utf-8", format!("cannot read the region: {e}\n"))
-            }
+        (tiny_http::Method::Get, "/metrics") => match observed.metrics() {
+            Ok(m) => (200, OPENMETRICS_CONTENT_TYPE, m.to_openmetrics()),
+            Err(e) => (503, "text/plain; charset=utf-8", format!("cannot read the region: {e}\n")),
         },
-        ("GET", "/") => ("200 OK", "text/plain; charset=utf-8", "cxlkv metrics: GET /metrics\n".into()),
-        ("GET", _) => ("404 Not Found", "text/plain; charset=utf-8", "not found\n".into()),
-        _ => ("405 Method Not Allowed", "text/plain; charset=utf-8", "only GET\n".into()),
+        (tiny_http::Method::Get, "/") => (200, "text/plain; charset=utf-8", "cxlkv metrics: GET /metrics\n".into()),
+        (tiny_http::Method::Get, _) => (404, "text/plain; charset=utf-8", "not found\n".into()),
+        _ => (405, "text/plain; charset=utf-8", "only GET\n".into()),
     }
-}
-
-/// Reads a request's head (up to 8 KiB, two seconds) and answers it.
-fn serve_one(observed: &Observed, mut s: TcpStream) -> std::io::Result<()> {
-    s.set_nonblocking(false)?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    s.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
-        let n = s.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    let first = String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_string();
-    let (status, ctype, body) = answer(observed, &first);
-    let reply = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(reply.as_bytes())?;
-    s.write_all(body.as_bytes())?;
-    s.flush()
 }
 
 /// Serves `GET /metrics` on `addr` until `stop` says so (checked every
 /// 50 ms) or `seconds` pass; prints the bound address first (port 0 picks
-/// a free one).
+/// a free one). Connections are read by the HTTP server's own threads
+/// (`tiny_http`), so a client that connects and stays silent, or sends half
+/// a request, holds only its own connection: every other scrape is
+/// answered as soon as its request is in.
 pub fn serve(
     observed: &Observed,
     addr: SocketAddr,
     seconds: Option<u64>,
     stop: &dyn Fn(Duration) -> bool,
 ) -> Result<(), String> {
-    let listener = TcpListener::bind(addr).map_err(|e| format!("bind {addr}: {e}"))?;
-    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let server = tiny_http::Server::http(addr).map_err(|e| format!("bind {addr}: {e}"))?;
+    let bound = server.server_addr().to_ip().map_or_else(|| addr.to_string(), |a| a.to_string());
     println!("serving metrics on http://{bound}/metrics");
     let _ = std::io::stdout().flush();
     let start = Instant::now();
     loop {
-        if seconds.is_some_and(|s| start.elapsed().as_secs() >= s) || stop(Duration::from_millis(50)) {
+        if seconds.is_some_and(|s| start.elapsed().as_secs() >= s) || stop(Duration::ZERO) {
             return Ok(());
         }
-        loop {
-            match listener.accept() {
-                Ok((s, peer)) => {
-                    if let Err(e) = serve_one(observed, s) {
-                        eprintln!("cxlkv serve-metrics: {peer}: {e}");
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    eprintln!("cxlkv serve-metrics: accept: {e}");
-                    break;
-                }
+        let request = match server.recv_timeout(Duration::from_millis(50)) {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(e) => {
+                eprintln!("cxlkv serve-metrics: {e}");
+                continue;
             }
+        };
+        let (code, ctype, body) = answer(observed, request.method(), request.url());
+        let peer = request.remote_addr().map_or_else(|| "?".to_string(), |a| a.to_string());
+        let mut reply = tiny_http::Response::from_string(body).with_status_code(code);
+        if let Ok(h) = tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes()) {
+            reply = reply.with_header(h);
+        }
+        if let Err(e) = request.respond(reply) {
+            eprintln!("cxlkv serve-metrics: {peer}: {e}");
         }
     }
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -132,4 +133,39 @@ def test_serve_metrics_answers_scrapes_on_loopback_and_stops_on_sigterm(
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
     finally:
+        reap(proc)
+
+
+def test_a_scrape_is_answered_while_other_clients_stay_silent(
+    busy_region: tuple[str, cxlkv.Node],
+) -> None:
+    """Idle connections (a port scanner, a load balancer's health check)
+    and half-sent requests hold only their own connection: a scrape made
+    meanwhile is answered (a server that reads one connection at a time,
+    two seconds each, would take 50 s here)."""
+    path, _ = busy_region
+    proc = subprocess.Popen(
+        [cli(), "serve-metrics", path, "--listen", "127.0.0.1:0", "--seconds", "120"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    silent: list[socket.socket] = []
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().split()[-1]
+        host, port = url.split("/")[2].split(":")
+        for i in range(25):
+            c = socket.create_connection((host, int(port)), timeout=10)
+            if i % 5 == 0:
+                c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finished
+            silent.append(c)
+        with urllib.request.urlopen(url, timeout=10) as r:
+            assert r.status == 200
+            assert sample(families(r.read().decode()), "cxlkv_live_blocks") == 6
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        for c in silent:
+            c.close()
         reap(proc)
