@@ -104,7 +104,10 @@ export declare class Node {
    * came. Blocks the event loop: prefer `recvAsync`.
    */
   recv(timeoutMs: number): Message
-  /** `recv` off the event loop (a libuv pool thread waits). */
+  /**
+   * `recv` off the event loop: a thread of its own waits (never one of
+   * libuv's pool, and a process exit does not wait for it).
+   */
   recvAsync(timeoutMs: number): Promise<Message>
   /**
    * A request/response round trip: sends `message` to node `to` and waits
@@ -112,7 +115,10 @@ export declare class Node {
    * Messages arriving meanwhile stay queued for `recv`.
    */
   call(to: number, message: Outgoing, timeoutMs: number): Message
-  /** `call` off the event loop. */
+  /**
+   * `call` off the event loop (a thread of its own waits for the answer,
+   * as for `recvAsync`).
+   */
   callAsync(to: number, message: Outgoing, timeoutMs: number): Promise<Message>
   /**
    * Answers `request` (a message `recv` returned) with `status` and

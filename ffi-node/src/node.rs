@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use napi::bindgen_prelude::{AsyncTask, BigInt, Buffer};
+use napi::bindgen_prelude::{AsyncTask, BigInt, Buffer, Object};
 use napi::{Env, Unknown};
 use napi_derive::napi;
 
@@ -22,7 +22,7 @@ use crate::args::{
 };
 use crate::blocks::{Pinned, Reservation};
 use crate::error::{coded, item, range_error, Failure, OrThrow};
-use crate::tasks::{Held, Job};
+use crate::tasks::{waiting, Held, Job};
 
 /// An async call: its Promise settles with `J`, made from the work's `T`.
 pub type Pending<T, J> = AsyncTask<Job<T, J>>;
@@ -899,13 +899,14 @@ impl Node {
         Ok(to_js(self.attached(&env)?.recv(t).or_throw(&env)?))
     }
 
-    /// `recv` off the event loop (a libuv pool thread waits).
+    /// `recv` off the event loop: a thread of its own waits (never one of
+    /// libuv's pool, and a process exit does not wait for it).
     #[napi(catch_unwind, ts_args_type = "timeoutMs: number", ts_return_type = "Promise<Message>")]
-    pub fn recv_async(&self, env: Env, timeout_ms: Unknown<'_>) -> napi::Result<Pending<Received, Message>> {
-        let t = timeout_of(&env, &timeout_ms)?;
-        let c = self.attached(&env)?;
+    pub fn recv_async<'env>(&self, env: &'env Env, timeout_ms: Unknown<'_>) -> napi::Result<Object<'env>> {
+        let t = timeout_of(env, &timeout_ms)?;
+        let c = self.attached(env)?;
         let node = c.clone();
-        Ok(AsyncTask::new(Job::new(move || Ok(c.recv(t)?), received).on(node)))
+        waiting(env, node, move || Ok(c.recv(t)?), received)
     }
 
     /// A request/response round trip: sends `message` to node `to` and waits
@@ -925,25 +926,26 @@ impl Node {
         Ok(to_js(self.attached(&env)?.call(to, &m, &keys, t).or_throw(&env)?))
     }
 
-    /// `call` off the event loop.
+    /// `call` off the event loop (a thread of its own waits for the answer,
+    /// as for `recvAsync`).
     #[napi(
         catch_unwind,
         ts_args_type = "to: number, message: Outgoing, timeoutMs: number",
         ts_return_type = "Promise<Message>"
     )]
-    pub fn call_async(
+    pub fn call_async<'env>(
         &self,
-        env: Env,
+        env: &'env Env,
         to: Unknown<'_>,
         message: Unknown<'_>,
         timeout_ms: Unknown<'_>,
-    ) -> napi::Result<Pending<Received, Message>> {
-        let to = u32_of(&env, &to, "to")?;
-        let (m, keys) = message_of(&env, &message, "message")?;
-        let t = timeout_of(&env, &timeout_ms)?;
-        let c = self.attached(&env)?;
+    ) -> napi::Result<Object<'env>> {
+        let to = u32_of(env, &to, "to")?;
+        let (m, keys) = message_of(env, &message, "message")?;
+        let t = timeout_of(env, &timeout_ms)?;
+        let c = self.attached(env)?;
         let node = c.clone();
-        Ok(AsyncTask::new(Job::new(move || Ok(c.call(to, &m, &keys, t)?), received).on(node)))
+        waiting(env, node, move || Ok(c.call(to, &m, &keys, t)?), received)
     }
 
     /// Answers `request` (a message `recv` returned) with `status` and

@@ -6,11 +6,17 @@
 //! The buffers a call reads or fills are held by strong references until it
 //! settled (they cannot be collected meanwhile); the caller must not write
 //! to, transfer or detach them before then, as with `fs.read`.
+//!
+//! A call that waits for someone else (a receive, an RPC's answer) runs on
+//! a thread of its own instead ([`waiting`]): libuv's pool has four threads
+//! by default, which a few pending receives would otherwise hold for their
+//! whole timeout (starving `fs`, `dns` and `zlib`), and a process exit
+//! would wait for them.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use napi::bindgen_prelude::{ToNapiValue, TypeName};
+use napi::bindgen_prelude::{Object, ToNapiValue, TypeName};
 use napi::{sys, Env, JsValue, Task, Unknown};
 
 use cxlkv_platform::Node as Attached;
@@ -100,5 +106,37 @@ impl<T: Send + 'static, J: ToNapiValue + TypeName> Task for Job<T, J> {
         self.held.release(&env);
         self.node = None;
         Ok(())
+    }
+}
+
+/// How a waiting call's Promise settles, on the JavaScript thread.
+type Settle<J> = Box<dyn FnOnce(Env) -> napi::Result<J>>;
+
+/// Runs `work` (a wait for a message or an answer) on a thread of its own
+/// and returns a Promise settled with `done` of its result on the
+/// JavaScript thread; `node` stays attached until then. Not the libuv pool:
+/// see the module notes. The pending Promise keeps the event loop alive, as
+/// a pending timer does; `process.exit` does not wait for the thread.
+pub(crate) fn waiting<'env, T: Send + 'static, J: ToNapiValue + 'static>(
+    env: &'env Env,
+    node: Arc<Attached>,
+    work: impl FnOnce() -> Result<T, Failure> + Send + 'static,
+    done: fn(&Env, T) -> napi::Result<J>,
+) -> napi::Result<Object<'env>> {
+    let (deferred, promise) = env.create_deferred::<J, Settle<J>>()?;
+    let spawned = std::thread::Builder::new().name("cxlkv-wait".into()).spawn(move || {
+        // A panic is a bug; it must not cross into Node.
+        let r = catch_unwind(AssertUnwindSafe(work)).unwrap_or(Err(Failure::Panic));
+        deferred.resolve(Box::new(move |env: Env| {
+            drop(node);
+            match r {
+                Ok(t) => done(&env, t),
+                Err(f) => Err(f.throw(&env)),
+            }
+        }));
+    });
+    match spawned {
+        Ok(_) => Ok(promise),
+        Err(e) => Err(napi::Error::from_reason(format!("cannot start a waiting thread: {e}"))),
     }
 }

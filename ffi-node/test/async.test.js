@@ -25,6 +25,47 @@ test('a receive waits off the event loop: the message a timer sends arrives', { 
   b.detach()
 })
 
+test('pending receives hold no libuv pool thread: a file read completes while four wait', { timeout: 60_000 }, async () => {
+  const { region, local } = smallRegion('pool')
+  const a = region.attach({ localDir: local })
+  const b = region.attach({ localDir: local })
+  // Four receives: as many as libuv's pool has threads by default.
+  let settled = 0
+  const pending = Array.from({ length: 4 }, () => b.recvAsync(20_000).finally(() => settled++))
+  // fs.readFile runs on the pool: it must not wait for the receives.
+  const text = await require('node:fs/promises').readFile(__filename, 'utf8')
+  assert.ok(text.includes('pending receives hold no libuv pool thread'))
+  assert.equal(settled, 0, 'the file read waited until a receive gave up')
+  for (let i = 0; i < 4; i++) a.send(b.id, { kind: 20 + i })
+  const got = await Promise.all(pending)
+  assert.deepEqual(got.map((m) => m.kind).sort(), [20, 21, 22, 23])
+  a.detach()
+  b.detach()
+})
+
+test('a process exits at once with a receive pending', { timeout: 60_000 }, async () => {
+  const { file, local } = smallRegion('exit')
+  const { spawn } = require('node:child_process')
+  const script = `
+    const cxlkv = require(${JSON.stringify(require.resolve('..'))})
+    const region = cxlkv.Region.open(${JSON.stringify(file)})
+    const n = region.attach({ localDir: ${JSON.stringify(local)} })
+    n.recvAsync(40000).catch(() => {})
+    setTimeout(() => process.exit(3), 200)
+  `
+  const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'inherit', 'inherit'] })
+  // Exit status 3 well before the receive's 40 s: the exit did not wait
+  // for it (the watchdog below kills a child that hangs).
+  const code = await new Promise((resolve) => {
+    const watchdog = setTimeout(() => child.kill('SIGKILL'), 30_000)
+    child.on('exit', (c, sig) => {
+      clearTimeout(watchdog)
+      resolve(sig ?? c)
+    })
+  })
+  assert.equal(code, 3)
+})
+
 test('a timer keeps firing during a large batch get', { timeout: 120_000 }, async () => {
   const { region, local } = smallRegion('big', 320 << 20)
   const n = region.attach({ localDir: local })
