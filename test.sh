@@ -132,6 +132,18 @@ ssd_dir=$(mktemp -d /var/tmp/cxlkv-ssd.XXXXXX)
 cargo run --release --locked -p cxlkv-cli -- bench --tier "$ssd_dir" --tier-blocks 32
 rm -rf "$ssd_dir"
 
+step "the run left the tree as it found it (git status)"
+if [ -d .git ] || git rev-parse --git-dir >/dev/null 2>&1; then
+  dirty=$(git status --porcelain --untracked-files=normal)
+  if [ -z "$dirty" ]; then
+    echo "test result: ok. 1 passed; 0 failed (git status clean after the run)" | tee -a "$log"
+  else
+    echo "$dirty"
+    echo "tree changed by the run: 1 failed" | tee -a "$log"
+    rc=1
+  fi
+fi
+
 passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
 echo

@@ -9,8 +9,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rc=0
-if ! npm ci --no-audit --no-fund >/dev/null 2>&1; then
-  echo "npm ci failed; npm install (follows package-lock.json)"
+# From the committed lockfile exactly; a lockfile out of sync with
+# package.json fails here (and npm install, run to go on, would rewrite it).
+if npm ci --no-audit --no-fund >/dev/null 2>&1; then
+  echo "test result: ok. 1 passed; 0 failed (npm ci: package-lock.json installs as committed)"
+else
+  echo "npm ci: 1 failed (package-lock.json is out of sync with package.json: npm install, then commit it)"
+  rc=1
   npm install --no-audit --no-fund >/dev/null
 fi
 npm run build >/dev/null
