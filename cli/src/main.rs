@@ -82,7 +82,10 @@ enum Cmd {
 /// Cache maintenance: coherent, clflush, clflushopt, clwb, dc-civac or
 /// auto (the architecture's safe choice).
 fn flush_mode(s: &str) -> Result<FlushMode, String> {
-    let m: FlushMode = s.parse().map_err(|_| format!("not a flush mode: {s}"))?;
+    let m: FlushMode = s.parse().map_err(|_| {
+        let names: Vec<&str> = FlushMode::ALL.iter().map(|m| m.name()).collect();
+        format!("not a flush mode: {s} (one of: auto, fastest, {})", names.join(", "))
+    })?;
     if !m.available() {
         return Err(format!("flush mode {} not available on this CPU", m.name()));
     }
@@ -236,41 +239,42 @@ struct FormatArgs {
     #[arg(long, value_parser = size)]
     size: u64,
     /// Node slots (1 to 64).
-    #[arg(long)]
-    nodes: Option<u32>,
+    #[arg(long, default_value_t = Capacities::default().max_nodes)]
+    nodes: u32,
     /// Index stripes (a power of two, at most 128).
-    #[arg(long)]
-    stripes: Option<u32>,
-    /// Index entries in all (spread over the stripes).
+    #[arg(long, default_value_t = Capacities::default().n_stripes)]
+    stripes: u32,
+    /// Index entries in all, spread over the stripes [default: 4096 per
+    /// stripe]
     #[arg(long)]
     entries: Option<u32>,
     /// Allocator chunk size (a power of two).
-    #[arg(long, value_parser = size)]
-    chunk: Option<u64>,
+    #[arg(long, value_parser = size, default_value = "2M")]
+    chunk: u64,
     /// Named roots.
-    #[arg(long)]
-    roots: Option<u32>,
+    #[arg(long, default_value_t = Capacities::default().n_roots)]
+    roots: u32,
     /// Pins each node may hold at once (a multiple of 4).
-    #[arg(long)]
-    pins: Option<u32>,
+    #[arg(long, default_value_t = Capacities::default().pin_slots)]
+    pins: u32,
     /// Slots of each node's inbox (a power of two).
-    #[arg(long)]
-    inbox: Option<u32>,
+    #[arg(long, default_value_t = Capacities::default().inbox_slots)]
+    inbox: u32,
     /// Application locks (at most 128).
-    #[arg(long)]
-    app_locks: Option<u32>,
+    #[arg(long, default_value_t = Capacities::default().app_locks)]
+    app_locks: u32,
     /// Tier directories: hosts whose SSD tier the region can record (at
     /// most 64).
-    #[arg(long)]
-    tier_slots: Option<u32>,
+    #[arg(long, default_value_t = Capacities::default().tier_slots)]
+    tier_slots: u32,
     /// Records of each tier directory (a power of two): blocks one SSD tier
     /// can make known to the rack, up to three quarters of it.
-    #[arg(long)]
-    tier_records: Option<u32>,
+    #[arg(long, default_value_t = Capacities::default().tier_records)]
+    tier_records: u32,
     /// Records of each stripe's change log (a power of two): how far a
     /// reader of the log may fall behind before it must rescan.
-    #[arg(long)]
-    change_records: Option<u32>,
+    #[arg(long, default_value_t = Capacities::default().change_records)]
+    change_records: u32,
     /// Overwrite an existing file.
     #[arg(long)]
     force: bool,
@@ -455,22 +459,22 @@ fn cmd_format(a: &FormatArgs) -> Result<(), Fail> {
         return Err(Fail::Usage("--size must not be 0".into()));
     }
     let d = Capacities::default();
-    let chunk = a.chunk.unwrap_or(1 << d.chunk_shift);
+    let chunk = a.chunk;
     if !chunk.is_power_of_two() {
         return Err(Fail::Usage("--chunk must be a power of two".into()));
     }
     let caps = Capacities {
-        max_nodes: a.nodes.unwrap_or(d.max_nodes),
-        n_stripes: a.stripes.unwrap_or(d.n_stripes),
+        max_nodes: a.nodes,
+        n_stripes: a.stripes,
         entries_per_stripe: 0,
-        n_roots: a.roots.unwrap_or(d.n_roots),
-        pin_slots: a.pins.unwrap_or(d.pin_slots),
+        n_roots: a.roots,
+        pin_slots: a.pins,
         chunk_shift: chunk.trailing_zeros(),
-        inbox_slots: a.inbox.unwrap_or(d.inbox_slots),
-        app_locks: a.app_locks.unwrap_or(d.app_locks),
-        tier_slots: a.tier_slots.unwrap_or(d.tier_slots),
-        tier_records: a.tier_records.unwrap_or(d.tier_records),
-        change_records: a.change_records.unwrap_or(d.change_records),
+        inbox_slots: a.inbox,
+        app_locks: a.app_locks,
+        tier_slots: a.tier_slots,
+        tier_records: a.tier_records,
+        change_records: a.change_records,
     };
     let total = a.entries.unwrap_or(caps.n_stripes.saturating_mul(d.entries_per_stripe));
     let caps = Capacities { entries_per_stripe: total.div_ceil(caps.n_stripes.max(1)), ..caps };
@@ -478,7 +482,16 @@ fn cmd_format(a: &FormatArgs) -> Result<(), Fail> {
     let dax = path.starts_with("/dev/dax");
     if !dax {
         // Refuse impossible sizes before touching an existing file.
-        Region::plan(caps, a.size)?;
+        if let Err(e) = Region::plan(caps, a.size) {
+            return Err(Fail::Run(match (e.core(), Region::min_size(caps)) {
+                (Some(cxlkv_core::Error::TooSmall), Some(min)) => format!(
+                    "--size {} is too small for these capacities: they need at least {} ({min} bytes)",
+                    cxlkv_platform::size::human(a.size),
+                    cxlkv_platform::size::human(min)
+                ),
+                _ => e.to_string(),
+            }));
+        }
     }
     if a.path.exists() {
         // Never under a running node: a format erases what it uses.
@@ -541,7 +554,18 @@ fn cmd_check(c: &CheckArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let tier = if c.tier.is_empty() { Ok(Vec::new()) } else { observed.check_tier(&c.tier, c.slot_size) };
+    let tier = match c.tier.iter().find(|d| !d.join("cxlkv-tier.slots").is_file()) {
+        // Name the directory: an OS error alone does not say which.
+        Some(d) => Err(cxlkv_platform::Error::Io {
+            what: "open a tier directory's slot file",
+            err: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{}: no cxlkv-tier.slots there (not a tier directory)", d.display()),
+            ),
+        }),
+        None if c.tier.is_empty() => Ok(Vec::new()),
+        None => observed.check_tier(&c.tier, c.slot_size),
+    };
     match observed.check().and_then(|f| Ok((f, observed.stranded()?, tier?))) {
         Ok((f, gone, tier)) => {
             let clean = f.is_empty() && gone.is_empty() && tier.is_empty();

@@ -185,3 +185,36 @@ fn format_refuses_live_nodes_and_never_truncates_a_mapped_file() {
     let _ = std::fs::remove_file(&p);
     let _ = std::fs::remove_dir_all(&local);
 }
+
+/// Errors say what would have worked, and help shows every default.
+#[test]
+fn errors_name_what_works_and_help_shows_defaults() {
+    let o = run(&["inspect", "/dev/shm/none", "--mode", "nonsense"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("not a flush mode: nonsense") && err.contains("clflushopt") && err.contains("auto"), "{err}");
+    let p = path("small");
+    let o = run(&["format", &p, "--size", "64K"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("too small") && err.contains("at least") && err.contains("MiB"), "{err}");
+    // The minimum it names is enough, and one byte less is not.
+    let min: u64 = err.split('(').nth(1).and_then(|t| t.split(' ').next()).and_then(|n| n.parse().ok()).unwrap();
+    assert!(!std::path::Path::new(&p).exists(), "a refused format created the file");
+    assert!(run(&["format", &p, "--size", &min.to_string()]).status.success());
+    let _ = std::fs::remove_file(&p);
+    assert_eq!(run(&["format", &p, "--size", &(min - 1).to_string()]).status.code(), Some(1));
+    // A check of a tier directory that is not one names it.
+    assert!(run(&["format", &p, "--size", "16M", "--chunk", "64K", "--entries", "1024"]).status.success());
+    let o = run(&["check", &p, "--tier", "/var/tmp/cxlkv-no-such-tier-dir"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(err.contains("/var/tmp/cxlkv-no-such-tier-dir"), "{err}");
+    let _ = std::fs::remove_file(&p);
+    let help = String::from_utf8_lossy(&run(&["format", "--help"]).stdout).to_string();
+    for want in
+        ["[default: 16]", "[default: 2M]", "[default: 64]", "[default: 512]", "[default: 8192]", "[default: 256]"]
+    {
+        assert!(help.contains(want), "format --help lacks {want}:\n{help}");
+    }
+}

@@ -85,6 +85,27 @@ impl Region {
         Ok(Layout::compute(caps, size)?)
     }
 
+    /// The smallest region size `caps` fit in (metadata and one chunk), or
+    /// `None` when no size does (capacities out of range).
+    pub fn min_size(caps: Capacities) -> Option<u64> {
+        let fits = |size: u64| Layout::compute(caps, size).is_ok();
+        let mut hi = 1u64 << 20;
+        while !fits(hi) {
+            hi = hi.checked_mul(2).filter(|&h| h <= 1 << 56)?;
+        }
+        // Fitting is monotone in the size: the least one that fits.
+        let mut lo = 0u64;
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if fits(mid) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        Some(hi)
+    }
+
     /// Formats the region with `caps`, erasing what it held, with cache
     /// maintenance `mode`. The header is written last, so a crash leaves an
     /// unformatted region, never a half-formatted one. `Busy` while a node of
