@@ -60,6 +60,7 @@ impl LocalTier {
     pub fn open(dir: &std::path::Path, creation_id: u64, n: u32) -> Result<LocalTier> {
         let ns = crate::host::pid_ns() as u32;
         let path = dir.join(format!("cxlkv-local-{creation_id:016x}-{ns:08x}"));
+        sweep_stale(dir, ns, &path);
         // n lock lines, the attach lock's, the background bell's.
         let want = (n as u64 + 2) * STRIDE as u64;
         let map = match Mapping::open_file(&path) {
@@ -84,6 +85,10 @@ impl LocalTier {
                 Mapping::open_file(&path)?
             }
         };
+        // Held while this process has the file (see `sweep_stale`); where
+        // the file system has no `flock`, no sweep can take the file either.
+        // SAFETY: `flock` on the mapping's open descriptor; no memory.
+        let _ = unsafe { libc::flock(map.fd(), libc::LOCK_SH) };
         Ok(LocalTier { map, n, path })
     }
 
@@ -216,6 +221,35 @@ impl LocalTier {
     }
 }
 
+/// Removes the host-local tier files of this PID namespace under `dir` that
+/// no process has open any more (left by processes killed before they could
+/// detach; the last to detach removes its file itself), except `keep`.
+/// Every process that opens a tier file holds a shared `flock` on it for as
+/// long as it has it (released by the kernel when the process dies), so a
+/// file whose exclusive lock can be taken at once is nobody's. A file
+/// removed while a process is just opening it costs only the host-local
+/// batching between that process and the others (see
+/// [`LocalTier::remove`]).
+fn sweep_stale(dir: &std::path::Path, ns: u32, keep: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    let suffix = format!("-{ns:08x}");
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for p in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
+        let ours = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("cxlkv-local-") && n.ends_with(&suffix));
+        if !ours || p == keep {
+            continue;
+        }
+        let Ok(f) = std::fs::File::open(&p) else { continue };
+        // SAFETY: `flock` on a descriptor this function owns; no memory.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,5 +347,25 @@ mod tests {
         }
         sleeper.join().unwrap();
         let _ = std::fs::remove_file(a.path());
+    }
+
+    #[test]
+    fn files_nobody_has_open_are_swept_and_open_ones_stay() {
+        let dir = std::env::temp_dir().join(format!("cxlkv-local-sweep-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ns = crate::host::pid_ns() as u32;
+        // Left by a killed process: nobody has it open.
+        let stale = dir.join(format!("cxlkv-local-{:016x}-{ns:08x}", 0x5eedu64));
+        std::fs::write(&stale, [0u8; 4096]).unwrap();
+        // Another PID namespace's file: not ours to judge.
+        let other_ns = dir.join(format!("cxlkv-local-{:016x}-{:08x}", 0x5eedu64, ns ^ 1));
+        std::fs::write(&other_ns, [0u8; 4096]).unwrap();
+        // In use by this process (another region's tier).
+        let live = LocalTier::open(&dir, 0x1111, 2).unwrap();
+        let mine = LocalTier::open(&dir, 0x2222, 2).unwrap();
+        assert!(!stale.exists(), "a file nothing maps was left behind");
+        assert!(other_ns.exists() && live.path().exists() && mine.path().exists());
+        drop((live, mine));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
