@@ -168,7 +168,29 @@ impl Tier {
         {
             return Err(CoreError::InvalidArgument.into());
         }
+        let bad = |msg: String| Error::Io {
+            what: "tier directories",
+            err: std::io::Error::new(std::io::ErrorKind::InvalidInput, msg),
+        };
+        if opts.dirs.iter().any(|d| d.as_os_str().is_empty()) {
+            return Err(bad("an empty directory name (name the drive's directory)".into()));
+        }
         let mut devs = opts.dirs.iter().map(|d| Dev::open(d)).collect::<Result<Vec<_>>>()?;
+        // One slot file per drive: two names of one directory (`D` and
+        // `D/.`, a symlink, a bind mount) would share a slot file.
+        let mut seen: Vec<(u64, u64, &Path)> = Vec::new();
+        for (d, dev) in opts.dirs.iter().zip(&devs) {
+            use std::os::unix::fs::MetadataExt;
+            let m = dev.file.metadata().map_err(|err| Error::Io { what: "stat the slot file", err })?;
+            if let Some((_, _, first)) = seen.iter().find(|(dv, ino, _)| *dv == m.dev() && *ino == m.ino()) {
+                return Err(bad(format!(
+                    "{} and {} are the same directory: one slot file each drive",
+                    first.display(),
+                    d.display()
+                )));
+            }
+            seen.push((m.dev(), m.ino(), d.as_path()));
+        }
         let geo = Geometry::new(&devs.iter().map(|d| d.align).collect::<Vec<_>>(), opts.slot_bytes);
         for d in &mut devs {
             d.fit(geo, opts.capacity)?;

@@ -264,6 +264,36 @@ fn a_drive_too_small_for_the_slot_file_is_refused_at_start() {
     let _ = std::fs::remove_file(&region);
 }
 
+/// One drive named twice (`D` and `D/.`) would share one slot file, and an
+/// empty name would put it in the working directory: both are refused at
+/// start, naming what is wrong, and nothing stored is touched.
+#[test]
+fn the_same_drive_twice_and_an_empty_directory_name_are_refused() {
+    let region = std::env::temp_dir().join(format!("cxlkv-tier-region-twice-{}", std::process::id()));
+    let dir = Scratch::new("twice");
+    let b = Node::create(&region, 32 << 20, caps(), opts()).unwrap();
+    put_block(&b, key(1), &pattern(1));
+    let a = Arc::new(Node::open(&region, opts()).unwrap());
+    let small =
+        |dirs: Vec<PathBuf>| TierOptions { dirs, capacity: 4 << 20, slot_bytes: 64 << 10, ..TierOptions::default() };
+    for (dirs, want) in [
+        (vec![dir.0.clone(), dir.0.join(".")], "same directory"),
+        (vec![dir.0.clone(), PathBuf::new()], "empty directory name"),
+    ] {
+        match Tier::start(a.clone(), small(dirs.clone())) {
+            Err(e) => assert!(e.to_string().contains(want), "{dirs:?}: {e}"),
+            Ok(t) => {
+                t.stop().unwrap();
+                panic!("{dirs:?} accepted");
+            }
+        }
+    }
+    assert!(!std::path::Path::new("cxlkv-tier.slots").exists(), "a slot file in the working directory");
+    assert_eq!(get(&b, key(1)).as_deref(), Some(&pattern(1)[..]));
+    drop(a);
+    let _ = std::fs::remove_file(&region);
+}
+
 fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool) {
     let region = std::env::temp_dir().join(format!("cxlkv-tier-region-{tag}-{}", std::process::id()));
     let dirs = [Scratch::new(&format!("{tag}-a")), Scratch::new(&format!("{tag}-b"))];
