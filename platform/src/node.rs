@@ -288,11 +288,21 @@ pub struct Stats {
 struct InboxLocal {
     stash: VecDeque<(Message, Vec<Key>)>,
     keys: Vec<Key>,
+    /// Request ids of this node's internal calls still waiting for their
+    /// answer (which a receive must leave in the stash for them).
+    awaited: std::collections::HashSet<u64>,
 }
 
 /// Bit of [`Message::kind`] that marks a response to [`Node::call`];
 /// application kinds stay below it.
 pub const KIND_RESPONSE: u32 = 1 << 31;
+
+/// True for an answer to one of platform's own requests (a tier promotion):
+/// only the call that made the request takes it; none reaches an
+/// application's receive.
+fn internal_answer(m: &Message) -> bool {
+    m.kind == crate::tier::KIND_TIER_PROMOTE | KIND_RESPONSE
+}
 
 fn background(inner: Arc<Inner>) {
     let beat_every = (inner.opts.lease / 8).max(Duration::from_millis(1));
@@ -572,12 +582,28 @@ impl Node {
 
     /// Takes the next message of this node's inbox, if one is there.
     /// Thread-safe: the node's threads take turns.
+    ///
+    /// Answers to this node's own internal requests (an SSD tier's answer
+    /// to a promotion) never come out here: one that arrives after its
+    /// caller stopped waiting is dropped.
     pub fn try_recv(&self) -> Result<Option<(Message, Vec<Key>)>> {
         let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(m) = inbox.stash.pop_front() {
-            return Ok(Some(m));
+        let InboxLocal { stash, keys, awaited } = &mut *inbox;
+        // Stashed: the first application message; internal answers stay
+        // for their callers.
+        if let Some(at) = stash.iter().position(|(m, _)| !internal_answer(m)) {
+            return Ok(stash.remove(at));
         }
-        self.recv_core(&mut inbox.keys)
+        while let Some((m, k)) = self.recv_core(keys)? {
+            if !internal_answer(&m) {
+                return Ok(Some((m, k)));
+            }
+            if awaited.contains(&m.request_id) {
+                stash.push_back((m, k));
+            }
+            // Else a late answer: its caller gave up; dropped.
+        }
+        Ok(None)
     }
 
     /// One receive from the ring into `buf` (sized on first use); only a
@@ -619,13 +645,36 @@ impl Node {
             *n = n.wrapping_add(1);
             *n
         };
+        let internal = internal_answer(&Message { kind: msg.kind | KIND_RESPONSE, ..*msg });
+        if internal {
+            self.inbox.lock().unwrap_or_else(|e| e.into_inner()).awaited.insert(id);
+        }
+        let r = self.call_wait(to, id, msg, keys, timeout);
+        if internal {
+            let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+            inbox.awaited.remove(&id);
+            // An answer another receive stashed for it after all: gone too.
+            inbox.stash.retain(|(m, _)| !(internal_answer(m) && m.request_id == id));
+        }
+        r
+    }
+
+    /// [`Node::call`] after the request id was chosen: sends, then waits.
+    fn call_wait(
+        &self,
+        to: u32,
+        id: u64,
+        msg: &Message,
+        keys: &[Key],
+        timeout: Duration,
+    ) -> Result<(Message, Vec<Key>)> {
         self.send(to, &Message { request_id: id, ..*msg }, keys)?;
         let start = Instant::now();
         let mut i = 0u32;
         loop {
             {
                 let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
-                let InboxLocal { stash, keys } = &mut *inbox;
+                let InboxLocal { stash, keys, .. } = &mut *inbox;
                 let answer = |m: &Message| m.kind & KIND_RESPONSE != 0 && m.request_id == id && m.from == to;
                 if let Some(at) = stash.iter().position(|(m, _)| answer(m)) {
                     if let Some(r) = stash.remove(at) {

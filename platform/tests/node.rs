@@ -113,6 +113,66 @@ fn channels_hand_off_and_answer_calls() {
     let _ = std::fs::remove_file(&p);
 }
 
+/// A tier's answer to a promotion that comes after the get stopped waiting
+/// is dropped: the application's receive never sees a message it did not
+/// ask for, and its own messages around it still arrive in order.
+#[test]
+fn a_late_internal_answer_never_reaches_the_applications_receive() {
+    use cxlkv_core::channel::Message;
+    let p = std::env::temp_dir().join(format!("cxlkv-late-{}", std::process::id()));
+    let a = Node::create(&p, 32 << 20, caps(), opts()).unwrap();
+    let b = Node::open(&p, opts()).unwrap();
+    let late = Message {
+        kind: cxlkv_platform::KIND_TIER_PROMOTE | cxlkv_platform::KIND_RESPONSE,
+        request_id: 77,
+        ..Message::default()
+    };
+    b.send(a.id(), &Message { kind: 1, ..Message::default() }, &[]).unwrap();
+    b.send(a.id(), &late, &[Key { lo: 1, hi: 2 }]).unwrap();
+    b.send(a.id(), &Message { kind: 2, ..Message::default() }, &[]).unwrap();
+    b.send(a.id(), &late, &[]).unwrap();
+    let (m, _) = a.recv(Duration::from_secs(10)).unwrap();
+    assert_eq!(m.kind, 1);
+    let (m, _) = a.recv(Duration::from_secs(10)).unwrap();
+    assert_eq!(m.kind, 2, "the late tier answer came out of recv");
+    assert!(a.try_recv().unwrap().is_none());
+    // An answer in time reaches its caller even while another thread of
+    // the node receives.
+    let (a, b) = (std::sync::Arc::new(a), std::sync::Arc::new(b));
+    let server = {
+        let b = b.clone();
+        std::thread::spawn(move || {
+            let (req, _) = b.recv(Duration::from_secs(30)).unwrap();
+            b.send(req.from, &Message { kind: 3, ..Message::default() }, &[]).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            b.reply(&req, 0, &[Key { lo: 9, hi: 9 }]).unwrap();
+        })
+    };
+    let caller = {
+        let (a, to) = (a.clone(), b.id());
+        std::thread::spawn(move || {
+            let ask = Message { kind: cxlkv_platform::KIND_TIER_PROMOTE, ..Message::default() };
+            a.call(to, &ask, &[], Duration::from_secs(30)).unwrap()
+        })
+    };
+    let mut app = Vec::new();
+    while !caller.is_finished() {
+        if let Some((m, _)) = a.try_recv().unwrap() {
+            app.push(m.kind);
+        }
+    }
+    let (answer, keys) = caller.join().unwrap();
+    server.join().unwrap();
+    assert_eq!((answer.status, keys), (0, vec![Key { lo: 9, hi: 9 }]));
+    while let Some((m, _)) = a.try_recv().unwrap() {
+        app.push(m.kind);
+    }
+    assert_eq!(app, vec![3], "only the application's message came out of try_recv");
+    drop(b);
+    drop(a);
+    let _ = std::fs::remove_file(&p);
+}
+
 #[test]
 fn the_last_node_to_leave_removes_the_host_local_lock_file() {
     let dir = std::env::temp_dir().join(format!("cxlkv-tier-{}", std::process::id()));
