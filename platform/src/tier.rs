@@ -571,6 +571,11 @@ struct State {
     /// Blocks in the order they were written (oldest first), to drop when
     /// the drives are full.
     order: std::collections::VecDeque<(u32, Key, u64)>,
+    /// The region's blocks the tier keeps copies of when it cannot keep
+    /// all: each stripe's coldest (as many as the drives hold, spread over
+    /// the stripes), recomputed at each spill. `None`: keep anything
+    /// (`spill_all`), dropping the oldest when full.
+    window: Option<std::collections::HashSet<(u32, Key)>>,
     seq: u64,
     next_dev: usize,
     /// One buffer per block of a batch.
@@ -611,6 +616,7 @@ fn run(
         geo,
         index: HashMap::new(),
         order: Default::default(),
+        window: None,
         seq: 0,
         next_dev: 0,
         bufs: (0..opts.batch.clamp(1, crate::nvme::QUEUE_DEPTH as usize))
@@ -717,9 +723,23 @@ impl State {
 
     /// Copies up to `max` of the region's oldest blocks the tier does not
     /// hold to the drives, a batch at a time; returns how many.
+    ///
+    /// The policy when the drives cannot hold every block (`max` below
+    /// `usize::MAX`): the tier keeps the region's coldest blocks — each
+    /// stripe's coldest, as many as the drives hold spread over the stripes
+    /// (the window) — and copies only window blocks it does not hold. To
+    /// make room it drops, oldest first, a held block outside the window
+    /// (one warmed up since it was copied, or one the region no longer
+    /// holds); when every held block is in the window it copies nothing
+    /// more. A dropped block is outside the window, so it is copied again
+    /// only once it is among the coldest again: an idle region is copied
+    /// once, never rewritten, and the tier writes what leaves the region's
+    /// cold end, not more. `spill_all` copies every block, dropping the
+    /// oldest held when full.
     fn spill(&mut self, node: &Node, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>, max: usize) -> Result<u64> {
         let core = node.core();
         let stripes = node.store().layout.caps.n_stripes;
+        let all = max == usize::MAX;
         let mut todo = Vec::new();
         let mut cold = Vec::new();
         'stripes: for s in 0..stripes {
@@ -735,11 +755,28 @@ impl State {
                         todo.push((ns, k, len));
                     }
                 }
-                if got < cold.len() || max != usize::MAX {
+                if got < cold.len() || !all {
                     break;
                 }
                 skip = got;
             }
+        }
+        self.window = None;
+        let free = self.free.iter().map(Vec::len).sum::<usize>();
+        let need: usize = todo.iter().map(|&(_, _, len)| self.geo.cut(len).0 as usize).sum();
+        if !all && !todo.is_empty() && (free < need || dir.live() >= dir.capacity() / 2) {
+            // Room must be made: only for window blocks, and only by
+            // dropping blocks outside it (see above).
+            let room = self.devs.iter().map(|d| d.slots as usize).sum::<usize>() / self.devs.len().max(1);
+            let per_stripe = room.min(dir.capacity() as usize / 2).div_ceil(stripes.max(1) as usize).max(1);
+            let mut window = std::collections::HashSet::new();
+            for s in 0..stripes {
+                cold.resize(per_stripe, (0u32, Key::default(), 0u64));
+                let got = core.coldest(s, &mut cold)?;
+                window.extend(cold[..got].iter().map(|&(ns, k, _)| (ns, k)));
+            }
+            todo.retain(|&(ns, k, _)| window.contains(&(ns, k)));
+            self.window = Some(window);
         }
         let mut n = 0;
         for batch in todo.chunks(self.bufs.len()) {
@@ -896,13 +933,27 @@ impl State {
                 self.next_dev = d % n;
                 return Some(got);
             }
-            // Drop the oldest block held.
-            loop {
-                let (ns, key, seq) = self.order.pop_front()?;
-                if self.index.get(&(ns, key)).is_some_and(|l| l.hdr.seq == seq) {
-                    self.forget(dir, ns, key);
-                    break;
+            // Drop the oldest block held (outside the window, when there
+            // is one: see `spill`); none such, no room.
+            let victim = self.order.iter().position(|&(ns, key, seq)| {
+                self.index.get(&(ns, key)).is_some_and(|l| l.hdr.seq == seq)
+                    && self.window.as_ref().is_none_or(|w| !w.contains(&(ns, key)))
+            })?;
+            // Entries before it are stale (dropped or rewritten since) or in
+            // the window: the stale ones go, the others keep their place.
+            let mut kept = std::collections::VecDeque::with_capacity(victim);
+            for _ in 0..victim {
+                if let Some((ns, key, seq)) = self.order.pop_front() {
+                    if self.index.get(&(ns, key)).is_some_and(|l| l.hdr.seq == seq) {
+                        kept.push_back((ns, key, seq));
+                    }
                 }
+            }
+            if let Some((ns, key, _)) = self.order.pop_front() {
+                self.forget(dir, ns, key);
+            }
+            while let Some(e) = kept.pop_back() {
+                self.order.push_front(e);
             }
         }
     }

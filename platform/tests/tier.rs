@@ -264,6 +264,62 @@ fn a_drive_too_small_for_the_slot_file_is_refused_at_start() {
     let _ = std::fs::remove_file(&region);
 }
 
+/// A region above the high-water mark holding more blocks than the drives
+/// do, and nothing changing: the tier copies its coldest blocks once and
+/// then writes nothing (it once dropped its oldest copies and wrote them
+/// again forever, about 1 GB/s on an idle host).
+#[test]
+fn an_idle_region_larger_than_the_tier_is_copied_once_never_rewritten() {
+    let region = std::env::temp_dir().join(format!("cxlkv-tier-region-idle-{}", std::process::id()));
+    let dir = Scratch::new("idle");
+    let caps =
+        Capacities { max_nodes: 4, n_stripes: 4, entries_per_stripe: 128, chunk_shift: 18, ..Capacities::default() };
+    let b = Node::create(&region, 64 << 20, caps, opts()).unwrap();
+    let body = vec![0x3cu8; 250 << 10];
+    let mut stored = 0u64;
+    for i in 0..400u64 {
+        // A full region evicts; what is stored at the end is what counts.
+        let h = match b.core().reserve(1, key(i), body.len() as u64, 16) {
+            Ok(h) => h,
+            Err(_) => continue,
+        };
+        b.core().write(&h, 0, &body).unwrap();
+        b.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+        stored += 1;
+    }
+    let live = b.stats().unwrap().live_entries;
+    assert!(live > 64 && stored > live, "the region holds {live} blocks");
+    let a = Arc::new(Node::open(&region, opts()).unwrap());
+    // 16 MiB of 256 KiB slots: 64 blocks, fewer than the region holds.
+    let topts = TierOptions {
+        dirs: vec![dir.0.clone()],
+        slot_bytes: 256 << 10,
+        capacity: 16 << 20,
+        high_water: 0.1,
+        batch: 16,
+    };
+    let tier = Tier::start(a.clone(), topts).unwrap();
+    // Settled: no spill for 40 polls in a row (watchdog: 120 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let (mut last, mut quiet) = (u64::MAX, 0);
+    while quiet < 40 {
+        let st = tier.stats();
+        if st.spills == last {
+            quiet += 1;
+        } else {
+            (last, quiet) = (st.spills, 0);
+        }
+        assert!(std::time::Instant::now() < deadline, "the tier never stopped writing: {} spills", st.spills);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let st = tier.stats();
+    assert!(st.spills > 0 && st.spills <= live, "{} spills for {live} blocks", st.spills);
+    assert!(st.held <= 64 && st.errors == 0, "{st:?}");
+    tier.stop().unwrap();
+    drop(a);
+    let _ = std::fs::remove_file(&region);
+}
+
 /// One drive named twice (`D` and `D/.`) would share one slot file, and an
 /// empty name would put it in the working directory: both are refused at
 /// start, naming what is wrong, and nothing stored is touched.
