@@ -120,7 +120,8 @@ struct CheckArgs {
     #[command(flatten)]
     at: PathArgs,
     /// A drive directory of this host's tier (repeat for more drives, in
-    /// the order the tier was started with).
+    /// the order the tier was started with): every slot is read, payload
+    /// included, and checked against its checksum.
     #[arg(long = "tier")]
     tier: Vec<PathBuf>,
     /// The tier's slot size (as `cxlkv tier --slot-size`).

@@ -1168,11 +1168,12 @@ impl State {
 
 /// Checks the slot files of this host's tier on `dirs` (the tier's
 /// directories in the order it was started with, slots holding
-/// `slot_bytes`) against themselves and the region: every slot header is
-/// readable (a slot torn by a crash fails its checksums and is counted as
-/// free, not reported), no two slots claim one piece of one write, and
-/// every block the region records for a live tier of this host has a whole
-/// set of slots. Returns one line per finding.
+/// `slot_bytes`) against themselves and the region: every slot is readable,
+/// every written slot's payload matches its header's checksum (every byte
+/// is read: damage or a write torn by a crash shows; a slot whose header
+/// fails its own checksum is free), no two slots claim one piece of one
+/// write, and every block the region records for a live tier of this host
+/// has a whole set of slots. Returns one line per finding.
 pub fn check_slots(
     store: &cxlkv_core::store::Store<crate::Flush>,
     dirs: &[PathBuf],
@@ -1190,6 +1191,7 @@ pub fn check_slots(
     let stride = geo.unit + geo.piece_cap;
     let mut found: Found = Vec::new();
     let mut unit = vec![0u8; HEADER_BYTES];
+    let mut body = Vec::new();
     for (d, (path, file, _)) in files.iter().enumerate() {
         let len = file.metadata().map_err(|err| Error::Io { what: "stat a slot file", err })?.len();
         for slot in 0..(len / stride).min(u32::MAX as u64) as u32 {
@@ -1200,6 +1202,22 @@ pub fn check_slots(
             let Some(h) = Header::read(&unit) else { continue };
             if h.len > slot_bytes || h.plen > geo.piece_cap {
                 findings.push(format!("{}: slot {slot} claims {} bytes, more than a slot", path.display(), h.len));
+                continue;
+            }
+            // The payload too: a header that verifies says nothing of the
+            // bytes after it.
+            let (_, l, _) = piece(&h, h.piece as usize, geo.unit);
+            body.resize(l, 0);
+            let at = slot as u64 * stride + geo.unit;
+            if file.read_exact_at(&mut body, at).is_err() || payload_sum(&body) != h.sum {
+                findings.push(format!(
+                    "{}: slot {slot}: piece {} of block {:016x}{:016x} (ns {}) fails its checksum",
+                    path.display(),
+                    h.piece,
+                    h.key.hi,
+                    h.key.lo,
+                    h.ns
+                ));
                 continue;
             }
             found.push((d, slot, h));

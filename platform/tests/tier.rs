@@ -440,6 +440,9 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
         }
     }
     assert!(hit.is_some(), "found the victim's slot");
+    // A check reads the payload, not the headers alone: the damage shows.
+    let found = observed.check_tier(&dir_paths, topts.slot_bytes).unwrap();
+    assert!(found.iter().any(|f| f.contains("fails its checksum")), "{found:?}");
     assert_eq!(get(&b, key(victim)), None, "a slot failing its checksum is a miss");
     assert!(tier.stats().errors >= 1);
     assert!(b.store().tier_find(1, key(victim)).unwrap().is_none(), "and is forgotten");
