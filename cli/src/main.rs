@@ -11,6 +11,7 @@ mod gpucheck;
 mod inspect;
 mod metrics;
 mod tierbench;
+mod top;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +50,11 @@ enum Cmd {
     /// attaching a node: for people, as JSON, or with --prometheus in the
     /// OpenMetrics text format.
     Stats(StatsArgs),
+    /// A live view of the region, refreshed every --interval: occupancy,
+    /// then each node's state and rates (operations, hit rate, bytes read
+    /// and written, evictions, lock grants and their wait, inbox, pins).
+    /// Read without attaching a node; --once prints one frame and exits.
+    Top(TopArgs),
     /// Serves the region's metrics over HTTP (GET /metrics, OpenMetrics
     /// text) for Prometheus to scrape, read without attaching a node, until
     /// SIGINT or SIGTERM (or --seconds).
@@ -136,6 +142,18 @@ struct RecoverArgs {
     /// Attach as this node slot (default: the first free one).
     #[arg(long)]
     node: Option<u32>,
+}
+
+#[derive(Args)]
+struct TopArgs {
+    #[command(flatten)]
+    at: PathArgs,
+    /// Seconds between frames (the rates are over this interval).
+    #[arg(long, default_value_t = 1.0)]
+    interval: f64,
+    /// Print one frame (rates over one interval) and exit.
+    #[arg(long)]
+    once: bool,
 }
 
 #[derive(Args)]
@@ -402,6 +420,7 @@ fn run() -> ExitCode {
         Cmd::Check(a) => return cmd_check(&a),
         Cmd::Recover(a) => cmd_recover(&a),
         Cmd::Stats(a) => cmd_stats(&a),
+        Cmd::Top(a) => cmd_top(&a),
         Cmd::ServeMetrics(a) => cmd_serve_metrics(&a),
         Cmd::Events(a) => cmd_events(&a),
         Cmd::Tier(a) => cmd_tier(&a),
@@ -678,6 +697,16 @@ fn cmd_stats(a: &StatsArgs) -> Result<(), Fail> {
         metrics::print_human(&m);
     }
     Ok(())
+}
+
+fn cmd_top(a: &TopArgs) -> Result<(), Fail> {
+    if !(0.05..=3600.0).contains(&a.interval) {
+        return Err(Fail::Usage("--interval must be between 0.05 and 3600 seconds".into()));
+    }
+    let signals = Signals::block();
+    let observed = observe(&a.at)?;
+    let interval = std::time::Duration::from_secs_f64(a.interval);
+    top::run(&observed, interval, a.once, &|d| signals.wait(d)).map_err(Fail::Run)
 }
 
 fn cmd_serve_metrics(a: &ServeArgs) -> Result<(), Fail> {

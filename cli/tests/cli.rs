@@ -218,3 +218,106 @@ fn errors_name_what_works_and_help_shows_defaults() {
         assert!(help.contains(want), "format --help lacks {want}:\n{help}");
     }
 }
+
+/// `cxlkv top --once`: the region's line, and each node's with its state
+/// and what it did during the interval.
+#[test]
+fn top_once_shows_each_node_and_its_rates() {
+    use cxlkv_core::hash::Key;
+    use cxlkv_platform::{FlushMode, Options, PutItem, Region};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let p = path("top");
+    let local = format!("{p}.local");
+    std::fs::create_dir_all(&local).unwrap();
+    assert!(run(&["format", &p, "--size", "32M", "--chunk", "64K", "--entries", "4096"]).status.success());
+    let o = run(&["top", &p, "--once", "--interval", "0.1"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("0 live blocks") && out.contains("(no node attached)"), "{out}");
+    let region = Region::open(std::path::Path::new(&p)).unwrap();
+    let opts = Options { mode: FlushMode::Coherent, local_dir: local.clone().into(), ..Options::default() };
+    let node = region.attach(opts).unwrap();
+    let stop = AtomicBool::new(false);
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            let body = vec![7u8; 4096];
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let mut r = [Ok(())];
+                let _ = node.put(1, &[PutItem { key: Key { lo: i, hi: 1 }, tokens: 1, parts: &[&body[..]] }], &mut r);
+                i = (i + 1) % 2000;
+            }
+        });
+        let o = run(&["top", &p, "--once", "--interval", "1"]);
+        stop.store(true, Ordering::Relaxed);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    });
+    let line = out.lines().find(|l| l.contains(" alive ")).unwrap_or_else(|| panic!("no alive node line:\n{out}"));
+    let ops: f64 = line.split_whitespace().nth(3).and_then(|v| v.parse().ok()).unwrap();
+    assert!(ops > 0.0, "the node's puts did not show: {line}");
+    assert_eq!(run(&["top", &p, "--interval", "0"]).status.code(), Some(2));
+    node.close().unwrap();
+    drop(region);
+    let _ = std::fs::remove_file(&p);
+    let _ = std::fs::remove_dir_all(&local);
+}
+
+/// Every query of the Grafana dashboard names a metric the exporter serves
+/// (with a node attached and an SSD tier running, so that every family is
+/// there).
+#[test]
+fn the_dashboards_queries_name_served_metrics() {
+    use cxlkv_platform::{FlushMode, Node, Options, Tier, TierOptions};
+    use std::sync::Arc;
+    let p = path("dash");
+    let local = format!("{p}.local");
+    let tier_dir = format!("/var/tmp/cxlkv-cli-dash-{}", std::process::id());
+    std::fs::create_dir_all(&local).unwrap();
+    assert!(run(&["format", &p, "--size", "32M", "--chunk", "64K", "--entries", "4096"]).status.success());
+    let opts = || Options { mode: FlushMode::Coherent, local_dir: local.clone().into(), ..Options::default() };
+    let node = Arc::new(Node::open(std::path::Path::new(&p), opts()).unwrap());
+    let topts = TierOptions {
+        dirs: vec![tier_dir.clone().into()],
+        slot_bytes: 64 << 10,
+        capacity: 4 << 20,
+        ..TierOptions::default()
+    };
+    let tier = Tier::start(node.clone(), topts).unwrap();
+    let text = String::from_utf8_lossy(&run(&["stats", &p, "--prometheus"]).stdout).to_string();
+    let families: std::collections::HashSet<&str> =
+        text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next()).collect();
+    let dash: serde_json::Value =
+        serde_json::from_str(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/grafana/cxlkv-region.json"))).unwrap();
+    let mut exprs = Vec::new();
+    fn walk<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, x) in m {
+                    match (k.as_str(), x) {
+                        ("expr", serde_json::Value::String(e)) => out.push(e),
+                        _ => walk(x, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    walk(&dash, &mut exprs);
+    assert!(exprs.len() >= 13, "{} queries", exprs.len());
+    let mut named = 0;
+    for e in &exprs {
+        for (i, _) in e.match_indices("cxlkv_") {
+            let name: String = e[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            let family = name.strip_suffix("_total").unwrap_or(&name);
+            assert!(families.contains(family), "the dashboard asks for {name}, which is not served:\n{text}");
+            named += 1;
+        }
+    }
+    assert!(named >= exprs.len());
+    tier.stop().unwrap();
+    drop(node);
+    let _ = std::fs::remove_file(&p);
+    let _ = std::fs::remove_dir_all(&local);
+    let _ = std::fs::remove_dir_all(&tier_dir);
+}
