@@ -225,7 +225,6 @@ fn errors_name_what_works_and_help_shows_defaults() {
 fn top_once_shows_each_node_and_its_rates() {
     use cxlkv_core::hash::Key;
     use cxlkv_platform::{FlushMode, Options, PutItem, Region};
-    use std::sync::atomic::{AtomicBool, Ordering};
     let p = path("top");
     let local = format!("{p}.local");
     std::fs::create_dir_all(&local).unwrap();
@@ -236,19 +235,19 @@ fn top_once_shows_each_node_and_its_rates() {
     let region = Region::open(std::path::Path::new(&p)).unwrap();
     let opts = Options { mode: FlushMode::Coherent, local_dir: local.clone().into(), ..Options::default() };
     let node = region.attach(opts).unwrap();
-    let stop = AtomicBool::new(false);
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let out = std::thread::scope(|s| {
         s.spawn(|| {
             let body = vec![7u8; 4096];
             let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) {
+            while stopped.try_recv() == Err(std::sync::mpsc::TryRecvError::Empty) {
                 let mut r = [Ok(())];
                 let _ = node.put(1, &[PutItem { key: Key { lo: i, hi: 1 }, tokens: 1, parts: &[&body[..]] }], &mut r);
                 i = (i + 1) % 2000;
             }
         });
         let o = run(&["top", &p, "--once", "--interval", "1"]);
-        stop.store(true, Ordering::Relaxed);
+        let _ = stop.send(());
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8_lossy(&o.stdout).to_string()
     });
