@@ -237,7 +237,8 @@ fn top_once_shows_each_node_and_its_rates() {
     let node = region.attach(opts).unwrap();
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let out = std::thread::scope(|s| {
-        s.spawn(|| {
+        let node = &node;
+        s.spawn(move || {
             let body = vec![7u8; 4096];
             let mut i = 0u64;
             while stopped.try_recv() == Err(std::sync::mpsc::TryRecvError::Empty) {
