@@ -203,8 +203,10 @@ struct EventsArgs {
     /// With --zmq: the events' medium.
     #[arg(long, default_value = "CXL", requires = "zmq")]
     medium: String,
-    /// With --zmq: block hashes as vLLM's integers (the key's last 8 bytes,
-    /// big-endian) or as the key's 16 bytes.
+    /// With --zmq: block hashes as vLLM's integers (int: the key's last 8
+    /// bytes, big-endian, unsigned), as SGLang's (int64: the same bytes as
+    /// a signed integer, SGLang's hash_str_to_int64 of the page hash for
+    /// pages its adapter stored), or as the key's 16 bytes.
     #[arg(long, value_enum, default_value = "int", requires = "zmq")]
     hash: HashArg,
     /// With --zmq: publish only this namespace's blocks (repeat for more).
@@ -226,6 +228,7 @@ struct EventsArgs {
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum HashArg {
     Int,
+    Int64,
     Bytes,
 }
 
@@ -772,6 +775,7 @@ fn publish_events(a: &EventsArgs, ep: &str, signals: &Signals) -> Result<(), Fai
         medium: a.medium.clone(),
         hash: match a.hash {
             HashArg::Int => HashForm::Int,
+            HashArg::Int64 => HashForm::Int64,
             HashArg::Bytes => HashForm::Bytes,
         },
         namespaces: a.namespaces.clone(),

@@ -48,8 +48,9 @@ pub(crate) fn options(
 ) -> PyResult<PublisherOptions> {
     let hash = match hash {
         "int" => cxlkv_platform::publish::HashForm::Int,
+        "int64" => cxlkv_platform::publish::HashForm::Int64,
         "bytes" => cxlkv_platform::publish::HashForm::Bytes,
-        _ => return Err(raise(py, R::InvalidArgument, "hash is 'int' or 'bytes'")),
+        _ => return Err(raise(py, R::InvalidArgument, "hash is 'int' (vLLM), 'int64' (SGLang) or 'bytes'")),
     };
     if buffer == 0 {
         return Err(raise(py, R::InvalidArgument, "buffer keeps at least one batch"));

@@ -49,6 +49,10 @@ pub enum HashForm {
     /// default external block hash).
     #[default]
     Int,
+    /// The key's last 8 bytes as a big-endian signed integer: SGLang's
+    /// event hash (`hash_str_to_int64`, the page hash's first 8 bytes as a
+    /// signed 64-bit integer), which its adapter stores there.
+    Int64,
     /// The key's 16 bytes.
     Bytes,
 }
@@ -462,6 +466,11 @@ impl Run<'_> {
                 low.copy_from_slice(&b[8..]);
                 m.uint(u64::from_be_bytes(low));
             }
+            HashForm::Int64 => {
+                let mut low = [0u8; 8];
+                low.copy_from_slice(&b[8..]);
+                m.int(i64::from_be_bytes(low));
+            }
             HashForm::Bytes => m.bin(&b),
         }
     }
@@ -471,7 +480,8 @@ impl Run<'_> {
 /// decodes it (for tests and tools): an integer, or the 16 bytes.
 pub fn event_hash(key: Key, form: HashForm) -> Result<u64> {
     match form {
-        HashForm::Int => {
+        // The same 64 bits (as a signed integer for `Int64`).
+        HashForm::Int | HashForm::Int64 => {
             let b = key.to_bytes();
             let mut low = [0u8; 8];
             low.copy_from_slice(&b[8..]);

@@ -12,7 +12,9 @@ Extra-config keys beside those SGLang reads: `region` (required: the path of
 a formatted cxlkv region), `flush_mode`, `local_dir`, `node_id`, `lease_ms`,
 `lock_timeout_ms`.
 
-A page's key is the last 16 bytes of SGLang's page hash; its namespace holds
+A page's key is the first 16 bytes of SGLang's page hash (placed so that
+an event publisher with `hash="int64"` sends SGLang's own event hash, see
+`page_key`); its namespace holds
 the model, the host pool's layout, dtype, page size and segment sizes, and the
 ranks SGLang's own file backend scopes by: the TP rank and size for MHA models
 (MLA pages are the same on every TP rank: shared, and written only by
@@ -52,14 +54,20 @@ _OPTIONS = {"region", "flush_mode", "local_dir", "node_id", "lease_ms", "lock_ti
 
 
 def page_key(key: str) -> bytes:
-    """The cxlkv key of SGLang page key `key`: its hash's last 16 bytes (a
-    key that is not hex, as the legacy calls may pass, is hashed first)."""
+    """The cxlkv key of SGLang page key `key` (a hex page hash): the hash's
+    first 16 bytes, its bytes 8-15 then 0-7, so that the key's last 8 bytes
+    are the hash's first 8 — what SGLang puts in its own KV events
+    (`hash_str_to_int64`), and what an event publisher with `hash="int64"`
+    sends for the page. A key that is not hex, as the legacy calls may pass,
+    is hashed first."""
     try:
         raw = bytes.fromhex(key)
     except ValueError:
         raw = b""
     if len(raw) < 8:
         raw = hashlib.blake2b(key.encode(), digest_size=16).digest()
+    if len(raw) >= 16:
+        return raw[8:16] + raw[:8]
     return block_key(raw)
 
 

@@ -350,3 +350,45 @@ def test_a_lagging_subscriber_sees_the_gap_and_resyncs(region: str) -> None:
             assert any(isinstance(b.events[0], AllBlocksCleared) for s, b in router.batches if s > 0)
         finally:
             router.close()
+
+
+def test_sglang_pages_are_published_with_sglangs_own_event_hash(region: str, tmp_path: Any) -> None:
+    """SGLang's router matches the hashes SGLang itself puts in its events
+    (`hash_str_to_int64` of the page hash): a publisher with hash="int64"
+    over the SGLang adapter's namespace sends exactly those, negative ones
+    included."""
+    from sglang.srt.mem_cache.utils import hash_str_to_int64
+    from sglang_support import HostPool, make_backend
+
+    extra = {
+        "backend_name": "cxlkv",
+        "module_path": "cxlkv.sglang",
+        "class_name": "CxlkvStorage",
+        "interface_v1": 1,
+        "region": region,
+        "local_dir": str(tmp_path),
+    }
+    pool = HostPool(8)
+    backend = make_backend(extra, pool)
+    r, node = attach(region)
+    try:
+        ns = backend.namespace  # type: ignore[attr-defined]
+        with r, node, node.publish_events(
+            "tcp://127.0.0.1:0", replay="tcp://127.0.0.1:0", hash="int64", namespaces=[ns]
+        ) as pub:
+            assert pub.replay_endpoint is not None
+            router = Router(pub.endpoint, pub.replay_endpoint)
+            try:
+                keys = [bytes([0x80 | i]).hex() + os.urandom(31).hex() for i in range(4)]
+                keys += [bytes([i]).hex() + os.urandom(31).hex() for i in range(4)]
+                for p in range(8):
+                    pool.fill(p, seed=p)
+                assert backend.batch_set_v1(keys, pool.page_indices(list(range(8)))) == [True] * 8
+                want = {hash_str_to_int64(k) for k in keys}
+                assert any(v < 0 for v in want) and any(v > 0 for v in want)
+                router.catch_up()
+                router.until(lambda: want <= router.stored, "SGLang's own event hashes")
+            finally:
+                router.close()
+    finally:
+        backend.close()
