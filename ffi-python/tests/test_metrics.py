@@ -105,16 +105,21 @@ def test_stats_prometheus_parses_and_counts_what_the_node_did(busy_region: tuple
     assert human.returncode == 0 and "6 live blocks" in human.stdout, human.stdout
 
 
-def test_serve_metrics_answers_scrapes_on_loopback_and_stops_on_sigterm(
-    busy_region: tuple[str, cxlkv.Node],
-) -> None:
-    path, node = busy_region
-    proc = subprocess.Popen(
-        [cli(), "serve-metrics", path, "--listen", "127.0.0.1:0", "--seconds", "60"],
+def serve_metrics(path: str) -> subprocess.Popen[str]:
+    """`cxlkv serve-metrics` on a free loopback port (at most 2 minutes)."""
+    return subprocess.Popen(
+        [cli(), "serve-metrics", path, "--listen", "127.0.0.1:0", "--seconds", "120"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def test_serve_metrics_answers_scrapes_on_loopback_and_stops_on_sigterm(
+    busy_region: tuple[str, cxlkv.Node],
+) -> None:
+    path, node = busy_region
+    proc = serve_metrics(path)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -144,12 +149,7 @@ def test_a_scrape_is_answered_while_other_clients_stay_silent(
     meanwhile is answered (a server that reads one connection at a time,
     two seconds each, would take 50 s here)."""
     path, _ = busy_region
-    proc = subprocess.Popen(
-        [cli(), "serve-metrics", path, "--listen", "127.0.0.1:0", "--seconds", "120"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = serve_metrics(path)
     silent: list[socket.socket] = []
     try:
         assert proc.stdout is not None
