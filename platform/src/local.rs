@@ -63,32 +63,49 @@ impl LocalTier {
         sweep_stale(dir, ns, &path);
         // n lock lines, the attach lock's, the background bell's.
         let want = (n as u64 + 2) * STRIDE as u64;
-        let map = match Mapping::open_file(&path) {
-            Ok(m) if m.len() as u64 >= want => m,
-            _ => {
-                // Create or grow; O_CREAT without O_TRUNC keeps words a peer
-                // may already hold, and growing only appends zeroes.
-                let f = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .open(&path)
-                    .map_err(|err| crate::Error::Io { what: "open local tier", err })?;
-                use std::os::unix::fs::PermissionsExt;
-                let _ = f.set_permissions(std::fs::Permissions::from_mode(0o600));
-                let len = f.metadata().map_err(|err| crate::Error::Io { what: "stat local tier", err })?.len();
-                if len < want {
-                    f.set_len(want.max(4096)).map_err(|err| crate::Error::Io { what: "grow local tier", err })?;
-                }
-                drop(f);
-                Mapping::open_file(&path)?
+        // A sweep of another process (see `sweep_stale`) may remove the
+        // file between its creation and our shared lock: once locked, the
+        // file must still be the one at `path`, else start again.
+        let mut tries = 0;
+        let map = loop {
+            tries += 1;
+            if tries > 64 {
+                return Err(crate::Error::Io {
+                    what: "open local tier",
+                    err: std::io::Error::other("the host-local tier file kept being removed under us"),
+                });
             }
+            // Create or grow; O_CREAT without O_TRUNC keeps words a peer
+            // may already hold, and growing only appends zeroes.
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|err| crate::Error::Io { what: "open local tier", err })?;
+            use std::os::fd::AsRawFd;
+            use std::os::unix::fs::{MetadataExt, PermissionsExt};
+            // Held while this process has the file (see `sweep_stale`),
+            // first on this descriptor, then on the mapping's; where the
+            // file system has no `flock`, no sweep takes it either.
+            // SAFETY: `flock` on a descriptor this function owns; no memory.
+            let _ = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH) };
+            let mine = f.metadata().map_err(|err| crate::Error::Io { what: "stat local tier", err })?;
+            if std::fs::metadata(&path).ok().map(|m| (m.dev(), m.ino())) != Some((mine.dev(), mine.ino())) {
+                continue; // removed by a sweep before our lock
+            }
+            let _ = f.set_permissions(std::fs::Permissions::from_mode(0o600));
+            if mine.len() < want {
+                f.set_len(want.max(4096)).map_err(|err| crate::Error::Io { what: "grow local tier", err })?;
+            }
+            // Locked: no sweep removes it now, so the path maps this file.
+            let map = Mapping::open_file(&path)?;
+            // SAFETY: `flock` on the mapping's open descriptor; no memory.
+            let _ = unsafe { libc::flock(map.fd(), libc::LOCK_SH) };
+            drop(f);
+            break map;
         };
-        // Held while this process has the file (see `sweep_stale`); where
-        // the file system has no `flock`, no sweep can take the file either.
-        // SAFETY: `flock` on the mapping's open descriptor; no memory.
-        let _ = unsafe { libc::flock(map.fd(), libc::LOCK_SH) };
         Ok(LocalTier { map, n, path })
     }
 
@@ -366,6 +383,41 @@ mod tests {
         assert!(!stale.exists(), "a file nothing maps was left behind");
         assert!(other_ns.exists() && live.path().exists() && mine.path().exists());
         drop((live, mine));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_open_racing_a_sweep_always_ends_holding_the_file_at_its_path() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::env::temp_dir().join(format!("cxlkv-local-race-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ns = crate::host::pid_ns() as u32;
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let sweeper = {
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                while stopped.try_recv().is_err() {
+                    sweep_stale(&dir, ns, std::path::Path::new("/nonexistent"));
+                }
+            })
+        };
+        let mut held = Vec::new();
+        for i in 0..300u64 {
+            let t = LocalTier::open(&dir, 0x7000 + i, 2).unwrap();
+            let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+            // SAFETY: `fstat` fills `st` from the mapping's open descriptor.
+            assert_eq!(unsafe { libc::fstat(t.map.fd(), st.as_mut_ptr()) }, 0);
+            // SAFETY: filled by the successful `fstat`.
+            let st = unsafe { st.assume_init() };
+            let m = std::fs::metadata(t.path()).unwrap();
+            assert_eq!((m.dev(), m.ino()), (st.st_dev, st.st_ino), "open {i} holds a file no longer at its path");
+            held.push(t);
+        }
+        let _ = stop.send(());
+        sweeper.join().unwrap();
+        // Every file held stays: a sweep never takes one in use.
+        assert!(held.iter().all(|t| t.path().exists()));
+        drop(held);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
