@@ -236,7 +236,9 @@ enum HashArg {
 struct TierArgs {
     #[command(flatten)]
     at: PathArgs,
-    /// A directory on a drive (repeat for more drives).
+    /// A directory on a drive, one per drive (repeat for more drives):
+    /// an SSD's file system with O_DIRECT, not tmpfs (RAM: warned) or
+    /// ramfs (refused).
     #[arg(long = "dir", required = true)]
     dirs: Vec<PathBuf>,
     /// Largest block a slot holds.

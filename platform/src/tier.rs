@@ -98,6 +98,9 @@ pub struct TierStats {
     /// Bytes registered with io_uring as fixed buffers: the region and the
     /// tier's buffers, the buffers alone, or none (memlock limit).
     pub registered_bytes: u64,
+    /// Directories on memory-backed file systems (tmpfs): blocks "spilled"
+    /// there take RAM, not a drive (warned at start).
+    pub memory_dirs: u32,
 }
 
 /// The counters, shared by the tier thread and its handle.
@@ -175,6 +178,28 @@ impl Tier {
         if opts.dirs.iter().any(|d| d.as_os_str().is_empty()) {
             return Err(bad("an empty directory name (name the drive's directory)".into()));
         }
+        // What each directory is on: ramfs has no O_DIRECT (refused, said
+        // so); tmpfs takes it, but its "drive" is RAM (warned, counted).
+        let mut memory_dirs = 0u32;
+        for d in &opts.dirs {
+            std::fs::create_dir_all(d).map_err(|err| Error::Io { what: "create the tier directory", err })?;
+            match fs_kind(d) {
+                FsKind::Ramfs => {
+                    return Err(bad(format!(
+                        "{} is on ramfs (memory, no O_DIRECT): a tier directory must be on a drive",
+                        d.display()
+                    )))
+                }
+                FsKind::Tmpfs => {
+                    eprintln!(
+                        "cxlkv tier: {} is on tmpfs: blocks spilled there take RAM, not a drive (use a directory on an SSD)",
+                        d.display()
+                    );
+                    memory_dirs += 1;
+                }
+                FsKind::Other => {}
+            }
+        }
         let mut devs = opts.dirs.iter().map(|d| Dev::open(d)).collect::<Result<Vec<_>>>()?;
         // One slot file per drive: two names of one directory (`D` and
         // `D/.`, a symlink, a bind mount) would share a slot file.
@@ -198,6 +223,7 @@ impl Tier {
         let slot_stride = geo.unit + geo.piece_cap;
         let stop = Arc::new(Flag::new(false));
         let counters = Arc::new(Counters::default());
+        counters.add(|c| c.memory_dirs = memory_dirs);
         let (cmd, rx) = mpsc::channel();
         let ready = Answer::new();
         let ready_tx = ready.clone();
@@ -559,6 +585,36 @@ fn whole_blocks(found: &Found) -> (Held, Vec<(Slot, Slot)>) {
         held.insert((ns, key), loc);
     }
     (held, twice)
+}
+
+/// What a tier directory's file system is, as far as the tier cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FsKind {
+    Tmpfs,
+    Ramfs,
+    Other,
+}
+
+/// The file system `dir` is on (`statfs`); `Other` when it cannot be told.
+fn fs_kind(dir: &Path) -> FsKind {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return FsKind::Other };
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: `c` is a NUL-terminated path; `statfs` fills `st`.
+    if unsafe { libc::statfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return FsKind::Other;
+    }
+    // `f_type`'s width differs between C libraries and architectures.
+    #[allow(clippy::unnecessary_cast)]
+    // SAFETY: zero-initialised, then filled by the successful `statfs`.
+    let kind = unsafe { st.assume_init() }.f_type as i64;
+    match kind {
+        TMPFS_MAGIC => FsKind::Tmpfs,
+        RAMFS_MAGIC => FsKind::Ramfs,
+        _ => FsKind::Other,
+    }
 }
 
 /// The tier thread's state.

@@ -322,7 +322,8 @@ fn an_idle_region_larger_than_the_tier_is_copied_once_never_rewritten() {
 
 /// One drive named twice (`D` and `D/.`) would share one slot file, and an
 /// empty name would put it in the working directory: both are refused at
-/// start, naming what is wrong, and nothing stored is touched.
+/// start, naming what is wrong, and nothing stored is touched. A tmpfs
+/// directory is accepted, warned of and counted.
 #[test]
 fn the_same_drive_twice_and_an_empty_directory_name_are_refused() {
     let region = std::env::temp_dir().join(format!("cxlkv-tier-region-twice-{}", std::process::id()));
@@ -345,6 +346,16 @@ fn the_same_drive_twice_and_an_empty_directory_name_are_refused() {
         }
     }
     assert!(!std::path::Path::new("cxlkv-tier.slots").exists(), "a slot file in the working directory");
+    // A tmpfs directory is RAM, not a drive: accepted with a warning, and
+    // counted (a drive's is not).
+    let shm = PathBuf::from(format!("/dev/shm/cxlkv-tier-tmpfs-{}", std::process::id()));
+    let t = Tier::start(a.clone(), small(vec![shm.clone()])).unwrap();
+    assert_eq!(t.stats().memory_dirs, 1);
+    t.stop().unwrap();
+    let _ = std::fs::remove_dir_all(&shm);
+    let t = Tier::start(a.clone(), small(vec![dir.0.clone()])).unwrap();
+    assert_eq!(t.stats().memory_dirs, 0, "{} counted as memory", dir.0.display());
+    t.stop().unwrap();
     assert_eq!(get(&b, key(1)).as_deref(), Some(&pattern(1)[..]));
     drop(a);
     let _ = std::fs::remove_file(&region);
