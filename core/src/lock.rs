@@ -346,7 +346,9 @@ pub struct Manager {
     seen_lease: u64,
     seen_manager: u32,
     lease_moved_at: u64,
-    beat: [u64; MAX_NODES as usize],
+    /// Per node: the heartbeat as last seen, with the incarnation of the
+    /// node it belonged to (a new incarnation restarts the silence clock).
+    beat: [(u64, u64); MAX_NODES as usize],
     beat_moved_at: [u64; MAX_NODES as usize],
     started: bool,
     /// Locks this manager believes held (granted and not seen released).
@@ -393,7 +395,7 @@ impl Manager {
             seen_lease: 0,
             seen_manager: u32::MAX,
             lease_moved_at: 0,
-            beat: [0; MAX_NODES as usize],
+            beat: [(0, 0); MAX_NODES as usize],
             beat_moved_at: [0; MAX_NODES as usize],
             started: false,
             held: [0; 4],
@@ -777,8 +779,19 @@ impl Manager {
                 }
             }
             let hb: Heartbeat = store.fresh(l.heartbeat(n), Site("mgr.beat"))?;
-            if hb.beat != self.beat.at(n as usize) {
-                self.beat.set(n as usize, hb.beat);
+            // A node that attached since the last scan is new, whatever its
+            // heartbeat line says: attach writes that line before ALIVE but
+            // without a fence between, so its predecessor's last beat can
+            // still be in memory beside the new ALIVE. Silence is measured
+            // per incarnation, never across one.
+            let seen = (info.incarnation, hb.beat);
+            if mutant!("liveness.beat_across_incarnations") {
+                if hb.beat != self.beat.at(n as usize).1 {
+                    self.beat.set(n as usize, seen);
+                    self.beat_moved_at.set(n as usize, now);
+                }
+            } else if seen != self.beat.at(n as usize) {
+                self.beat.set(n as usize, seen);
                 self.beat_moved_at.set(n as usize, now);
             }
             let verdict = probe(n, &info);

@@ -108,6 +108,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: eviction_cut_before_its_record,
         },
         Scenario {
+            name: "new-incarnation-old-beat",
+            what: "a node detaches and its successor attaches between two liveness scans of a manager, whose next \
+                   scan reads the new ALIVE beside the predecessor's last heartbeat, not yet overwritten",
+            run: new_incarnation_old_beat,
+        },
+        Scenario {
             name: "root-put-elsewhere",
             what: "a host that read a root missing frees it after another host put it",
             run: root_put_elsewhere,
@@ -594,6 +600,54 @@ fn grant_seen_before_its_line(disable: Option<&'static str>) -> Result<Vec<Strin
         );
     }
     n1.unlock(held)?;
+    Ok(out)
+}
+
+/// Host 0 runs the manager; node 1 on host 1 beats, is seen, detaches and
+/// attaches again (a restarted process), all between two liveness scans,
+/// the second more than a lease after the last beat it saw. Attach writes
+/// the heartbeat line before ALIVE with no fence between, so the scan may
+/// read the new ALIVE while memory still holds the predecessor's last beat
+/// (steered here by putting that line back in memory until the scan has
+/// run). The successor is live: it must not be declared dead (seed 40027 of
+/// `run --hosts 4 --ops 80 --lazy` found this: a killed process's
+/// successor, declared dead 1,200 steps after it attached).
+fn new_incarnation_old_beat(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LEASE: u64 = 10;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let cfg = LeaseConfig { lease: LEASE, settle: 0 };
+    let probe = |_: u32, _: &NodeInfo| None;
+    let mut mgr = Manager::new(0);
+    let env = StepEnv::new(&s1, 1);
+    let local = NodeLocal::default();
+    let n1 = Node::attached(&s1, 1, &env, &local);
+    // Claim the role, then a scan that sees node 1 beat.
+    mgr.step(&s0, 1, cfg, &probe)?;
+    n1.heartbeat(2)?;
+    n1.heartbeat(2)?;
+    let r = mgr.step(&s0, 2, cfg, &probe)?;
+    let mut out = Vec::new();
+    if !r.active {
+        out.push("new-incarnation-old-beat: node 0 did not become the manager".to_string());
+        return Ok(out);
+    }
+    let hb_off = s1.layout.heartbeat(1);
+    let memory = rig.mem.shared_region();
+    let last: cxlkv_core::layout::Heartbeat = memory.read(hb_off)?;
+    n1.detach()?;
+    attach_as(&s1, 1, 1)?;
+    let fresh: cxlkv_core::layout::Heartbeat = memory.read(hb_off)?;
+    memory.write(hb_off, &last)?;
+    let r = mgr.step(&s0, 2 + LEASE + 1, cfg, &probe)?;
+    memory.write(hb_off, &fresh)?;
+    if r.newly_dead & 1 << 1 != 0 {
+        out.push(format!(
+            "new-incarnation-old-beat: the manager declared node 1 dead at its first scan of a new incarnation \
+             (the predecessor's beat {} still in memory)",
+            last.beat
+        ));
+    }
     Ok(out)
 }
 

@@ -95,7 +95,7 @@ fn runs_that_found_defects_pass() {
 /// found (the steered scenarios below reach the first two on purpose):
 #[test]
 fn runs_found_outside_ci_pass() {
-    let runs: [(u64, usize, u32, bool, bool, bool); 3] = [
+    let runs: [(u64, usize, u32, bool, bool, bool); 4] = [
         // two holders of one lock in memory: a manager granted on an IDLE it
         // read from its own host's cache before the release landed
         (51, 4, 200, true, true, false),
@@ -105,6 +105,11 @@ fn runs_found_outside_ci_pass() {
         // a root destroyed and its block freed in two steps, cut off between
         // them by a crash: the block stayed allocated and unnamed
         (129, 4, 300, true, false, true),
+        // a killed process's successor declared dead 1,200 steps after it
+        // attached: the manager read its ALIVE beside the predecessor's last
+        // beat (the new heartbeat line not landed yet) and measured silence
+        // across the two incarnations
+        (40027, 4, 80, false, true, false),
     ];
     for (seed, hosts, ops, crash, lazy, mixed) in runs {
         must_pass(RunConfig { seed, hosts, ops, crash, disable: None, lazy, mixed, feed_at: None });
