@@ -288,6 +288,8 @@ export interface Counters {
   bytesWritten: number
   /** Payload bytes read. */
   bytesRead: number
+  /** Blocks asked of an SSD tier that did not come back within the wait. */
+  tierTimeouts: number
 }
 
 /** Options of `Region.create`. */

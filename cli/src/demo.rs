@@ -215,6 +215,12 @@ fn worker_opts(cfg: &Config, local: &Path, node: u32) -> Options {
     }
 }
 
+/// The most bytes the SSD tier may write per byte prefill publishes before
+/// the demo fails: a block is copied out once (its slot header and padding
+/// add a little); more means the tier copies blocks again that did not
+/// change.
+pub const MAX_WRITE_AMPLIFICATION: f64 = 1.1;
+
 /// Counters of one worker, sent as JSON lines to the parent.
 #[derive(Clone, Default, Serialize, Deserialize)]
 struct Counters {
@@ -698,6 +704,7 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
                 bytes_read: st.bytes_read,
                 errors: st.errors,
                 hit_rate: sum(&pre, |c| c.ssd_blocks) as f64 / missing.max(1) as f64,
+                write_amplification: st.bytes_written as f64 / sum(&pre, |c| c.published_bytes).max(1) as f64,
             })
         }
         None => None,
@@ -736,7 +743,8 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
         && missing == 0
         && errors == 0
         && findings == 0
-        && requests > 0;
+        && requests > 0
+        && ssd.as_ref().is_none_or(|t| t.errors == 0 && t.write_amplification <= MAX_WRITE_AMPLIFICATION);
     let report = Report {
         ok,
         config: ReportConfig {
@@ -792,6 +800,10 @@ pub struct SsdReport {
     /// Of the blocks prefill found missing from the region, the share the
     /// SSD tier put back.
     pub hit_rate: f64,
+    /// Bytes the tier wrote to its drives per byte prefill published to
+    /// the region (slot headers and padding included): 1.0 when every
+    /// block is copied out once, more when blocks are copied again.
+    pub write_amplification: f64,
 }
 
 /// What `cxlkv demo` reports (printed, or as JSON with --json).
@@ -944,9 +956,11 @@ pub fn print(r: &Report) {
     );
     if let Some(t) = &r.ssd {
         println!(
-            "  SSD tier           {} spills ({}), {} promotions ({}), SSD hit rate {:.1}% of region misses, {} errors",
+            "  SSD tier           {} spills ({}, {:.3} bytes written per byte published{}), {} promotions ({}), SSD hit rate {:.1}% of region misses, {} errors",
             t.spills,
             human(t.bytes_written),
+            t.write_amplification,
+            if t.write_amplification > MAX_WRITE_AMPLIFICATION { format!(": over {MAX_WRITE_AMPLIFICATION}") } else { String::new() },
             t.promotions,
             human(t.bytes_read),
             100.0 * t.hit_rate,

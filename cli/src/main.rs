@@ -839,13 +839,20 @@ fn cmd_tier(a: &TierArgs) -> Result<(), Fail> {
     let st = tier.stats();
     tier.stop()?;
     let json = json!({"spills": st.spills, "promotions": st.promotions, "misses": st.misses, "errors": st.errors,
-        "held": st.held, "bytes_written": st.bytes_written, "bytes_read": st.bytes_read});
+        "held": st.held, "bytes_written": st.bytes_written, "bytes_read": st.bytes_read,
+        "io_priority": st.io_priority, "cpu_priority": st.cpu_priority});
     if a.at.json {
         println!("{json}");
     } else {
         println!(
-            "tier: {} spills, {} promotions, {} misses, {} errors, {} blocks held",
-            st.spills, st.promotions, st.misses, st.errors, st.held
+            "tier: {} spills, {} promotions, {} misses, {} errors, {} blocks held (I/O priority {}, CPU priority {})",
+            st.spills,
+            st.promotions,
+            st.misses,
+            st.errors,
+            st.held,
+            if st.io_priority { "raised" } else { "default" },
+            if st.cpu_priority { "raised" } else { "default" }
         );
     }
     Ok(())

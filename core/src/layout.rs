@@ -190,7 +190,9 @@ shared_struct! {
         pub evictions: u64,
         pub bytes_written: u64,
         pub bytes_read: u64,
-        pub reserved0: u64,
+        /// Blocks the node asked an SSD tier to put back that did not come
+        /// back within its wait (they read as misses).
+        pub tier_timeouts: u64,
     } size 64
 }
 

@@ -363,6 +363,12 @@ impl<'a, C: Coherence> Node<'a, C> {
         Ok(())
     }
 
+    /// Counts `n` blocks this node asked an SSD tier to put back that did
+    /// not come back within its wait.
+    pub fn count_tier_timeouts(&self, n: u64) -> Result<()> {
+        self.count(|c| c.tier_timeouts = c.tier_timeouts.wrapping_add(n))
+    }
+
     /// This node's counters.
     pub fn stats(&self) -> Result<NodeStats> {
         self.store.view.read(self.store.layout.node_stats(self.id))

@@ -336,6 +336,9 @@ typedef struct cxlkv_counters {
   uint64_t bytes_written;
   // Payload bytes read.
   uint64_t bytes_read;
+  // Blocks asked of an SSD tier that did not come back within the wait
+  // (they read as misses).
+  uint64_t tier_timeouts;
 } cxlkv_counters;
 
 // A snapshot of a node's and its region's state (`cxlkv_node_stats`).

@@ -464,6 +464,9 @@ pub struct cxlkv_counters {
     pub bytes_written: u64,
     /// Payload bytes read.
     pub bytes_read: u64,
+    /// Blocks asked of an SSD tier that did not come back within the wait
+    /// (they read as misses).
+    pub tier_timeouts: u64,
 }
 
 impl From<NodeStats> for cxlkv_counters {
@@ -476,6 +479,7 @@ impl From<NodeStats> for cxlkv_counters {
             evictions: s.evictions,
             bytes_written: s.bytes_written,
             bytes_read: s.bytes_read,
+            tier_timeouts: s.tier_timeouts,
         }
     }
 }

@@ -303,6 +303,8 @@ pub struct Counters {
     pub bytes_written: f64,
     /// Payload bytes read.
     pub bytes_read: f64,
+    /// Blocks asked of an SSD tier that did not come back within the wait.
+    pub tier_timeouts: f64,
 }
 
 fn evicted(r: EvictReport) -> Evicted {
@@ -318,6 +320,7 @@ fn counters(n: NodeStats) -> Counters {
         evictions: n.evictions as f64,
         bytes_written: n.bytes_written as f64,
         bytes_read: n.bytes_read as f64,
+        tier_timeouts: n.tier_timeouts as f64,
     }
 }
 

@@ -568,6 +568,7 @@ impl Node {
                 ("evictions", n.evictions),
                 ("bytes_written", n.bytes_written),
                 ("bytes_read", n.bytes_read),
+                ("tier_timeouts", n.tier_timeouts),
             ] {
                 d.set_item(format!("{prefix}_{k}"), v)?;
             }

@@ -12,10 +12,6 @@ use crate::Result;
 
 type CoreResult<T> = cxlkv_core::Result<T>;
 
-/// How long a get or acquire waits for an SSD tier to put a block back
-/// before it counts the block as a miss.
-const PROMOTE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// One block to store: its key, the tokens it covers and its bytes, the
 /// concatenation of `parts`.
 #[derive(Clone, Copy, Debug)]
@@ -116,7 +112,7 @@ impl Node {
         let missing: Vec<usize> = (0..n).filter(|&i| out[i] == Err(CoreError::NotFound)).collect();
         if !missing.is_empty() {
             let keys: Vec<Key> = missing.iter().map(|&i| items[i].key).collect();
-            for (&i, there) in missing.iter().zip(self.promote(ns, &keys, PROMOTE_WAIT)?) {
+            for (&i, there) in missing.iter().zip(self.promote(ns, &keys, self.promote_wait())?) {
                 if there {
                     out[i] = self.get_pinned(ns, &mut items[i], &mut lens[i]);
                 }
@@ -151,7 +147,7 @@ impl Node {
                 return Ok(n);
             }
             let ks: Vec<Key> = missing.iter().map(|&i| keys[i]).collect();
-            for (&i, there) in missing.iter().zip(self.promote(ns, &ks, PROMOTE_WAIT)?) {
+            for (&i, there) in missing.iter().zip(self.promote(ns, &ks, self.promote_wait())?) {
                 if there {
                     let mut one = [Err(CoreError::NotFound)];
                     node.acquire(ns, &keys[i..i + 1], &mut one)?;

@@ -177,6 +177,8 @@ pub struct Counters {
     pub bytes_written: u64,
     /// Payload bytes read.
     pub bytes_read: u64,
+    /// Blocks asked of an SSD tier that did not come back in time.
+    pub tier_timeouts: u64,
 }
 
 impl From<NodeStats> for Counters {
@@ -189,6 +191,7 @@ impl From<NodeStats> for Counters {
             evictions: s.evictions,
             bytes_written: s.bytes_written,
             bytes_read: s.bytes_read,
+            tier_timeouts: s.tier_timeouts,
         }
     }
 }

@@ -240,6 +240,13 @@ impl RegionMetrics {
         per_node(&mut reg, self, "node_evictions", "Blocks the node evicted", c(|n| n.counters.evictions));
         per_node(&mut reg, self, "read_bytes", "Payload bytes the node read", c(|n| n.counters.bytes_read));
         per_node(&mut reg, self, "written_bytes", "Payload bytes the node wrote", c(|n| n.counters.bytes_written));
+        per_node(
+            &mut reg,
+            self,
+            "tier_timeouts",
+            "Blocks the node asked an SSD tier for that did not come back within the wait",
+            c(|n| n.counters.tier_timeouts),
+        );
         per_node(&mut reg, self, "lock_grants", "Global locks granted to the node", c(|n| n.lock_grants));
         per_node(&mut reg, self, "recoveries", "Recoveries the node ran that freed a dead node", c(|n| n.recoveries));
         per_node(&mut reg, self, "nodes_recovered", "Dead nodes the node's recoveries freed", c(|n| n.nodes_recovered));

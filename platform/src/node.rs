@@ -52,6 +52,14 @@ pub struct Options {
     /// after attaching ([`Mapping::populate_background`]), so reads and
     /// writes stop taking first-touch page faults.
     pub populate: bool,
+    /// How long a get waits for an SSD tier to put missing blocks back.
+    /// `None` follows the tier: four times the slowest of this node's last
+    /// answered promotions, at least one second and at most ten (a busy
+    /// drive or host answers late, and a wait shorter than its answers
+    /// turns every promotion into a miss; a wait that ran out counts as a
+    /// round trip that long, so a tier that fell behind is waited for
+    /// longer next time).
+    pub promote_wait: Option<Duration>,
 }
 
 impl Options {
@@ -78,6 +86,7 @@ impl Default for Options {
             auto_recover: true,
             local_dir: PathBuf::from("/dev/shm"),
             populate: true,
+            promote_wait: None,
         }
     }
 }
@@ -99,6 +108,8 @@ struct Inner {
     is_manager: Flag,
     mgr: Mutex<Manager>,
     last: Mutex<StepReport>,
+    /// Round trips of this node's answered promotions (the adaptive wait).
+    promotions: Mutex<crate::tier::RoundTrips>,
     // Declared last: dropped after everything that points into it (other
     // nodes of this process may share the mapping).
     map: Arc<Mapping>,
@@ -423,6 +434,7 @@ impl Node {
             recovered_at: Mutex::new(None),
             is_manager: Flag::new(false),
             last: Mutex::new(StepReport::default()),
+            promotions: Mutex::default(),
             map,
         });
         let i2 = inner.clone();
@@ -472,6 +484,7 @@ impl Node {
             t.evictions += c.evictions;
             t.bytes_written += c.bytes_written;
             t.bytes_read += c.bytes_read;
+            t.tier_timeouts += c.tier_timeouts;
         }
         for stripe in 0..l.caps.n_stripes {
             let h: StripeHeader = st.fresh(l.stripe(stripe), Site("platform.stats.stripe"))?;
@@ -480,6 +493,16 @@ impl Node {
             s.evictions += h.evictions;
         }
         Ok(s)
+    }
+
+    /// The options this node was opened with.
+    pub fn options(&self) -> &Options {
+        &self.inner.opts
+    }
+
+    /// The round trips of this node's answered promotions.
+    pub(crate) fn promotions(&self) -> std::sync::MutexGuard<'_, crate::tier::RoundTrips> {
+        self.inner.promotions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// How far this process's page tables of the region are populated.

@@ -101,6 +101,11 @@ pub struct TierStats {
     /// Directories on memory-backed file systems (tmpfs): blocks "spilled"
     /// there take RAM, not a drive (warned at start).
     pub memory_dirs: u32,
+    /// The tier thread runs at the highest best-effort I/O priority.
+    pub io_priority: bool,
+    /// The tier thread runs at a raised CPU priority (nice -5: needs
+    /// CAP_SYS_NICE or a permissive RLIMIT_NICE).
+    pub cpu_priority: bool,
 }
 
 /// The counters, shared by the tier thread and its handle.
@@ -647,6 +652,32 @@ fn log_error(counters: &Counters, what: std::fmt::Arguments<'_>) {
     eprintln!("cxlkv tier: {what}");
 }
 
+/// Asks for what a tier thread needs to keep up on a busy host: the
+/// highest best-effort I/O priority (any process may take it) and a nice
+/// of -5 (granted only with CAP_SYS_NICE or a permissive RLIMIT_NICE;
+/// refused quietly otherwise). Returns whether each took.
+fn raise_priority() -> (bool, bool) {
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    const IOPRIO_CLASS_BE: libc::c_long = 2;
+    const IOPRIO_CLASS_SHIFT: u32 = 13;
+    // SAFETY: `gettid` has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: ioprio_set takes three integers (who 0: the calling thread)
+    // and touches no memory of ours.
+    let io = unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            0 as libc::c_long,
+            IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT,
+        )
+    } == 0;
+    // SAFETY: setpriority takes integers only; on Linux a thread id names
+    // that thread alone.
+    let cpu = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, -5) } == 0;
+    (io, cpu)
+}
+
 fn run(
     node: Arc<Node>,
     opts: TierOptions,
@@ -656,6 +687,11 @@ fn run(
     cmd: mpsc::Receiver<Command>,
     ready: Arc<Answer<Result<()>>>,
 ) -> Result<()> {
+    let (io_priority, cpu_priority) = raise_priority();
+    counters.add(|c| {
+        c.io_priority = io_priority;
+        c.cpu_priority = cpu_priority;
+    });
     let core = node.core();
     let st = node.store();
     let host = st.view.read::<NodeInfo>(st.layout.node_info(node.id())).map_err(Error::from)?.host_id;
@@ -1311,7 +1347,42 @@ pub fn check_slots(
 /// Keys one promote request carries at most.
 const PROMOTE_KEYS: usize = 96;
 
+/// The round trips of a node's last answered promotions: what the adaptive
+/// promotion wait follows ([`Options::promote_wait`](crate::Options)).
+#[derive(Debug, Default)]
+pub(crate) struct RoundTrips {
+    last: [Duration; 8],
+    next: usize,
+}
+
+impl RoundTrips {
+    /// The shortest wait; also the wait before any promotion was answered.
+    pub(crate) const FLOOR: Duration = Duration::from_secs(1);
+    /// The longest wait the adaptive rule picks.
+    pub(crate) const CEILING: Duration = Duration::from_secs(10);
+
+    fn record(&mut self, took: Duration) {
+        let i = self.next % self.last.len();
+        self.last[i] = took;
+        self.next = self.next.wrapping_add(1);
+    }
+
+    /// Four times the slowest recorded round trip, within the floor and
+    /// the ceiling.
+    pub(crate) fn wait(&self) -> Duration {
+        let slowest = self.last.iter().max().copied().unwrap_or_default();
+        slowest.saturating_mul(4).clamp(Self::FLOOR, Self::CEILING)
+    }
+}
+
 impl Node {
+    /// How long the next promotion waits for its answers: the option when
+    /// set, else four times the slowest of the last answered ones (at least
+    /// a second, at most ten).
+    pub fn promote_wait(&self) -> Duration {
+        self.options().promote_wait.unwrap_or_else(|| self.promotions().wait())
+    }
+
     /// Asks the SSD tiers that hold blocks `keys` of namespace `ns` (found
     /// in the region's tier directories) to put them back into the region,
     /// one request per tier and up to 96 keys, all sent before any answer
@@ -1335,13 +1406,22 @@ impl Node {
             for part in idx.chunks(PROMOTE_KEYS.min(cap)) {
                 let ks: Vec<Key> = part.iter().map(|&i| keys[i]).collect();
                 let msg = Message { kind: KIND_TIER_PROMOTE, ns, ..Message::default() };
+                let asked = Instant::now();
                 match self.call(owner, &msg, &ks, timeout) {
                     Ok((m, back)) if m.status == 0 => {
+                        self.promotions().record(asked.elapsed());
                         for &i in part {
                             there[i] = back.contains(&keys[i]);
                         }
                     }
-                    Ok(_) | Err(Error::Core(CoreError::Timeout | CoreError::BadNode | CoreError::InboxFull)) => {}
+                    Err(Error::Core(CoreError::Timeout)) => {
+                        // Counted, and the next waits follow: a late answer
+                        // is dropped, but a tier this slow is measured by
+                        // the wait that ran out.
+                        self.promotions().record(timeout);
+                        self.core().count_tier_timeouts(part.len() as u64)?;
+                    }
+                    Ok(_) | Err(Error::Core(CoreError::BadNode | CoreError::InboxFull)) => {}
                     Err(e) => return Err(e),
                 }
             }

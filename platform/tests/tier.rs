@@ -479,3 +479,91 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
     drop(a2);
     let _ = std::fs::remove_file(&region);
 }
+
+/// A tier in another process that stops (SIGSTOP: a frozen container, a
+/// host under memory pressure) answers no promotion: a get waits for it as
+/// long as the node's promotion wait says, counts the block as a timed-out
+/// miss, and waits longer next time; once the tier runs again, the block
+/// comes back byte-exact.
+#[test]
+fn a_stopped_tier_times_out_counted_and_is_waited_for_longer_next_time() {
+    const CHILD: &str = "CXLKV_TIER_TEST_STOPPED_TIER";
+    let long_lease = || Options { lease: Duration::from_secs(20), ..opts() };
+    if let Some(spec) = std::env::var_os(CHILD) {
+        // The child: runs a tier over the region, copies every block out,
+        // says so, and waits to be killed.
+        let spec = spec.into_string().unwrap();
+        let (region, dir) = spec.split_once('\n').unwrap();
+        let node = Arc::new(Node::open(std::path::Path::new(region), long_lease()).unwrap());
+        let topts = TierOptions {
+            dirs: vec![PathBuf::from(dir)],
+            slot_bytes: 64 << 10,
+            capacity: 4 << 20,
+            high_water: 1.0,
+            batch: 8,
+        };
+        let tier = Tier::start(node, topts).unwrap();
+        assert_eq!(tier.spill_all().unwrap(), 2);
+        println!("ready");
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    let region = std::env::temp_dir().join(format!("cxlkv-tier-stopped-{}", std::process::id()));
+    let dir = Scratch::new("stopped");
+    let b = Node::create(&region, 32 << 20, caps(), long_lease()).unwrap();
+    put_block(&b, key(1), &pattern(1));
+    put_block(&b, key(2), &pattern(2));
+    let exe = std::env::current_exe().unwrap();
+    let name = "a_stopped_tier_times_out_counted_and_is_waited_for_longer_next_time";
+    let mut child = std::process::Command::new(exe)
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, format!("{}\n{}", region.display(), dir.0.display()))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            // SAFETY: waking our own child so that the kill takes at once.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGCONT) };
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let out = child.stdout.take().unwrap();
+    let child = Kill(child);
+    // The test harness prints its own lines first ("test NAME ... " with no
+    // line end before the child's line); EOF before "ready" is a child that
+    // failed.
+    let ready =
+        std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok).any(|l| l.ends_with("ready"));
+    assert!(ready, "the tier child failed");
+    b.core().evict(u64::MAX, &mut Lru).unwrap();
+    assert_eq!(b.core().lookup(1, &[key(1), key(2)]).unwrap(), 0, "evicted");
+    assert_eq!(b.promote_wait(), Duration::from_secs(1), "the wait before any answer");
+
+    // SAFETY: stopping our own child.
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGSTOP) };
+    let t = std::time::Instant::now();
+    assert_eq!(get(&b, key(1)), None, "a stopped tier's block is a miss");
+    assert!(t.elapsed() >= Duration::from_secs(1), "waited the whole promotion wait");
+    assert_eq!(b.stats().unwrap().node.tier_timeouts, 1, "counted as a timed-out promotion");
+    assert_eq!(b.promote_wait(), Duration::from_secs(4), "a wait that ran out makes the next one longer");
+
+    // A node with the wait set keeps it.
+    let fixed = Node::open(&region, Options { promote_wait: Some(Duration::from_millis(50)), ..long_lease() }).unwrap();
+    assert_eq!(get(&fixed, key(2)), None);
+    assert_eq!(fixed.promote_wait(), Duration::from_millis(50));
+    assert_eq!(fixed.stats().unwrap().node.tier_timeouts, 1);
+    assert_eq!(fixed.stats().unwrap().total.tier_timeouts, 2, "the region's total counts both nodes");
+
+    // SAFETY: waking our own child.
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGCONT) };
+    assert_eq!(get(&b, key(1)).as_deref(), Some(&pattern(1)[..]), "back once the tier runs");
+    assert_eq!(b.stats().unwrap().node.tier_timeouts, 1, "an answered promotion is no timeout");
+    fixed.close().unwrap();
+    drop(child);
+    b.close().unwrap();
+    let _ = std::fs::remove_file(&region);
+}
