@@ -109,6 +109,9 @@ counted() {
   fi
 }
 
+step "README quick starts are the example files the door tests run"
+counted "README quick starts" python3 tests/readme-files.py
+
 step "simulator sweep (fresh seeds of every configuration, step and time limits)"
 counted "simulator sweep" cargo run --release --locked -q -p cxlkv-sim --bin cxlkv-sim -- sweep --from 9000 --seeds 3 --time-limit 240
 

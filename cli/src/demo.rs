@@ -310,7 +310,26 @@ struct Inflight {
     pins: Vec<Handle>,
 }
 
+/// Waits until every decode worker's node (ids 0..decode) is attached: a
+/// handoff sent before would find no node there (a worker process starts
+/// slowly on a busy machine). At most a minute.
+fn await_decoders(cache: &Node, decode: usize) -> Result<(), String> {
+    let want = if decode >= 64 { u64::MAX } else { (1u64 << decode) - 1 };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let alive = cache.stats().map_err(|e| format!("stats: {e}"))?.alive;
+        if alive & want == want {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("decode workers not attached after 60 s (alive nodes {alive:#b})"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn prefill(cache: &Node, cfg: &Config, index: usize) -> Result<(), String> {
+    await_decoders(cache, cfg.decode)?;
     let node = cache.core();
     let mut c = Counters::default();
     let mut rng = SmallRng::seed_from_u64(cfg.seed ^ mix64(index as u64 + 1));

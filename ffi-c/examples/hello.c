@@ -26,12 +26,14 @@ int main(void) {
   /* The namespace and the key chain of a 32-token prompt (2 blocks). */
   cxlkv_namespace nsf = {"llama-3-8b", 0, 0, 0, 1, 0, 16, 0};
   uint32_t ns = 0;
-  cxlkv_namespace_id(&nsf, &ns);
+  r = cxlkv_namespace_id(&nsf, &ns);
+  if (r != CXLKV_RESULT_OK) return fail("namespace", r);
   uint32_t tokens[32];
   for (uint32_t i = 0; i < 32; i++) tokens[i] = 1000 + i;
   cxlkv_key keys[2];
   size_t n = 0;
-  cxlkv_chain_keys(NULL, tokens, 32, 16, keys, 2, &n);
+  r = cxlkv_chain_keys(NULL, tokens, 32, 16, keys, 2, &n);
+  if (r != CXLKV_RESULT_OK) return fail("chain keys", r);
 
   /* Put block 0 from K and V buffers (copying). */
   char k[] = "K of block 0", v[] = "V of block 0";
@@ -43,17 +45,21 @@ int main(void) {
 
   /* Longest cached prefix, then read it in place. */
   size_t prefix = 0;
-  cxlkv_lookup(node, ns, keys, 2, NULL, &prefix);
+  r = cxlkv_lookup(node, ns, keys, 2, NULL, &prefix);
+  if (r != CXLKV_RESULT_OK) return fail("lookup", r);
   cxlkv_block blocks[2];
   cxlkv_result status[2];
-  cxlkv_acquire(node, ns, keys, prefix, blocks, status, NULL);
+  r = cxlkv_acquire(node, ns, keys, prefix, blocks, status, NULL);
+  if (r != CXLKV_RESULT_OK) return fail("acquire", r);
   for (size_t i = 0; i < prefix; i++)
     printf("block %zu: %llu bytes: \"%s\" + \"%s\"\n", i, (unsigned long long)blocks[i].len,
            (const char *)blocks[i].data, (const char *)blocks[i].data + sizeof k);
-  cxlkv_release(node, blocks, prefix);
+  r = cxlkv_release(node, blocks, prefix);
+  if (r != CXLKV_RESULT_OK) return fail("release", r);
   printf("cached prefix: %zu of 2 blocks\n", prefix);
 
-  cxlkv_node_detach(node);
+  r = cxlkv_node_detach(node);
+  if (r != CXLKV_RESULT_OK) return fail("detach", r);
   cxlkv_region_close(region);
   unlink(path);
   return 0;

@@ -48,6 +48,19 @@ else
   echo "node --test: $((${fail:-0} + ${skip:-0} > 0 ? ${fail:-0} + ${skip:-0} : 1)) failed (exit $trc, ${skip:-0} skipped)"
   rc=1
 fi
+# The README's quick start, as written, from an app directory that has
+# the package installed (linked, as `npm install /path/to/ffi-node` does).
+app=$(mktemp -d)
+mkdir -p "$app/node_modules"
+ln -s "$PWD" "$app/node_modules/cxlkv"
+cp examples/quickstart.js "$app/"
+if (cd "$app" && timeout 120 node quickstart.js >/dev/null); then
+  echo "test result: ok. 1 passed; 0 failed (examples/quickstart.js: the README's quick start)"
+else
+  echo "examples/quickstart.js: 1 failed"
+  rc=1
+fi
+rm -rf "$app"
 # The bench, small (a smoke run: it prints numbers; it passes when it runs
 # and every read returned the right bytes).
 if timeout 600 node bench/bench.js --quick; then

@@ -39,6 +39,14 @@ else
   echo "stub check (mypy.stubtest, mypy --strict): 1 failed"
   stub_rc=1
 fi
+# The README's quick start, as written (tests/readme-files.py checks that
+# the README's block is this file).
+if "$venv/bin/python" ffi-python/examples/quickstart.py >/dev/null; then
+  echo "test result: ok. 1 passed; 0 failed (ffi-python/examples/quickstart.py: the README's quick start)"
+else
+  echo "ffi-python/examples/quickstart.py: 1 failed"
+  stub_rc=1
+fi
 cd ffi-python
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
