@@ -619,6 +619,8 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
         let fmt = Node::create(&path, cfg.region, caps, opts).map_err(|e| format!("format: {e}"))?;
         fmt.close().map_err(|e| e.to_string())?;
     }
+    // A tier directory the demo makes (it did not exist) goes at the end.
+    let made_ssd_dir = cfg.ssd.as_ref().filter(|d| !d.exists()).cloned();
     // The SSD tier runs in this process, on its own node (the last slot).
     let tier = match &cfg.ssd {
         Some(dir) => {
@@ -716,6 +718,8 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
             t.stop().map_err(|e| format!("tier: {e}"))?;
             let missing = sum(&pre, |c| c.blocks) - sum(&pre, |c| c.hit_blocks - c.ssd_blocks);
             let _ = cfg.ssd.as_ref().map(|d| std::fs::remove_file(d.join("cxlkv-tier.slots")));
+            // Only if empty: anything else in it is not the demo's.
+            let _ = made_ssd_dir.as_ref().map(std::fs::remove_dir);
             Some(SsdReport {
                 spills: st.spills,
                 promotions: st.promotions,

@@ -925,7 +925,11 @@ fn demo_config(a: &DemoArgs) -> Result<demo::Config, String> {
     // The longest request (16384 tokens) twice over, pinned at once.
     let need = cfg.block_bytes * 2048;
     if cfg.region < need {
-        return Err(format!("--region must be at least {need} bytes for {} byte blocks", cfg.block_bytes));
+        return Err(format!(
+            "--region must be at least {} for {} blocks (the longest request, 16384 tokens, twice over)",
+            cxlkv_platform::size::human(need),
+            cxlkv_platform::size::human(cfg.block_bytes)
+        ));
     }
     Ok(cfg)
 }

@@ -321,3 +321,27 @@ fn the_dashboards_queries_name_served_metrics() {
     let _ = std::fs::remove_dir_all(&local);
     let _ = std::fs::remove_dir_all(&tier_dir);
 }
+
+/// `demo --ssd DIR` leaves nothing behind: the slot file goes, and so does
+/// the directory when the demo made it; a directory that existed stays.
+/// Its report names the bytes the tier wrote per byte published.
+#[test]
+fn demo_ssd_reports_write_amplification_and_leaves_nothing_behind() {
+    let base =
+        std::env::var_os("CXLKV_TIER_TEST_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| "/var/tmp".into());
+    let made = base.join(format!("cxlkv-cli-demo-ssd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&made);
+    let d = made.to_str().unwrap();
+    let args = ["demo", "--duration", "1", "--block-size", "256K", "--region", "512M", "--ssd", d];
+    let o = run(&args);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("bytes written per byte published"), "{out}");
+    assert!(!made.exists(), "the directory the demo made is gone");
+    std::fs::create_dir(&made).unwrap();
+    let o = run(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let left: Vec<_> = std::fs::read_dir(&made).unwrap().collect();
+    assert!(made.is_dir() && left.is_empty(), "a directory given stays, emptied of the slot file: {left:?}");
+    std::fs::remove_dir(&made).unwrap();
+}
