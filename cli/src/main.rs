@@ -664,31 +664,30 @@ fn cmd_recover(a: &RecoverArgs) -> Result<(), Fail> {
     Ok(())
 }
 
-/// SIGINT and SIGTERM, blocked (call before any thread starts, so every
-/// thread inherits the mask) and waited for with [`Signals::wait`].
-struct Signals(libc::sigset_t);
+/// SIGINT and SIGTERM, written to a self-pipe by signal-hook's handler
+/// (whichever thread the signal lands on) and waited for with
+/// [`Signals::wait`].
+struct Signals(std::os::unix::net::UnixStream);
 
 impl Signals {
-    fn block() -> Signals {
-        // SAFETY: `sigset_t` is plain data; `sigemptyset` fills it next.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: each call only writes `set`, which lives here.
-        unsafe { libc::sigemptyset(&mut set) };
-        for sig in [libc::SIGINT, libc::SIGTERM] {
-            // SAFETY: as above.
-            unsafe { libc::sigaddset(&mut set, sig) };
+    fn install() -> Result<Signals, Fail> {
+        let io = |e: std::io::Error| Fail::Run(format!("signal handlers: {e}"));
+        let (rx, tx) = std::os::unix::net::UnixStream::pair().map_err(io)?;
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::low_level::pipe::register(sig, tx.try_clone().map_err(io)?).map_err(io)?;
         }
-        // SAFETY: `set` is initialised; the old mask is not asked for.
-        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-        Signals(set)
+        Ok(Signals(rx))
     }
 
     /// Waits up to `d` for one of the signals; true when one came.
     fn wait(&self, d: std::time::Duration) -> bool {
-        let ts = libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long };
-        // SAFETY: the set is initialised and `ts` a valid timeout; no
-        // siginfo is asked for.
-        unsafe { libc::sigtimedwait(&self.0, std::ptr::null_mut(), &ts) > 0 }
+        use std::io::Read;
+        // A zero timeout means "block" to the socket: wait a microsecond.
+        if self.0.set_read_timeout(Some(d.max(std::time::Duration::from_micros(1)))).is_err() {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        matches!((&self.0).read(&mut byte), Ok(n) if n > 0)
     }
 }
 
@@ -708,14 +707,14 @@ fn cmd_top(a: &TopArgs) -> Result<(), Fail> {
     if !(0.05..=3600.0).contains(&a.interval) {
         return Err(Fail::Usage("--interval must be between 0.05 and 3600 seconds".into()));
     }
-    let signals = Signals::block();
+    let signals = Signals::install()?;
     let observed = observe(&a.at)?;
     let interval = std::time::Duration::from_secs_f64(a.interval);
     top::run(&observed, interval, a.once, &|d| signals.wait(d)).map_err(Fail::Run)
 }
 
 fn cmd_serve_metrics(a: &ServeArgs) -> Result<(), Fail> {
-    let signals = Signals::block();
+    let signals = Signals::install()?;
     let observed = observe(&a.at)?;
     metrics::serve(&observed, a.listen, a.seconds, &|d| signals.wait(d)).map_err(Fail::Run)
 }
@@ -723,7 +722,7 @@ fn cmd_serve_metrics(a: &ServeArgs) -> Result<(), Fail> {
 fn cmd_events(a: &EventsArgs) -> Result<(), Fail> {
     use cxlkv_platform::events::Event;
     use std::io::Write;
-    let signals = Signals::block();
+    let signals = Signals::install()?;
     if let Some(ep) = &a.zmq {
         return publish_events(a, ep, &signals);
     }
@@ -815,7 +814,7 @@ fn publish_events(a: &EventsArgs, ep: &str, signals: &Signals) -> Result<(), Fai
 }
 
 fn cmd_tier(a: &TierArgs) -> Result<(), Fail> {
-    let signals = Signals::block();
+    let signals = Signals::install()?;
     let opts = Options { mode: a.at.mode.mode, ..Options::default() };
     let node = std::sync::Arc::new(Node::open(&a.at.path, opts)?);
     let topts = cxlkv_platform::TierOptions {

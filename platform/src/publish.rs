@@ -381,99 +381,93 @@ impl Run<'_> {
         snapshot
     }
 
-    /// One `KVEventBatch`, msgpack-encoded.
+    /// One `KVEventBatch`, msgpack-encoded, stamped now.
     fn batch(&self, events: &[Routed]) -> Vec<u8> {
         let ts = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        let mut m = Pack(Vec::with_capacity(64 + events.len() * 96));
-        m.array(if self.opts.dp_rank.is_some() { 3 } else { 2 });
-        m.f64(ts);
-        // Consecutive removals go in one event.
-        let mut out: Vec<Vec<(Event, Option<Route>)>> = Vec::new();
-        for e in events.iter().cloned() {
-            match (out.last_mut(), &e.0) {
-                (Some(run), Event::Removed { .. }) if matches!(run.last(), Some((Event::Removed { .. }, _))) => {
-                    run.push(e)
-                }
-                _ => out.push(vec![e]),
-            }
-        }
-        m.array(out.len());
-        for run in &out {
-            match run.first() {
-                Some((Event::Cleared, _)) => {
-                    m.map(1);
-                    m.str("type");
-                    m.str("AllBlocksCleared");
-                }
-                Some((Event::Stored { key, .. }, route)) => {
-                    let r = route.clone().unwrap_or_default();
-                    m.map(8);
-                    m.str("type");
-                    m.str("BlockStored");
-                    m.str("block_hashes");
-                    m.array(1);
-                    self.hash(&mut m, *key);
-                    m.str("parent_block_hash");
-                    match r.parent {
-                        Some(p) => self.hash(&mut m, p),
-                        None => m.nil(),
-                    }
-                    m.str("token_ids");
-                    m.array(r.tokens.len());
-                    for &t in &r.tokens {
-                        m.uint(u64::from(t));
-                    }
-                    m.str("block_size");
-                    m.uint(u64::from(r.block_size));
-                    m.str("lora_id");
-                    match r.lora_id {
-                        Some(l) => m.int(l),
-                        None => m.nil(),
-                    }
-                    m.str("medium");
-                    m.str(&self.opts.medium);
-                    m.str("lora_name");
-                    m.nil();
-                }
-                Some((Event::Removed { .. }, _)) => {
-                    m.map(3);
-                    m.str("type");
-                    m.str("BlockRemoved");
-                    m.str("block_hashes");
-                    m.array(run.len());
-                    for (e, _) in run {
-                        if let Event::Removed { key, .. } = e {
-                            self.hash(&mut m, *key);
-                        }
-                    }
-                    m.str("medium");
-                    m.str(&self.opts.medium);
-                }
-                None => m.nil(),
-            }
-        }
-        if let Some(r) = self.opts.dp_rank {
-            m.int(r);
-        }
-        m.0
+        encode_batch(&self.opts, ts, events)
     }
+}
 
-    fn hash(&self, m: &mut Pack, key: Key) {
-        let b = key.to_bytes();
-        match self.opts.hash {
-            HashForm::Int => {
-                let mut low = [0u8; 8];
-                low.copy_from_slice(&b[8..]);
-                m.uint(u64::from_be_bytes(low));
+/// One `KVEventBatch` of `events` stamped `ts`, msgpack-encoded as vLLM's
+/// msgspec decoder reads it.
+fn encode_batch(opts: &PublisherOptions, ts: f64, events: &[Routed]) -> Vec<u8> {
+    let hash = |key: Key| block_hash(opts.hash, key);
+    let medium = opts.medium.as_str();
+    // Consecutive removals go in one event.
+    let mut out: Vec<KvEvent<'_>> = Vec::new();
+    for (e, route) in events {
+        match e {
+            Event::Cleared => out.push(KvEvent::AllBlocksCleared {}),
+            Event::Stored { key, .. } => {
+                let r = route.clone().unwrap_or_default();
+                out.push(KvEvent::BlockStored {
+                    block_hashes: vec![hash(*key)],
+                    parent_block_hash: r.parent.map(hash),
+                    token_ids: r.tokens,
+                    block_size: r.block_size,
+                    lora_id: r.lora_id,
+                    medium,
+                    lora_name: None,
+                });
             }
-            HashForm::Int64 => {
-                let mut low = [0u8; 8];
-                low.copy_from_slice(&b[8..]);
-                m.int(i64::from_be_bytes(low));
-            }
-            HashForm::Bytes => m.bin(&b),
+            Event::Removed { key, .. } => match out.last_mut() {
+                Some(KvEvent::BlockRemoved { block_hashes, .. }) => block_hashes.push(hash(*key)),
+                _ => out.push(KvEvent::BlockRemoved { block_hashes: vec![hash(*key)], medium }),
+            },
         }
     }
+    // vLLM's `KVEventBatch` is array-like: `[ts, events]`, then the
+    // data-parallel rank when there is one. Encoding plain data into a
+    // vector cannot fail; an empty batch would be dropped by readers.
+    let packed = match opts.dp_rank {
+        Some(r) => rmp_serde::to_vec_named(&(ts, &out, r)),
+        None => rmp_serde::to_vec_named(&(ts, &out)),
+    };
+    packed.unwrap_or_default()
+}
+
+/// Block `key`'s hash in form `form`.
+fn block_hash(form: HashForm, key: Key) -> Hash {
+    let b = key.to_bytes();
+    let mut low = [0u8; 8];
+    low.copy_from_slice(&b[8..]);
+    match form {
+        HashForm::Int => Hash::Int(u64::from_be_bytes(low)),
+        HashForm::Int64 => Hash::Int64(i64::from_be_bytes(low)),
+        HashForm::Bytes => Hash::Bytes(serde_bytes::ByteBuf::from(b.to_vec())),
+    }
+}
+
+/// A block hash as vLLM's events carry it: an integer (its
+/// `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES` form, or SGLang's signed one), or
+/// bytes.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Hash {
+    Int(u64),
+    Int64(i64),
+    Bytes(serde_bytes::ByteBuf),
+}
+
+/// vLLM's KV events (`vllm.distributed.kv_events`), tagged by `type` as
+/// its msgspec structs are.
+#[derive(serde::Serialize)]
+#[serde(tag = "type")]
+enum KvEvent<'a> {
+    AllBlocksCleared {},
+    BlockStored {
+        block_hashes: Vec<Hash>,
+        parent_block_hash: Option<Hash>,
+        token_ids: Vec<u32>,
+        block_size: u32,
+        lora_id: Option<i64>,
+        medium: &'a str,
+        lora_name: Option<&'a str>,
+    },
+    BlockRemoved {
+        block_hashes: Vec<Hash>,
+        medium: &'a str,
+    },
 }
 
 /// The block hash an event carries for `key` in form `form`, as a subscriber
@@ -562,97 +556,35 @@ fn order(
     (out, pending)
 }
 
-/// A msgpack writer: just the types a `KVEventBatch` uses.
-struct Pack(Vec<u8>);
-
-impl Pack {
-    fn head(&mut self, fix: u8, fix_max: usize, n: usize, b16: u8, b32: u8) {
-        if n <= fix_max {
-            self.0.push(fix | n as u8);
-        } else if n <= u16::MAX as usize {
-            self.0.push(b16);
-            self.0.extend_from_slice(&(n as u16).to_be_bytes());
-        } else {
-            self.0.push(b32);
-            self.0.extend_from_slice(&(n as u32).to_be_bytes());
-        }
-    }
-    fn array(&mut self, n: usize) {
-        self.head(0x90, 15, n, 0xdc, 0xdd);
-    }
-    fn map(&mut self, n: usize) {
-        self.head(0x80, 15, n, 0xde, 0xdf);
-    }
-    fn str(&mut self, s: &str) {
-        let n = s.len();
-        if n <= 31 {
-            self.0.push(0xa0 | n as u8);
-        } else if n <= u8::MAX as usize {
-            self.0.extend_from_slice(&[0xd9, n as u8]);
-        } else {
-            self.head(0, 0, n, 0xda, 0xdb);
-        }
-        self.0.extend_from_slice(s.as_bytes());
-    }
-    fn bin(&mut self, b: &[u8]) {
-        if b.len() <= u8::MAX as usize {
-            self.0.extend_from_slice(&[0xc4, b.len() as u8]);
-        } else {
-            self.head(0, 0, b.len(), 0xc5, 0xc6);
-        }
-        self.0.extend_from_slice(b);
-    }
-    fn uint(&mut self, v: u64) {
-        if v < 0x80 {
-            self.0.push(v as u8);
-        } else {
-            self.0.push(0xcf);
-            self.0.extend_from_slice(&v.to_be_bytes());
-        }
-    }
-    fn int(&mut self, v: i64) {
-        if v >= 0 {
-            self.uint(v as u64);
-        } else {
-            self.0.push(0xd3);
-            self.0.extend_from_slice(&v.to_be_bytes());
-        }
-    }
-    fn f64(&mut self, v: f64) {
-        self.0.push(0xcb);
-        self.0.extend_from_slice(&v.to_bits().to_be_bytes());
-    }
-    fn nil(&mut self) {
-        self.0.push(0xc0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn msgpack_heads_switch_width_at_the_format_limits() {
-        let mut p = Pack(Vec::new());
-        p.array(15);
-        p.array(16);
-        p.map(15);
-        p.map(70_000);
-        assert_eq!(p.0, [0x9f, 0xdc, 0, 16, 0x8f, 0xdf, 0, 1, 0x11, 0x70]);
-        let mut p = Pack(Vec::new());
-        p.str("BlockStored");
-        p.str(&"x".repeat(40));
-        assert_eq!(&p.0[..12], b"\xabBlockStored");
-        assert_eq!(&p.0[12..14], &[0xd9, 40]);
-        let mut p = Pack(Vec::new());
-        p.uint(127);
-        p.uint(128);
-        p.int(-1);
-        p.nil();
-        assert_eq!(p.0[0], 127);
-        assert_eq!(&p.0[1..10], &[0xcf, 0, 0, 0, 0, 0, 0, 0, 128]);
-        assert_eq!(p.0[10], 0xd3);
-        assert_eq!(*p.0.last().unwrap(), 0xc0);
+    fn a_batch_is_vllms_array_like_kv_event_batch_with_tagged_events() {
+        let k = |i: u64| {
+            let mut b = [0u8; 16];
+            b[8..].copy_from_slice(&i.to_be_bytes());
+            Key::from_bytes(b)
+        };
+        let stored = Event::Stored { ns: 1, key: k(7), len: 1, tokens: 2, node: None };
+        let route = Route { parent: Some(k(6)), block_size: 2, tokens: vec![5, 300], lora_id: None };
+        let removed = |i| (Event::Removed { ns: 1, key: k(i), node: None }, None);
+        let events = vec![(Event::Cleared, None), (stored, Some(route)), removed(8), removed(9)];
+        let opts = PublisherOptions { dp_rank: Some(3), ..PublisherOptions::default() };
+        let v: serde_json::Value = rmp_serde::from_slice(&encode_batch(&opts, 1.5, &events)).unwrap();
+        let medium = opts.medium.as_str();
+        let want = serde_json::json!([1.5, [
+            {"type": "AllBlocksCleared"},
+            {"type": "BlockStored", "block_hashes": [7], "parent_block_hash": 6, "token_ids": [5, 300],
+             "block_size": 2, "lora_id": null, "medium": medium, "lora_name": null},
+            {"type": "BlockRemoved", "block_hashes": [8, 9], "medium": medium},
+        ], 3]);
+        assert_eq!(v, want);
+        // Signed: SGLang's hashes.
+        let opts = PublisherOptions { hash: HashForm::Int64, ..PublisherOptions::default() };
+        let v: serde_json::Value = rmp_serde::from_slice(&encode_batch(&opts, 0.0, &[removed(u64::MAX)])).unwrap();
+        assert_eq!(v[1][0]["block_hashes"][0], -1);
     }
 
     #[test]
