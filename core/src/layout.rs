@@ -176,7 +176,11 @@ shared_struct! {
         pub recoveries: u64,
         /// Dead nodes those recoveries freed.
         pub nodes_recovered: u64,
-        pub reserved: [u64; 2],
+        /// Nodes its lock manager declared dead by silence while their
+        /// process was running on its host (stopped, frozen or starved of
+        /// CPU: a false death unless it was stopped on purpose).
+        pub running_declared_dead: u64,
+        pub reserved: [u64; 1],
     } size 64
 }
 

@@ -331,6 +331,10 @@ pub struct StepReport {
     pub newly_dead: u64,
     /// Nodes declared dead whose recovery is pending (bit mask).
     pub dead: u64,
+    /// Of `newly_dead`, those declared dead by silence while the liveness
+    /// probe found their process running (stopped, frozen, or starved of
+    /// CPU past the lease): a false death unless stopped on purpose.
+    pub running_dead: u64,
     /// Locks revoked.
     pub revoked: u32,
     /// When the liveness scan that `dead` comes from ran (the caller's
@@ -813,6 +817,9 @@ impl Manager {
                 store.publish_state_last(l.node_info(n), &d, Site("mgr.declare_dead"))?;
                 dead |= 1 << n;
                 rep.newly_dead |= 1 << n;
+                if verdict == Some(true) {
+                    rep.running_dead |= 1 << n;
+                }
             }
         }
         ml.dead_mask = dead;

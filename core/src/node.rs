@@ -38,6 +38,7 @@ pub(crate) struct BeatCounts {
     pub(crate) lock_wait_ns: u64,
     pub(crate) recoveries: u64,
     pub(crate) nodes_recovered: u64,
+    pub(crate) running_declared_dead: u64,
 }
 
 impl BeatCounters {
@@ -291,6 +292,7 @@ impl<'a, C: Coherence> Node<'a, C> {
         hb.lock_wait_ns = c.lock_wait_ns;
         hb.recoveries = c.recoveries;
         hb.nodes_recovered = c.nodes_recovered;
+        hb.running_declared_dead = c.running_declared_dead;
         // SYNC: heartbeat visible to the manager's liveness scan.
         self.store.publish(l.heartbeat(self.id), &hb, Site("node.beat"))?;
         self.store.co.store_fence(Site("node.beat.fence"));
@@ -361,6 +363,15 @@ impl<'a, C: Coherence> Node<'a, C> {
         self.store.publish(off, &s, Site("node.stats"))?;
         self.store.co.store_fence(Site("node.stats.fence"));
         Ok(())
+    }
+
+    /// Counts `n` nodes this node's lock manager declared dead by silence
+    /// while their process ran (see [`StepReport::running_dead`]),
+    /// published with the next heartbeat.
+    ///
+    /// [`StepReport::running_dead`]: crate::lock::StepReport::running_dead
+    pub fn count_running_declared_dead(&self, n: u64) {
+        self.local.beat_counters.add(|c| c.running_declared_dead = c.running_declared_dead.wrapping_add(n));
     }
 
     /// Counts `n` blocks this node asked an SSD tier to put back that did

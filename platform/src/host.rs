@@ -106,6 +106,36 @@ pub fn random_u64() -> u64 {
     cxlkv_core::hash::mix64(t as u64 ^ (std::process::id() as u64) << 32)
 }
 
+/// Gives the calling thread the highest best-effort I/O priority
+/// (`ioprio_set`, open to any process). True when it took.
+pub(crate) fn raise_io_priority() -> bool {
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    const IOPRIO_CLASS_BE: libc::c_long = 2;
+    const IOPRIO_CLASS_SHIFT: u32 = 13;
+    // SAFETY: ioprio_set takes three integers (who 0: the calling thread)
+    // and touches no memory of ours.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            0 as libc::c_long,
+            IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT,
+        )
+    };
+    r == 0
+}
+
+/// Asks for nice -5 for the calling thread: granted with `CAP_SYS_NICE` or
+/// an `RLIMIT_NICE` that allows it, refused quietly otherwise. True when
+/// it took.
+pub(crate) fn raise_cpu_priority() -> bool {
+    // SAFETY: `gettid` has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: setpriority takes integers only; on Linux a thread id names
+    // that thread alone.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, -5) == 0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

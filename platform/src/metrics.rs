@@ -56,6 +56,9 @@ pub struct NodeMetrics {
     pub recoveries: u64,
     /// Dead nodes those recoveries freed.
     pub nodes_recovered: u64,
+    /// Nodes its lock manager declared dead by silence while their process
+    /// ran on its host (stopped or starved).
+    pub running_declared_dead: u64,
     /// Messages waiting in its inbox, and the slots they take.
     pub inbox_messages: u64,
     /// Inbox slots in use.
@@ -145,6 +148,7 @@ impl Observed {
                 lock_wait_seconds: hb.lock_wait_ns as f64 / 1e9,
                 recoveries: hb.recoveries,
                 nodes_recovered: hb.nodes_recovered,
+                running_declared_dead: hb.running_declared_dead,
                 inbox_messages,
                 inbox_slots_used,
                 pins: held.pins,
@@ -250,6 +254,14 @@ impl RegionMetrics {
         per_node(&mut reg, self, "lock_grants", "Global locks granted to the node", c(|n| n.lock_grants));
         per_node(&mut reg, self, "recoveries", "Recoveries the node ran that freed a dead node", c(|n| n.recoveries));
         per_node(&mut reg, self, "nodes_recovered", "Dead nodes the node's recoveries freed", c(|n| n.nodes_recovered));
+        per_node(
+            &mut reg,
+            self,
+            "running_declared_dead",
+            "Nodes the node's lock manager declared dead by silence while their process ran on its host (stopped or \
+             starved of CPU)",
+            c(|n| n.running_declared_dead),
+        );
         // The crate keeps an f64 counter's value in an AtomicU64: a snapshot
         // in this process's memory, nothing shared.
         #[allow(clippy::disallowed_types)]

@@ -103,6 +103,8 @@ struct Inner {
     stop: Flag,
     fenced: Flag,
     recovering: Flag,
+    /// The heartbeat thread got a raised CPU priority.
+    raised_priority: Flag,
     /// When the last automatic recovery ended (ms since attach).
     recovered_at: Mutex<Option<u64>>,
     is_manager: Flag,
@@ -218,6 +220,14 @@ impl Inner {
         let cfg =
             LeaseConfig { lease: self.opts.lease.as_millis() as u64, settle: self.opts.settle.as_millis() as u64 };
         let r = m.step(&self.store, self.now_ms(), cfg, &probe)?;
+        if r.running_dead != 0 {
+            self.core().count_running_declared_dead(u64::from(r.running_dead.count_ones()));
+            eprintln!(
+                "cxlkv: node {} (lock manager) declared nodes {:#b} dead: silent for a lease ({:?}) while their \
+                 processes ran (stopped, or starved of CPU: raise Options::lease if this host is overloaded)",
+                self.id, r.running_dead, self.opts.lease
+            );
+        }
         self.is_manager.set(r.active);
         if let Ok(mut last) = self.last.lock() {
             *last = r;
@@ -316,6 +326,9 @@ fn internal_answer(m: &Message) -> bool {
 }
 
 fn background(inner: Arc<Inner>) {
+    // The heartbeat must run even when the host is overloaded: a raised CPU
+    // priority where allowed (else the lease is what protects it).
+    inner.raised_priority.set(crate::host::raise_cpu_priority());
     let beat_every = (inner.opts.lease / 8).max(Duration::from_millis(1));
     let mut last_beat = Instant::now();
     let mut idle = 0u32;
@@ -324,6 +337,11 @@ fn background(inner: Arc<Inner>) {
             last_beat = Instant::now();
             if inner.core().heartbeat(inner.nonce) == Err(cxlkv_core::Error::Revoked) {
                 inner.fenced.set(true);
+                eprintln!(
+                    "cxlkv: node {} learnt it was declared dead (silent for a lease of {:?}: stopped, or starved \
+                     of CPU) and recovered; every call now fails with REVOKED: attach again to go on",
+                    inner.id, inner.opts.lease
+                );
                 return;
             }
             // Siblings gone from this host are buried long before the manager
@@ -431,6 +449,7 @@ impl Node {
             stop: Flag::new(false),
             fenced: Flag::new(false),
             recovering: Flag::new(false),
+            raised_priority: Flag::new(false),
             recovered_at: Mutex::new(None),
             is_manager: Flag::new(false),
             last: Mutex::new(StepReport::default()),
@@ -493,6 +512,14 @@ impl Node {
             s.evictions += h.evictions;
         }
         Ok(s)
+    }
+
+    /// True when this node's heartbeat and lock-manager thread runs at a
+    /// raised CPU priority (nice -5: needs `CAP_SYS_NICE` or a permissive
+    /// `RLIMIT_NICE`); otherwise only the lease protects it from being
+    /// declared dead on an overloaded host.
+    pub fn heartbeat_priority_raised(&self) -> bool {
+        self.inner.raised_priority.get()
     }
 
     /// The options this node was opened with.

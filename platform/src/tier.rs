@@ -652,32 +652,6 @@ fn log_error(counters: &Counters, what: std::fmt::Arguments<'_>) {
     eprintln!("cxlkv tier: {what}");
 }
 
-/// Asks for what a tier thread needs to keep up on a busy host: the
-/// highest best-effort I/O priority (any process may take it) and a nice
-/// of -5 (granted only with CAP_SYS_NICE or a permissive RLIMIT_NICE;
-/// refused quietly otherwise). Returns whether each took.
-fn raise_priority() -> (bool, bool) {
-    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
-    const IOPRIO_CLASS_BE: libc::c_long = 2;
-    const IOPRIO_CLASS_SHIFT: u32 = 13;
-    // SAFETY: `gettid` has no preconditions.
-    let tid = unsafe { libc::gettid() };
-    // SAFETY: ioprio_set takes three integers (who 0: the calling thread)
-    // and touches no memory of ours.
-    let io = unsafe {
-        libc::syscall(
-            libc::SYS_ioprio_set,
-            IOPRIO_WHO_PROCESS,
-            0 as libc::c_long,
-            IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT,
-        )
-    } == 0;
-    // SAFETY: setpriority takes integers only; on Linux a thread id names
-    // that thread alone.
-    let cpu = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, -5) } == 0;
-    (io, cpu)
-}
-
 fn run(
     node: Arc<Node>,
     opts: TierOptions,
@@ -687,7 +661,10 @@ fn run(
     cmd: mpsc::Receiver<Command>,
     ready: Arc<Answer<Result<()>>>,
 ) -> Result<()> {
-    let (io_priority, cpu_priority) = raise_priority();
+    // What a tier thread needs to keep up on a busy host: the highest
+    // best-effort I/O priority (any process may take it) and a raised CPU
+    // priority (where allowed).
+    let (io_priority, cpu_priority) = (crate::host::raise_io_priority(), crate::host::raise_cpu_priority());
     counters.add(|c| {
         c.io_priority = io_priority;
         c.cpu_priority = cpu_priority;

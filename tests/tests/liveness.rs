@@ -189,5 +189,15 @@ fn a_stopped_holder_is_declared_dead_and_fails_with_revoked_when_it_wakes() {
     drop(h);
     assert!(wait_for(Duration::from_secs(20), || parent.stats().is_ok_and(|s| s.alive.count_ones() == 1)));
     assert_eq!(parent.check().unwrap(), vec![]);
+    // The manager (the parent, on this host) saw the process run while it
+    // declared it dead: counted, published with its next heartbeat.
+    let observed = || cxlkv_platform::Region::open(&r.0).unwrap().observe(cxlkv_platform::FlushMode::Coherent).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            observed().metrics().is_ok_and(|m| m.nodes.iter().map(|n| n.running_declared_dead).sum::<u64>() == 1)
+        }),
+        "the false death is counted once: {:?}",
+        observed().metrics().map(|m| m.nodes.iter().map(|n| n.running_declared_dead).collect::<Vec<_>>())
+    );
     parent.close().unwrap();
 }
