@@ -317,11 +317,13 @@ impl<'a, C: Coherence> Node<'a, C> {
     }
 
     /// Detaches: drops every pin this node holds, then frees its slot.
-    /// Refuses with `Busy`, changing nothing, while the node holds an
-    /// application lock: freeing the slot would strand the lock with a node
-    /// that no longer exists (release it first).
+    /// Refuses with `Busy`, changing nothing, while the node holds any lock
+    /// (an application lock, or a stripe or allocator lock another thread
+    /// of its process holds, a recovery's say): freeing the slot would
+    /// strand the lock with a node that no longer exists, which no manager
+    /// revokes (it revokes dead nodes' locks; a free slot is nobody's).
     pub fn detach(&self) -> Result<()> {
-        if self.held_app_lock()?.is_some() {
+        if self.held_lock()?.is_some() && !mutant!("detach.while_holding_a_lock") {
             return Err(Error::Busy);
         }
         self.release_all()?;
@@ -335,6 +337,19 @@ impl<'a, C: Coherence> Node<'a, C> {
         self.store.publish_state_last(l.node_info(self.id), &info, Site("node.detach.info"))?;
         self.store.co.store_fence(Site("node.detach.info.fence"));
         Ok(())
+    }
+
+    /// The first global lock (of any kind) this node holds, if any.
+    pub fn held_lock(&self) -> Result<Option<u32>> {
+        let l = &self.store.layout;
+        for lock in 0..l.n_locks {
+            // This node's own slot, as in `held_app_lock`.
+            let s: LockSlot = self.store.view.read(l.lock_slot(lock, self.id))?;
+            if s.state == SLOT_LOCKED {
+                return Ok(Some(lock));
+            }
+        }
+        Ok(None)
     }
 
     /// The first application lock this node holds, if any.

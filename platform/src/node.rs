@@ -105,6 +105,9 @@ struct Inner {
     recovering: Flag,
     /// The heartbeat thread got a raised CPU priority.
     raised_priority: Flag,
+    /// The automatic recovery running or last run: joined before the node
+    /// detaches (it holds locks in this node's name).
+    recovery: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// When the last automatic recovery ended (ms since attach).
     recovered_at: Mutex<Option<u64>>,
     is_manager: Flag,
@@ -360,13 +363,17 @@ fn background(inner: Arc<Inner>) {
         let fresh = inner.recovered_at.lock().is_ok_and(|at| at.is_none_or(|at| rep.scanned_at > at));
         if rep.dead != 0 && fresh && inner.opts.auto_recover && !inner.recovering.claim() {
             let i2 = inner.clone();
-            std::thread::spawn(move || {
+            let t = std::thread::spawn(move || {
                 let _ = i2.core().recover(0);
                 if let Ok(mut at) = i2.recovered_at.lock() {
                     *at = Some(i2.now_ms());
                 }
                 i2.recovering.release();
             });
+            // The last one has ended (`recovering` was free): joined now.
+            if let Some(done) = inner.recovery.lock().ok().and_then(|mut r| r.replace(t)) {
+                let _ = done.join();
+            }
         }
         if rep.grants > 0 {
             idle = 0;
@@ -450,6 +457,7 @@ impl Node {
             fenced: Flag::new(false),
             recovering: Flag::new(false),
             raised_priority: Flag::new(false),
+            recovery: Mutex::new(None),
             recovered_at: Mutex::new(None),
             is_manager: Flag::new(false),
             last: Mutex::new(StepReport::default()),
@@ -778,6 +786,13 @@ impl Node {
         // Wakes this host's background threads, ours among them.
         self.inner.tier.ring();
         let _ = t.join();
+        // An automatic recovery holds locks in this node's name: it ends
+        // before the node's slot is freed (its lock waits step this node's
+        // manager inline now that `stop` is set).
+        let recovery = self.inner.recovery.lock().ok().and_then(|mut r| r.take());
+        if let Some(r) = recovery {
+            let _ = r.join();
+        }
         if self.inner.fenced.get() {
             return Err(Error::Core(cxlkv_core::Error::Revoked));
         }

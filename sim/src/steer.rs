@@ -114,6 +114,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: new_incarnation_old_beat,
         },
         Scenario {
+            name: "detach-while-recovery-holds",
+            what: "a process detaches its node while another of its threads (an automatic recovery) holds a \
+                   stripe lock in the node's name",
+            run: detach_while_recovery_holds,
+        },
+        Scenario {
             name: "root-put-elsewhere",
             what: "a host that read a root missing frees it after another host put it",
             run: root_put_elsewhere,
@@ -647,6 +653,42 @@ fn new_incarnation_old_beat(disable: Option<&'static str>) -> Result<Vec<String>
              (the predecessor's beat {} still in memory)",
             last.beat
         ));
+    }
+    Ok(out)
+}
+
+/// Node 1's process runs a recovery (which holds stripe lock 0 in node 1's
+/// name) while another of its threads detaches the node. The detach must
+/// refuse: a free slot holding a lock is one no manager ever revokes (the
+/// crash loop once hung on exactly that: a FREE slot holding locks 0-3 for
+/// recovery). Once the recovery unlocked, the detach goes through.
+fn detach_while_recovery_holds(disable: Option<&'static str>) -> Result<Vec<String>> {
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let local = NodeLocal::default();
+    let n1 = Node::new(&s1, 1, &env, &local)?;
+    let held = n1.lock_recovery(0)?;
+    let mut out = Vec::new();
+    match n1.detach() {
+        Err(Error::Busy) => {}
+        r => {
+            out.push(format!("detach-while-recovery-holds: detach with a lock held returned {r:?}"));
+            if rig.memory_findings()?.contains(&FindingKind::HeldByDead) {
+                out.push(
+                    "detach-while-recovery-holds: memory shows a free node holding stripe lock 0: no manager will \
+                     revoke it"
+                        .to_string(),
+                );
+            }
+            return Ok(out);
+        }
+    }
+    n1.unlock(held)?;
+    n1.detach()?;
+    let left = rig.memory_findings()?;
+    if !left.is_empty() {
+        out.push(format!("detach-while-recovery-holds: findings after the detach: {left:?}"));
     }
     Ok(out)
 }
