@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
-from ._cxlkv import CxlkvError, Node, Region, Result, namespace_id
+from ._cxlkv import CxlkvError, Node, Region, Result, RevokedError, namespace_id
+
+logger = logging.getLogger(__name__)
 
 #: Results of a store that leave the block in the region.
 STORED = (Result.OK, Result.EXISTS)
@@ -56,7 +60,72 @@ def attach(
         raise RuntimeError(f"{who}: cannot use region {region!r}: {e}") from e
 
 
-def put_stored(node: Node, ns: int, items: Sequence[tuple[bytes, Any]]) -> list[bool]:
+class EngineNode:
+    """An adapter's node, attached again when it was revoked.
+
+    A node is revoked when the rack declared it dead: its process stalled
+    past the lease (a long pause, an overloaded host, a frozen container),
+    and recovery freed its slot. Every call of a revoked node fails with
+    `RevokedError`. An engine must not see that: each call made through
+    this object that finds its node revoked attaches a fresh node (same
+    region and options) and runs again there once, so the engine's request
+    is answered (a block recovery dropped, or another node evicted
+    meanwhile, is a miss). Attributes other than calls read the current
+    node's (`id`); `reattached` counts the fresh nodes."""
+
+    def __init__(self, who: str, region: Optional[str], **options: Any) -> None:
+        self._who, self._path, self._options = who, region, options
+        self.region, self._node = attach(who, region, **options)
+        self.reattached = 0
+        self._lock = threading.Lock()
+
+    @property
+    def node(self) -> Node:
+        """The node attached now."""
+        return self._node
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._node, name)
+        if not callable(attr) or name in ("detach", "close"):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            node = self._node
+            try:
+                return getattr(node, name)(*args, **kwargs)
+            except RevokedError:
+                self._reattach(node)
+                return getattr(self._node, name)(*args, **kwargs)
+
+        return call
+
+    def _reattach(self, revoked: Node) -> None:
+        with self._lock:
+            if self._node is not revoked:
+                return  # another thread attached a fresh one already
+            logger.warning(
+                "%s: node %d was declared dead (a stall past its lease?) and revoked: attaching again",
+                self._who,
+                revoked.id,
+            )
+            try:
+                revoked.detach()  # refused (revoked): frees nothing of anyone's
+            except CxlkvError:
+                pass
+            old = self.region
+            self.region, self._node = attach(self._who, self._path, **self._options)
+            self.reattached += 1
+            old.close()
+
+    def detach(self) -> None:
+        """Detaches the current node and closes the region."""
+        try:
+            self._node.detach()
+        finally:
+            self.region.close()
+
+
+def put_stored(node: Union[Node, EngineNode], ns: int, items: Sequence[tuple[bytes, Any]]) -> list[bool]:
     """Stores `items` (key, buffer or buffers) in one batch call and says
     whether each is stored (stored already counts). A full region makes room
     itself (each reserve evicts least recently used blocks until the block

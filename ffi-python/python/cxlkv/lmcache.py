@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from . import CxlkvError, Result
-from .engines import EngineNamespace, attach, block_key, put_stored
+from .engines import EngineNamespace, EngineNode, block_key, put_stored
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class CxlkvConnector:
         lease_ms: int = 2000,
         lock_timeout_ms: int = 60000,
     ) -> None:
-        self._region, self._node = attach(
+        self._node = EngineNode(
             "cxlkv connector",
             region,
             flush_mode=flush_mode,
@@ -209,5 +209,4 @@ class CxlkvConnector:
             self._node.detach()
         except CxlkvError as e:
             logger.warning("cxlkv connector: detach: %s", e)
-        self._region.close()
         os.close(self._efd)

@@ -44,7 +44,7 @@ from sglang.srt.mem_cache.hicache_storage import (
 )
 
 from . import Result
-from .engines import EngineNamespace, attach, block_key, put_stored
+from .engines import EngineNamespace, EngineNode, block_key, put_stored
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class CxlkvStorage(HiCacheStorage):
             raise ValueError(f"cxlkv storage: unknown extra-config keys {sorted(unknown)} (known: {sorted(_OPTIONS)})")
         self.config = storage_config
         self.is_writer: bool = bool(storage_config.is_storage_writer)
-        self._region, self._node = attach(
+        self._node = EngineNode(
             "cxlkv storage",
             extra.get("region"),
             flush_mode=str(extra.get("flush_mode", "default")),
@@ -375,4 +375,3 @@ class CxlkvStorage(HiCacheStorage):
     def close(self) -> None:
         """Detaches from the region."""
         self._node.detach()
-        self._region.close()

@@ -57,7 +57,7 @@ from vllm.v1.kv_offload.tiering.async_lookup import AsyncLookupManager
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
 from . import CxlkvError, Result
-from .engines import EngineNamespace, attach, block_key, put_stored
+from .engines import EngineNamespace, EngineNode, block_key, put_stored
 
 if TYPE_CHECKING:
     from vllm.v1.kv_offload.base import OffloadingSpec
@@ -107,7 +107,7 @@ class CxlkvTier(SecondaryTierManager):
         if n_threads < 1:
             raise ValueError(f"cxlkv tier {tier_type!r}: n_threads must be at least 1, got {n_threads}")
         self.locality = Locality(locality) if locality is not None else None
-        self._region, self._node = attach(
+        self._node = EngineNode(
             f"cxlkv tier {tier_type!r}",
             region,
             flush_mode=flush_mode,
@@ -331,10 +331,10 @@ class CxlkvTier(SecondaryTierManager):
             self._node.detach()
         except CxlkvError as e:
             logger.warning("cxlkv tier %r: detach: %s", self.tier_type, e)
-        self._region.close()
 
     @property
     def node_id(self) -> int:
-        """The cxlkv node this tier attached as."""
-        return self._node.id
+        """The cxlkv node this tier is attached as (a fresh one after its node
+        was revoked)."""
+        return self._node.node.id
 

@@ -4,9 +4,11 @@ by LMCache's own factory and driven through `NativeConnectorL2Adapter`."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,6 +97,64 @@ def test_another_process_with_its_own_adapter_loads_the_objects(params: dict[str
         assert "loaded 5" in out.stdout
     finally:
         a.close()
+
+
+def test_an_engine_stalled_past_its_lease_attaches_again_and_carries_on(params: dict[str, object]) -> None:
+    """An engine process stopped past its lease (SIGSTOP, as a frozen
+    container or an overloaded host) is declared dead, its node recovered
+    and freed; woken, its adapter's next requests find the node revoked,
+    attach a fresh one and are answered: the engine sees no error."""
+    lease = {**params, "lease_ms": 300}
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(HERE)!r})
+        from lmcache_support import key, load, make_adapter, obj, store
+        a = make_adapter({lease!r})
+        body = lambda i: bytes((i * 31 + j) % 251 for j in range(4096))
+        assert store(a, [key(1)], [obj(body(1))]).is_successful()
+        print("stored", flush=True)
+        sys.stdin.readline()
+        ok = store(a, [key(2)], [obj(body(2))]).is_successful()
+        dst = [obj(bytes(4096)) for _ in range(2)]
+        got = load(a, [key(1), key(2)], dst)
+        same = [bytes(o.byte_array) == body(i + 1) for i, o in enumerate(dst)]
+        print("after", ok, got, same, flush=True)
+        a.close()
+        """
+    )
+    watcher = cxlkv.Region.open(str(params["region"]))
+    node = watcher.attach(lease_ms=300, local_dir=str(params["local_dir"]))
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "stored"
+        os.kill(child.pid, signal.SIGSTOP)
+        # Declared dead by its silence, recovered and freed (the watcher's
+        # node recovers automatically): only the watcher is left.
+        deadline = time.monotonic() + 30
+        while node.stats()["alive_mask"] != 1 << node.id and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert node.stats()["alive_mask"] == 1 << node.id, node.stats()
+        os.kill(child.pid, signal.SIGCONT)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 0, err[-3000:]
+        # The store after waking went through a fresh node; the object the
+        # revoked node stored is still there (recovery frees pins, not
+        # published blocks).
+        assert out.startswith("after True [True, True] [True, True]"), (out, err[-2000:])
+        assert "attaching again" in err, err[-2000:]
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGCONT)
+            child.kill()
+            child.wait()
+        node.detach()
+        watcher.close()
 
 
 def test_a_full_region_evicts_and_never_fails_a_store(small_region: str, tmp_path: Path) -> None:
