@@ -328,25 +328,57 @@ fn internal_answer(m: &Message) -> bool {
     m.kind == crate::tier::KIND_TIER_PROMOTE | KIND_RESPONSE
 }
 
-fn background(inner: Arc<Inner>) {
-    // The heartbeat must run even when the host is overloaded: a raised CPU
-    // priority where allowed (else the lease is what protects it).
+/// The heartbeat's own thread: it beats every eighth of the lease and does
+/// nothing else, at a raised CPU priority where allowed, so that neither
+/// the lock manager's work nor a lock an operation thread holds can delay
+/// it. Learning that the node was declared dead, it marks the node fenced
+/// (every call then fails with `Revoked`) and ends.
+fn beat(inner: Arc<Inner>) {
     inner.raised_priority.set(crate::host::raise_cpu_priority());
     let beat_every = (inner.opts.lease / 8).max(Duration::from_millis(1));
-    let mut last_beat = Instant::now();
-    let mut idle = 0u32;
     while !inner.stop.get() {
-        if last_beat.elapsed() >= beat_every {
-            last_beat = Instant::now();
-            if inner.core().heartbeat(inner.nonce) == Err(cxlkv_core::Error::Revoked) {
-                inner.fenced.set(true);
-                eprintln!(
-                    "cxlkv: node {} learnt it was declared dead (silent for a lease of {:?}: stopped, or starved \
-                     of CPU) and recovered; every call now fails with REVOKED: attach again to go on",
-                    inner.id, inner.opts.lease
-                );
-                return;
-            }
+        let t = Instant::now();
+        if inner.core().heartbeat(inner.nonce) == Err(cxlkv_core::Error::Revoked) {
+            inner.fenced.set(true);
+            eprintln!(
+                "cxlkv: node {} learnt it was declared dead (silent for a lease of {:?}: stopped, or starved of \
+                 CPU) and recovered; every call now fails with REVOKED: attach again to go on",
+                inner.id, inner.opts.lease
+            );
+            return;
+        }
+        // Short sleeps, so that a close is not kept waiting.
+        while !inner.stop.get() && t.elapsed() < beat_every {
+            std::thread::sleep((beat_every - t.elapsed().min(beat_every)).min(Duration::from_millis(10)));
+        }
+    }
+}
+
+fn background(inner: Arc<Inner>) {
+    let i2 = inner.clone();
+    let beating = std::thread::Builder::new().name(format!("cxlkv-beat{}", inner.id)).spawn(move || beat(i2));
+    if beating.is_err() {
+        // No thread for it: no heartbeat, so the node would be declared
+        // dead; refuse to run as if attached.
+        inner.fenced.set(true);
+        return;
+    }
+    manage(&inner);
+    // Ends at once when fenced (it fenced the node), else once `stop` is set.
+    if let Ok(t) = beating {
+        let _ = t.join();
+    }
+}
+
+/// The lock manager's steps, automatic recovery and the burial of this
+/// host's gone siblings, until the node closes or is fenced.
+fn manage(inner: &Arc<Inner>) {
+    let beat_every = (inner.opts.lease / 8).max(Duration::from_millis(1));
+    let mut last_bury = Instant::now();
+    let mut idle = 0u32;
+    while !inner.stop.get() && !inner.fenced.get() {
+        if last_bury.elapsed() >= beat_every {
+            last_bury = Instant::now();
             // Siblings gone from this host are buried long before the manager
             // (maybe on another host) could take their silence for death.
             let _ = inner.bury_siblings();
