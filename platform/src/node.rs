@@ -272,6 +272,8 @@ impl Inner {
 pub struct Node {
     inner: Arc<Inner>,
     thread: Option<JoinHandle<()>>,
+    /// The heartbeat's thread.
+    beating: Option<JoinHandle<()>>,
     gpu: OnceLock<GpuState>,
     gpu_init: Mutex<()>,
     /// The owner's side of the inbox; its lock makes the node's threads take
@@ -333,8 +335,15 @@ fn internal_answer(m: &Message) -> bool {
 /// the lock manager's work nor a lock an operation thread holds can delay
 /// it. Learning that the node was declared dead, it marks the node fenced
 /// (every call then fails with `Revoked`) and ends.
-fn beat(inner: Arc<Inner>) {
-    inner.raised_priority.set(crate::host::raise_cpu_priority());
+///
+/// It starts before the node attaches and waits for it: a thread started
+/// after would first have to be scheduled, which on an overloaded host took
+/// longer than the lease (the node was declared dead before its first beat;
+/// a waiting thread that wakes is scheduled at once).
+fn beat(attached: std::sync::mpsc::Receiver<Arc<Inner>>) {
+    let raised = crate::host::raise_cpu_priority();
+    let Ok(inner) = attached.recv() else { return };
+    inner.raised_priority.set(raised);
     let beat_every = (inner.opts.lease / 8).max(Duration::from_millis(1));
     while !inner.stop.get() {
         let t = Instant::now();
@@ -354,25 +363,9 @@ fn beat(inner: Arc<Inner>) {
     }
 }
 
-fn background(inner: Arc<Inner>) {
-    let i2 = inner.clone();
-    let beating = std::thread::Builder::new().name(format!("cxlkv-beat{}", inner.id)).spawn(move || beat(i2));
-    if beating.is_err() {
-        // No thread for it: no heartbeat, so the node would be declared
-        // dead; refuse to run as if attached.
-        inner.fenced.set(true);
-        return;
-    }
-    manage(&inner);
-    // Ends at once when fenced (it fenced the node), else once `stop` is set.
-    if let Ok(t) = beating {
-        let _ = t.join();
-    }
-}
-
 /// The lock manager's steps, automatic recovery and the burial of this
 /// host's gone siblings, until the node closes or is fenced.
-fn manage(inner: &Arc<Inner>) {
+fn background(inner: Arc<Inner>) {
     let beat_every = (inner.opts.lease / 8).max(Duration::from_millis(1));
     let mut last_bury = Instant::now();
     let mut idle = 0u32;
@@ -470,6 +463,12 @@ impl Node {
             nonce,
             now: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         };
+        // The heartbeat's thread, running before the node is ALIVE.
+        let (give, attached) = std::sync::mpsc::channel();
+        let beating = std::thread::Builder::new()
+            .name("cxlkv-beat".into())
+            .spawn(move || beat(attached))
+            .map_err(|err| Error::Io { what: "spawn heartbeat thread", err })?;
         // Attaches of one host are serialised on the tier's extra lock.
         tier.lock(tier.attach_lock(), Owner::NONE);
         let id = attach_node(&store, opts.node, who);
@@ -501,9 +500,12 @@ impl Node {
             .name(format!("cxlkv-node{id}"))
             .spawn(move || background(i2))
             .map_err(|err| Error::Io { what: "spawn node thread", err })?;
+        // Its first beat follows at once (the thread waits for this).
+        let _ = give.send(inner.clone());
         Ok(Node {
             inner,
             thread: Some(thread),
+            beating: Some(beating),
             gpu: OnceLock::new(),
             gpu_init: Mutex::new(()),
             inbox: Mutex::new(InboxLocal::default()),
@@ -818,6 +820,9 @@ impl Node {
         // Wakes this host's background threads, ours among them.
         self.inner.tier.ring();
         let _ = t.join();
+        if let Some(b) = self.beating.take() {
+            let _ = b.join();
+        }
         // An automatic recovery holds locks in this node's name: it ends
         // before the node's slot is freed (its lock waits step this node's
         // manager inline now that `stop` is set).

@@ -77,8 +77,9 @@ pub enum Populate {
 const MADV_POPULATE_WRITE: libc::c_int = 23;
 
 /// Bytes populated per step of the background thread: small enough that a
-/// closing node waits at most a few milliseconds for it.
-const POPULATE_STEP: usize = 32 << 20;
+/// closing node waits at most a few milliseconds for it, and that the
+/// address-space lock a step holds is held briefly.
+const POPULATE_STEP: usize = 2 << 20;
 
 // SAFETY: the mapping is plain shared memory; all access goes through View
 // views, whose accesses are atomic or validated copies.
@@ -310,12 +311,13 @@ impl Mapping {
         }
         let weak: Weak<Mapping> = Arc::downgrade(self);
         let spawned = std::thread::Builder::new().name("cxlkv-populate".into()).spawn(move || {
-            // The data path comes first: this thread runs at the lowest
-            // priority (on Linux, a thread's own nice value).
-            // SAFETY: a syscall without arguments.
-            let tid = unsafe { libc::gettid() };
-            // SAFETY: a syscall on this thread's own id; failure is harmless.
-            unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19) };
+            // Not at a low priority: each step holds the process's
+            // address-space lock while it faults pages in, and a thread
+            // starved in the middle of one (nice 19 on an overloaded host)
+            // kept every other thread's page faults and thread starts
+            // waiting behind it for seconds: heartbeats stopped, and live
+            // nodes were declared dead. Small steps at the normal priority,
+            // with a yield between, hold it briefly.
             let mut off = 0usize;
             while let Some(m) = weak.upgrade() {
                 if off >= m.len {
@@ -326,6 +328,7 @@ impl Mapping {
                     Ok(()) => {
                         off = off.saturating_add(POPULATE_STEP).min(m.len);
                         m.set_populate(if off >= m.len { Populate::Done } else { Populate::Running { done: off } });
+                        std::thread::yield_now();
                     }
                     Err(errno) => {
                         m.set_populate(Populate::Refused { errno });
