@@ -85,6 +85,10 @@ class EngineNode:
         return self._node
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            # Our own attributes, missing only while __init__ failed: never
+            # looked up on the node (that would recurse).
+            raise AttributeError(name)
         attr = getattr(self._node, name)
         if not callable(attr) or name in ("detach", "close"):
             return attr
