@@ -105,7 +105,7 @@ pub(crate) fn always_invariants(w: &World, h: usize, op: u32) {
         if hd.changes < seen {
             let line = (store.layout.stripe(s) / 64) as usize;
             w.violation(format!(
-                "step {} (host {h} after op {op}): stripe {s}'s change count went back from {seen} to {} (line last written by {:?})",
+                "step {} (host {h} after op {op}): stripe {s}'s change count went back from {seen} to {} (line {line}, last written by {:?})",
                 w.now(),
                 hd.changes,
                 w.mem.provenance(line)
