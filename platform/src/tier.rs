@@ -1156,11 +1156,11 @@ impl State {
                 let body: &[u8] = if s.direct {
                     match st.view.ptr(h.off + at, l as u64, 1) {
                         Ok(p) => {
-                            // SAFETY: `p` names `l` bytes inside the mapping
-                            // (checked by `ptr`) of this node's reservation
-                            // (WRITING: no other node reads or writes it); the
-                            // drive's write to it completed, and it is only
-                            // read here until published.
+                            // `p` names `l` bytes inside the mapping (checked by
+                            // `ptr`) of this node's reservation (WRITING: no
+                            // other node reads or writes it); the drive's write
+                            // to it completed, and it is only read until published.
+                            // SAFETY: in bounds, unshared and complete, as above.
                             unsafe { std::slice::from_raw_parts(p, l) }
                         }
                         Err(_) => &[],
