@@ -732,13 +732,18 @@ impl<C: Coherence> Node<'_, C> {
             // A later round follows one that dropped records (of the keys
             // in `todo`).
             let dropped = round > 0;
+            let mut torn = 0u64;
             for (i, k) in keys.iter().enumerate().filter(|&(i, _)| todo & (1 << i) != 0) {
                 let Some(o) = out.get_mut(i) else { continue };
                 *o = self.announce(ns, *k);
                 announced |= (o.is_ok() as u64) << i;
+                // An entry that kept changing while it was read (a writer
+                // holding its stripe lock was descheduled mid-update) is
+                // asked again, at the latest under the lock below.
+                torn |= ((*o == Err(Error::Changed)) as u64) << i;
             }
-            todo = 0;
-            if announced == 0 && !dropped {
+            todo = torn;
+            if announced == 0 && !dropped && torn == 0 {
                 return Ok(());
             }
             // SYNC: the records announced above reach memory before any of
@@ -760,6 +765,11 @@ impl<C: Coherence> Node<'_, C> {
             }
             if todo == 0 {
                 return Ok(());
+            }
+            if torn != 0 {
+                // Let the writer run (it may share this CPU). A failed wait
+                // (a deadline, fencing) is met again by the lock below.
+                let _ = self.env.wait(round);
             }
         }
         // Kept changing: pin under the stripe lock, where no evictor runs.
@@ -861,13 +871,31 @@ impl<C: Coherence> Node<'_, C> {
         first_err
     }
 
+    /// Entry `e` of stripe `s` read without the lock, waiting while a
+    /// writer that holds the lock is mid-change (it may be descheduled
+    /// there for a whole time slice; one that died is repaired by
+    /// recovery). For reads that must not fail because another thread of
+    /// the rack happened to be writing, e.g. dropping a pin.
+    fn settled_ent(&self, s: u32, e: u32) -> Result<Entry> {
+        let mut i = 0u32;
+        loop {
+            match self.store.ent(s, e) {
+                Err(Error::Changed) => {
+                    self.env.wait(i)?;
+                    i = i.wrapping_add(1);
+                }
+                r => return r,
+            }
+        }
+    }
+
     fn release_one(&self, h: &Handle) -> Result<()> {
         let st = self.store;
         if h.stripe >= st.layout.caps.n_stripes {
             return Err(Error::StaleHandle);
         }
         self.handle_in(h.stripe, h)?;
-        let e = st.ent(h.stripe, h.entry)?;
+        let e = self.settled_ent(h.stripe, h.entry)?;
         if e.state == state::WRITING && e.gen == h.gen && e.pinners & self.me() != 0 {
             // The journal records a reservation like a pin; dropping it here
             // would leave a WRITING entry without its writer.
@@ -906,7 +934,7 @@ impl<C: Coherence> Node<'_, C> {
                     while self.journal_sub(&mut j, g, gen).is_ok_and(|left| left > 0) {}
                     continue;
                 }
-                let ent = self.store.ent(s, e)?;
+                let ent = self.settled_ent(s, e)?;
                 let h = Handle {
                     ns: ent.ns,
                     key: Key { lo: ent.key_lo, hi: ent.key_hi },

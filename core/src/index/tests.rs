@@ -314,3 +314,66 @@ fn lookup_reports_an_entry_whose_checksum_fails_as_missing() {
     f.store.view.store_u64(off, was).unwrap();
     assert_eq!(sut.lookup(3, &keys).unwrap(), 40);
 }
+
+/// An environment whose waits let a writer that was descheduled in the
+/// middle of rewriting an entry (its sequence word odd) finish after a few
+/// of them: the entry's first word is put back as it was.
+struct ResumingWriter<'a> {
+    inner: &'a InlineEnv<'a>,
+    off: u64,
+    word: u64,
+    waits: spin::Mutex<u32>,
+}
+
+impl crate::store::NodeEnv for ResumingWriter<'_> {
+    fn local_lock(&self, lock: u32) -> crate::Result<()> {
+        self.inner.local_lock(lock)
+    }
+    fn local_unlock(&self, lock: u32) {
+        self.inner.local_unlock(lock)
+    }
+    fn wait(&self, iteration: u32) -> crate::Result<()> {
+        let mut w = self.waits.lock();
+        *w += 1;
+        if *w == 3 {
+            self.inner.store.view.store_u64(self.off, self.word)?;
+        }
+        drop(w);
+        self.inner.wait(iteration)
+    }
+}
+
+/// A lock-free read that meets an entry in the middle of a locked rewrite
+/// (another thread's LRU relink, descheduled) waits for it or takes the
+/// lock; it never reports the key as missing or fails the call: an acquire
+/// pins it, and a release drops its pin (a failed release would leak it).
+#[test]
+fn reads_that_meet_an_entry_mid_rewrite_wait_for_the_writer() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    let inline = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let (h, off, word) = {
+        let sut = node(&f, &inline, &local, 0);
+        let h = sut.reserve(1, key(5), 1000, 1).unwrap();
+        sut.publish(&h).unwrap();
+        let off = f.store.layout.entry(h.stripe, h.entry);
+        (h, off, f.store.view.load_u64(off).unwrap())
+    };
+    let tear = || f.store.view.store_u64(off, word.wrapping_add(1)).unwrap();
+
+    tear();
+    let env = ResumingWriter { inner: &inline, off, word, waits: spin::Mutex::new(0) };
+    let sut = crate::node::Node::new(&f.store, 0, &env, &local).unwrap();
+    let mut out = [Err(Error::InvalidArgument)];
+    assert_eq!(sut.acquire(1, &[key(5)], &mut out), Ok(1));
+    let pinned = out[0].unwrap();
+    assert_eq!((pinned.stripe, pinned.entry, pinned.gen), (h.stripe, h.entry, h.gen));
+
+    tear();
+    let env = ResumingWriter { inner: &inline, off, word, waits: spin::Mutex::new(0) };
+    let sut = crate::node::Node::new(&f.store, 0, &env, &local).unwrap();
+    assert_eq!(sut.release(&[pinned]), Ok(()));
+    assert_eq!(sut.evict(u64::MAX, &mut Lru).unwrap().entries, 1, "the pin was dropped");
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
