@@ -31,7 +31,8 @@ export declare class Node {
   /**
    * Pins the stored blocks of `keys` for zero-copy reads: a `Pinned`
    * whose `view(i)` is key `i`'s payload, or `null` when it is not
-   * stored. Release it when done.
+   * stored (any other failure of a key throws, and nothing stays
+   * pinned). Release it when done.
    */
   acquire(ns: number, keys: Keys): Pinned
   /** `acquire` off the event loop. */

@@ -10,8 +10,7 @@ use napi::{Env, Unknown};
 use napi_derive::napi;
 
 use cxlkv_platform::kv::{
-    Capacities, CoreError, CoreResult, EvictReport, Handle, Key, Lru, Message as Msg, NodeStats, RecoverReport,
-    ReserveItem,
+    Capacities, CoreResult, EvictReport, Handle, Key, Lru, Message as Msg, NodeStats, RecoverReport, ReserveItem,
 };
 use cxlkv_platform::{
     Code, FlushMode, GetItem, Node as Attached, Options, PutItem, Region as Mapped, ReserveRefused, KIND_RESPONSE,
@@ -547,9 +546,7 @@ type Blocks<H> = (Arc<Attached>, Vec<Key>, Vec<H>);
 
 /// Pins the stored blocks of `keys`.
 fn acquired(c: &Attached, ns: u32, keys: &[Key]) -> Result<Vec<Option<Handle>>, Failure> {
-    let mut hs = vec![Err(CoreError::InvalidArgument); keys.len()];
-    c.acquire_views(ns, keys, &mut hs)?;
-    Ok(hs.into_iter().map(Result::ok).collect())
+    Ok(c.acquire_found(ns, keys)?)
 }
 
 /// The namespace, keys and items of a `reserve`.
@@ -642,7 +639,8 @@ impl Node {
 
     /// Pins the stored blocks of `keys` for zero-copy reads: a `Pinned`
     /// whose `view(i)` is key `i`'s payload, or `null` when it is not
-    /// stored. Release it when done.
+    /// stored (any other failure of a key throws, and nothing stays
+    /// pinned). Release it when done.
     #[napi(catch_unwind, ts_args_type = "ns: number, keys: Keys")]
     pub fn acquire(&self, env: Env, ns: Unknown<'_>, keys: Unknown<'_>) -> napi::Result<Pinned> {
         let (ns, keys, c) = (ns_of(&env, &ns)?, keys_of(&env, &keys, "keys")?, self.attached(&env)?);

@@ -379,17 +379,13 @@ impl Node {
 
     /// Pins the stored blocks of `keys` for zero-copy reads: a `Pinned`
     /// whose item `i` is a read-only memoryview of key `i`'s payload, or
-    /// None when it is not stored. Release it (or leave its `with` block)
+    /// None when it is not stored (any other failure of a key raises, and
+    /// nothing stays pinned). Release it (or leave its `with` block)
     /// when done; the views then raise on use.
     fn acquire(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>) -> PyResult<Pinned> {
         let (ns, keys, c) = (ns_of(ns)?, keys_of(keys)?, self.cache(py)?);
-        let hs = py
-            .detach(|| {
-                let mut hs = vec![Err(cxlkv_core::Error::InvalidArgument); keys.len()];
-                c.acquire_views(ns, &keys, &mut hs).map(|_| hs)
-            })
-            .or_raise(py)?;
-        Pinned::new(py, c, hs.into_iter().map(Result::ok).collect())
+        let hs = py.detach(|| c.acquire_found(ns, &keys)).or_raise(py)?;
+        Pinned::new(py, c, hs)
     }
 
     /// Reserves writable blocks: `sizes` is one size for every key or one per

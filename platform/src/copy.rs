@@ -192,6 +192,22 @@ impl Node {
     }
 }
 
+impl Node {
+    /// [`Node::acquire_views`] as the bindings present it: `Some` for a
+    /// pinned key, `None` for one not stored. Any other failure of a key
+    /// fails the call, with nothing left pinned.
+    pub fn acquire_found(&self, ns: u32, keys: &[Key]) -> Result<Vec<Option<Handle>>> {
+        let mut hs = vec![Err(CoreError::InvalidArgument); keys.len()];
+        self.acquire_views(ns, keys, &mut hs)?;
+        if let Some(&Err(e)) = hs.iter().find(|r| matches!(r, Err(e) if *e != CoreError::NotFound)) {
+            let took: Vec<Handle> = hs.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+            let _ = self.core().release(&took);
+            return Err(e.into());
+        }
+        Ok(hs.into_iter().map(CoreResult::ok).collect())
+    }
+}
+
 fn write_parts(cache: &Node, h: &Handle, parts: &[&[u8]]) -> CoreResult<()> {
     let node = cache.core();
     let mut at = 0u64;
