@@ -17,7 +17,7 @@ int main(void) {
   cxlkv_region *region = NULL;
   cxlkv_result r = cxlkv_region_create(path, 64u << 20, true, &region);
   if (r != CXLKV_RESULT_OK) return fail("create", r);
-  r = cxlkv_region_format(region, NULL, CXLKV_FLUSH_DEFAULT);
+  r = cxlkv_region_format(region, NULL, CXLKV_FLUSH_AUTO);
   if (r != CXLKV_RESULT_OK) return fail("format", r);
   cxlkv_node *node = NULL;
   r = cxlkv_node_attach(region, NULL, &node);

@@ -29,8 +29,11 @@ pub const CXLKV_ANY_NODE: u32 = u32::MAX;
 
 /// Cache maintenance: the cheapest mode of this CPU that is correct on
 /// non-coherent CXL memory (clwb, else clflushopt, else clflush on x86-64;
-/// dc civac on aarch64), payloads by streaming stores.
-pub const CXLKV_FLUSH_DEFAULT: u32 = 0;
+/// dc civac on aarch64), payloads by streaming stores: the mode called
+/// `auto` at every door.
+pub const CXLKV_FLUSH_AUTO: u32 = 0;
+/// The former name of `CXLKV_FLUSH_AUTO`, kept for existing callers.
+pub const CXLKV_FLUSH_DEFAULT: u32 = CXLKV_FLUSH_AUTO;
 /// No cache maintenance: only for memory that is coherent for every user
 /// (one host, /dev/shm).
 pub const CXLKV_FLUSH_COHERENT: u32 = 1;
@@ -45,7 +48,7 @@ pub const CXLKV_FLUSH_DC_CIVAC: u32 = 5;
 
 fn mode(m: u32) -> Res<FlushMode> {
     Ok(match m {
-        CXLKV_FLUSH_DEFAULT => FlushMode::default_for_arch(),
+        CXLKV_FLUSH_AUTO => FlushMode::default_for_arch(),
         CXLKV_FLUSH_COHERENT => FlushMode::Coherent,
         CXLKV_FLUSH_CLFLUSH => FlushMode::Clflush,
         CXLKV_FLUSH_CLFLUSHOPT => FlushMode::Clflushopt,
@@ -176,7 +179,7 @@ pub unsafe extern "C" fn cxlkv_node_options_default(out: *mut cxlkv_node_options
         let d = Options::default();
         let o = cxlkv_node_options {
             node_id: CXLKV_ANY_NODE,
-            flush_mode: CXLKV_FLUSH_DEFAULT,
+            flush_mode: CXLKV_FLUSH_AUTO,
             lease_ms: d.lease.as_millis() as u32,
             lock_timeout_ms: d.lock_timeout.as_millis() as u32,
             settle_ms: d.settle.as_millis() as u32,

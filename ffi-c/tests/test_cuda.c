@@ -68,7 +68,7 @@ int main(void) {
   cxlkv_capacities caps;
   OK(cxlkv_capacities_default(&caps));
   caps.chunk_shift = 20;
-  OK(cxlkv_region_format(r, &caps, CXLKV_FLUSH_DEFAULT));
+  OK(cxlkv_region_format(r, &caps, CXLKV_FLUSH_AUTO));
   cxlkv_node *node = NULL;
   OK(cxlkv_node_attach(r, NULL, &node));
   cxlkv_key keys[3] = {{1, 1}, {2, 2}, {3, 3}};

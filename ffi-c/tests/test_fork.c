@@ -72,7 +72,7 @@ int main(void) {
   cxlkv_capacities caps;
   OK(cxlkv_capacities_default(&caps));
   caps.chunk_shift = 20;
-  OK(cxlkv_region_format(r, &caps, CXLKV_FLUSH_DEFAULT));
+  OK(cxlkv_region_format(r, &caps, CXLKV_FLUSH_AUTO));
   cxlkv_region_close(r);
   cxlkv_namespace nsf = {"fork-test", 0, 0, 0, 1, 0, 16, 0};
   uint32_t ns = 0;

@@ -22,9 +22,6 @@ use crate::blocks::{self, Buffers, Pinned, Reservation};
 use crate::{key_bytes, key_of, keys_of, ns_of, raise, OrRaise};
 
 fn mode_of(py: Python<'_>, s: &str) -> PyResult<FlushMode> {
-    if s == "default" {
-        return Ok(FlushMode::default_for_arch());
-    }
     FlushMode::from_str(s).or_raise(py)
 }
 
@@ -78,7 +75,7 @@ impl Region {
 
     /// Formats the region, erasing it. Capacities left out keep their
     /// defaults. `BusyError` while a node of this process is attached.
-    #[pyo3(signature = (*, flush_mode="default", max_nodes=None, n_stripes=None, entries_per_stripe=None,
+    #[pyo3(signature = (*, flush_mode="auto", max_nodes=None, n_stripes=None, entries_per_stripe=None,
         n_roots=None, pin_slots=None, chunk_shift=None, inbox_slots=None, app_locks=None, tier_slots=None, tier_records=None, change_records=None))]
     #[allow(clippy::too_many_arguments)]
     fn format(
@@ -134,7 +131,7 @@ impl Region {
 
     /// Attaches a node (starting its heartbeat and lock-manager thread).
     /// `node_id` None takes the first free slot.
-    #[pyo3(signature = (*, node_id=None, flush_mode="default", lease_ms=2000, lock_timeout_ms=60000,
+    #[pyo3(signature = (*, node_id=None, flush_mode="auto", lease_ms=2000, lock_timeout_ms=60000,
         settle_ms=50, auto_recover=true, local_dir=None))]
     #[allow(clippy::too_many_arguments)]
     fn attach(

@@ -118,7 +118,7 @@ class Region:
     def format(
         self,
         *,
-        flush_mode: str = "default",
+        flush_mode: str = "auto",
         max_nodes: Optional[int] = None,
         n_stripes: Optional[int] = None,
         entries_per_stripe: Optional[int] = None,
@@ -139,7 +139,7 @@ class Region:
         self,
         *,
         node_id: Optional[int] = None,
-        flush_mode: str = "default",
+        flush_mode: str = "auto",
         lease_ms: int = 2000,
         lock_timeout_ms: int = 60000,
         settle_ms: int = 50,

@@ -34,7 +34,7 @@ def attach(
     who: str,
     region: Optional[str],
     *,
-    flush_mode: str = "default",
+    flush_mode: str = "auto",
     local_dir: Optional[str] = None,
     node_id: Optional[int] = None,
     lease_ms: int = 2000,

@@ -57,7 +57,7 @@ class CxlkvConnector:
     def __init__(
         self,
         region: Optional[str] = None,
-        flush_mode: str = "default",
+        flush_mode: str = "auto",
         local_dir: Optional[str] = None,
         node_id: Optional[int] = None,
         lease_ms: int = 2000,

@@ -89,7 +89,7 @@ class CxlkvStorage(HiCacheStorage):
         self._node = EngineNode(
             "cxlkv storage",
             extra.get("region"),
-            flush_mode=str(extra.get("flush_mode", "default")),
+            flush_mode=str(extra.get("flush_mode", "auto")),
             local_dir=extra.get("local_dir"),
             node_id=extra.get("node_id"),
             lease_ms=int(extra.get("lease_ms", 2000)),

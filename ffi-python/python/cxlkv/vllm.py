@@ -93,7 +93,7 @@ class CxlkvTier(SecondaryTierManager):
         primary_kv_view: memoryview,
         tier_type: str,
         region: str | None = None,
-        flush_mode: str = "default",
+        flush_mode: str = "auto",
         local_dir: str | None = None,
         node_id: int | None = None,
         lease_ms: int = 2000,

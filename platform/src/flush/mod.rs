@@ -107,7 +107,8 @@ impl FromStr for FlushMode {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
         match s {
-            "auto" => Ok(FlushMode::default_for_arch()),
+            // `default`: the name Python and Node used for it first.
+            "auto" | "default" => Ok(FlushMode::default_for_arch()),
             "fastest" => Ok(FlushMode::fastest_available()),
             _ => FlushMode::ALL
                 .into_iter()

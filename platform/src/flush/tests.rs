@@ -209,4 +209,5 @@ fn mode_names_parse_back() {
     }
     assert!("bogus".parse::<FlushMode>().is_err());
     assert_eq!("auto".parse::<FlushMode>().unwrap(), FlushMode::default_for_arch());
+    assert_eq!("default".parse::<FlushMode>().unwrap(), FlushMode::default_for_arch(), "the former name");
 }
