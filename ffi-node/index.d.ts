@@ -71,6 +71,11 @@ export declare class Node {
    */
   remove(ns: number, keys: Keys): Array<boolean>
   /**
+   * Removes every stored block of `namespaces` that nothing pins (other
+   * namespaces' blocks stay): an engine's clear. It walks every stripe.
+   */
+  clearNamespaces(namespaces: number[]): Evicted
+  /**
    * Evicts least-recently-used unpinned blocks until `nbytes` of payload
    * are freed or none is left.
    */
@@ -309,7 +314,7 @@ export interface Evicted {
 
 /** Options of `Region.format`: capacities left out keep their defaults. */
 export interface FormatOptions {
-  /** `"default"`, `"coherent"`, `"clflush"`, `"clflushopt"`, `"clwb"`, ... */
+  /** `"auto"` (the default), `"coherent"`, `"clflush"`, `"clflushopt"`, `"clwb"`, ... */
   flushMode?: string
   /** Most nodes attached at once (at most 64). */
   maxNodes?: number

@@ -123,8 +123,12 @@ typedef uint32_t cxlkv_result;
 
 // Cache maintenance: the cheapest mode of this CPU that is correct on
 // non-coherent CXL memory (clwb, else clflushopt, else clflush on x86-64;
-// dc civac on aarch64), payloads by streaming stores.
-#define CXLKV_FLUSH_DEFAULT 0
+// dc civac on aarch64), payloads by streaming stores: the mode called
+// `auto` at every door.
+#define CXLKV_FLUSH_AUTO 0
+
+// The former name of `CXLKV_FLUSH_AUTO`, kept for existing callers.
+#define CXLKV_FLUSH_DEFAULT CXLKV_FLUSH_AUTO
 
 // No cache maintenance: only for memory that is coherent for every user
 // (one host, /dev/shm).
@@ -223,6 +227,14 @@ typedef struct cxlkv_namespace {
   // Anything else that must separate caches (adapter id, salt).
   uint64_t extra;
 } cxlkv_namespace;
+
+// What `cxlkv_evict` freed.
+typedef struct cxlkv_evict_report {
+  // Blocks evicted.
+  uint64_t blocks;
+  // Payload bytes freed.
+  uint64_t bytes;
+} cxlkv_evict_report;
 
 // One block to reserve.
 typedef struct cxlkv_reserve_item {
@@ -358,14 +370,6 @@ typedef struct cxlkv_stats {
   // The region's payload capacity in bytes.
   uint64_t capacity_bytes;
 } cxlkv_stats;
-
-// What `cxlkv_evict` freed.
-typedef struct cxlkv_evict_report {
-  // Blocks evicted.
-  uint64_t blocks;
-  // Payload bytes freed.
-  uint64_t bytes;
-} cxlkv_evict_report;
 
 // What `cxlkv_recover` did.
 typedef struct cxlkv_recover_report {
@@ -599,6 +603,34 @@ cxlkv_result cxlkv_exists(const struct cxlkv_node *node,
                           uint32_t ns,
                           const struct cxlkv_key *key,
                           bool *out);
+
+// Removes the stored blocks of `keys[0..n]` in namespace `ns`:
+// `removed[i]` is true when key `i` was removed, false when it was not
+// stored or is pinned (a pinned block stays until released). It walks
+// every stripe (an eviction that picks these keys): for the occasional
+// delete, not the data path.
+//
+// # Safety
+// `node` is a handle from this library or NULL; `keys` is valid for `n`
+// reads and `removed` for `n` writes.
+cxlkv_result cxlkv_remove(const struct cxlkv_node *node,
+                          uint32_t ns,
+                          const struct cxlkv_key *keys,
+                          size_t n,
+                          bool *removed);
+
+// Removes every stored block of the namespaces `namespaces[0..n]` that
+// nothing pins (other namespaces' blocks stay): an engine's clear. It
+// walks every stripe. `out` (NULL allowed) gets the blocks and bytes
+// freed.
+//
+// # Safety
+// `node` is a handle from this library or NULL; `namespaces` is valid for
+// `n` reads; `out` is NULL or valid for one write.
+cxlkv_result cxlkv_clear_namespaces(const struct cxlkv_node *node,
+                                    const uint32_t *namespaces,
+                                    size_t n,
+                                    struct cxlkv_evict_report *out);
 
 // Pins the published blocks of `keys[0..n]` in namespace `ns` for
 // zero-copy reads: `blocks[i]` points at key `i`'s payload (read-only) and
@@ -1002,8 +1034,12 @@ cxlkv_result cxlkv_flush(const struct cxlkv_node *node, const void *ptr, size_t 
 // against the region and used for cache maintenance, never read as data.
 cxlkv_result cxlkv_invalidate(const struct cxlkv_node *node, const void *ptr, size_t len);
 
-// The default options (no directories: set `dirs` and `n_dirs`).
-struct cxlkv_tier_options cxlkv_tier_options_default(void);
+// Writes the default options (no directories: set `dirs` and `n_dirs`),
+// as `cxlkv_capacities_default` and `cxlkv_node_options_default` do.
+//
+// # Safety
+// `out` is valid for one write.
+cxlkv_result cxlkv_tier_options_default(struct cxlkv_tier_options *out);
 
 // Starts this host's SSD tier on a node of its own, attached to `region`
 // with `node_opts` (NULL: defaults): one tier per host.

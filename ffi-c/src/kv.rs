@@ -9,7 +9,7 @@ use cxlkv_core::hash::{chain_keys, Key, Namespace};
 use cxlkv_core::index::{Handle, ReserveItem};
 use cxlkv_platform::{GetItem, Node, PutItem};
 
-use crate::region::{cxlkv_node, live};
+use crate::region::{cxlkv_evict_report, cxlkv_node, live};
 use crate::{cxlkv_result, guard, slice, slice_mut, Fail, Out, Res};
 
 /// A 128-bit block key (a chained hash of the block's tokens and every token
@@ -232,6 +232,74 @@ pub unsafe extern "C" fn cxlkv_exists(
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
         out.write(c.exists(ns, k[0])?);
+        Ok(())
+    })
+}
+
+/// Removes the stored blocks of `keys[0..n]` in namespace `ns`:
+/// `removed[i]` is true when key `i` was removed, false when it was not
+/// stored or is pinned (a pinned block stays until released). It walks
+/// every stripe (an eviction that picks these keys): for the occasional
+/// delete, not the data path.
+///
+/// # Safety
+/// `node` is a handle from this library or NULL; `keys` is valid for `n`
+/// reads and `removed` for `n` writes.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_remove(
+    node: *const cxlkv_node,
+    ns: u32,
+    keys: *const cxlkv_key,
+    n: usize,
+    removed: *mut bool,
+) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `keys` is valid for `n` reads by the contract.
+        let ks = unsafe { keys_of(keys, n) }?;
+        // SAFETY:
+        // - `removed` is valid for `n` writes by the contract.
+        let out = unsafe { slice_mut(removed, n) }?;
+        // SAFETY:
+        // - `node` is NULL or a handle from this library.
+        let c = unsafe { live(node) }?;
+        let gone = c.remove(ns, &ks)?;
+        for (o, g) in out.iter_mut().zip(gone) {
+            *o = g;
+        }
+        Ok(())
+    })
+}
+
+/// Removes every stored block of the namespaces `namespaces[0..n]` that
+/// nothing pins (other namespaces' blocks stay): an engine's clear. It
+/// walks every stripe. `out` (NULL allowed) gets the blocks and bytes
+/// freed.
+///
+/// # Safety
+/// `node` is a handle from this library or NULL; `namespaces` is valid for
+/// `n` reads; `out` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_clear_namespaces(
+    node: *const cxlkv_node,
+    namespaces: *const u32,
+    n: usize,
+    out: *mut cxlkv_evict_report,
+) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is NULL or valid for one write by the contract.
+        let out = unsafe { Out::maybe(out) };
+        // SAFETY:
+        // - `namespaces` is valid for `n` reads by the contract.
+        let ns = unsafe { slice(namespaces, n) }?;
+        // SAFETY:
+        // - `node` is NULL or a handle from this library.
+        let c = unsafe { live(node) }?;
+        let (blocks, bytes) = c.clear_namespaces(ns)?;
+        if let Some(o) = out {
+            o.write(cxlkv_evict_report { blocks, bytes });
+        }
         Ok(())
     })
 }

@@ -74,16 +74,22 @@ fn set_last_error(s: String) {
     LAST_ERROR.with(|l| *l.borrow_mut() = s);
 }
 
-/// Runs an export's body: a panic becomes `CXLKV_RESULT_PANIC`.
+/// The panic boundary of every export, whatever it returns: `f`'s value,
+/// or `on_panic` (with the thread's last error saying so) when it panicked.
+pub(crate) fn boundary<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        set_last_error("panic caught at the C API boundary".into());
+        on_panic
+    })
+}
+
+/// Runs an export's body that returns a result code: a panic becomes
+/// `CXLKV_RESULT_PANIC`.
 pub(crate) fn guard(f: impl FnOnce() -> Res<()>) -> cxlkv_result {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => cxlkv_result::Ok,
-        Ok(Err(Fail(r))) => r,
-        Err(_) => {
-            set_last_error("panic caught at the C API boundary".into());
-            cxlkv_result::Panic
-        }
-    }
+    boundary(cxlkv_result::Panic, || match f() {
+        Ok(()) => cxlkv_result::Ok,
+        Err(Fail(r)) => r,
+    })
 }
 
 /// A handle's shell. Closing drops what it holds but never frees the shell,
@@ -238,8 +244,9 @@ impl<T> core::ops::Deref for Live<'_, T> {
 /// unknown codes give "unknown result"). Thread-safe.
 #[no_mangle]
 pub extern "C" fn cxlkv_result_str(result: u32) -> *const c_char {
-    let r = catch_unwind(|| cxlkv_result::from_u32(result).map_or(c"unknown result", result_text).as_ptr());
-    r.unwrap_or(c"unknown result".as_ptr())
+    boundary(c"unknown result".as_ptr(), || {
+        cxlkv_result::from_u32(result).map_or(c"unknown result", result_text).as_ptr()
+    })
 }
 
 /// Copies the text of this thread's last failure (with detail, such as the
@@ -274,7 +281,7 @@ pub unsafe extern "C" fn cxlkv_last_error(buf: *mut c_char, len: usize, written:
 /// `CXLKV_VERSION_STRING` to detect a header/library mismatch).
 #[no_mangle]
 pub extern "C" fn cxlkv_version() -> *const c_char {
-    VERSION.as_ptr().cast()
+    boundary(VERSION.as_ptr().cast(), || VERSION.as_ptr().cast())
 }
 
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");

@@ -53,17 +53,27 @@ pub struct cxlkv_tier_counters {
     pub bytes_read: u64,
 }
 
-/// The default options (no directories: set `dirs` and `n_dirs`).
+/// Writes the default options (no directories: set `dirs` and `n_dirs`),
+/// as `cxlkv_capacities_default` and `cxlkv_node_options_default` do.
+///
+/// # Safety
+/// `out` is valid for one write.
 #[no_mangle]
-pub extern "C" fn cxlkv_tier_options_default() -> cxlkv_tier_options {
-    let d = TierOptions::default();
-    cxlkv_tier_options {
-        dirs: core::ptr::null(),
-        n_dirs: 0,
-        slot_bytes: d.slot_bytes,
-        capacity: d.capacity,
-        high_water: d.high_water,
-    }
+pub unsafe extern "C" fn cxlkv_tier_options_default(out: *mut cxlkv_tier_options) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is valid for one write by the contract.
+        let out = unsafe { Out::new(out) }?;
+        let d = TierOptions::default();
+        out.write(cxlkv_tier_options {
+            dirs: core::ptr::null(),
+            n_dirs: 0,
+            slot_bytes: d.slot_bytes,
+            capacity: d.capacity,
+            high_water: d.high_water,
+        });
+        Ok(())
+    })
 }
 
 /// Starts this host's SSD tier on a node of its own, attached to `region`

@@ -319,7 +319,7 @@ static void test_misuse_is_refused(cxlkv_region *r, cxlkv_node *a, uint32_t ns) 
   OK(cxlkv_lock_release(a, &cur)); /* still held until now */
 
   /* A node holding an application lock cannot detach; it stays usable. */
-  cxlkv_node *c = attach(r, CXLKV_FLUSH_DEFAULT);
+  cxlkv_node *c = attach(r, CXLKV_FLUSH_AUTO);
   OK(cxlkv_lock_acquire(c, l, &cur));
   EXPECT(cxlkv_node_detach(c), CXLKV_RESULT_BUSY);
   uint32_t idc = 99;
@@ -365,13 +365,59 @@ static void test_misuse_is_refused(cxlkv_region *r, cxlkv_node *a, uint32_t ns) 
   CHECK(nf == 0);
 }
 
+/* Remove picks keys (a pinned one stays); clearing namespaces removes only
+   theirs. */
+static void test_remove_and_clear(cxlkv_node *node) {
+  cxlkv_key keys[3] = {{1, 71}, {2, 71}, {3, 71}};
+  unsigned char body[100];
+  memset(body, 'r', sizeof body);
+  cxlkv_iovec part = {body, sizeof body};
+  cxlkv_put_item puts[3] = {{keys[0], 1, 0, &part, 1}, {keys[1], 1, 0, &part, 1}, {keys[2], 1, 0, &part, 1}};
+  cxlkv_result st[3];
+  OK(cxlkv_put(node, 41, puts, 3, st));
+  OK(cxlkv_put(node, 42, puts, 3, st));
+  cxlkv_block pinned;
+  cxlkv_result pst;
+  OK(cxlkv_acquire(node, 41, &keys[1], 1, &pinned, &pst, NULL));
+  CHECK(pst == CXLKV_RESULT_OK);
+  bool removed[3] = {false, true, false};
+  OK(cxlkv_remove(node, 41, keys, 3, removed));
+  CHECK(removed[0] && !removed[1] && removed[2]); /* key 1 is pinned */
+  bool there = false;
+  OK(cxlkv_exists(node, 41, &keys[1], &there));
+  CHECK(there);
+  OK(cxlkv_exists(node, 41, &keys[0], &there));
+  CHECK(!there);
+  OK(cxlkv_remove(node, 41, keys, 1, removed));
+  CHECK(!removed[0]); /* not stored any more */
+  EXPECT(cxlkv_remove(node, 41, NULL, 1, removed), CXLKV_RESULT_NULL_PARAMETER);
+  EXPECT(cxlkv_remove(node, 41, keys, 1, NULL), CXLKV_RESULT_NULL_PARAMETER);
+  OK(cxlkv_release(node, &pinned, 1));
+
+  uint32_t both[2] = {41, 43};
+  cxlkv_evict_report ev = {0, 0};
+  OK(cxlkv_clear_namespaces(node, both, 2, &ev));
+  CHECK(ev.blocks == 1 && ev.bytes == sizeof body);
+  OK(cxlkv_exists(node, 41, &keys[1], &there));
+  CHECK(!there);
+  OK(cxlkv_exists(node, 42, &keys[1], &there));
+  CHECK(there); /* another namespace's blocks stay */
+  EXPECT(cxlkv_clear_namespaces(node, NULL, 1, NULL), CXLKV_RESULT_NULL_PARAMETER);
+  OK(cxlkv_clear_namespaces(node, NULL, 0, NULL));
+  uint32_t other = 42;
+  OK(cxlkv_clear_namespaces(node, &other, 1, &ev));
+  CHECK(ev.blocks == 3);
+}
+
 /* An SSD tier on its own node: blocks copied to a disk directory, evicted,
    and got back byte-exact through cxlkv_get. */
 static void test_tier(cxlkv_region *r, cxlkv_node *user) {
   char dir[] = "/var/tmp/cxlkv-c-tier.XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
   const char *dirs[] = {dir};
-  cxlkv_tier_options to = cxlkv_tier_options_default();
+  cxlkv_tier_options to;
+  EXPECT(cxlkv_tier_options_default(NULL), CXLKV_RESULT_NULL_PARAMETER);
+  OK(cxlkv_tier_options_default(&to));
   cxlkv_tier *t = NULL;
   EXPECT(cxlkv_tier_start(r, &to, NULL, &t), CXLKV_RESULT_INVALID_ARGUMENT); /* no directory */
   EXPECT(cxlkv_tier_start(r, NULL, NULL, &t), CXLKV_RESULT_NULL_PARAMETER);
@@ -430,14 +476,14 @@ int main(void) {
   cxlkv_capacities caps;
   OK(cxlkv_capacities_default(&caps));
   caps.chunk_shift = 16;
-  OK(cxlkv_region_format(r, &caps, CXLKV_FLUSH_DEFAULT));
+  OK(cxlkv_region_format(r, &caps, CXLKV_FLUSH_AUTO));
   uint64_t size = 0;
   OK(cxlkv_region_size(r, &size));
   CHECK(size == 64u << 20);
 
-  cxlkv_node *a = attach(r, CXLKV_FLUSH_DEFAULT);
-  cxlkv_node *b = attach(r, CXLKV_FLUSH_DEFAULT);
-  EXPECT(cxlkv_region_format(r, NULL, CXLKV_FLUSH_DEFAULT), CXLKV_RESULT_BUSY);
+  cxlkv_node *a = attach(r, CXLKV_FLUSH_AUTO);
+  cxlkv_node *b = attach(r, CXLKV_FLUSH_AUTO);
+  EXPECT(cxlkv_region_format(r, NULL, CXLKV_FLUSH_AUTO), CXLKV_RESULT_BUSY);
   uint32_t ida = 9, idb = 9;
   OK(cxlkv_node_id(a, &ida));
   OK(cxlkv_node_id(b, &idb));
@@ -457,6 +503,7 @@ int main(void) {
   test_kv(a, ns);
   test_shared_memory_library(a, b);
   test_misuse_is_refused(r, a, ns);
+  test_remove_and_clear(a);
   test_tier(r, b);
 
   cxlkv_recover_report rep;

@@ -34,7 +34,7 @@ type Received = (Msg, Vec<Key>);
 
 fn mode_of(env: &Env, s: Option<String>) -> napi::Result<FlushMode> {
     match s.as_deref() {
-        None | Some("default") => Ok(FlushMode::default_for_arch()),
+        None => Ok(FlushMode::default_for_arch()),
         Some(m) => FlushMode::from_str(m).map_err(|e| range_error(env, &format!("flushMode: {e}"))),
     }
 }
@@ -59,7 +59,7 @@ pub struct MemfdOptions {
 #[napi(object)]
 #[allow(dead_code)] // declares the TypeScript type; `Opts` reads the values
 pub struct FormatOptions {
-    /// `"default"`, `"coherent"`, `"clflush"`, `"clflushopt"`, `"clwb"`, ...
+    /// `"auto"` (the default), `"coherent"`, `"clflush"`, `"clflushopt"`, `"clwb"`, ...
     pub flush_mode: Option<String>,
     /// Most nodes attached at once (at most 64).
     pub max_nodes: Option<u32>,
@@ -799,6 +799,20 @@ impl Node {
     pub fn remove(&self, env: Env, ns: Unknown<'_>, keys: Unknown<'_>) -> napi::Result<Vec<bool>> {
         let (ns, keys, c) = (ns_of(&env, &ns)?, keys_of(&env, &keys, "keys")?, self.attached(&env)?);
         c.remove(ns, &keys).or_throw(&env)
+    }
+
+    /// Removes every stored block of `namespaces` that nothing pins (other
+    /// namespaces' blocks stay): an engine's clear. It walks every stripe.
+    #[napi(catch_unwind, ts_args_type = "namespaces: number[]")]
+    pub fn clear_namespaces(&self, env: Env, namespaces: Unknown<'_>) -> napi::Result<Evicted> {
+        let ns = elements(&env, &namespaces, "namespaces")?
+            .iter()
+            .enumerate()
+            .map(|(i, n)| u32_of(&env, n, At("namespaces", i)))
+            .collect::<napi::Result<Vec<u32>>>()?;
+        let c = self.attached(&env)?;
+        let (blocks, bytes) = c.clear_namespaces(&ns).or_throw(&env)?;
+        Ok(Evicted { blocks: blocks as f64, bytes: bytes as f64 })
     }
 
     /// Evicts least-recently-used unpinned blocks until `nbytes` of payload

@@ -342,3 +342,21 @@ test('remove takes the blocks of given keys only', () => {
   throwsCode(() => n.remove(NS, 'x'), TypeError, 'INVALID_ARGUMENT')
   n.detach()
 })
+
+test('clearNamespaces takes every unpinned block of those namespaces only', () => {
+  const { region, local } = smallRegion('clear')
+  const n = region.attach({ localDir: local })
+  n.put(NS, [1n, 2n], [Buffer.from('a'), Buffer.from('bb')])
+  n.put(NS + 1, [1n], [Buffer.from('other')])
+  n.put(NS + 2, [1n], [Buffer.from('third')])
+  const p = n.acquire(NS, [2n])
+  assert.deepEqual(n.clearNamespaces([NS, NS + 2]), { blocks: 2, bytes: 6 })
+  assert.deepEqual(n.presence(NS, [1n, 2n]).present, [false, true]) // pinned stays
+  assert.equal(n.exists(NS + 1, 1n), true)
+  p.release()
+  assert.deepEqual(n.clearNamespaces([NS]), { blocks: 1, bytes: 2 })
+  assert.deepEqual(n.clearNamespaces([]), { blocks: 0, bytes: 0 })
+  throwsCode(() => n.clearNamespaces(NS), TypeError, 'INVALID_ARGUMENT')
+  throwsCode(() => n.clearNamespaces([-1]), RangeError, 'INVALID_ARGUMENT')
+  n.detach()
+})

@@ -307,7 +307,20 @@ impl State {
             13 => {
                 let (_, n) = self.node(inp);
                 let mut rep = cxlkv_evict_report::default();
-                let _ = c!(cxlkv_evict(n, [1, 70_000, u64::MAX][inp.small(3)], &mut rep));
+                match inp.small(3) {
+                    0 => {
+                        let _ = c!(cxlkv_evict(n, [1, 70_000, u64::MAX][inp.small(3)], &mut rep));
+                    }
+                    1 => {
+                        let ks: Vec<cxlkv_key> = (0..inp.small(4)).map(|_| key(inp.small(12))).collect();
+                        let mut removed = vec![false; ks.len()];
+                        let _ = c!(cxlkv_remove(n, NS, ks.as_ptr(), ks.len(), removed.as_mut_ptr()));
+                    }
+                    _ => {
+                        let ns = [NS, NS + 1];
+                        let _ = c!(cxlkv_clear_namespaces(n, ns.as_ptr(), inp.small(3), &mut rep));
+                    }
+                }
             }
             14 => {
                 let (_, n) = self.node(inp);
