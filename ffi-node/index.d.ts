@@ -71,6 +71,14 @@ export declare class Node {
    */
   remove(ns: number, keys: Keys): Array<boolean>
   /**
+   * Starts this host's SSD tier on this node (which it then keeps to
+   * itself: its inbox serves the rack's requests): slot files of
+   * `capacity` bytes in each of `dirs` (one per drive, on a real disk
+   * file system), holding blocks up to `slotBytes`; cold blocks are
+   * copied out once the region is `highWater` full.
+   */
+  startTier(dirs: string[], options?: TierOptions): Tier
+  /**
    * Removes every stored block of `namespaces` that nothing pins (other
    * namespaces' blocks stay): an engine's clear. It walks every stripe.
    */
@@ -243,6 +251,25 @@ export declare class Reservation {
    * keys can be reserved again.
    */
   abort(): void
+}
+
+/**
+ * A running SSD tier: copies cold blocks to slot files on its drives and
+ * puts them back when a node asks. Stop it before detaching its node.
+ */
+export declare class Tier {
+  /** The tier's counters. */
+  stats(): TierCounters
+  /**
+   * Copies every block of the region the tier does not hold yet (up to
+   * its capacity); returns how many. Blocks the caller while it runs.
+   */
+  spillAll(): number
+  /**
+   * Stops the tier (its blocks stop being offered to the rack). Stopping
+   * twice does nothing.
+   */
+  stop(): void
 }
 
 /** Options of `Region.attach`. */
@@ -460,6 +487,45 @@ export interface Stats {
   capacityBytes: number
   /** Blocks evicted since the region was formatted, by any node. */
   evictions: number
+}
+
+/** The tier's counters. */
+export interface TierCounters {
+  /** Blocks copied to the drives. */
+  spills: number
+  /** Blocks put back into the region on request. */
+  promotions: number
+  /** Requests for blocks the tier does not hold, or whose slot failed. */
+  misses: number
+  /** I/O or checksum errors. */
+  errors: number
+  /** Blocks held now. */
+  held: number
+  /** Bytes written to the drives. */
+  bytesWritten: number
+  /** Bytes read from the drives. */
+  bytesRead: number
+  /** Blocks the drive read straight into the region. */
+  directReads: number
+  /** The I/O engine in use, or null. */
+  engine?: string
+  /** The tier thread runs at the highest best-effort I/O priority. */
+  ioPriority: boolean
+  /** The tier thread runs at a raised CPU priority. */
+  cpuPriority: boolean
+}
+
+/** Options of `Node.startTier`: left out, each keeps its default. */
+export interface TierOptions {
+  /** Largest block a slot holds, in bytes (2 MiB). */
+  slotBytes?: number
+  /** Bytes of slot file per directory (1 GiB). */
+  capacity?: number
+  /**
+   * How full the region is (0 to 1) before cold blocks are copied out
+   * (0.7).
+   */
+  highWater?: number
 }
 
 /** The package's version. */

@@ -782,6 +782,7 @@ module.exports.Node = nativeBinding.Node
 module.exports.Pinned = nativeBinding.Pinned
 module.exports.Region = nativeBinding.Region
 module.exports.Reservation = nativeBinding.Reservation
+module.exports.Tier = nativeBinding.Tier
 module.exports.chainKeys = nativeBinding.chainKeys
 module.exports.codes = nativeBinding.codes
 module.exports.namespaceId = nativeBinding.namespaceId

@@ -87,6 +87,19 @@ pub(crate) fn u64_of(env: &Env, v: &Unknown<'_>, what: impl Display) -> napi::Re
     uint(env, v, what, u64::MAX)
 }
 
+/// A finite number argument.
+pub(crate) fn f64_of(env: &Env, v: &Unknown<'_>, what: impl Display) -> napi::Result<f64> {
+    if v.get_type()? != ValueType::Number {
+        return Err(type_error(env, &format!("{what} must be a number, got {}", describe(v))));
+    }
+    // SAFETY: `v` is a number (checked above).
+    let x = unsafe { v.cast::<f64>() }?;
+    if !x.is_finite() {
+        return Err(range_error(env, &format!("{what} must be finite, got {x}")));
+    }
+    Ok(x)
+}
+
 /// A boolean argument.
 pub(crate) fn bool_of(env: &Env, v: &Unknown<'_>, what: impl Display) -> napi::Result<bool> {
     if v.get_type()? != ValueType::Boolean {
@@ -297,6 +310,11 @@ impl<'e> Opts<'e> {
     /// A `u64` option.
     pub(crate) fn u64(&self, name: &str) -> napi::Result<Option<u64>> {
         self.field(name)?.map(|v| u64_of(self.env, &v, self.named(name))).transpose()
+    }
+
+    /// A number option.
+    pub(crate) fn f64(&self, name: &str) -> napi::Result<Option<f64>> {
+        self.field(name)?.map(|v| f64_of(self.env, &v, self.named(name))).transpose()
     }
 
     /// A boolean option.

@@ -5,6 +5,7 @@
 //! - [`blocks`]: pinned and reserved blocks as zero-copy `ArrayBuffer`s,
 //!   detached when released;
 //! - [`tasks`]: the async forms, on the libuv thread pool;
+//! - [`tier`]: the host's SSD tier (`Node.startTier`);
 //! - [`args`]: JavaScript values to keys, buffers, numbers and options;
 //! - [`error`]: thrown errors carrying the C result codes;
 //! - [`js`]: the raw Node-API calls, each behind a safe function.
@@ -27,6 +28,7 @@ mod error;
 mod js;
 mod node;
 mod tasks;
+mod tier;
 
 use args::{absent, elements, key_of, u32_of, u64_of, At, Opts};
 use error::range_error;

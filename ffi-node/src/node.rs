@@ -801,6 +801,25 @@ impl Node {
         c.remove(ns, &keys).or_throw(&env)
     }
 
+    /// Starts this host's SSD tier on this node (which it then keeps to
+    /// itself: its inbox serves the rack's requests): slot files of
+    /// `capacity` bytes in each of `dirs` (one per drive, on a real disk
+    /// file system), holding blocks up to `slotBytes`; cold blocks are
+    /// copied out once the region is `highWater` full.
+    #[napi(catch_unwind, ts_args_type = "dirs: string[], options?: TierOptions")]
+    pub fn start_tier(&self, env: Env, dirs: Unknown<'_>, options: Unknown<'_>) -> napi::Result<crate::tier::Tier> {
+        let dirs = elements(&env, &dirs, "dirs")?
+            .iter()
+            .enumerate()
+            .map(|(i, d)| args::string_of(&env, d, At("dirs", i)))
+            .collect::<napi::Result<Vec<String>>>()?;
+        let o = Opts::of(&env, &options, "options", crate::tier::TIER_FIELDS)?;
+        let opts = crate::tier::options(dirs, o.u64("slotBytes")?, o.u64("capacity")?, o.f64("highWater")?);
+        let c = self.attached(&env)?;
+        let t = cxlkv_platform::Tier::start(c, opts).or_throw(&env)?;
+        Ok(crate::tier::Tier::new(t))
+    }
+
     /// Removes every stored block of `namespaces` that nothing pins (other
     /// namespaces' blocks stay): an engine's clear. It walks every stripe.
     #[napi(catch_unwind, ts_args_type = "namespaces: number[]")]

@@ -360,3 +360,39 @@ test('clearNamespaces takes every unpinned block of those namespaces only', () =
   throwsCode(() => n.clearNamespaces([-1]), RangeError, 'INVALID_ARGUMENT')
   n.detach()
 })
+
+test('an SSD tier started from Node brings evicted blocks back', () => {
+  // On a disk file system: tmpfs would not enforce O_DIRECT's alignment.
+  const drive = fs.mkdtempSync('/var/tmp/cxlkv-node-tier-')
+  const { region, local } = smallRegion('tier')
+  const owner = region.attach({ localDir: local })
+  const user = region.attach({ localDir: local })
+  try {
+    throwsCode(() => owner.startTier([]), RangeError, 'INVALID_ARGUMENT')
+    throwsCode(() => owner.startTier('x'), TypeError, 'INVALID_ARGUMENT')
+    throwsCode(() => owner.startTier([drive], { highWater: 'x' }), TypeError, 'INVALID_ARGUMENT')
+    throwsCode(() => owner.startTier([drive], { slotByte: 1 }), TypeError, 'INVALID_ARGUMENT')
+    const tier = owner.startTier([drive], { slotBytes: 64 << 10, capacity: 8 << 20, highWater: 1.0 })
+    const keys = Array.from({ length: 48 }, (_, i) => BigInt(i + 1))
+    const blocks = keys.map((_, i) => Buffer.alloc(30000, i))
+    assert.ok(user.put(NS, keys, blocks).every((r) => r === 'OK'))
+    assert.equal(tier.spillAll(), keys.length)
+    user.evict(2 ** 40)
+    assert.equal(user.lookup(NS, keys), 0)
+    const out = keys.map(() => Buffer.alloc(30000))
+    const got = user.get(NS, keys, out)
+    assert.deepEqual(got.map((g) => g.result), keys.map(() => 'OK'))
+    out.forEach((b, i) => assert.ok(b.equals(blocks[i]), `block ${i}`))
+    const s = tier.stats()
+    assert.equal(s.promotions, keys.length)
+    assert.equal(s.held, keys.length)
+    assert.ok(s.engine !== null && s.engine !== undefined)
+    tier.stop()
+    throwsCode(() => tier.spillAll(), Error, 'INVALID_HANDLE')
+    tier.stop() // stopping twice does nothing
+  } finally {
+    owner.detach()
+    user.detach()
+    fs.rmSync(drive, { recursive: true, force: true })
+  }
+})
