@@ -204,7 +204,9 @@ shared_struct! {
     /// A node's lock requests: bit `l` of `want` set while the node waits for
     /// lock `l` (or withdraws its request). Written only by that node (its
     /// threads set and clear bits with host-local atomics); the manager reads
-    /// it to find waiters without scanning every slot.
+    /// it to find waiters without scanning every slot. `reserved[0]` is the
+    /// node's manager claim (`lock.rs`: epoch << 8 | id + 1, 0 = none),
+    /// written by that node's manager alone.
     pub struct RequestLine {
         pub want: [u64; 4],
         pub reserved: [u64; 4],

@@ -347,6 +347,12 @@ pub struct StepReport {
 pub struct Manager {
     me: u32,
     claimed_at: Option<u64>,
+    /// This node's claim word as published in its request line (0: none).
+    /// Only the node holding the largest claim of those it reads grants.
+    claim: u64,
+    /// The largest claim epoch read in another node's line: a new claim
+    /// goes above it (a dead node's claim must not outrank every later one).
+    epoch_seen: u64,
     seen_lease: u64,
     seen_manager: u32,
     lease_moved_at: u64,
@@ -388,6 +394,8 @@ struct StepCx {
     dead: u64,
     /// Each node's doorbells as this step read them.
     bells: [[u64; 4]; MAX_NODES as usize],
+    /// The largest manager claim of another node this step read.
+    rival: u64,
 }
 
 impl Manager {
@@ -396,6 +404,8 @@ impl Manager {
         Manager {
             me,
             claimed_at: None,
+            claim: 0,
+            epoch_seen: 0,
             seen_lease: 0,
             seen_manager: u32::MAX,
             lease_moved_at: 0,
@@ -436,7 +446,22 @@ impl Manager {
         // SYNC: fresh manager line (writer: the current manager).
         let mut ml: ManagerLine = store.fresh(moff, Site("mgr.line"))?;
         if ml.manager != self.me.wrapping_add(1) {
+            self.drop_claim(store)?;
             self.contest(store, ml, now, cfg, probe)?;
+            return Ok(rep);
+        }
+        if self.claim == 0 && !mutant!("lease.grant_without_claim") {
+            // Named in the line without a claim of its own: the line may be a
+            // late write-back over a newer claimant's, or this node stepped
+            // down to a claim since gone. Claim above every claim seen,
+            // then settle like any claimant.
+            let epoch = ml.epoch.max(self.epoch_seen).wrapping_add(1);
+            self.publish_claim(store, epoch)?;
+            // SYNC: the claim reaches memory before the settle starts (reader:
+            // a rival's doorbell scan, which then steps it down).
+            store.co.full_fence(Site("mgr.reclaim.fence"));
+            self.claimed_at = Some(now);
+            self.full_scan = true;
             return Ok(rep);
         }
         let claimed = *self.claimed_at.get_or_insert(now.saturating_sub(cfg.settle));
@@ -450,6 +475,7 @@ impl Manager {
         if self.liveness_at != now {
             self.liveness_at = now;
             ml.lease = ml.lease.wrapping_add(1);
+            ml.epoch = ml.epoch.max(self.claim >> 8);
             self.liveness(store, &mut ml, now, cfg, probe, &mut rep)?;
             // Completed by the fence that ends the step.
             store.publish(moff, &ml, Site("mgr.renew"))?;
@@ -472,9 +498,18 @@ impl Manager {
         // FREE at the last liveness scan (a node attached since is heard
         // from at the next one, within a tick), and this one.
         let ringers = if full { all } else { (self.listed | 1 << self.me) & all };
-        let mut cx = StepCx { full, all, ringers, dead: ml.dead_mask, bells: [[0; 4]; MAX_NODES as usize] };
+        let mut cx = StepCx { full, all, ringers, dead: ml.dead_mask, bells: [[0; 4]; MAX_NODES as usize], rival: 0 };
         // Locks: those someone asks for (request lines) or holds.
         let want = self.doorbells(store, &mut cx)?;
+        if cx.rival > self.claim && !mutant!("lease.ignore_rival_claims") {
+            // Another node claimed the role after (or beside) this one: it
+            // grants, this one steps down before granting anything (its
+            // settle covers a step of this one already under way).
+            self.epoch_seen = self.epoch_seen.max(cx.rival >> 8);
+            self.drop_claim(store)?;
+            rep.active = false;
+            return Ok(rep);
+        }
         // The locks to look at: every one in a full step, else those asked
         // for or held (the set bits of `want`).
         let words = if full { [u64::MAX; 4] } else { want };
@@ -517,10 +552,12 @@ impl Manager {
         let stale = now.saturating_sub(self.lease_moved_at) >= cfg.lease || mutant!("lease.claim_live");
         if ml.manager == 0 || holder_dead || stale {
             ml.manager = self.me.wrapping_add(1);
-            ml.epoch = ml.epoch.wrapping_add(1);
+            ml.epoch = ml.epoch.max(self.epoch_seen).wrapping_add(1);
             ml.lease = ml.lease.wrapping_add(1);
             // SYNC: claim visible to other contenders before we act.
             store.publish(l.manager.start, &ml, Site("mgr.claim"))?;
+            self.publish_claim(store, ml.epoch)?;
+            // (Completes both the line above and the claim word.)
             store.co.full_fence(Site("mgr.claim.fence"));
             self.claimed_at = Some(now);
         }
@@ -549,6 +586,9 @@ impl Manager {
                 let x = store.view.load_u64(off.wrapping_add((i as u64).wrapping_mul(8)))?;
                 cx.bells.update(n as usize, |b| b.set(i, x));
                 *w |= x;
+            }
+            if n != self.me {
+                cx.rival = cx.rival.max(store.view.load_u64(off.wrapping_add(CLAIM_AT))?);
             }
         }
         Ok(want)
@@ -830,6 +870,15 @@ impl Manager {
 // A doorbell step loads the request bitmap word by word from the line's start.
 const _: () = assert!(core::mem::offset_of!(RequestLine, want) == 0);
 
+/// Where a node's manager claim lies in its request line (`reserved[0]`).
+const CLAIM_AT: u64 = core::mem::offset_of!(RequestLine, reserved) as u64;
+
+/// The claim word of a node `me` claiming the manager role at `epoch`: claims
+/// compare as integers, a later epoch first, then the larger node id.
+fn claim_word(epoch: u64, me: u32) -> u64 {
+    epoch.wrapping_shl(8) | u64::from(me.wrapping_add(1) & 0xff)
+}
+
 /// Checked access to the manager's per-node, per-lock and per-word tables:
 /// an index beyond a table (only a corrupt region's values give one) reads
 /// as the default and writes nothing.
@@ -867,6 +916,37 @@ fn bits(mut m: u64) -> impl Iterator<Item = u32> {
 }
 
 impl Manager {
+    /// Publishes this node's claim word for `epoch` in its request line
+    /// (flushed; the caller fences before it settles).
+    fn publish_claim<C: Coherence>(&mut self, store: &Store<C>, epoch: u64) -> Result<()> {
+        let off = store.layout.requests(self.me).wrapping_add(CLAIM_AT);
+        self.claim = claim_word(epoch, self.me);
+        store.view.store_u64(off, self.claim)?;
+        // SYNC: the claim on its way to memory (reader: every other
+        // manager's doorbell scan; completed by the caller's fence).
+        store.co.flush(&store.view, off, 8, Site("mgr.claim.word"))
+    }
+
+    /// Withdraws this node's claim word. (A withdrawn claim is either below
+    /// a rival's, which wins whatever this one shows, or the claim of a node
+    /// no longer named in the manager line; any later claim is made above
+    /// every claim its maker saw. It is written back at once all the same:
+    /// a manager step leaves no line of its own in flight.)
+    fn drop_claim<C: Coherence>(&mut self, store: &Store<C>) -> Result<()> {
+        if self.claim != 0 {
+            self.claim = 0;
+            self.claimed_at = None;
+            self.full_scan = true;
+            let off = store.layout.requests(self.me).wrapping_add(CLAIM_AT);
+            store.view.store_u64(off, 0)?;
+            // SYNC: the withdrawal on its way to memory (reader: the other
+            // managers' doorbell scans).
+            store.co.flush(&store.view, off, 8, Site("mgr.claim.drop"))?;
+            store.co.store_fence(Site("mgr.claim.drop.fence"));
+        }
+        Ok(())
+    }
+
     /// Gives up the manager role if this node holds it, so another node can
     /// claim it at once instead of waiting out the lease (detach).
     pub fn resign<C: Coherence>(&mut self, store: &Store<C>) -> Result<()> {
@@ -878,6 +958,7 @@ impl Manager {
             store.publish(moff, &ml, Site("mgr.resign"))?;
             store.co.store_fence(Site("mgr.resign.fence"));
         }
+        self.drop_claim(store)?;
         self.claimed_at = None;
         self.full_scan = true;
         Ok(())

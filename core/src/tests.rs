@@ -356,6 +356,9 @@ fn a_dead_holders_app_lock_is_repaired_though_no_manager_saw_it_held() {
         // lock, and nobody asks for it while its holder is dead.
         *env.mgr.lock() = crate::lock::Manager::new(0);
         *env.killed.lock() = 1 << 1;
+        // Named in the manager line but holding no claim of its own, the new
+        // manager claims first (and settles: no time here), then steps.
+        assert!(!env.step().unwrap().active);
         assert_eq!(env.step().unwrap().newly_dead, 1 << 1);
         let rep = a.recover(0).unwrap();
         assert_eq!(rep.locks_repaired, 1, "the dead holder's application lock");

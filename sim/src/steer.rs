@@ -124,6 +124,16 @@ pub fn scenarios() -> &'static [Scenario] {
             what: "a host that read a root missing frees it after another host put it",
             run: root_put_elsewhere,
         },
+        Scenario {
+            name: "late-line-over-a-newer-claim",
+            what: "a stalled manager's renewal lands over a newer claimant's line: only the newer claim grants",
+            run: late_line_over_a_newer_claim,
+        },
+        Scenario {
+            name: "named-without-a-claim",
+            what: "the manager line names two nodes in turn, neither holding a claim: each claims and settles first",
+            run: named_without_a_claim,
+        },
     ]
 }
 
@@ -858,4 +868,97 @@ fn eviction_cut_before_its_record(disable: Option<&'static str>) -> Result<Vec<S
         ));
     }
     Ok(v)
+}
+
+/// The manager line as memory holds it.
+fn manager_line(rig: &Rig) -> Result<cxlkv_core::layout::ManagerLine> {
+    let st = attach(rig.mem.shared_region(), Coherent)?;
+    rig.mem.shared_region().read(st.layout.manager.start)
+}
+
+/// Writes the manager line straight into memory (a write-back landing).
+fn land_manager_line(rig: &Rig, ml: &cxlkv_core::layout::ManagerLine) -> Result<()> {
+    let st = attach(rig.mem.shared_region(), Coherent)?;
+    rig.mem.shared_region().write(st.layout.manager.start, ml)
+}
+
+/// Node 0 (host 0) manages; it stops for a lease, so node 1 (host 1) finds
+/// the lease stale, claims the role, settles and grants. Then node 0's
+/// renewal, written before it stopped, lands over node 1's line in memory
+/// (the late write-back behind seeds 61048, 63013 and 63024 of the sweep):
+/// the line names node 0 again. Node 0 must not step as manager: node 1's
+/// claim, in node 1's own line, is newer than its own. And node 0's
+/// withdrawn claim must reach memory.
+fn late_line_over_a_newer_claim(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LEASE: u64 = 20;
+    const SETTLE: u64 = 3;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let cfg = LeaseConfig { lease: LEASE, settle: SETTLE };
+    let probe = |_: u32, _: &NodeInfo| None;
+    let (mut m0, mut m1) = (Manager::new(0), Manager::new(1));
+    let mut out = Vec::new();
+    m0.step(&s0, 1, cfg, &probe)?;
+    m1.step(&s1, 1, cfg, &probe)?;
+    if !m0.step(&s0, 1 + SETTLE, cfg, &probe)?.active {
+        out.push("late-line-over-a-newer-claim: node 0 did not become the manager".to_string());
+        return Ok(out);
+    }
+    let old = manager_line(&rig)?;
+    // Node 0 stops; node 1 sees the lease stand still for a whole lease.
+    m1.step(&s1, 2 + SETTLE, cfg, &probe)?;
+    let t = 3 + SETTLE + LEASE;
+    m1.step(&s1, t, cfg, &probe)?;
+    if !m1.step(&s1, t + SETTLE, cfg, &probe)?.active {
+        out.push("late-line-over-a-newer-claim: node 1 did not take the role over".to_string());
+        return Ok(out);
+    }
+    land_manager_line(&rig, &old)?;
+    if m0.step(&s0, t + SETTLE + 1, cfg, &probe)?.active {
+        out.push(
+            "late-line-over-a-newer-claim: node 0 stepped as manager beside node 1 (its old line landed over node 1's \
+             newer claim)"
+                .to_string(),
+        );
+    }
+    let claim: u64 = rig.mem.shared_region().load_u64(s0.layout.requests(0) + 32)?;
+    if claim != 0 {
+        out.push(format!("late-line-over-a-newer-claim: node 0's withdrawn claim {claim:#x} is still in memory"));
+    }
+    Ok(out)
+}
+
+/// Two managers that hold no claim (each withdrew its own) and a manager
+/// line that names node 0, then node 1 (a late write-back flipping it).
+/// Each must claim and settle before granting; then only the larger claim
+/// steps as manager.
+fn named_without_a_claim(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const SETTLE: u64 = 3;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let cfg = LeaseConfig { lease: 1000, settle: SETTLE };
+    let probe = |_: u32, _: &NodeInfo| None;
+    let (mut m0, mut m1) = (Manager::new(0), Manager::new(1));
+    let mut out = Vec::new();
+    // Node 0 claims the role, then the line is made to name each in turn.
+    m0.step(&s0, 1, cfg, &probe)?;
+    let mut ml = manager_line(&rig)?;
+    m0.resign(&s0)?;
+    let mut active = [false; 2];
+    for t in 2..2 + 3 * SETTLE {
+        for (n, m, s) in [(0u32, &mut m0, &s0), (1u32, &mut m1, &s1)] {
+            ml.manager = n + 1;
+            land_manager_line(&rig, &ml)?;
+            if m.step(s, t, cfg, &probe)?.active {
+                active[n as usize] = true;
+            }
+        }
+    }
+    if active == [true, true] {
+        out.push("named-without-a-claim: nodes 0 and 1 both stepped as manager".to_string());
+    }
+    if active == [false, false] {
+        out.push("named-without-a-claim: neither node became the manager".to_string());
+    }
+    Ok(out)
 }

@@ -95,7 +95,7 @@ fn runs_that_found_defects_pass() {
 /// found (the steered scenarios below reach the first two on purpose):
 #[test]
 fn runs_found_outside_ci_pass() {
-    let runs: [(u64, usize, u32, bool, bool, bool); 4] = [
+    let runs: [(u64, usize, u32, bool, bool, bool); 7] = [
         // two holders of one lock in memory: a manager granted on an IDLE it
         // read from its own host's cache before the release landed
         (51, 4, 200, true, true, false),
@@ -110,6 +110,14 @@ fn runs_found_outside_ci_pass() {
         // beat (the new heartbeat line not landed yet) and measured silence
         // across the two incarnations
         (40027, 4, 80, false, true, false),
+        // the manager role changing hands among several claimants: a late
+        // write-back of the manager line named an older manager again, and
+        // two nodes stepped as manager at once (a stripe's change count went
+        // back; a release failed with Revoked; a locked counter lost an
+        // update)
+        (61048, 4, 200, false, true, false),
+        (63013, 5, 300, true, true, false),
+        (63024, 5, 300, true, true, false),
     ];
     for (seed, hosts, ops, crash, lazy, mixed) in runs {
         must_pass(RunConfig { seed, hosts, ops, crash, disable: None, lazy, mixed, feed_at: None });
