@@ -125,8 +125,26 @@ impl<C: Coherence> Node<'_, C> {
                 Err(e) => return withdraw(Some(e)),
             };
             if s.state == SLOT_LOCKED {
-                let _ = self.bell(lock, false);
-                return Ok(Some(Held { lock, seq: s.seq }));
+                match self.grant_is_current(&s) {
+                    Ok(true) => {
+                        let _ = self.bell(lock, false);
+                        return Ok(Some(Held { lock, seq: s.seq }));
+                    }
+                    Ok(false) => {
+                        // A grant by a manager that a newer claimant has
+                        // replaced (stopped mid-step, it granted from what it
+                        // read before the newer claim): the newer manager
+                        // may have granted the lock elsewhere. Ask again;
+                        // the current manager answers.
+                        // SYNC: no flush: the next poll invalidates this slot,
+                        // which writes the request back (reader: the manager's
+                        // scan; the bell still rings).
+                        if let Err(e) = self.store.write_state_last(slot_off, &req) {
+                            return withdraw(Some(e));
+                        }
+                    }
+                    Err(e) => return withdraw(Some(e)),
+                }
             }
             if s.state == SLOT_IDLE {
                 // The manager reset our request: we were declared dead.
@@ -156,6 +174,37 @@ impl<C: Coherence> Node<'_, C> {
             }
             *i = i.wrapping_add(1);
         }
+    }
+
+    /// Whether grant `s` (LOCKED) comes from the current manager: no node's
+    /// claim word in memory is larger than the claim the grant carries.
+    ///
+    /// A manager stopped in the middle of a step (after it read the slots,
+    /// before it wrote the grant) can wake after a newer claimant settled
+    /// and granted the lock elsewhere; its grant then lands late. The newer
+    /// claimant published its claim and fenced before its settle, and reads
+    /// every slot after it: so either this read (after the LOCKED one) sees
+    /// the newer claim, or the LOCKED slot was in memory before that claim
+    /// and the newer manager's scan finds this node holding the lock.
+    fn grant_is_current(&self, s: &LockSlot) -> Result<bool> {
+        let l = &self.store.layout;
+        let nn = l.caps.max_nodes.min(MAX_NODES);
+        let mut lines = [0u64; MAX_NODES as usize];
+        for (n, x) in lines.iter_mut().enumerate().take(nn as usize) {
+            *x = l.requests(n as u32);
+        }
+        // SYNC: every node's claim word fresh, read after the grant was
+        // (writers: managers claiming the role).
+        let lines = lines.get(..nn as usize).unwrap_or(&[]);
+        self.store.co.invalidate_lines(&self.store.view, lines, Site("lock.grant.claims"))?;
+        let stamp = s.reserved[GRANT_CLAIM];
+        for &off in lines {
+            let claim = self.store.view.load_u64(off.wrapping_add(CLAIM_AT))?;
+            if claim > stamp && !mutant!("lock.accept_stale_grant") {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Withdraws this node's WAITING request for `lock`: writes CANCEL into
@@ -781,7 +830,10 @@ impl Manager {
             // could land over that write and bring `repair` back).
             store.publish(l.lock_line(lock), ll, Site("mgr.grant.line"))?;
             store.co.store_fence(Site("mgr.grant.line.fence"));
-            let g = LockSlot { state: SLOT_LOCKED, flags, seq: ll.grant_seq, reserved: [0; 6] };
+            let mut g = LockSlot { state: SLOT_LOCKED, flags, seq: ll.grant_seq, reserved: [0; 6] };
+            // The grant carries the claim it was made under (the grantee
+            // checks it is still the largest).
+            g.reserved[GRANT_CLAIM] = self.claim;
             // SYNC: LOCKED visible to the polling node (reader: lock_with).
             store.publish_state_last(soff, &g, Site("mgr.grant"))?;
             self.held.update(wi, |h| *h |= bit);
@@ -872,6 +924,9 @@ const _: () = assert!(core::mem::offset_of!(RequestLine, want) == 0);
 
 /// Where a node's manager claim lies in its request line (`reserved[0]`).
 const CLAIM_AT: u64 = core::mem::offset_of!(RequestLine, reserved) as u64;
+
+/// Where a grant carries its manager's claim word (`LockSlot::reserved`).
+const GRANT_CLAIM: usize = 0;
 
 /// The claim word of a node `me` claiming the manager role at `epoch`: claims
 /// compare as integers, a later epoch first, then the larger node id.

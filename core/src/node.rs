@@ -160,6 +160,20 @@ pub fn attach_node<C: Coherence>(store: &Store<C>, want: Option<u32>, who: Ident
     store.co.flush(&store.view, l.journal(id), l.journal_len(), Site("node.attach.journal"))?;
     store.publish(l.node_stats(id), &NodeStats::default(), Site("node.attach.stats"))?;
     store.publish(l.requests(id), &RequestLine::default(), Site("node.attach.requests"))?;
+    // SYNC: this node's lock slots fresh (writers: the manager that revoked
+    // a dead predecessor's grants, recovery). A predecessor on this host
+    // leaves its slots in the host's cache, a grant among them, and the
+    // checks of what this node holds read the cached copies.
+    let mut lines = [0u64; 64];
+    let mut lock = 0u32;
+    while lock < l.n_locks {
+        let n = l.n_locks.wrapping_sub(lock).min(64);
+        for (k, x) in lines.iter_mut().enumerate().take(n as usize) {
+            *x = l.lock_slot(lock.wrapping_add(k as u32), id);
+        }
+        store.co.invalidate_lines(&store.view, lines.get(..n as usize).unwrap_or(&[]), Site("node.attach.slots"))?;
+        lock = lock.wrapping_add(n);
+    }
     let hb = Heartbeat { beat: 1, nonce: who.nonce, ..Heartbeat::default() };
     store.publish(l.heartbeat(id), &hb, Site("node.attach.heartbeat"))?;
     // SYNC: no fence here: ALIVE may be seen before the lines above land.

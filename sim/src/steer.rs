@@ -130,6 +130,19 @@ pub fn scenarios() -> &'static [Scenario] {
             run: late_line_over_a_newer_claim,
         },
         Scenario {
+            name: "zombie-manager-grants-late",
+            what: "a manager stops in the middle of a grant, a newer claimant takes the role over and grants the \
+                   lock elsewhere, and the stopped manager wakes and writes its grant",
+            run: zombie_manager_grants_late,
+        },
+        Scenario {
+            name: "successor-reads-a-revoked-grant",
+            what: "a process dies holding a lock; a manager on another host revokes it and recovery frees the \
+                   node; a successor on the same host attaches as that node, its host's cache still holding the \
+                   old grant",
+            run: successor_reads_a_revoked_grant,
+        },
+        Scenario {
             name: "named-without-a-claim",
             what: "the manager line names two nodes in turn, neither holding a claim: each claims and settles first",
             run: named_without_a_claim,
@@ -237,11 +250,19 @@ struct StepEnv<'a> {
     store: &'a Store<SimCoherence<'a>>,
     mgr: spin::Mutex<Manager>,
     now: spin::Mutex<u64>,
+    cfg: LeaseConfig,
 }
 
 impl<'a> StepEnv<'a> {
     fn new(store: &'a Store<SimCoherence<'a>>, me: u32) -> StepEnv<'a> {
-        StepEnv { store, mgr: spin::Mutex::new(Manager::new(me)), now: spin::Mutex::new(0) }
+        StepEnv::with_lease(store, me, LeaseConfig { lease: u64::MAX / 4, settle: 0 })
+    }
+
+    /// Steps node `me`'s manager with this lease and settle, one tick a
+    /// step (a manager whose lease stands still for `lease` steps takes
+    /// the role over).
+    fn with_lease(store: &'a Store<SimCoherence<'a>>, me: u32, cfg: LeaseConfig) -> StepEnv<'a> {
+        StepEnv { store, mgr: spin::Mutex::new(Manager::new(me)), now: spin::Mutex::new(0), cfg }
     }
 
     fn step(&self) -> Result<()> {
@@ -251,7 +272,7 @@ impl<'a> StepEnv<'a> {
             *t
         };
         let probe = |_: u32, _: &NodeInfo| None;
-        self.mgr.lock().step(self.store, now, LeaseConfig { lease: u64::MAX / 4, settle: 0 }, &probe).map(|_| ())
+        self.mgr.lock().step(self.store, now, self.cfg, &probe).map(|_| ())
     }
 }
 
@@ -959,6 +980,113 @@ fn named_without_a_claim(disable: Option<&'static str>) -> Result<Vec<String>> {
     }
     if active == [false, false] {
         out.push("named-without-a-claim: neither node became the manager".to_string());
+    }
+    Ok(out)
+}
+
+/// Node 0 (host 0) manages and grants lock 0 to node 2 (host 0); it stops
+/// after it wrote the lock line, before the grant itself. Meanwhile node 1
+/// (host 1) asks for the lock, finds the manager's lease stale, claims the
+/// role, settles and is granted the lock by its own manager. Node 0 wakes
+/// and writes its grant to node 2: node 2 must not take it while node 1
+/// holds the lock (the grant carries node 0's claim, older than node 1's).
+fn zombie_manager_grants_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LOCK: u32 = 0;
+    // Node 1's manager finds a lease stale after 20 steps of its own; node
+    // 0's declares nobody dead within the scenario (no heartbeat moves).
+    let cfg = LeaseConfig { lease: 20, settle: 3 };
+    let cfg0 = LeaseConfig { lease: 1 << 40, settle: 3 };
+    let rig = Rig::new(2, 3, disable)?;
+    let s0 = rig.store(0)?;
+    attach_as(&s0, 0, 0)?;
+    attach_as(&rig.store(1)?, 1, 1)?;
+    attach_as(&s0, 2, 0)?;
+    // Node 1's lock, taken while node 0 is stopped: its ticket, or the error.
+    let got: Arc<Mutex<Option<Result<u64>>>> = Arc::new(Mutex::new(None));
+    let g2 = got.clone();
+    let mem = rig.mem.clone();
+    rig.at_calls(move |h, site| {
+        if (h, site) != (0, "mgr.grant.line") {
+            return false;
+        }
+        let r = (|| {
+            let s1 = attach(mem.view(1), mem.host(1))?;
+            let env1 = StepEnv::with_lease(&s1, 1, cfg);
+            let l1 = NodeLocal::default();
+            let n1 = Node::new(&s1, 1, &env1, &l1)?;
+            // Held on: node 1 never releases it in this scenario.
+            let held = n1.lock(LOCK)?;
+            Ok(held.seq)
+        })();
+        *g2.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        true
+    });
+    let env0 = StepEnv::with_lease(&s0, 0, cfg0);
+    let l2 = NodeLocal::default();
+    let n2 = Node::new(&s0, 2, &env0, &l2)?;
+    let r2 = n2.lock(LOCK);
+    let mut out = Vec::new();
+    let n1 = match got.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        None => {
+            out.push("zombie-manager-grants-late: node 0 never granted the lock to node 2".to_string());
+            return Ok(out);
+        }
+        Some(Err(e)) => {
+            out.push(format!("zombie-manager-grants-late: node 1 was not granted the lock while node 0 stopped: {e}"));
+            return Ok(out);
+        }
+        Some(Ok(seq)) => seq,
+    };
+    match r2 {
+        Ok(held) => out.push(format!(
+            "zombie-manager-grants-late: node 2 took the stopped manager's grant (seq {}) while node 1 holds the \
+             lock (seq {n1}): two holders",
+            held.seq
+        )),
+        Err(Error::Timeout) => {}
+        Err(e) => out.push(format!("zombie-manager-grants-late: node 2's request ended with {e}, not a timeout")),
+    }
+    Ok(out)
+}
+
+/// Node 0 (host 0) is granted lock 0 by its own manager: host 0's cache
+/// holds the LOCKED slot. Its process dies holding it; node 1's manager
+/// (host 1) takes the role over, revokes the grant in memory and node 1's
+/// recovery frees node 0. A successor process on host 0 attaches as node 0:
+/// it holds nothing, and its detach must say so (not `Busy` from the old
+/// grant its host's cache still shows).
+fn successor_reads_a_revoked_grant(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LOCK: u32 = 0;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env0 = StepEnv::new(&s0, 0);
+    let env1 = StepEnv::new(&s1, 1);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let n0 = Node::new(&s0, 0, &env0, &l0)?;
+    let held = n0.lock(LOCK)?;
+    // The process dies holding the lock (node 0's handle is not used again).
+    drop(held);
+    declare_dead(&s1, 0)?;
+    let n1 = Node::new(&s1, 1, &env1, &l1)?;
+    let rep = n1.recover(0)?;
+    let mut out = Vec::new();
+    if rep.nodes_freed != 1 {
+        out.push(format!("successor-reads-a-revoked-grant: recovery freed nodes {:b}, not node 0", rep.nodes_freed));
+        return Ok(out);
+    }
+    let who = Identity { pid: 300, host_id: 1, pid_ns: 0, nonce: 77, now: 0 };
+    attach_node(&s0, Some(0), who)?;
+    let l0b = NodeLocal::default();
+    let n0b = Node::new(&s0, 0, &env1, &l0b)?;
+    match n0b.held_lock()? {
+        None => {}
+        Some(lock) => out.push(format!(
+            "successor-reads-a-revoked-grant: the new node 0 counts lock {lock} as held (its predecessor's revoked \
+             grant, still in its host's cache)"
+        )),
+    }
+    if let Err(e) = n0b.detach() {
+        out.push(format!("successor-reads-a-revoked-grant: the new node 0 cannot detach: {e}"));
     }
     Ok(out)
 }

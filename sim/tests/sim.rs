@@ -33,6 +33,7 @@ fn simulated_hosts_without_crashes_keep_every_invariant() {
             lazy: seed % 2 == 0,
             mixed: false,
             feed_at: None,
+            zombie: false,
         });
     }
     assert!(ops > 1000);
@@ -50,6 +51,7 @@ fn simulated_hosts_with_a_crash_recover_and_keep_every_invariant() {
             lazy: seed % 2 == 0,
             mixed: false,
             feed_at: None,
+            zombie: false,
         });
     }
 }
@@ -69,6 +71,7 @@ fn a_process_killed_on_a_live_host_is_buried_and_recovered() {
             lazy: seed % 4 == 2,
             mixed: false,
             feed_at: None,
+            zombie: false,
         });
     }
 }
@@ -87,7 +90,17 @@ fn runs_that_found_defects_pass() {
         (10, false, false),
     ];
     for (seed, crash, mixed) in runs {
-        must_pass(RunConfig { seed, hosts: 4, ops: 200, crash, disable: None, lazy: true, mixed, feed_at: None });
+        must_pass(RunConfig {
+            seed,
+            hosts: 4,
+            ops: 200,
+            crash,
+            disable: None,
+            lazy: true,
+            mixed,
+            feed_at: None,
+            zombie: false,
+        });
     }
 }
 
@@ -95,7 +108,7 @@ fn runs_that_found_defects_pass() {
 /// found (the steered scenarios below reach the first two on purpose):
 #[test]
 fn runs_found_outside_ci_pass() {
-    let runs: [(u64, usize, u32, bool, bool, bool); 7] = [
+    let runs: [(u64, usize, u32, bool, bool, bool); 8] = [
         // two holders of one lock in memory: a manager granted on an IDLE it
         // read from its own host's cache before the release landed
         (51, 4, 200, true, true, false),
@@ -118,9 +131,13 @@ fn runs_found_outside_ci_pass() {
         (61048, 4, 200, false, true, false),
         (63013, 5, 300, true, true, false),
         (63024, 5, 300, true, true, false),
+        // a killed process's successor could not detach (Busy): its host's
+        // cache still showed the predecessor's grant, revoked since by a
+        // manager on another host
+        (66007, 3, 80, false, false, false),
     ];
     for (seed, hosts, ops, crash, lazy, mixed) in runs {
-        must_pass(RunConfig { seed, hosts, ops, crash, disable: None, lazy, mixed, feed_at: None });
+        must_pass(RunConfig { seed, hosts, ops, crash, disable: None, lazy, mixed, feed_at: None, zombie: false });
     }
 }
 
@@ -154,13 +171,23 @@ fn a_dropped_pin_record_reaches_memory_before_acquire_returns() {
         lazy: true,
         mixed: false,
         feed_at: Some(0),
+        zombie: false,
     });
 }
 
 #[test]
 fn same_seed_replays_the_same_run() {
-    let cfg =
-        RunConfig { seed: 7, hosts: 3, ops: 30, crash: true, disable: None, lazy: false, mixed: false, feed_at: None };
+    let cfg = RunConfig {
+        seed: 7,
+        hosts: 3,
+        ops: 30,
+        crash: true,
+        disable: None,
+        lazy: false,
+        mixed: false,
+        feed_at: None,
+        zombie: false,
+    };
     let (a, b) = (run(&cfg), run(&cfg));
     assert_eq!((a.steps, a.ops, a.crashed), (b.steps, b.ops, b.crashed));
     assert_eq!(a.trace, b.trace);
@@ -180,6 +207,7 @@ fn a_disabled_publish_flush_is_caught() {
             lazy: false,
             mixed: false,
             feed_at: None,
+            zombie: false,
         })
         .violations
         .is_empty()

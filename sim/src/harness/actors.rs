@@ -750,8 +750,9 @@ pub(crate) fn finish_write<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize
     write_payload(w, node, h, &hd, half, &p[half..], raw);
     log(w, hd.off, format!("host {h} finish-write key {} (abort: {})", hd.key.hi, r.is_multiple_of(7)));
     if r.is_multiple_of(7) {
-        if let Err(e) = node.abort(&hd) {
-            w.violation(format!("host {h} abort: {e:?}"));
+        match node.abort(&hd) {
+            Err(e) if !revoked_ok(w, h, e) => w.violation(format!("host {h} abort: {e:?}")),
+            _ => {}
         }
         return;
     }
@@ -765,8 +766,9 @@ pub(crate) fn finish_write<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize
     } else {
         node.publish_flushed(&[hd], &mut [Ok(())])
     };
-    if let Err(e) = r {
-        w.violation(format!("host {h} publish: {e:?}"));
+    match r {
+        Err(e) if !revoked_ok(w, h, e) => w.violation(format!("host {h} publish: {e:?}")),
+        _ => {}
     }
 }
 
@@ -977,6 +979,9 @@ fn close_process<C: Coherence>(
     }
     w.model.lock().unwrap().attached[h] = false;
     if let Err(e) = node.detach() {
+        if std::env::var_os("CXLKV_SIM_DEBUG").is_some() {
+            eprintln!("step {}: host {h} detach: {e:?}; locks in memory:{}", w.now(), locks_in_memory(w));
+        }
         check_err("detach", e, &[]);
     }
     w.published_all(me, "detach", None);

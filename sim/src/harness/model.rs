@@ -78,6 +78,9 @@ pub(crate) struct Model {
     /// The host that stalls (all its threads descheduled for longer than a
     /// lease) once, mid-run: it is declared dead and recovered meanwhile.
     pub(crate) stall: Option<usize>,
+    /// The stall is a zombie's ([`RunConfig::zombie`]): anywhere, once
+    /// the host's op actor is a third of the way through.
+    pub(crate) zombie: bool,
     /// The stalled host's op actor asks for the stall.
     pub(crate) stall_req: bool,
     /// Stall requests that timed out (the host's manager actor stayed the

@@ -26,6 +26,12 @@ pub struct RunConfig {
     /// Which operation of every four the change log is read after (0 to
     /// 3); `None`: `CXLKV_SIM_FEED_AT`, else 1. Moves the interleavings.
     pub feed_at: Option<u32>,
+    /// A zombie: one host stops at a random coherence call of any of its
+    /// threads (inside a lock, an unlock, a publish, a pin, a free, a
+    /// recovery or a manager step) for three leases, is declared dead and
+    /// recovered meanwhile, then runs on from where it stopped; its dirty
+    /// lines land whenever its cache writes them back. No crash or kill.
+    pub zombie: bool,
 }
 
 /// What a run found.
@@ -152,7 +158,7 @@ pub fn run(cfg: &RunConfig) -> RunResult {
                     w2.yield_now(a, "slow-pin");
                 }
             }
-            let stall = site == "lock.release.check" && stall_in_release(&w2, a);
+            let stall = (site == "lock.release.check" && stall_in_release(&w2, a)) || stall_zombie(&w2, a, site);
             w2.yield_maybe(a, site, stall);
         }
     }));
@@ -171,12 +177,16 @@ pub fn run(cfg: &RunConfig) -> RunResult {
         m.slow_readers = cfg.seed % 5 < 2;
         m.kill_in_fill = (cfg.seed / 6).is_multiple_of(2);
     }
-    if !cfg.crash && cfg.seed % 3 != 1 && cfg.ops >= 8 {
+    if cfg.zombie && cfg.ops >= 8 {
+        let mut m = w.model.lock().unwrap();
+        m.stall = Some(mix64(cfg.seed) as usize % hosts);
+        m.zombie = true;
+    } else if !cfg.crash && cfg.seed % 3 != 1 && cfg.ops >= 8 {
         let mut m = w.model.lock().unwrap();
         m.stall = Some(mix64(cfg.seed) as usize % hosts);
         m.stall_in_release = (cfg.seed / 2) % 2 == 1;
     }
-    if !cfg.crash && cfg.seed % 3 == 1 && cfg.ops >= 8 {
+    if !cfg.crash && !cfg.zombie && cfg.seed % 3 == 1 && cfg.ops >= 8 {
         let mut s = w.sched.lock().unwrap();
         let h = (rnd(&mut s.rng) as usize) % hosts;
         // Seeds whose restarted process takes the first free slot kill host

@@ -80,7 +80,7 @@ pub(crate) fn rnd(x: &mut u64) -> u64 {
 pub(crate) fn stall_now(w: &World, h: usize, op: u32, ops: u32, idle: bool) -> bool {
     {
         let mut m = w.model.lock().unwrap();
-        if m.stall != Some(h) || m.stalled || op < ops / 3 || !idle || m.stall_misses >= 3 {
+        if m.zombie || m.stall != Some(h) || m.stalled || op < ops / 3 || !idle || m.stall_misses >= 3 {
             return false;
         }
         if m.stall_in_release {
@@ -145,6 +145,31 @@ pub(crate) fn stall_in_release(w: &World, a: usize) -> bool {
     }
     if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
         eprintln!("step {}: host {h} stalls inside an unlock", w.now());
+    }
+    park_host(w, h);
+    true
+}
+
+/// A zombie's stop ([`RunConfig::zombie`]): at a random coherence call of
+/// any actor of the stalling host, once its op actor is a third of the way
+/// through, the host stops for three leases (declared dead and recovered
+/// meanwhile) and then runs on from there. True when it stopped.
+pub(crate) fn stall_zombie(w: &World, a: usize, site: &str) -> bool {
+    let h = a / 3;
+    {
+        let mut m = w.model.lock().unwrap();
+        if !m.zombie || m.stall != Some(h) || m.stalled || m.op_at.get(h).is_none_or(|&o| o < m.ops_per_host / 3) {
+            return false;
+        }
+        if !w.mem.random().is_multiple_of(400) {
+            return false;
+        }
+        m.stalled = true;
+        // Recovery will reclaim the stalled node's raw blocks.
+        m.raw.retain(|b| b.2 != h);
+    }
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!("step {}: host {h} stops (a zombie) in actor {a} at {site}", w.now());
     }
     park_host(w, h);
     true
