@@ -482,6 +482,179 @@ impl State {
     }
 }
 
+/// The fuzz target's entry: most inputs run in the pooled mode
+/// ([`capi_pooled`]), one in eight (first byte a multiple of 8) in the
+/// attach-per-input mode ([`capi_target`]); the first byte only chooses.
+pub fn capi_fuzz(data: &[u8]) -> CapiRun {
+    match data.split_first() {
+        Some((b, rest)) if b % 8 != 0 => capi_pooled(rest),
+        Some((_, rest)) => capi_target(rest),
+        None => CapiRun::default(),
+    }
+}
+
+/// The pooled mode's region and nodes, kept from one input to the next.
+struct Pool {
+    region: *mut cxlkv_region,
+    nodes: Vec<*mut cxlkv_node>,
+    dir: std::path::PathBuf,
+    local_dir: std::ffi::CString,
+}
+
+// SAFETY: the handles are the library's, usable from any thread one call at
+// a time; the pool is touched only under its mutex.
+unsafe impl Send for Pool {}
+
+static POOL: std::sync::Mutex<Option<Pool>> = std::sync::Mutex::new(None);
+
+/// Nodes the pool keeps attached.
+const POOL_NODES: usize = 3;
+
+/// The pooled region's capacities (as the attach-per-input mode formats).
+fn pool_caps() -> cxlkv_capacities {
+    cxlkv_capacities {
+        max_nodes: 4,
+        n_stripes: 2,
+        entries_per_stripe: 32,
+        n_roots: 8,
+        pin_slots: 16,
+        chunk_shift: 16,
+        inbox_slots: 4,
+        app_locks: 2,
+        tier_slots: 1,
+        tier_records: 8,
+        change_records: 8,
+    }
+}
+
+fn pool_attach(region: *mut cxlkv_region, local_dir: &std::ffi::CString) -> Option<*mut cxlkv_node> {
+    let o = cxlkv_node_options {
+        node_id: CXLKV_ANY_NODE,
+        flush_mode: CXLKV_FLUSH_CLFLUSH,
+        lease_ms: 2000,
+        lock_timeout_ms: 50,
+        settle_ms: 1,
+        auto_recover: true,
+        local_dir: local_dir.as_ptr(),
+    };
+    let mut n = core::ptr::null_mut();
+    (c!(cxlkv_node_attach(region, &o, &mut n)) == R::Ok).then_some(n)
+}
+
+impl Pool {
+    /// A formatted 8 MiB memfd region with [`POOL_NODES`] nodes attached.
+    fn new() -> Option<Pool> {
+        let dir = std::env::temp_dir().join(format!("cxlkv-capi-pool-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let local_dir = std::ffi::CString::new(dir.to_string_lossy().as_bytes()).ok()?;
+        let mut region = core::ptr::null_mut();
+        if c!(cxlkv_region_memfd(8 << 20, false, &mut region)) != R::Ok {
+            return None;
+        }
+        let mut pool = Pool { region, nodes: Vec::new(), dir, local_dir };
+        if c!(cxlkv_region_format(region, &pool_caps(), CXLKV_FLUSH_CLFLUSH)) != R::Ok {
+            pool.close();
+            return None;
+        }
+        for _ in 0..POOL_NODES {
+            match pool_attach(region, &pool.local_dir) {
+                Some(n) => pool.nodes.push(n),
+                None => {
+                    pool.close();
+                    return None;
+                }
+            }
+        }
+        Some(pool)
+    }
+
+    /// Detaches every node and closes the region.
+    fn close(self) {
+        for &n in &self.nodes {
+            let _ = c!(cxlkv_node_detach(n));
+        }
+        c!(cxlkv_region_close(self.region));
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// Re-attaches nodes an input detached; false when the region itself
+    /// was closed (the pool is then made anew).
+    fn heal(&mut self) -> bool {
+        let mut size = 0u64;
+        if c!(cxlkv_region_size(self.region, &mut size)) != R::Ok {
+            return false;
+        }
+        for i in 0..self.nodes.len() {
+            let mut id = 0u32;
+            if c!(cxlkv_node_id(self.nodes[i], &mut id)) != R::Ok {
+                match pool_attach(self.region, &self.local_dir) {
+                    Some(n) => self.nodes[i] = n,
+                    None => return false,
+                }
+            }
+        }
+        true
+    }
+}
+
+/// Runs one input in the pooled mode: the script starts from the pool's
+/// region and nodes (an empty index), may add regions and nodes of its own,
+/// and ends by giving back everything it holds, emptying the index, freeing
+/// its allocations and checking the region clean; what it added is closed,
+/// pooled nodes it detached are attached again. Each input costs its calls,
+/// not a region and three attaches.
+pub fn capi_pooled(data: &[u8]) -> CapiRun {
+    let mut guard = POOL.lock().unwrap_or_else(|p| p.into_inner());
+    if guard.is_none() {
+        *guard = Pool::new();
+    }
+    let Some(pool) = guard.as_mut() else { return CapiRun::default() };
+    let mut st = State {
+        local_dir: pool.local_dir.clone(),
+        regions: vec![pool.region],
+        nodes: pool.nodes.clone(),
+        reserved: Vec::new(),
+        pinned: Vec::new(),
+        stale: Vec::new(),
+        tickets: Vec::new(),
+        offsets: Vec::new(),
+        run: CapiRun::default(),
+    };
+    let mut inp = Input { data, at: 0 };
+    while st.step(&mut inp).is_some() && st.run.calls < 400 {}
+    st.give_back();
+    let live = st.nodes.iter().copied().find(|&n| st.live(n));
+    if let Some(n) = live {
+        // The index emptied and the raw blocks the script still knows freed,
+        // so the next input starts from the same empty region.
+        let mut rep = cxlkv_evict_report::default();
+        let ns = [NS, NS + 1];
+        let _ = c!(cxlkv_clear_namespaces(n, ns.as_ptr(), ns.len(), &mut rep));
+        for off in core::mem::take(&mut st.offsets) {
+            let _ = c!(cxlkv_free(n, off));
+        }
+        for name in [&b"root-a\0"[..], b"\xff\xfe\0"] {
+            let _ = c!(cxlkv_root_destroy(n, name.as_ptr().cast(), core::ptr::null_mut()));
+        }
+        for lock in 0..4 {
+            let _ = c!(cxlkv_lock_free(n, lock));
+        }
+    }
+    st.check_clean();
+    for &n in &st.nodes[POOL_NODES.min(st.nodes.len())..] {
+        let _ = c!(cxlkv_node_detach(n));
+    }
+    for &r in &st.regions[1..] {
+        c!(cxlkv_region_close(r));
+    }
+    if !pool.heal() {
+        if let Some(p) = guard.take() {
+            p.close();
+        }
+    }
+    st.run
+}
+
 /// Runs one input: a script of C calls. Ends by checking every region that
 /// still has a live node, then detaches and closes everything.
 pub fn capi_target(data: &[u8]) -> CapiRun {
@@ -502,32 +675,10 @@ pub fn capi_target(data: &[u8]) -> CapiRun {
     };
     let mut inp = Input { data, at: 0 };
     while st.step(&mut inp).is_some() && st.run.calls < 400 {}
-    // Release what is still held, from the threads that hold it.
-    for (i, t) in core::mem::take(&mut st.tickets) {
-        let _ = c!(cxlkv_lock_release(st.nodes[i], &t));
-    }
-    for &n in &st.nodes {
-        if st.live(n) {
-            // A node that detached without freeing its raw allocations left
-            // them to recovery (as a dead one does): `check` reports them
-            // until it runs.
-            let mut rep = cxlkv_recover_report::default();
-            let _ = c!(cxlkv_recover(n, &mut rep));
-            let mut nf = 0usize;
-            let mut f = [cxlkv_finding { what: [0; 48], a: 0, b: 0 }; 4];
-            if c!(cxlkv_check(n, f.as_mut_ptr(), f.len(), &mut nf)) == R::Ok {
-                let what: Vec<String> = f[..nf.min(4)]
-                    .iter()
-                    .map(|x| {
-                        // SAFETY: `what` is NUL-terminated by cxlkv_check.
-                        let t = unsafe { core::ffi::CStr::from_ptr(x.what.as_ptr()) };
-                        format!("{} ({}, {})", t.to_string_lossy(), x.a, x.b)
-                    })
-                    .collect();
-                assert_eq!(nf, 0, "the region checks clean after any call sequence: {what:?}");
-            }
-        }
-    }
+    // Locks go back from the threads that hold them; pins and
+    // reservations stay, for the check to account for.
+    st.release_tickets();
+    st.check_clean();
     for &n in &st.nodes {
         let _ = c!(cxlkv_node_detach(n));
     }
@@ -536,4 +687,52 @@ pub fn capi_target(data: &[u8]) -> CapiRun {
     }
     let _ = std::fs::remove_dir_all(&dir);
     st.run
+}
+
+impl State {
+    /// Releases the locks, pins and reservations the script still holds,
+    /// through the nodes that hold them.
+    fn give_back(&mut self) {
+        self.release_tickets();
+        for (i, b) in core::mem::take(&mut self.pinned) {
+            let _ = c!(cxlkv_release(self.nodes[i], &b, 1));
+        }
+        for (i, b) in core::mem::take(&mut self.reserved) {
+            let mut st = [R::Ok];
+            let _ = c!(cxlkv_abort(self.nodes[i], &b, 1, st.as_mut_ptr()));
+        }
+    }
+
+    fn release_tickets(&mut self) {
+        for (i, t) in core::mem::take(&mut self.tickets) {
+            let _ = c!(cxlkv_lock_release(self.nodes[i], &t));
+        }
+    }
+
+    /// Recovers and checks every region that has a live node: it must check
+    /// clean after any call sequence.
+    fn check_clean(&self) {
+        for &n in &self.nodes {
+            if self.live(n) {
+                // A node that detached without freeing its raw allocations left
+                // them to recovery (as a dead one does): `check` reports them
+                // until it runs.
+                let mut rep = cxlkv_recover_report::default();
+                let _ = c!(cxlkv_recover(n, &mut rep));
+                let mut nf = 0usize;
+                let mut f = [cxlkv_finding { what: [0; 48], a: 0, b: 0 }; 4];
+                if c!(cxlkv_check(n, f.as_mut_ptr(), f.len(), &mut nf)) == R::Ok {
+                    let what: Vec<String> = f[..nf.min(4)]
+                        .iter()
+                        .map(|x| {
+                            // SAFETY: `what` is NUL-terminated by cxlkv_check.
+                            let t = unsafe { core::ffi::CStr::from_ptr(x.what.as_ptr()) };
+                            format!("{} ({}, {})", t.to_string_lossy(), x.a, x.b)
+                        })
+                        .collect();
+                    assert_eq!(nf, 0, "the region checks clean after any call sequence: {what:?}");
+                }
+            }
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! (`fuzz/corpus/<target>/`) and a fixed number of seeded random inputs.
 
 use cxlkv_core::hash::mix64;
-use cxlkv_tests::capi::capi_target;
+use cxlkv_tests::capi::{capi_pooled, capi_target};
 use cxlkv_tests::fuzz::{attach_target, ops_target};
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
@@ -59,6 +59,26 @@ fn capi_target_replays_corpus_and_seeded_inputs() {
     }
     for seed in 0..20u64 {
         let run = capi_target(&random_input(seed ^ 0xc0de, 40 + (seed as usize * 29) % 400));
+        calls += run.calls;
+        published += run.published;
+    }
+    assert!(calls > 1000, "the scripts should make calls: {calls}");
+    assert!(published > 20, "the scripts should publish blocks: {published}");
+}
+
+#[test]
+fn capi_pooled_mode_keeps_its_region_clean_across_inputs() {
+    // The pooled mode's inputs share one region and its nodes: each must
+    // leave it empty and clean for the next (each ends with a check that
+    // panics otherwise), including inputs that detach pooled nodes.
+    let (mut calls, mut published) = (0, 0);
+    for input in corpus("capi") {
+        let run = capi_pooled(&input);
+        calls += run.calls;
+        published += run.published;
+    }
+    for seed in 0..40u64 {
+        let run = capi_pooled(&random_input(seed ^ 0x9001, 40 + (seed as usize * 37) % 400));
         calls += run.calls;
         published += run.published;
     }
