@@ -190,7 +190,7 @@ fn large_blocks_are_striped_across_the_drives() {
         let mut at = 0;
         while at + 64 <= flen {
             f.read_exact_at(&mut head, at).unwrap();
-            if head[0..8] == *b"CXLKVSL3" {
+            if head[0..8] == *b"CXLKVSL4" {
                 pieces.insert((u64::from_le_bytes(head[24..32].try_into().unwrap()), head[56]));
             }
             at += 512;
@@ -224,7 +224,7 @@ fn large_blocks_are_striped_across_the_drives() {
     let mut at = 0;
     loop {
         f.read_exact_at(&mut head, at).unwrap();
-        if head[0..8] == *b"CXLKVSL3" && head[24..32] == key(2).hi.to_le_bytes() {
+        if head[0..8] == *b"CXLKVSL4" && head[24..32] == key(2).hi.to_le_bytes() {
             f.write_all_at(&[0xee; 64], at + 8192).unwrap();
             f.sync_all().unwrap();
             break;
@@ -442,7 +442,7 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
         let mut at = 0;
         while at + 64 <= len && hit.is_none() {
             f.read_exact_at(&mut buf, at).unwrap();
-            if buf[0..8] == *b"CXLKVSL3" && buf[16..24] == key(victim).lo.to_le_bytes() {
+            if buf[0..8] == *b"CXLKVSL4" && buf[16..24] == key(victim).lo.to_le_bytes() {
                 f.write_all_at(&[0xee; 64], at + 8192).unwrap();
                 f.sync_all().unwrap();
                 hit = Some(at);
