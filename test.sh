@@ -20,6 +20,15 @@ fi
 step "format"
 cargo fmt --all --check
 
+step "bindings stand on platform alone (none names cxlkv-core)"
+# The C, Python and Node doors and the CLI name the protocol's values through
+# platform's re-exports (platform::kv), so platform is the one door to core.
+if grep -n "cxlkv-core" ffi-c/Cargo.toml ffi-python/Cargo.toml ffi-node/Cargo.toml cli/Cargo.toml ||
+  grep -rn "cxlkv_core" ffi-c/src ffi-c/tests ffi-python/src ffi-node/src cli/src cli/tests; then
+  echo "a binding names cxlkv-core above: use cxlkv_platform::kv (or add the re-export there)" >&2
+  exit 1
+fi
+
 step "clippy (warnings denied)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 

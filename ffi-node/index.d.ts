@@ -305,26 +305,6 @@ export declare function chainKeys(tokens: Uint32Array | number[], blockTokens: n
  */
 export declare function codes(): Record<string, number>
 
-/** One node's counters (or every node's, summed). */
-export interface Counters {
-  /** Keys found by gets and acquires. */
-  hits: number
-  /** Keys not found. */
-  misses: number
-  /** Blocks published. */
-  inserts: number
-  /** Stores refused because the key was stored already. */
-  exists: number
-  /** Blocks this node evicted. */
-  evictions: number
-  /** Payload bytes written. */
-  bytesWritten: number
-  /** Payload bytes read. */
-  bytesRead: number
-  /** Blocks asked of an SSD tier that did not come back within the wait. */
-  tierTimeouts: number
-}
-
 /** Options of `Region.create`. */
 export interface CreateOptions {
   /** Replace an existing file (default false: an existing file is refused). */
@@ -429,6 +409,26 @@ export interface NamespaceFields {
  */
 export declare function namespaceId(fields: NamespaceFields): number
 
+/** One node's counters (or every node's, summed). */
+export interface NodeCounters {
+  /** Keys found by gets and acquires. */
+  hits: number
+  /** Keys not found. */
+  misses: number
+  /** Blocks published. */
+  inserts: number
+  /** Stores refused because the key was stored already. */
+  exists: number
+  /** Blocks this node evicted. */
+  evictions: number
+  /** Payload bytes written. */
+  bytesWritten: number
+  /** Payload bytes read. */
+  bytesRead: number
+  /** Blocks asked of an SSD tier that did not come back within the wait. */
+  tierTimeouts: number
+}
+
 /** A message to send: `kind` is required, the rest default to 0 / none. */
 export interface Outgoing {
   /** Application-defined kind, below 2**31. */
@@ -472,9 +472,9 @@ export interface Recovered {
 /** A snapshot of a node's and its region's counters. */
 export interface Stats {
   /** This node's counters. */
-  node: Counters
+  node: NodeCounters
   /** Every attached or dead node's counters, summed. */
-  total: Counters
+  total: NodeCounters
   /** Attached nodes, a bit per node id. */
   aliveMask: bigint
   /** Nodes declared dead whose recovery is pending. */

@@ -24,12 +24,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use cxlkv_core::channel::Message;
-use cxlkv_core::coherence::{Coherence, Site};
-use cxlkv_core::hash::{mix64, Key};
-use cxlkv_core::index::{Handle, ReserveItem};
-use cxlkv_core::layout::Capacities;
-use cxlkv_core::Error;
+use cxlkv_platform::coherence::{Coherence, Site};
+use cxlkv_platform::kv::Capacities;
+use cxlkv_platform::kv::CoreError as Error;
+use cxlkv_platform::kv::Message;
+use cxlkv_platform::kv::{mix64, Key};
+use cxlkv_platform::kv::{Handle, ReserveItem};
 use cxlkv_platform::local::LocalTier;
 use cxlkv_platform::{Flush, FlushMode, GetItem, Mapping, Node, Options, PayloadStores, PutItem};
 use rand::rngs::SmallRng;

@@ -17,11 +17,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use cxlkv_core::channel::Message;
-use cxlkv_core::hash::{chain_keys, mix64, Key};
-use cxlkv_core::index::Handle;
-use cxlkv_core::layout::Capacities;
-use cxlkv_core::Error as CoreError;
+use cxlkv_platform::kv::Capacities;
+use cxlkv_platform::kv::CoreError;
+use cxlkv_platform::kv::Handle;
+use cxlkv_platform::kv::Message;
+use cxlkv_platform::kv::{chain_keys, mix64, Key};
 use cxlkv_platform::size::human;
 use cxlkv_platform::{pattern, FlushMode, Node, Options, Populate, KIND_RESPONSE};
 use hdrhistogram::Histogram;
@@ -223,7 +223,7 @@ pub const MAX_WRITE_AMPLIFICATION: f64 = 1.1;
 
 /// Counters of one worker, sent as JSON lines to the parent.
 #[derive(Clone, Default, Serialize, Deserialize)]
-struct Counters {
+struct WorkerCounters {
     /// The worker finished its run (its last line).
     done: bool,
     requests: u64,
@@ -260,7 +260,7 @@ struct Counters {
     live_at_first_eviction: Option<f64>,
 }
 
-impl Counters {
+impl WorkerCounters {
     fn error(&mut self, what: String) {
         self.errors += 1;
         self.first_error.get_or_insert(what);
@@ -290,7 +290,7 @@ pub fn worker(args: &[String]) -> Result<(), String> {
 
 /// Records, once, how full the region was when this worker's reserves
 /// first had to evict (the share of payload capacity live just after).
-fn note_first_eviction(cache: &Node, c: &mut Counters) {
+fn note_first_eviction(cache: &Node, c: &mut WorkerCounters) {
     if c.live_at_first_eviction.is_some() {
         return;
     }
@@ -301,7 +301,7 @@ fn note_first_eviction(cache: &Node, c: &mut Counters) {
     }
 }
 
-fn report(c: &mut Counters, done: bool) {
+fn report(c: &mut WorkerCounters, done: bool) {
     c.done = done;
     println!("{}", serde_json::to_string(c).unwrap_or_default());
 }
@@ -331,7 +331,7 @@ fn await_decoders(cache: &Node, decode: usize) -> Result<(), String> {
 fn prefill(cache: &Node, cfg: &Config, index: usize) -> Result<(), String> {
     await_decoders(cache, cfg.decode)?;
     let node = cache.core();
-    let mut c = Counters::default();
+    let mut c = WorkerCounters::default();
     let mut rng = SmallRng::seed_from_u64(cfg.seed ^ mix64(index as u64 + 1));
     let start = Instant::now();
     let mut last = Instant::now();
@@ -397,7 +397,7 @@ fn prefill(cache: &Node, cfg: &Config, index: usize) -> Result<(), String> {
 fn take_answers(
     cache: &Node,
     inflight: &mut HashMap<u64, Inflight>,
-    c: &mut Counters,
+    c: &mut WorkerCounters,
     wait: Duration,
 ) -> Result<(), String> {
     let mut first = !wait.is_zero();
@@ -430,7 +430,7 @@ fn prefill_one(
     cfg: &Config,
     chain: &[Key],
     buf: &mut [u8],
-    c: &mut Counters,
+    c: &mut WorkerCounters,
     inflight: &mut HashMap<u64, Inflight>,
 ) -> Result<Vec<Handle>, String> {
     let node = cache.core();
@@ -510,7 +510,7 @@ fn decode(cache: &Node, cfg: &Config) -> Result<(), String> {
     // Attached just before; population started then.
     let attached = Instant::now();
     let node = cache.core();
-    let mut c = Counters::default();
+    let mut c = WorkerCounters::default();
     let mut buf = vec![0u8; cfg.block_bytes as usize];
     let mut stops = 0;
     let mut last = Instant::now();
@@ -583,7 +583,7 @@ fn decode(cache: &Node, cfg: &Config) -> Result<(), String> {
 
 /// The merged reports of every worker.
 /// The sum of `f` over some workers' counters.
-fn sum(cs: &[Counters], f: impl Fn(&Counters) -> u64) -> u64 {
+fn sum(cs: &[WorkerCounters], f: impl Fn(&WorkerCounters) -> u64) -> u64 {
     cs.iter().map(f).sum()
 }
 
@@ -645,7 +645,7 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
     };
     let conf = serde_json::to_string(cfg).map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let latest: Arc<Mutex<BTreeMap<String, Counters>>> = Arc::default();
+    let latest: Arc<Mutex<BTreeMap<String, WorkerCounters>>> = Arc::default();
     let mut children: Vec<(String, Child, std::thread::JoinHandle<()>)> = Vec::new();
     let roles = (0..cfg.decode).map(|i| ("decode", i)).chain((0..cfg.prefill).map(|i| ("prefill", i)));
     for (role, i) in roles {
@@ -662,7 +662,7 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
         let (l2, n2) = (latest.clone(), name.clone());
         let reader = std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Counters>(&line) {
+                if let Ok(v) = serde_json::from_str::<WorkerCounters>(&line) {
                     if let Ok(mut m) = l2.lock() {
                         m.insert(n2.clone(), v);
                     }
@@ -749,7 +749,7 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
         get_warmup.merge(&c.get_warmup);
     }
     let populated_ms = dec.iter().filter_map(|c| c.populated_after.map(|d| d.as_millis() as u64)).max();
-    let lens = |f: fn(&Counters) -> &Vec<u32>| -> Vec<f64> {
+    let lens = |f: fn(&WorkerCounters) -> &Vec<u32>| -> Vec<f64> {
         pre.iter().flat_map(|c| f(c).iter().map(|&x| x as f64)).collect()
     };
     let (in_m, in_sd) = mean_sd(&lens(|c| &c.input_tokens));
@@ -906,7 +906,7 @@ pub struct Latency {
     pub n: u64,
 }
 
-fn partition(m: &BTreeMap<String, Counters>) -> (Vec<Counters>, Vec<Counters>) {
+fn partition(m: &BTreeMap<String, WorkerCounters>) -> (Vec<WorkerCounters>, Vec<WorkerCounters>) {
     let p = m.iter().filter(|(k, _)| k.starts_with("prefill")).map(|(_, v)| v.clone()).collect();
     let d = m.iter().filter(|(k, _)| k.starts_with("decode")).map(|(_, v)| v.clone()).collect();
     (p, d)

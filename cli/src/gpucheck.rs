@@ -18,9 +18,9 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use cxlkv_core::hash::Key;
-use cxlkv_core::layout::Capacities;
 use cxlkv_platform::gpu::{Cuda, CudaPath, DeviceBuffer, Segment};
+use cxlkv_platform::kv::Capacities;
+use cxlkv_platform::kv::Key;
 use cxlkv_platform::{Error, FlushMode, Mapping, Node, Options, Region, Result};
 use rand::rngs::SmallRng;
 use rand::{Rng as _, RngCore, SeedableRng};
@@ -108,7 +108,7 @@ fn correctness(a: &Args, cuda: &Cuda, c: &mut Checks) -> Result<()> {
     c.check("same device registers again", cache.register_cuda(a.device).is_ok());
     c.check(
         "another device is refused",
-        matches!(cache.register_cuda(a.device + 1), Err(Error::Core(cxlkv_core::Error::InvalidArgument))),
+        matches!(cache.register_cuda(a.device + 1), Err(Error::Core(cxlkv_platform::kv::CoreError::InvalidArgument))),
     );
     let stream = cuda.stream()?;
     let s = stream.raw();
@@ -128,7 +128,7 @@ fn correctness(a: &Args, cuda: &Cuda, c: &mut Checks) -> Result<()> {
     let null = Segment { region_off: pay.start, device_ptr: 0, len: 64 };
     c.check(
         "null device pointer refused",
-        matches!(path.gather(&[null], s), Err(Error::Core(cxlkv_core::Error::InvalidArgument))),
+        matches!(path.gather(&[null], s), Err(Error::Core(cxlkv_platform::kv::CoreError::InvalidArgument))),
     );
     let mut rng = Rng::seed_from_u64(0x5eed);
     round_trips(&cache, &path, &dev_a, &dev_b, s, &mut rng, c)?;
@@ -170,7 +170,7 @@ fn round_trips(
         let mut back = vec![0u8; len];
         c.check("CPU get length", node.get(1, k, &mut back)? == len);
         c.check(&format!("CPU sees the DMA-written block ({len} B)"), back == data);
-        let mut acq = [Err(cxlkv_core::Error::NotFound)];
+        let mut acq = [Err(cxlkv_platform::kv::CoreError::NotFound)];
         node.acquire(1, &[k], &mut acq)?;
         let h2 = acq[0]?;
         dev_b.fill(0)?;
@@ -223,7 +223,7 @@ fn gather_scatter(
         let h = node.reserve(2, k, block as u64, 16)?;
         node.write(&h, 0, &data)?;
         node.publish_flushed(&[h], &mut [Ok(())])?;
-        let mut acq = [Err(cxlkv_core::Error::NotFound)];
+        let mut acq = [Err(cxlkv_platform::kv::CoreError::NotFound)];
         node.acquire(2, &[k], &mut acq)?;
         let h = acq[0]?;
         let ps = pieces(rng, n_pieces, slot, dev_slot);

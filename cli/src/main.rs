@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use cxlkv_core::layout::Capacities;
 use cxlkv_platform::inspect::Observed;
+use cxlkv_platform::kv::Capacities;
 use cxlkv_platform::{FlushMode, Node, Options, Region};
 use serde_json::json;
 
@@ -472,8 +472,8 @@ impl From<cxlkv_platform::Error> for Fail {
     }
 }
 
-impl From<cxlkv_core::Error> for Fail {
-    fn from(e: cxlkv_core::Error) -> Self {
+impl From<cxlkv_platform::kv::CoreError> for Fail {
+    fn from(e: cxlkv_platform::kv::CoreError) -> Self {
         Fail::Run(e.to_string())
     }
 }
@@ -509,7 +509,7 @@ fn cmd_format(a: &FormatArgs) -> Result<(), Fail> {
         // Refuse impossible sizes before touching an existing file.
         if let Err(e) = Region::plan(caps, a.size) {
             return Err(Fail::Run(match (e.core(), Region::min_size(caps)) {
-                (Some(cxlkv_core::Error::TooSmall), Some(min)) => format!(
+                (Some(cxlkv_platform::kv::CoreError::TooSmall), Some(min)) => format!(
                     "--size {} is too small for these capacities: they need at least {} ({min} bytes)",
                     cxlkv_platform::size::human(a.size),
                     cxlkv_platform::size::human(min)
@@ -730,7 +730,7 @@ fn cmd_events(a: &EventsArgs) -> Result<(), Fail> {
     let mut feed = observed.feed();
     let start = std::time::Instant::now();
     let mut events = Vec::new();
-    let key = |k: cxlkv_core::hash::Key| format!("{:016x}{:016x}", k.hi, k.lo);
+    let key = |k: cxlkv_platform::kv::Key| format!("{:016x}{:016x}", k.hi, k.lo);
     loop {
         events.clear();
         feed.poll(&mut events)?;

@@ -9,9 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cxlkv_core::hash::Key;
-use cxlkv_core::index::Lru;
-use cxlkv_core::layout::Capacities;
+use cxlkv_platform::kv::Capacities;
+use cxlkv_platform::kv::Key;
+use cxlkv_platform::kv::Lru;
 use cxlkv_platform::nvme::{Io, Op, QUEUE_DEPTH};
 use cxlkv_platform::{GetItem, Node, Options, PutItem, Tier, TierOptions};
 use serde::Serialize;
@@ -38,7 +38,7 @@ fn mbs(bytes: usize, t: Duration) -> f64 {
 }
 
 fn key(i: u64) -> Key {
-    Key { lo: cxlkv_core::hash::mix64(i ^ 0x7469_6572), hi: i }
+    Key { lo: cxlkv_platform::kv::mix64(i ^ 0x7469_6572), hi: i }
 }
 
 struct Buf(*mut u8, std::alloc::Layout);

@@ -146,7 +146,7 @@ fn usage_errors_exit_2() {
 /// still maps: the old mapping stays readable after a smaller format.
 #[test]
 fn format_refuses_live_nodes_and_never_truncates_a_mapped_file() {
-    use cxlkv_core::hash::Key;
+    use cxlkv_platform::kv::Key;
     use cxlkv_platform::{FlushMode, GetItem, Options, PutItem, Region};
     let p = path("live");
     let local = format!("{p}.local");
@@ -223,7 +223,7 @@ fn errors_name_what_works_and_help_shows_defaults() {
 /// and what it did during the interval.
 #[test]
 fn top_once_shows_each_node_and_its_rates() {
-    use cxlkv_core::hash::Key;
+    use cxlkv_platform::kv::Key;
     use cxlkv_platform::{FlushMode, Options, PutItem, Region};
     let p = path("top");
     let local = format!("{p}.local");

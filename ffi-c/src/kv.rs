@@ -5,8 +5,8 @@
 
 use core::ffi::{c_char, c_void, CStr};
 
-use cxlkv_core::hash::{chain_keys, Key, Namespace};
-use cxlkv_core::index::{Handle, ReserveItem};
+use cxlkv_platform::kv::{chain_keys, Key, Namespace};
+use cxlkv_platform::kv::{Handle, ReserveItem};
 use cxlkv_platform::{GetItem, Node, PutItem};
 
 use crate::region::{cxlkv_evict_report, cxlkv_node, live};
@@ -379,7 +379,7 @@ impl cxlkv_block {
     }
 }
 
-fn code(r: &cxlkv_core::Result<impl Sized>) -> cxlkv_result {
+fn code(r: &cxlkv_platform::kv::CoreResult<impl Sized>) -> cxlkv_result {
     match r {
         Ok(_) => cxlkv_result::Ok,
         Err(e) => (*e).into(),
@@ -406,7 +406,7 @@ impl BatchOut<'_> {
     }
 
     /// Fills slot `i` from a handle result.
-    fn set(&mut self, c: &Node, i: usize, r: cxlkv_core::Result<Handle>) -> usize {
+    fn set(&mut self, c: &Node, i: usize, r: cxlkv_platform::kv::CoreResult<Handle>) -> usize {
         let b = r.map_err(Fail::from).and_then(|h| cxlkv_block::of(c, &h));
         match b {
             Ok(b) => {
@@ -457,7 +457,7 @@ pub unsafe extern "C" fn cxlkv_acquire(
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
-        let mut hs = vec![Err(cxlkv_core::Error::InvalidArgument); n];
+        let mut hs = vec![Err(cxlkv_platform::kv::CoreError::InvalidArgument); n];
         c.acquire_views(ns, &ks, &mut hs)?;
         let mut got = 0;
         for (i, r) in hs.into_iter().enumerate() {
@@ -555,7 +555,7 @@ pub unsafe extern "C" fn cxlkv_reserve(
         let c = unsafe { live(node) }?;
         let req: Vec<ReserveItem> =
             its.iter().map(|i| ReserveItem { key: i.key.into(), len: i.len, tokens: i.tokens }).collect();
-        let mut hs = vec![Err(cxlkv_core::Error::InvalidArgument); n];
+        let mut hs = vec![Err(cxlkv_platform::kv::CoreError::InvalidArgument); n];
         c.core().reserve_batch(ns, &req, &mut hs)?;
         let mut got = 0;
         for (i, r) in hs.into_iter().enumerate() {
@@ -579,7 +579,7 @@ pub(crate) unsafe fn finish(
     blocks: *const cxlkv_block,
     n: usize,
     status: *mut cxlkv_result,
-    op: impl FnOnce(&Node, &[Handle], &mut [cxlkv_core::Result<()>]) -> Res<()>,
+    op: impl FnOnce(&Node, &[Handle], &mut [cxlkv_platform::kv::CoreResult<()>]) -> Res<()>,
 ) -> cxlkv_result {
     guard(|| {
         // SAFETY:

@@ -49,8 +49,8 @@ impl From<cxlkv_result> for Fail {
     }
 }
 
-impl From<cxlkv_core::Error> for Fail {
-    fn from(e: cxlkv_core::Error) -> Self {
+impl From<cxlkv_platform::kv::CoreError> for Fail {
+    fn from(e: cxlkv_platform::kv::CoreError) -> Self {
         set_last_error(e.to_string());
         Fail(e.into())
     }
@@ -314,7 +314,13 @@ mod tests {
             let r = cxlkv_result::from_u32(1000 + code);
             assert!(r.is_some(), "core code {code}");
         }
-        assert_eq!(cxlkv_result::from(cxlkv_core::Error::InboxFull) as u32, 1000 + cxlkv_core::Error::InboxFull.code());
-        assert_eq!(cxlkv_result::from(cxlkv_core::Error::Exists) as u32, 1000 + cxlkv_core::Error::Exists.code());
+        assert_eq!(
+            cxlkv_result::from(cxlkv_platform::kv::CoreError::InboxFull) as u32,
+            1000 + cxlkv_platform::kv::CoreError::InboxFull.code()
+        );
+        assert_eq!(
+            cxlkv_result::from(cxlkv_platform::kv::CoreError::Exists) as u32,
+            1000 + cxlkv_platform::kv::CoreError::Exists.code()
+        );
     }
 }

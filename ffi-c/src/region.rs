@@ -6,8 +6,8 @@ use core::ffi::c_char;
 use std::path::Path;
 use std::time::Duration;
 
-use cxlkv_core::index::Lru;
-use cxlkv_core::layout::{Capacities, NodeStats};
+use cxlkv_platform::kv::Lru;
+use cxlkv_platform::kv::{Capacities, NodeStats};
 use cxlkv_platform::{FlushMode, Node, Options, Region};
 
 use crate::{cxlkv_result, guard, handle, slice_mut, text, Live, Out, Res, Shell};

@@ -6,8 +6,8 @@
 
 use core::ffi::{c_char, c_void};
 
-use cxlkv_core::roots::{self, Root};
 use cxlkv_platform::host::tid;
+use cxlkv_platform::kv::{Root, MAX_ROOT_NAME};
 
 use crate::region::{cxlkv_node, live};
 use crate::{cxlkv_result, guard, text, Out, Res};
@@ -173,7 +173,7 @@ pub struct cxlkv_root {
 }
 
 fn name_of(s: &str) -> Res<&[u8]> {
-    if s.is_empty() || s.len() > roots::MAX_NAME {
+    if s.is_empty() || s.len() > MAX_ROOT_NAME {
         return Err(cxlkv_result::InvalidArgument.into());
     }
     Ok(s.as_bytes())

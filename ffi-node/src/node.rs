@@ -287,7 +287,7 @@ pub struct Evicted {
 
 /// One node's counters (or every node's, summed).
 #[napi(object)]
-pub struct Counters {
+pub struct NodeCounters {
     /// Keys found by gets and acquires.
     pub hits: f64,
     /// Keys not found.
@@ -310,8 +310,8 @@ fn evicted(r: EvictReport) -> Evicted {
     Evicted { blocks: r.entries as f64, bytes: r.bytes as f64 }
 }
 
-fn counters(n: NodeStats) -> Counters {
-    Counters {
+fn counters(n: NodeStats) -> NodeCounters {
+    NodeCounters {
         hits: n.hits as f64,
         misses: n.misses as f64,
         inserts: n.inserts as f64,
@@ -327,9 +327,9 @@ fn counters(n: NodeStats) -> Counters {
 #[napi(object)]
 pub struct Stats {
     /// This node's counters.
-    pub node: Counters,
+    pub node: NodeCounters,
     /// Every attached or dead node's counters, summed.
-    pub total: Counters,
+    pub total: NodeCounters,
     /// Attached nodes, a bit per node id.
     pub alive_mask: BigInt,
     /// Nodes declared dead whose recovery is pending.

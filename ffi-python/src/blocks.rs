@@ -17,7 +17,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyMemoryView, PyTuple};
 
-use cxlkv_core::index::Handle;
+use cxlkv_platform::kv::Handle;
 use cxlkv_platform::Code as R;
 use cxlkv_platform::{Blocks, Finish, Kind, Node as Attached};
 
@@ -27,7 +27,7 @@ use crate::{key_bytes, raise, OrRaise};
 pub(crate) static RESULT_ENUM: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// A per-item result as a `cxlkv.Result` member.
-pub(crate) fn result<'py>(py: Python<'py>, r: &cxlkv_core::Result<()>) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn result<'py>(py: Python<'py>, r: &cxlkv_platform::kv::CoreResult<()>) -> PyResult<Bound<'py, PyAny>> {
     let code = match r {
         Ok(()) => R::Ok,
         Err(e) => R::from(*e),
@@ -109,7 +109,7 @@ struct Item {
 /// The blocks of one acquire or reserve call.
 struct Batch {
     shared: Arc<Blocks>,
-    keys: Vec<cxlkv_core::hash::Key>,
+    keys: Vec<cxlkv_platform::kv::Key>,
     items: Vec<Option<Item>>,
 }
 
@@ -166,7 +166,7 @@ impl Batch {
         self.shared.is_open()
     }
 
-    fn finish(&self, py: Python<'_>, how: Finish) -> PyResult<Vec<cxlkv_core::Result<()>>> {
+    fn finish(&self, py: Python<'_>, how: Finish) -> PyResult<Vec<cxlkv_platform::kv::CoreResult<()>>> {
         if !self.open() {
             return Err(raise(py, R::StaleHandle, "the blocks were released already"));
         }

@@ -14,7 +14,7 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt};
 
-use cxlkv_core::hash::{chain_keys as core_chain_keys, Key, Namespace};
+use cxlkv_platform::kv::{chain_keys as core_chain_keys, Key, Namespace};
 use cxlkv_platform::{Code as R, Family};
 
 mod blocks;
@@ -72,7 +72,7 @@ pub(crate) fn err(py: Python<'_>, e: cxlkv_platform::Error) -> PyErr {
 }
 
 /// Converts a core error to its exception.
-pub(crate) fn core_err(py: Python<'_>, e: cxlkv_core::Error) -> PyErr {
+pub(crate) fn core_err(py: Python<'_>, e: cxlkv_platform::kv::CoreError) -> PyErr {
     err(py, e.into())
 }
 
@@ -87,7 +87,7 @@ impl<T> OrRaise<T> for cxlkv_platform::Result<T> {
     }
 }
 
-impl<T> OrRaise<T> for cxlkv_core::Result<T> {
+impl<T> OrRaise<T> for cxlkv_platform::kv::CoreResult<T> {
     fn or_raise(self, py: Python<'_>) -> PyResult<T> {
         self.map_err(|e| core_err(py, e))
     }

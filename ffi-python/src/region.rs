@@ -8,11 +8,11 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use cxlkv_core::channel::Message as Msg;
-use cxlkv_core::hash::Key;
-use cxlkv_core::index::{Lru, ReserveItem};
-use cxlkv_core::layout::Capacities;
 use cxlkv_platform::gpu::{CudaPath, Segment};
+use cxlkv_platform::kv::Capacities;
+use cxlkv_platform::kv::Key;
+use cxlkv_platform::kv::Message as Msg;
+use cxlkv_platform::kv::{Lru, ReserveItem};
 use cxlkv_platform::Code as R;
 use cxlkv_platform::{
     FlushMode, GetItem, Node as Attached, Options, PutItem, Region as Mapped, ReserveRefused, KIND_RESPONSE,

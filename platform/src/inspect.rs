@@ -157,12 +157,12 @@ pub struct NodeReport {
     pub reservations: u32,
     /// Its counters.
     #[serde(flatten)]
-    pub counters: Counters,
+    pub counters: NodeCounters,
 }
 
 /// A node's counters (core's `NodeStats`, as reported).
 #[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct Counters {
+pub struct NodeCounters {
     /// Blocks found (lookup, acquire, get).
     pub hits: u64,
     /// Blocks not found.
@@ -181,9 +181,9 @@ pub struct Counters {
     pub tier_timeouts: u64,
 }
 
-impl From<NodeStats> for Counters {
-    fn from(s: NodeStats) -> Counters {
-        Counters {
+impl From<NodeStats> for NodeCounters {
+    fn from(s: NodeStats) -> NodeCounters {
+        NodeCounters {
             hits: s.hits,
             misses: s.misses,
             inserts: s.inserts,

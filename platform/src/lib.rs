@@ -54,9 +54,16 @@ pub use user::ReserveRefused;
 /// no other dependency than platform.
 pub mod kv {
     pub use cxlkv_core::channel::Message;
-    pub use cxlkv_core::hash::{chain_keys, Key, Namespace};
+    pub use cxlkv_core::hash::{chain_keys, mix64, Key, Namespace};
     pub use cxlkv_core::index::{EvictReport, Handle, Lru, ReserveItem};
     pub use cxlkv_core::layout::{Capacities, NodeStats, KEYS_PER_SLOT};
     pub use cxlkv_core::recover::RecoverReport;
+    pub use cxlkv_core::roots::{Root, MAX_NAME as MAX_ROOT_NAME};
     pub use cxlkv_core::{Error as CoreError, Result as CoreResult};
+}
+
+/// The coherence interface a flush mode implements ([`Flush`]), for code
+/// that measures or drives it directly (the CLI's bench).
+pub mod coherence {
+    pub use cxlkv_core::coherence::{Coherence, Site};
 }

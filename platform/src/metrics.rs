@@ -27,7 +27,7 @@ use cxlkv_core::layout::{
 use cxlkv_core::pins::journal_census;
 
 use crate::host::{pid_alive, Locality};
-use crate::inspect::{Counters, Observed};
+use crate::inspect::{NodeCounters, Observed};
 use crate::Result;
 
 /// The media type of [`RegionMetrics::to_openmetrics`]'s text.
@@ -47,7 +47,7 @@ pub struct NodeMetrics {
     pub state: &'static str,
     /// Its operation counters.
     #[serde(flatten)]
-    pub counters: Counters,
+    pub counters: NodeCounters,
     /// Global locks granted to it.
     pub lock_grants: u64,
     /// Seconds its lock requests waited for their grants, in all.

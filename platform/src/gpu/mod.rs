@@ -98,7 +98,7 @@ pub struct CudaStats {
 }
 
 #[derive(Default)]
-struct Counters {
+struct CopyCounters {
     to_device: u64,
     to_region: u64,
     copies: u64,
@@ -110,7 +110,7 @@ struct Counters {
 pub(crate) struct GpuState {
     reg: Registration,
     cuda: Cuda,
-    counters: Mutex<Counters>,
+    counters: Mutex<CopyCounters>,
 }
 
 impl GpuState {
@@ -122,7 +122,7 @@ impl GpuState {
         // SAFETY: the region's mapping is owned by the cache, which drops this
         // state (unregistering) before it unmaps (`Node::shutdown`).
         let reg = unsafe { cuda.register(region.base(), len, REGISTER_CHUNK) }?;
-        Ok(GpuState { reg, cuda, counters: Mutex::new(Counters::default()) })
+        Ok(GpuState { reg, cuda, counters: Mutex::new(CopyCounters::default()) })
     }
 
     /// Unregisters the region, then releases the device (fields drop in
