@@ -356,9 +356,10 @@ fn beat(attached: std::sync::mpsc::Receiver<Arc<Inner>>) {
             );
             return;
         }
-        // Short sleeps, so that a close is not kept waiting.
+        // Parked, so that a close wakes it at once (`shutdown` unparks it);
+        // a spurious wake-up only goes round the loop again.
         while !inner.stop.get() && t.elapsed() < beat_every {
-            std::thread::sleep((beat_every - t.elapsed().min(beat_every)).min(Duration::from_millis(10)));
+            std::thread::park_timeout(beat_every - t.elapsed().min(beat_every));
         }
     }
 }
@@ -821,6 +822,7 @@ impl Node {
         self.inner.tier.ring();
         let _ = t.join();
         if let Some(b) = self.beating.take() {
+            b.thread().unpark();
             let _ = b.join();
         }
         // An automatic recovery holds locks in this node's name: it ends
