@@ -507,6 +507,10 @@ export interface TierCounters {
   bytesRead: number
   /** Blocks the drive read straight into the region. */
   directReads: number
+  /** Bytes registered with io_uring as fixed buffers. */
+  registeredBytes: number
+  /** Directories on memory-backed file systems (tmpfs). */
+  memoryDirs: number
   /** The I/O engine in use, or null. */
   engine?: string
   /** The tier thread runs at the highest best-effort I/O priority. */

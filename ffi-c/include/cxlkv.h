@@ -454,6 +454,17 @@ typedef struct cxlkv_tier_counters {
   uint64_t bytes_written;
   // Bytes read from the drives.
   uint64_t bytes_read;
+  // Blocks a drive read straight into the region (no copy).
+  uint64_t direct_reads;
+  // Bytes registered with io_uring as fixed buffers (the region and the
+  // tier's buffers, the buffers alone, or none under a low memlock limit).
+  uint64_t registered_bytes;
+  // Directories on memory-backed file systems (tmpfs; warned at start).
+  uint32_t memory_dirs;
+  // The tier thread runs at the highest best-effort I/O priority.
+  bool io_priority;
+  // The tier thread runs at a raised CPU priority.
+  bool cpu_priority;
 } cxlkv_tier_counters;
 
 #ifdef __cplusplus

@@ -51,6 +51,17 @@ pub struct cxlkv_tier_counters {
     pub bytes_written: u64,
     /// Bytes read from the drives.
     pub bytes_read: u64,
+    /// Blocks a drive read straight into the region (no copy).
+    pub direct_reads: u64,
+    /// Bytes registered with io_uring as fixed buffers (the region and the
+    /// tier's buffers, the buffers alone, or none under a low memlock limit).
+    pub registered_bytes: u64,
+    /// Directories on memory-backed file systems (tmpfs; warned at start).
+    pub memory_dirs: u32,
+    /// The tier thread runs at the highest best-effort I/O priority.
+    pub io_priority: bool,
+    /// The tier thread runs at a raised CPU priority.
+    pub cpu_priority: bool,
 }
 
 /// Writes the default options (no directories: set `dirs` and `n_dirs`),
@@ -176,6 +187,11 @@ pub unsafe extern "C" fn cxlkv_tier_stats(tier: *const cxlkv_tier, out: *mut cxl
             held: s.held,
             bytes_written: s.bytes_written,
             bytes_read: s.bytes_read,
+            direct_reads: s.direct_reads,
+            registered_bytes: s.registered_bytes,
+            memory_dirs: s.memory_dirs,
+            io_priority: s.io_priority,
+            cpu_priority: s.cpu_priority,
         });
         Ok(())
     })

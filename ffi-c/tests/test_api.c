@@ -458,6 +458,7 @@ static void test_tier(cxlkv_region *r, cxlkv_node *user) {
   cxlkv_tier_counters ts;
   OK(cxlkv_tier_stats(t, &ts));
   CHECK(ts.promotions == N && ts.held == n && ts.errors == 0);
+  CHECK(ts.bytes_read > 0 && ts.bytes_written > 0 && ts.memory_dirs <= 1);
   OK(cxlkv_tier_stop(t));
   EXPECT(cxlkv_tier_stats(t, &ts), CXLKV_RESULT_INVALID_HANDLE);
   OK(cxlkv_tier_stop(t));

@@ -46,6 +46,10 @@ pub struct TierCounters {
     pub bytes_read: f64,
     /// Blocks the drive read straight into the region.
     pub direct_reads: f64,
+    /// Bytes registered with io_uring as fixed buffers.
+    pub registered_bytes: f64,
+    /// Directories on memory-backed file systems (tmpfs).
+    pub memory_dirs: u32,
     /// The I/O engine in use, or null.
     pub engine: Option<String>,
     /// The tier thread runs at the highest best-effort I/O priority.
@@ -108,6 +112,8 @@ impl Tier {
                 bytes_written: s.bytes_written as f64,
                 bytes_read: s.bytes_read as f64,
                 direct_reads: s.direct_reads as f64,
+                registered_bytes: s.registered_bytes as f64,
+                memory_dirs: s.memory_dirs,
                 engine: s.engine.map(|e| format!("{e:?}")),
                 io_priority: s.io_priority,
                 cpu_priority: s.cpu_priority,

@@ -387,6 +387,12 @@ test('an SSD tier started from Node brings evicted blocks back', () => {
     assert.equal(s.promotions, keys.length)
     assert.equal(s.held, keys.length)
     assert.ok(s.engine !== null && s.engine !== undefined)
+    // Every counter the platform keeps, as in C and Python.
+    assert.ok(s.bytesRead > 0 && s.bytesWritten > 0)
+    assert.equal(typeof s.registeredBytes, 'number')
+    assert.ok(s.memoryDirs === 0 || s.memoryDirs === 1)
+    assert.equal(typeof s.ioPriority, 'boolean')
+    assert.equal(typeof s.cpuPriority, 'boolean')
     tier.stop()
     throwsCode(() => tier.spillAll(), Error, 'INVALID_HANDLE')
     tier.stop() // stopping twice does nothing

@@ -46,23 +46,18 @@ pub(crate) fn options(
 #[pymethods]
 impl Tier {
     /// Counters: spills, promotions, misses, errors, held, bytes_written,
-    /// bytes_read, direct_reads, and the I/O engine's name.
+    /// bytes_read, direct_reads, registered_bytes, memory_dirs; the I/O
+    /// engine's name; io_priority and cpu_priority (whether the tier thread
+    /// got its raised I/O and CPU priority).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.with(py, |t| Ok(t.stats()))?;
         let d = PyDict::new(py);
-        for (k, v) in [
-            ("spills", s.spills),
-            ("promotions", s.promotions),
-            ("misses", s.misses),
-            ("errors", s.errors),
-            ("held", s.held),
-            ("bytes_written", s.bytes_written),
-            ("bytes_read", s.bytes_read),
-            ("direct_reads", s.direct_reads),
-        ] {
+        for (k, v) in s.counters() {
             d.set_item(k, v)?;
         }
         d.set_item("engine", s.engine.map(|e| format!("{e:?}")))?;
+        d.set_item("io_priority", s.io_priority)?;
+        d.set_item("cpu_priority", s.cpu_priority)?;
         Ok(d)
     }
 

@@ -320,6 +320,10 @@ def test_an_ssd_tier_started_from_python_brings_evicted_blocks_back(region: cxlk
             stats = tier.stats()
             assert stats["promotions"] == len(keys) and stats["held"] == len(keys)
             assert stats["engine"] is not None
+            # Every counter the platform keeps, as in C and Node.
+            assert stats["bytes_read"] > 0 and stats["bytes_written"] > 0
+            assert stats["memory_dirs"] in (0, 1) and stats["registered_bytes"] >= 0
+            assert isinstance(stats["io_priority"], bool) and isinstance(stats["cpu_priority"], bool)
         with pytest.raises(cxlkv.StaleHandleError):
             tier.spill_all()
         tier.stop()  # stopping twice does nothing

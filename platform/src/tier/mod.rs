@@ -115,6 +115,25 @@ pub struct TierStats {
     pub cpu_priority: bool,
 }
 
+impl TierStats {
+    /// Every count by its name, in one order: what a binding reporting them
+    /// as a table (Python's dict) lists, so none is left out.
+    pub fn counters(&self) -> [(&'static str, u64); 10] {
+        [
+            ("spills", self.spills),
+            ("promotions", self.promotions),
+            ("misses", self.misses),
+            ("errors", self.errors),
+            ("held", self.held),
+            ("bytes_written", self.bytes_written),
+            ("bytes_read", self.bytes_read),
+            ("direct_reads", self.direct_reads),
+            ("registered_bytes", self.registered_bytes),
+            ("memory_dirs", u64::from(self.memory_dirs)),
+        ]
+    }
+}
+
 /// The counters, shared by the tier thread and its handle.
 #[derive(Default)]
 struct TierCounters(Mutex<TierStats>);
