@@ -111,19 +111,7 @@ impl State {
             }
             1 => {
                 let r = self.region(inp);
-                let mut caps = cxlkv_capacities {
-                    max_nodes: 4,
-                    n_stripes: 2,
-                    entries_per_stripe: 32,
-                    n_roots: 8,
-                    pin_slots: 16,
-                    chunk_shift: 16,
-                    inbox_slots: 4,
-                    app_locks: 2,
-                    tier_slots: 1,
-                    tier_records: 8,
-                    change_records: 8,
-                };
+                let mut caps = pool_caps();
                 match inp.small(4) {
                     0 => caps.n_stripes = 3,
                     1 => caps.app_locks = 100_000,
@@ -157,10 +145,13 @@ impl State {
                 if i < self.keep && inp.small(16) != 0 {
                     return Some(());
                 }
-                if i != usize::MAX {
+                // Refused (Busy) while the node holds an application lock:
+                // then it keeps everything it holds, tickets included (a
+                // ticket forgotten here would keep the node from ever
+                // detaching, and its threads alive).
+                if c!(cxlkv_node_detach(n.cast_mut())) != R::Busy && i != usize::MAX {
                     self.forget(i);
                 }
-                let _ = c!(cxlkv_node_detach(n.cast_mut()));
             }
             4 => {
                 let r = self.region(inp);
@@ -528,7 +519,8 @@ static POOL: std::sync::Mutex<Option<Pool>> = std::sync::Mutex::new(None);
 /// Nodes the pool keeps attached.
 const POOL_NODES: usize = 3;
 
-/// The pooled region's capacities (as the attach-per-input mode formats).
+/// The capacities every region of this target is formatted with (op 1
+/// changes one now and then).
 fn pool_caps() -> cxlkv_capacities {
     cxlkv_capacities {
         max_nodes: 4,

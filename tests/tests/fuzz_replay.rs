@@ -2,7 +2,7 @@
 //! (`fuzz/corpus/<target>/`) and a fixed number of seeded random inputs.
 
 use cxlkv_core::hash::mix64;
-use cxlkv_tests::capi::{capi_pooled, capi_target};
+use cxlkv_tests::capi::{capi_pooled, capi_target, CapiRun};
 use cxlkv_tests::fuzz::{attach_target, ops_target};
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
@@ -49,16 +49,13 @@ fn ops_target_replays_corpus_and_seeded_inputs() {
     assert!(published > 50, "the scripts should publish blocks: {published}");
 }
 
-#[test]
-fn capi_target_replays_corpus_and_seeded_inputs() {
+/// Runs `target` over the capi corpus and `n` seeded random inputs; checks
+/// the scripts made calls and published blocks.
+fn replay_capi(target: fn(&[u8]) -> CapiRun, n: u64, salt: u64) {
     let (mut calls, mut published) = (0, 0);
-    for input in corpus("capi") {
-        let run = capi_target(&input);
-        calls += run.calls;
-        published += run.published;
-    }
-    for seed in 0..20u64 {
-        let run = capi_target(&random_input(seed ^ 0xc0de, 40 + (seed as usize * 29) % 400));
+    let seeded = (0..n).map(|seed| random_input(seed ^ salt, 40 + (seed as usize * 29) % 400));
+    for input in corpus("capi").into_iter().chain(seeded) {
+        let run = target(&input);
         calls += run.calls;
         published += run.published;
     }
@@ -67,21 +64,14 @@ fn capi_target_replays_corpus_and_seeded_inputs() {
 }
 
 #[test]
+fn capi_target_replays_corpus_and_seeded_inputs() {
+    replay_capi(capi_target, 20, 0xc0de);
+}
+
+#[test]
 fn capi_pooled_mode_keeps_its_region_clean_across_inputs() {
     // The pooled mode's inputs share one region and its nodes: each must
     // leave it empty and clean for the next (each ends with a check that
     // panics otherwise), including inputs that detach pooled nodes.
-    let (mut calls, mut published) = (0, 0);
-    for input in corpus("capi") {
-        let run = capi_pooled(&input);
-        calls += run.calls;
-        published += run.published;
-    }
-    for seed in 0..40u64 {
-        let run = capi_pooled(&random_input(seed ^ 0x9001, 40 + (seed as usize * 37) % 400));
-        calls += run.calls;
-        published += run.published;
-    }
-    assert!(calls > 1000, "the scripts should make calls: {calls}");
-    assert!(published > 20, "the scripts should publish blocks: {published}");
+    replay_capi(capi_pooled, 40, 0x9001);
 }
