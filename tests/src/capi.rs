@@ -121,15 +121,7 @@ impl State {
             }
             2 if self.nodes.len() < 4 => {
                 let r = self.region(inp);
-                let mut o = cxlkv_node_options {
-                    node_id: CXLKV_ANY_NODE,
-                    flush_mode: CXLKV_FLUSH_CLFLUSH,
-                    lease_ms: 2000,
-                    lock_timeout_ms: 50,
-                    settle_ms: 1,
-                    auto_recover: true,
-                    local_dir: self.local_dir.as_ptr(),
-                };
+                let mut o = node_options(&self.local_dir);
                 if inp.small(4) == 0 {
                     o.node_id = inp.small(6) as u32;
                 }
@@ -537,8 +529,10 @@ fn pool_caps() -> cxlkv_capacities {
     }
 }
 
-fn pool_attach(region: *mut cxlkv_region, local_dir: &std::ffi::CString) -> Option<*mut cxlkv_node> {
-    let o = cxlkv_node_options {
+/// The options every node of this target attaches with (op 2 picks a node
+/// id now and then).
+fn node_options(local_dir: &std::ffi::CString) -> cxlkv_node_options {
+    cxlkv_node_options {
         node_id: CXLKV_ANY_NODE,
         flush_mode: CXLKV_FLUSH_CLFLUSH,
         lease_ms: 2000,
@@ -546,7 +540,11 @@ fn pool_attach(region: *mut cxlkv_region, local_dir: &std::ffi::CString) -> Opti
         settle_ms: 1,
         auto_recover: true,
         local_dir: local_dir.as_ptr(),
-    };
+    }
+}
+
+fn pool_attach(region: *mut cxlkv_region, local_dir: &std::ffi::CString) -> Option<*mut cxlkv_node> {
+    let o = node_options(local_dir);
     let mut n = core::ptr::null_mut();
     (c!(cxlkv_node_attach(region, &o, &mut n)) == R::Ok).then_some(n)
 }
