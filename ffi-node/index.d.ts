@@ -22,6 +22,15 @@ export declare class Node {
   get id(): number
   /** True once detached. */
   get closed(): boolean
+  /**
+   * The id of namespace `fields` in this region, registered on first
+   * use: every node passing equal fields gets the same id, fields that
+   * differ in anything never share one (the region keeps each
+   * namespace's 128-bit digest). Each namespace takes one record of the
+   * root table (`ROOTS_FULL` when none is left). A number is an id as is
+   * (below 2**31: one the application picks).
+   */
+  namespace(fields: NamespaceFields | number): number
   /** Length of the longest prefix of `keys` whose blocks are stored. */
   lookup(ns: number, keys: Keys): number
   /** The longest stored prefix of `keys` and whether each key is stored. */
@@ -383,7 +392,17 @@ export interface Message {
   keys: Array<Buffer>
 }
 
-/** What makes two blocks interchangeable: `namespaceId`'s fields. */
+/**
+ * The 128-bit identity of a namespace (16 bytes): the same digest as C's
+ * and Python's for the same fields. `node.namespace(fields)` registers it
+ * in a region for the id every call takes.
+ */
+export declare function namespaceDigest(fields: NamespaceFields): Buffer
+
+/**
+ * What makes two blocks interchangeable: `namespaceDigest`'s and
+ * `Node.namespace`'s fields.
+ */
 export interface NamespaceFields {
   /** The model's name (or bytes). */
   model: string | Uint8Array
@@ -399,15 +418,14 @@ export interface NamespaceFields {
   ppRank?: number
   /** Tokens per block. */
   blockTokens?: number
-  /** Anything else (a salt, a LoRA id). */
+  /** Anything else, as a number. */
   extra?: number | bigint
+  /**
+   * Anything else, as text or bytes of any length (an engine's
+   * description of its blocks, a salt, a LoRA name).
+   */
+  salt?: string | Uint8Array
 }
-
-/**
- * The 32-bit id of a namespace: a hash of every field; the same id as C's
- * `cxlkv_namespace_id` and Python's `namespace_id` for the same fields.
- */
-export declare function namespaceId(fields: NamespaceFields): number
 
 /** One node's counters (or every node's, summed). */
 export interface NodeCounters {

@@ -785,5 +785,5 @@ module.exports.Reservation = nativeBinding.Reservation
 module.exports.Tier = nativeBinding.Tier
 module.exports.chainKeys = nativeBinding.chainKeys
 module.exports.codes = nativeBinding.codes
-module.exports.namespaceId = nativeBinding.namespaceId
+module.exports.namespaceDigest = nativeBinding.namespaceDigest
 module.exports.version = nativeBinding.version

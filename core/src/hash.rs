@@ -83,7 +83,10 @@ pub fn checksum32_fold(h: u64) -> u32 {
 
 /// What tells KV caches apart: blocks of one namespace are interchangeable,
 /// blocks of two never are. Engines fill the fields they have; the rest stay
-/// zero. [`Namespace::id`] is the 32-bit id every cache operation takes.
+/// zero (or empty). [`Namespace::digest`] is its 128-bit identity; a node
+/// registers it in the region ([`crate::node::Node::namespace`]) for the
+/// 32-bit id every cache operation takes, so two namespaces that differ in
+/// any field never get one id.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Namespace<'a> {
     /// Model name or path (any bytes).
@@ -100,30 +103,32 @@ pub struct Namespace<'a> {
     pub pp_rank: u32,
     /// Tokens per block.
     pub block_tokens: u32,
-    /// Anything else that must separate caches (an adapter id, a salt).
+    /// Anything else that must separate caches, as a number.
     pub extra: u64,
+    /// Anything else that must separate caches, as bytes of any length (an
+    /// engine's description of its blocks, a salt, a LoRA name).
+    pub salt: &'a [u8],
 }
 
 impl Namespace<'_> {
-    /// The namespace id: a hash of every field. Two namespaces share an id
-    /// with probability 2^-32; their blocks then still differ unless their
-    /// 128-bit keys are equal too.
-    pub fn id(&self) -> u32 {
-        let mut h = mix64(0x6e61_6d65_7370_6163 ^ self.model.len() as u64);
-        for c in self.model.chunks(8) {
-            let mut w = [0u8; 8];
-            w.iter_mut().zip(c).for_each(|(d, s)| *d = *s);
-            h = mix64(h ^ u64::from_le_bytes(w));
+    /// The namespace's 128-bit identity: XXH3-128 (seed 0) of every field in
+    /// a fixed encoding, lengths included, so no two field lists encode alike:
+    /// `"cxlkv-ns1"`, the model's length (u64) and bytes, `kv_layout`,
+    /// `dtype`, `tp_rank`, `tp_size`, `pp_rank`, `block_tokens` (u32 each),
+    /// `extra` (u64), the salt's length (u64) and bytes, integers
+    /// little-endian.
+    pub fn digest(&self) -> [u8; 16] {
+        let mut h = Xxh3::new();
+        h.update(b"cxlkv-ns1");
+        h.update(&(self.model.len() as u64).to_le_bytes());
+        h.update(self.model);
+        for v in [self.kv_layout, self.dtype, self.tp_rank, self.tp_size, self.pp_rank, self.block_tokens] {
+            h.update(&v.to_le_bytes());
         }
-        for v in [
-            self.kv_layout as u64 | (self.dtype as u64) << 32,
-            self.tp_rank as u64 | (self.tp_size as u64) << 32,
-            self.pp_rank as u64 | (self.block_tokens as u64) << 32,
-            self.extra,
-        ] {
-            h = mix64(h ^ v);
-        }
-        (h ^ (h >> 32)) as u32
+        h.update(&self.extra.to_le_bytes());
+        h.update(&(self.salt.len() as u64).to_le_bytes());
+        h.update(self.salt);
+        h.digest128().to_le_bytes()
     }
 }
 
@@ -177,7 +182,7 @@ mod tests {
     }
 
     #[test]
-    fn namespace_id_depends_on_every_field() {
+    fn namespace_digest_depends_on_every_field() {
         let base = Namespace { model: b"llama-3-8b", tp_size: 2, block_tokens: 16, ..Namespace::default() };
         let ids = [
             base,
@@ -190,15 +195,37 @@ mod tests {
             Namespace { pp_rank: 1, ..base },
             Namespace { block_tokens: 32, ..base },
             Namespace { extra: 1, ..base },
+            Namespace { salt: b"user-1", ..base },
+            Namespace { salt: b"\0", ..base },
+            // Bytes moved from the model to the salt: the lengths tell apart.
+            Namespace { model: b"llama-3-8", salt: b"b", ..base },
         ]
-        .map(|n| n.id());
+        .map(|n| n.digest());
         for i in 0..ids.len() {
             assert!(ids[i + 1..].iter().all(|&x| x != ids[i]), "field {i}");
         }
         assert_eq!(
-            base.id(),
-            Namespace { model: b"llama-3-8b", tp_size: 2, block_tokens: 16, ..Default::default() }.id()
+            base.digest(),
+            Namespace { model: b"llama-3-8b", tp_size: 2, block_tokens: 16, ..Default::default() }.digest()
         );
+    }
+
+    /// Computed independently with Python's `xxhash` package.
+    #[test]
+    fn namespace_digest_matches_its_specified_encoding() {
+        let ns = Namespace {
+            model: b"m",
+            kv_layout: 1,
+            dtype: 2,
+            tp_rank: 3,
+            tp_size: 4,
+            pp_rank: 5,
+            block_tokens: 6,
+            extra: 7,
+            salt: b"s",
+        };
+        let hex = ns.digest().iter().map(|b| std::format!("{b:02x}")).collect::<std::string::String>();
+        assert_eq!(hex, "3943895f2f6c5b42c40fa54ba142c483");
     }
 
     #[test]

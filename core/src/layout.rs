@@ -562,7 +562,8 @@ pub struct Capacities {
     pub n_stripes: u32,
     /// Entries per stripe.
     pub entries_per_stripe: u32,
-    /// Named roots.
+    /// Named roots: application roots, application locks and registered
+    /// namespaces (one record each).
     pub n_roots: u32,
     /// Pin journal records per node.
     pub pin_slots: u32,
@@ -589,7 +590,7 @@ impl Default for Capacities {
             max_nodes: 16,
             n_stripes: 16,
             entries_per_stripe: 4096,
-            n_roots: 64,
+            n_roots: 1024,
             pin_slots: 512,
             chunk_shift: 21,
             inbox_slots: 64,

@@ -39,6 +39,7 @@ pub mod layout;
 pub mod lock;
 pub mod mem;
 pub mod mutant;
+pub mod namespaces;
 pub mod node;
 pub mod off;
 pub mod pins;

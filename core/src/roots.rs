@@ -52,15 +52,21 @@ pub fn record_valid(r: &RootRecord) -> bool {
 
 /// Reads root `name` without a lock. `NotFound` if absent.
 pub fn get<C: Coherence>(store: &Store<C>, name: &[u8]) -> Result<Root> {
-    let want = name_bytes(name)?;
+    let (_, r) = find(store, name_bytes(name)?)?.ok_or(Error::NotFound)?;
+    Ok(Root { offset: r.offset, size: r.size, tag: r.tag })
+}
+
+/// The index and record of the root named `want` (a whole name field),
+/// read without a lock.
+pub(crate) fn find<C: Coherence>(store: &Store<C>, want: [u8; MAX_NAME]) -> Result<Option<(u32, RootRecord)>> {
     let l = &store.layout;
     for i in 0..l.caps.n_roots {
         let r: RootRecord = store.fresh(l.root(i), Site("roots.get"))?;
         if r.name == want && record_valid(&r) {
-            return Ok(Root { offset: r.offset, size: r.size, tag: r.tag });
+            return Ok(Some((i, r)));
         }
     }
-    Err(Error::NotFound)
+    Ok(None)
 }
 
 impl<C: Coherence> Node<'_, C> {
@@ -70,11 +76,12 @@ impl<C: Coherence> Node<'_, C> {
         if root.offset != 0 && !self.store.layout.payload.contains(root.offset, root.size) {
             return Err(Error::InvalidArgument);
         }
-        self.with_lock(self.store.layout.locks().roots(), || self.root_put_locked(want, root))
+        self.with_lock(self.store.layout.locks().roots(), || self.root_put_locked(want, root).map(|_| ()))
     }
 
-    /// Publishes root `want`; the caller holds the roots lock.
-    pub(crate) fn root_put_locked(&self, want: [u8; MAX_NAME], root: Root) -> Result<()> {
+    /// Publishes root `want`; the caller holds the roots lock. Returns the
+    /// record's index.
+    pub(crate) fn root_put_locked(&self, want: [u8; MAX_NAME], root: Root) -> Result<u32> {
         let l = &self.store.layout;
         let mut free = None;
         let mut exists = false;
@@ -94,7 +101,8 @@ impl<C: Coherence> Node<'_, C> {
             RootRecord { name: want, offset: root.offset, size: root.size, tag: root.tag, state: 1, checksum: 0 };
         r.checksum = record_sum(&r);
         // SYNC: record published under the roots lock (reader: get).
-        self.store.publish(l.root(i), &r, Site("roots.put"))
+        self.store.publish(l.root(i), &r, Site("roots.put"))?;
+        Ok(i)
     }
 
     /// Removes root `name` (the object it names is not freed).
@@ -129,7 +137,7 @@ impl<C: Coherence> Node<'_, C> {
                 if gone {
                     self.root_clear_locked(i)
                 } else {
-                    self.root_put_locked(want, r)
+                    self.root_put_locked(want, r).map(|_| ())
                 }
             })?;
             Ok(r)
@@ -137,7 +145,7 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// The slot and value of root `want`; the caller holds the roots lock.
-    fn root_find_locked(&self, want: [u8; MAX_NAME]) -> Result<(u32, Root)> {
+    pub(crate) fn root_find_locked(&self, want: [u8; MAX_NAME]) -> Result<(u32, Root)> {
         let l = &self.store.layout;
         for i in 0..l.caps.n_roots {
             let r: RootRecord = self.store.fresh(l.root(i), Site("roots.destroy.scan"))?;

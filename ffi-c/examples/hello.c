@@ -24,9 +24,9 @@ int main(void) {
   if (r != CXLKV_RESULT_OK) return fail("attach", r);
 
   /* The namespace and the key chain of a 32-token prompt (2 blocks). */
-  cxlkv_namespace nsf = {"llama-3-8b", 0, 0, 0, 1, 0, 16, 0};
+  cxlkv_namespace nsf = {"llama-3-8b", 0, 0, 0, 1, 0, 16, 0, NULL, 0};
   uint32_t ns = 0;
-  r = cxlkv_namespace_id(&nsf, &ns);
+  r = cxlkv_namespace_register(node, &nsf, &ns);
   if (r != CXLKV_RESULT_OK) return fail("namespace", r);
   uint32_t tokens[32];
   for (uint32_t i = 0; i < 32; i++) tokens[i] = 1000 + i;

@@ -208,7 +208,8 @@ typedef struct cxlkv_block {
 } cxlkv_block;
 
 // What tells KV caches apart, as fields. Fill what the engine has, leave
-// the rest 0; `cxlkv_namespace_id` gives the id every KV call takes.
+// the rest 0 (NULL); `cxlkv_namespace_register` registers it in a node's region and
+// gives the id every KV call takes.
 typedef struct cxlkv_namespace {
   // Model name or path, NUL-terminated (NULL: empty).
   const char *model;
@@ -224,8 +225,14 @@ typedef struct cxlkv_namespace {
   uint32_t pp_rank;
   // Tokens per block.
   uint32_t block_tokens;
-  // Anything else that must separate caches (adapter id, salt).
+  // Anything else that must separate caches, as a number.
   uint64_t extra;
+  // Anything else that must separate caches, as `salt_len` bytes of any
+  // value (an engine's description of its blocks, a salt, a LoRA name);
+  // NULL when `salt_len` is 0.
+  const uint8_t *salt;
+  // Bytes at `salt`.
+  size_t salt_len;
 } cxlkv_namespace;
 
 // What `cxlkv_evict` freed.
@@ -565,12 +572,32 @@ cxlkv_result cxlkv_cuda_publish_after(const struct cxlkv_node *node,
                                       size_t n,
                                       cxlkv_result *status);
 
-// The 32-bit id of a namespace: a hash of all its fields. Thread-safe.
+// The 128-bit identity of namespace `*ns`, as 16 bytes written to `out`:
+// XXH3-128 of every field in a fixed encoding (the same bytes as Python's
+// `namespace_digest` and Node's `namespaceDigest`). Needs no region;
+// `cxlkv_namespace_register` stores it in one. Thread-safe.
 //
 // # Safety
-// `ns` is valid for one read (its `model` NULL or NUL-terminated); `out` is
-// valid for one write.
-cxlkv_result cxlkv_namespace_id(const struct cxlkv_namespace *ns, uint32_t *out);
+// `ns` is valid for one read (its `model` NULL or NUL-terminated, its
+// `salt` valid for `salt_len` bytes); `out` is valid for 16 bytes of writes.
+cxlkv_result cxlkv_namespace_digest(const struct cxlkv_namespace *ns, uint8_t *out);
+
+// The id of namespace `*ns` in `node`'s region, registered there on first
+// use: every node that passes equal fields gets the same id (for as long as
+// the region is not formatted again), and fields that differ in anything
+// never share one (the region keeps each namespace's 128-bit digest; ids
+// from 2^31 up are registered, ids below are numbers an application picks
+// itself). Each namespace takes one record of the region's root table:
+// `CXLKV_RESULT_ROOTS_FULL` when none is left. The node remembers the ids
+// it registered or looked up, so a repeated call costs no region access.
+//
+// # Safety
+// `node` is a handle from this library or NULL; `ns` is valid for one read
+// (its `model` NULL or NUL-terminated, its `salt` valid for `salt_len`
+// bytes); `out` is valid for one write.
+cxlkv_result cxlkv_namespace_register(const struct cxlkv_node *node,
+                                      const struct cxlkv_namespace *ns,
+                                      uint32_t *out);
 
 // Chained keys of a token sequence: key `i` covers tokens
 // `0 .. (i+1)*block_tokens` and is derived from key `i-1` (or `*parent`,
@@ -753,7 +780,7 @@ cxlkv_result cxlkv_get(const struct cxlkv_node *node,
                        uint64_t *lens,
                        cxlkv_result *status);
 
-// Writes the default capacities (16 nodes, 16 stripes of 4096 entries, 64
+// Writes the default capacities (16 nodes, 16 stripes of 4096 entries, 1024
 // roots, 512 pins, 2 MiB chunks, 64 inbox slots, 64 application locks).
 //
 // # Safety

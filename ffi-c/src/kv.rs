@@ -36,7 +36,8 @@ impl From<Key> for cxlkv_key {
 }
 
 /// What tells KV caches apart, as fields. Fill what the engine has, leave
-/// the rest 0; `cxlkv_namespace_id` gives the id every KV call takes.
+/// the rest 0 (NULL); `cxlkv_namespace_register` registers it in a node's region and
+/// gives the id every KV call takes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct cxlkv_namespace {
@@ -54,17 +55,105 @@ pub struct cxlkv_namespace {
     pub pp_rank: u32,
     /// Tokens per block.
     pub block_tokens: u32,
-    /// Anything else that must separate caches (adapter id, salt).
+    /// Anything else that must separate caches, as a number.
     pub extra: u64,
+    /// Anything else that must separate caches, as `salt_len` bytes of any
+    /// value (an engine's description of its blocks, a salt, a LoRA name);
+    /// NULL when `salt_len` is 0.
+    pub salt: *const u8,
+    /// Bytes at `salt`.
+    pub salt_len: usize,
 }
 
-/// The 32-bit id of a namespace: a hash of all its fields. Thread-safe.
+/// The model and salt bytes of `n`.
 ///
 /// # Safety
-/// `ns` is valid for one read (its `model` NULL or NUL-terminated); `out` is
-/// valid for one write.
+/// `n.model` is NULL or NUL-terminated; `n.salt` is valid for `n.salt_len`
+/// bytes when that is not 0; both outlive the returned slices.
+unsafe fn bytes_of_fields<'a>(n: &cxlkv_namespace) -> Res<(&'a [u8], &'a [u8])> {
+    let model = if n.model.is_null() {
+        &[][..]
+    } else {
+        // SAFETY:
+        // - a non-NULL `model` is NUL-terminated by the contract.
+        unsafe { CStr::from_ptr(n.model) }.to_bytes()
+    };
+    let salt = if n.salt_len == 0 {
+        &[][..]
+    } else if n.salt.is_null() {
+        return Err(cxlkv_result::NullParameter.into());
+    } else {
+        // SAFETY:
+        // - a non-NULL `salt` is valid for `salt_len` bytes by the contract,
+        //   and nothing writes them while they are read.
+        unsafe { core::slice::from_raw_parts(n.salt, n.salt_len) }
+    };
+    Ok((model, salt))
+}
+
+/// The fields of `n` with its bytes.
+fn namespace_of<'a>(n: &cxlkv_namespace, model: &'a [u8], salt: &'a [u8]) -> Namespace<'a> {
+    Namespace {
+        model,
+        kv_layout: n.kv_layout,
+        dtype: n.dtype,
+        tp_rank: n.tp_rank,
+        tp_size: n.tp_size,
+        pp_rank: n.pp_rank,
+        block_tokens: n.block_tokens,
+        extra: n.extra,
+        salt,
+    }
+}
+
+/// The 128-bit identity of namespace `*ns`, as 16 bytes written to `out`:
+/// XXH3-128 of every field in a fixed encoding (the same bytes as Python's
+/// `namespace_digest` and Node's `namespaceDigest`). Needs no region;
+/// `cxlkv_namespace_register` stores it in one. Thread-safe.
+///
+/// # Safety
+/// `ns` is valid for one read (its `model` NULL or NUL-terminated, its
+/// `salt` valid for `salt_len` bytes); `out` is valid for 16 bytes of writes.
 #[no_mangle]
-pub unsafe extern "C" fn cxlkv_namespace_id(ns: *const cxlkv_namespace, out: *mut u32) -> cxlkv_result {
+pub unsafe extern "C" fn cxlkv_namespace_digest(ns: *const cxlkv_namespace, out: *mut u8) -> cxlkv_result {
+    guard(|| {
+        if ns.is_null() || out.is_null() {
+            return Err(cxlkv_result::NullParameter.into());
+        }
+        // SAFETY:
+        // - `ns` is valid for one read, its pointers as `bytes_of_fields`
+        //   needs, by the contract.
+        let n = unsafe { ns.read() };
+        // SAFETY: as above.
+        let (model, salt) = unsafe { bytes_of_fields(&n) }?;
+        let d = namespace_of(&n, model, salt).digest();
+        // SAFETY:
+        // - `out` is non-NULL and valid for 16 bytes of writes by the
+        //   contract; `d` is a local array, so they do not overlap.
+        unsafe { core::ptr::copy_nonoverlapping(d.as_ptr(), out, d.len()) };
+        Ok(())
+    })
+}
+
+/// The id of namespace `*ns` in `node`'s region, registered there on first
+/// use: every node that passes equal fields gets the same id (for as long as
+/// the region is not formatted again), and fields that differ in anything
+/// never share one (the region keeps each namespace's 128-bit digest; ids
+/// from 2^31 up are registered, ids below are numbers an application picks
+/// itself). Each namespace takes one record of the region's root table:
+/// `CXLKV_RESULT_ROOTS_FULL` when none is left. The node remembers the ids
+/// it registered or looked up, so a repeated call costs no region access.
+///
+/// # Safety
+/// `node` is a handle from this library or NULL; `ns` is valid for one read
+/// (its `model` NULL or NUL-terminated, its `salt` valid for `salt_len`
+/// bytes); `out` is valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_namespace_register(
+    node: *const cxlkv_node,
+    ns: *const cxlkv_namespace,
+    out: *mut u32,
+) -> cxlkv_result {
     guard(|| {
         // SAFETY:
         // - `out` is valid for one write by the contract.
@@ -73,27 +162,16 @@ pub unsafe extern "C" fn cxlkv_namespace_id(ns: *const cxlkv_namespace, out: *mu
             return Err(cxlkv_result::NullParameter.into());
         }
         // SAFETY:
-        // - `ns` is non-NULL and valid for a read by the contract.
+        // - `ns` is valid for one read, its pointers as `bytes_of_fields` needs, by
+        //   the contract.
         let n = unsafe { ns.read() };
-        let model = if n.model.is_null() {
-            &[][..]
-        } else {
-            // SAFETY:
-            // - a non-NULL `model` is NUL-terminated by the contract.
-            unsafe { CStr::from_ptr(n.model) }.to_bytes()
-        };
-        let id = Namespace {
-            model,
-            kv_layout: n.kv_layout,
-            dtype: n.dtype,
-            tp_rank: n.tp_rank,
-            tp_size: n.tp_size,
-            pp_rank: n.pp_rank,
-            block_tokens: n.block_tokens,
-            extra: n.extra,
-        }
-        .id();
-        out.write(id);
+        // SAFETY: as above.
+        let (model, salt) = unsafe { bytes_of_fields(&n) }?;
+        let fields = namespace_of(&n, model, salt);
+        // SAFETY:
+        // - `node` is NULL or a handle from this library.
+        let c = unsafe { live(node) }?;
+        out.write(c.namespace(&fields)?);
         Ok(())
     })
 }

@@ -149,7 +149,7 @@ pub struct cxlkv_node_options {
     pub local_dir: *const c_char,
 }
 
-/// Writes the default capacities (16 nodes, 16 stripes of 4096 entries, 64
+/// Writes the default capacities (16 nodes, 16 stripes of 4096 entries, 1024
 /// roots, 512 pins, 2 MiB chunks, 64 inbox slots, 64 application locks).
 ///
 /// # Safety

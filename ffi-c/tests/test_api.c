@@ -202,17 +202,66 @@ static void test_kv(cxlkv_node *node, uint32_t ns) {
   CHECK(s.live_blocks == 0);
 }
 
-static void test_keys_and_namespaces(void) {
-  cxlkv_namespace a = {"llama-3-8b", 0, 1, 0, 2, 0, 16, 0};
-  cxlkv_namespace b = a;
-  b.tp_rank = 1;
-  uint32_t ia = 0, ib = 0, ia2 = 0;
-  OK(cxlkv_namespace_id(&a, &ia));
-  OK(cxlkv_namespace_id(&b, &ib));
-  OK(cxlkv_namespace_id(&a, &ia2));
-  CHECK(ia == ia2 && ia != ib);
-  EXPECT(cxlkv_namespace_id(NULL, &ia), CXLKV_RESULT_NULL_PARAMETER);
+/* Namespaces are registered in the region: equal fields get one id on every
+ * node, fields that differ in anything never share an id, nor a block. */
+static void test_namespaces(cxlkv_node *a, cxlkv_node *b) {
+  cxlkv_namespace base = {"llama-3-8b", 0, 1, 0, 2, 0, 16, 0, NULL, 0};
+  uint32_t ia = 0, ia2 = 0;
+  OK(cxlkv_namespace_register(a, &base, &ia));
+  OK(cxlkv_namespace_register(b, &base, &ia2));
+  CHECK(ia == ia2 && ia >= 0x80000000u);
+  cxlkv_namespace variants[10];
+  for (int i = 0; i < 10; i++) variants[i] = base;
+  variants[0].model = "llama-3-8c";
+  variants[1].kv_layout = 1;
+  variants[2].dtype = 2;
+  variants[3].tp_rank = 1;
+  variants[4].tp_size = 4;
+  variants[5].pp_rank = 1;
+  variants[6].block_tokens = 32;
+  variants[7].extra = 1;
+  variants[8].salt = (const uint8_t *)"user-100840";
+  variants[8].salt_len = 11;
+  variants[9].salt = (const uint8_t *)"user-17144";
+  variants[9].salt_len = 10;
+  cxlkv_key key = {0x1234, 0x5678};
+  unsigned char payload[64];
+  memset(payload, 7, sizeof payload);
+  cxlkv_iovec part = {payload, sizeof payload};
+  cxlkv_put_item put = {key, 16, 0, &part, 1};
+  cxlkv_result st;
+  OK(cxlkv_put(a, ia, &put, 1, &st));
+  CHECK(st == CXLKV_RESULT_OK);
+  uint32_t ids[10];
+  for (int i = 0; i < 10; i++) {
+    OK(cxlkv_namespace_register(b, &variants[i], &ids[i]));
+    CHECK(ids[i] != ia);
+    for (int j = 0; j < i; j++) CHECK(ids[i] != ids[j]);
+    bool there = true;
+    OK(cxlkv_exists(b, ids[i], &key, &there));
+    CHECK(!there);
+  }
+  bool there = false;
+  OK(cxlkv_exists(b, ia, &key, &there));
+  CHECK(there);
+  /* The digest alone: the specified encoding's test vector. */
+  cxlkv_namespace vec = {"m", 1, 2, 3, 4, 5, 6, 7, (const uint8_t *)"s", 1};
+  uint8_t d[16];
+  OK(cxlkv_namespace_digest(&vec, d));
+  static const uint8_t want[16] = {0x39, 0x43, 0x89, 0x5f, 0x2f, 0x6c, 0x5b, 0x42,
+                                   0xc4, 0x0f, 0xa5, 0x4b, 0xa1, 0x42, 0xc4, 0x83};
+  CHECK(memcmp(d, want, 16) == 0);
+  EXPECT(cxlkv_namespace_digest(NULL, d), CXLKV_RESULT_NULL_PARAMETER);
+  EXPECT(cxlkv_namespace_digest(&vec, NULL), CXLKV_RESULT_NULL_PARAMETER);
+  EXPECT(cxlkv_namespace_register(a, NULL, &ia), CXLKV_RESULT_NULL_PARAMETER);
+  EXPECT(cxlkv_namespace_register(NULL, &base, &ia), CXLKV_RESULT_NULL_PARAMETER);
+  cxlkv_namespace no_salt = base;
+  no_salt.salt_len = 3; /* bytes promised, no pointer */
+  EXPECT(cxlkv_namespace_register(a, &no_salt, &ia), CXLKV_RESULT_NULL_PARAMETER);
+  OK(cxlkv_evict(a, UINT64_MAX, NULL)); /* the next test starts empty */
+}
 
+static void test_keys(void) {
   uint32_t toks[40];
   for (int i = 0; i < 40; i++) toks[i] = (uint32_t)i;
   cxlkv_key k1[4], k2[4];
@@ -470,7 +519,7 @@ static void test_tier(cxlkv_region *r, cxlkv_node *user) {
 int main(void) {
   test_version_and_results();
   test_refusals_without_handles();
-  test_keys_and_namespaces();
+  test_keys();
 
   cxlkv_region *r = NULL;
   OK(cxlkv_region_memfd(64u << 20, false, &r));
@@ -498,9 +547,10 @@ int main(void) {
   o.lease_ms = 0;
   EXPECT(cxlkv_node_attach(r, &o, &dup), CXLKV_RESULT_INVALID_ARGUMENT);
 
-  cxlkv_namespace nsf = {"test-model", 0, 0, 0, 1, 0, 16, 0};
+  cxlkv_namespace nsf = {"test-model", 0, 0, 0, 1, 0, 16, 0, NULL, 0};
   uint32_t ns = 0;
-  OK(cxlkv_namespace_id(&nsf, &ns));
+  OK(cxlkv_namespace_register(a, &nsf, &ns));
+  test_namespaces(a, b);
   test_kv(a, ns);
   test_shared_memory_library(a, b);
   test_misuse_is_refused(r, a, ns);

@@ -32,9 +32,14 @@ static cxlkv_node *attach(const char *path, cxlkv_region **r) {
   return node;
 }
 
-static int prefill(const char *path, uint32_t ns) {
+static const cxlkv_namespace NSF = {"fork-test", 0, 0, 0, 1, 0, 16, 0, NULL, 0};
+
+static int prefill(const char *path) {
   cxlkv_region *r = NULL;
   cxlkv_node *node = attach(path, &r);
+  /* Registered by each process: both get the same id. */
+  uint32_t ns = 0;
+  OK(cxlkv_namespace_register(node, &NSF, &ns));
   cxlkv_key keys[BLOCKS];
   chain(keys);
   /* Half zero-copy (reserve, store, publish), half copied (put). */
@@ -74,15 +79,14 @@ int main(void) {
   caps.chunk_shift = 20;
   OK(cxlkv_region_format(r, &caps, CXLKV_FLUSH_AUTO));
   cxlkv_region_close(r);
-  cxlkv_namespace nsf = {"fork-test", 0, 0, 0, 1, 0, 16, 0};
-  uint32_t ns = 0;
-  OK(cxlkv_namespace_id(&nsf, &ns));
 
   pid_t child = fork();
   CHECK(child >= 0);
-  if (child == 0) _exit(prefill(path, ns));
+  if (child == 0) _exit(prefill(path));
 
   cxlkv_node *node = attach(path, &r);
+  uint32_t ns = 0;
+  OK(cxlkv_namespace_register(node, &NSF, &ns));
   cxlkv_key keys[BLOCKS];
   chain(keys);
   /* Decode: poll for the whole chain, then verify in place. */

@@ -13,7 +13,7 @@ async function main () {
   region.format() // once per region, before any node attaches
   const node = await region.attachAsync() // heartbeat + lock manager
   try {
-    const ns = cxlkv.namespaceId({ model: 'llama-3-8b', dtype: 1, tpRank: 0, tpSize: 2, blockTokens: 16 })
+    const ns = node.namespace({ model: 'llama-3-8b', dtype: 1, tpRank: 0, tpSize: 2, blockTokens: 16 })
     const tokens = Array.from({ length: 48 }, (_, i) => 1000 + i) // 3 blocks of 16
     const keys = cxlkv.chainKeys(tokens, 16) // the same keys as C and Python
     const r = await node.reserveAsync(ns, keys, 4096, 16) // writable views

@@ -76,7 +76,8 @@ pub fn chain_keys(
     Ok(out.iter().take(n).map(|k| Buffer::from(k.to_bytes().to_vec())).collect())
 }
 
-/// What makes two blocks interchangeable: `namespaceId`'s fields.
+/// What makes two blocks interchangeable: `namespaceDigest`'s and
+/// `Node.namespace`'s fields.
 #[napi(object)]
 #[allow(dead_code)] // declares the TypeScript type; `Opts` reads the values
 pub struct NamespaceFields {
@@ -95,44 +96,79 @@ pub struct NamespaceFields {
     pub pp_rank: Option<u32>,
     /// Tokens per block.
     pub block_tokens: Option<u32>,
-    /// Anything else (a salt, a LoRA id).
+    /// Anything else, as a number.
     #[napi(ts_type = "number | bigint")]
     pub extra: Option<f64>,
+    /// Anything else, as text or bytes of any length (an engine's
+    /// description of its blocks, a salt, a LoRA name).
+    #[napi(ts_type = "string | Uint8Array")]
+    pub salt: Option<String>,
 }
 
-/// The 32-bit id of a namespace: a hash of every field; the same id as C's
-/// `cxlkv_namespace_id` and Python's `namespace_id` for the same fields.
-#[napi(catch_unwind, ts_args_type = "fields: NamespaceFields")]
-pub fn namespace_id(env: Env, fields: Unknown<'_>) -> napi::Result<u32> {
-    const FIELDS: &[&str] = &["model", "kvLayout", "dtype", "tpRank", "tpSize", "ppRank", "blockTokens", "extra"];
-    if absent(&fields) {
-        return Err(error::type_error(&env, "fields must be an object with at least `model`"));
-    }
-    let o = Opts::of(&env, &fields, "fields", FIELDS)?;
-    let model = match o.value("model")? {
-        Some(m) if m.get_type()? == ValueType::String => args::string_of(&env, &m, "fields.model")?.into_bytes(),
-        Some(m) => {
-            let b = args::bytes_of(&env, &m, "fields.model")?;
+/// Namespace fields read from JavaScript, owned.
+pub(crate) struct Fields {
+    model: Vec<u8>,
+    numbers: [u32; 6],
+    extra: u64,
+    salt: Vec<u8>,
+}
+
+impl Fields {
+    /// The fields of `fields` (a `NamespaceFields` object).
+    pub(crate) fn of(env: &Env, fields: &Unknown<'_>) -> napi::Result<Fields> {
+        const FIELDS: &[&str] =
+            &["model", "kvLayout", "dtype", "tpRank", "tpSize", "ppRank", "blockTokens", "extra", "salt"];
+        if absent(fields) {
+            return Err(error::type_error(env, "fields must be an object with at least `model`"));
+        }
+        let o = Opts::of(env, fields, "fields", FIELDS)?;
+        let text_or_bytes = |m: &Unknown<'_>, what: &'static str| -> napi::Result<Vec<u8>> {
+            if m.get_type()? == ValueType::String {
+                return Ok(args::string_of(env, m, what)?.into_bytes());
+            }
+            let b = args::bytes_of(env, m, what)?;
             // SAFETY: the argument is held by the running call, which runs no
             // JavaScript while it is read.
-            unsafe { b.slice() }.to_vec()
+            Ok(unsafe { b.slice() }.to_vec())
+        };
+        let model = match o.value("model")? {
+            Some(m) => text_or_bytes(&m, "fields.model")?,
+            None => return Err(error::type_error(env, "fields.model is required")),
+        };
+        let salt = o.value("salt")?.map(|m| text_or_bytes(&m, "fields.salt")).transpose()?.unwrap_or_default();
+        let extra = match o.value("extra")? {
+            Some(v) => u64_of(env, &v, "fields.extra")?,
+            None => 0,
+        };
+        let mut numbers = [0u32; 6];
+        for (n, name) in numbers.iter_mut().zip(["kvLayout", "dtype", "tpRank", "tpSize", "ppRank", "blockTokens"]) {
+            *n = o.u32(name)?.unwrap_or(0);
         }
-        None => return Err(error::type_error(&env, "fields.model is required")),
-    };
-    let extra = match o.value("extra")? {
-        Some(v) => u64_of(&env, &v, "fields.extra")?,
-        None => 0,
-    };
-    let f = |name| -> napi::Result<u32> { Ok(o.u32(name)?.unwrap_or(0)) };
-    Ok(Namespace {
-        model: &model,
-        kv_layout: f("kvLayout")?,
-        dtype: f("dtype")?,
-        tp_rank: f("tpRank")?,
-        tp_size: f("tpSize")?,
-        pp_rank: f("ppRank")?,
-        block_tokens: f("blockTokens")?,
-        extra,
+        Ok(Fields { model, numbers, extra, salt })
     }
-    .id())
+
+    /// The namespace's 128-bit digest.
+    pub(crate) fn digest(&self) -> [u8; 16] {
+        let [kv_layout, dtype, tp_rank, tp_size, pp_rank, block_tokens] = self.numbers;
+        Namespace {
+            model: &self.model,
+            kv_layout,
+            dtype,
+            tp_rank,
+            tp_size,
+            pp_rank,
+            block_tokens,
+            extra: self.extra,
+            salt: &self.salt,
+        }
+        .digest()
+    }
+}
+
+/// The 128-bit identity of a namespace (16 bytes): the same digest as C's
+/// and Python's for the same fields. `node.namespace(fields)` registers it
+/// in a region for the id every call takes.
+#[napi(catch_unwind, ts_args_type = "fields: NamespaceFields")]
+pub fn namespace_digest(env: Env, fields: Unknown<'_>) -> napi::Result<Buffer> {
+    Ok(Buffer::from(Fields::of(&env, &fields)?.digest().to_vec()))
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use napi::bindgen_prelude::{AsyncTask, BigInt, Buffer, Object};
-use napi::{Env, Unknown};
+use napi::{Env, Unknown, ValueType};
 use napi_derive::napi;
 
 use cxlkv_platform::kv::{
@@ -612,6 +612,21 @@ impl Node {
     #[napi(getter, catch_unwind)]
     pub fn closed(&self) -> bool {
         self.node.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+    }
+
+    /// The id of namespace `fields` in this region, registered on first
+    /// use: every node passing equal fields gets the same id, fields that
+    /// differ in anything never share one (the region keeps each
+    /// namespace's 128-bit digest). Each namespace takes one record of the
+    /// root table (`ROOTS_FULL` when none is left). A number is an id as is
+    /// (below 2**31: one the application picks).
+    #[napi(catch_unwind, ts_args_type = "fields: NamespaceFields | number")]
+    pub fn namespace(&self, env: Env, fields: Unknown<'_>) -> napi::Result<u32> {
+        if fields.get_type()? == ValueType::Number {
+            return ns_of(&env, &fields);
+        }
+        let d = crate::Fields::of(&env, &fields)?.digest();
+        self.attached(&env)?.namespace_of_digest(d).or_throw(&env)
     }
 
     /// Length of the longest prefix of `keys` whose blocks are stored.

@@ -36,18 +36,50 @@ test('chainKeys is the specified XXH3-128 chain (README vectors)', () => {
   throwsCode(() => cxlkv.chainKeys([1], 1, Buffer.alloc(15)), RangeError, 'INVALID_ARGUMENT')
 })
 
-test('namespaceId hashes every field', () => {
-  const base = { model: 'm', kvLayout: 1, dtype: 2, tpRank: 0, tpSize: 2, ppRank: 0, blockTokens: 16, extra: 5 }
-  const id = cxlkv.namespaceId(base)
-  assert.equal(id, cxlkv.namespaceId({ ...base, model: Buffer.from('m') }))
-  assert.equal(id, cxlkv.namespaceId({ ...base, extra: 5n }))
-  for (const [f, v] of Object.entries({ model: 'n', kvLayout: 2, dtype: 3, tpRank: 1, tpSize: 4, ppRank: 1, blockTokens: 32, extra: 6 })) {
-    assert.notEqual(cxlkv.namespaceId({ ...base, [f]: v }), id, f)
+test('namespaceDigest hashes every field', () => {
+  const base = { model: 'm', kvLayout: 1, dtype: 2, tpRank: 3, tpSize: 4, ppRank: 5, blockTokens: 6, extra: 7, salt: 's' }
+  const d = cxlkv.namespaceDigest(base)
+  // The specified encoding: the same digest as core's, C's and Python's.
+  assert.equal(d.toString('hex'), '3943895f2f6c5b42c40fa54ba142c483')
+  assert.deepEqual(d, cxlkv.namespaceDigest({ ...base, model: Buffer.from('m'), salt: Buffer.from('s') }))
+  assert.deepEqual(d, cxlkv.namespaceDigest({ ...base, extra: 7n }))
+  const seen = new Set([d.toString('hex')])
+  for (const [f, v] of Object.entries({ model: 'n', kvLayout: 2, dtype: 3, tpRank: 1, tpSize: 2, ppRank: 1, blockTokens: 32, extra: 6, salt: 't' })) {
+    seen.add(cxlkv.namespaceDigest({ ...base, [f]: v }).toString('hex'))
   }
-  throwsCode(() => cxlkv.namespaceId({ modle: 'm' }), TypeError, 'INVALID_ARGUMENT')
-  throwsCode(() => cxlkv.namespaceId({}), TypeError, 'INVALID_ARGUMENT')
-  throwsCode(() => cxlkv.namespaceId(), TypeError, 'INVALID_ARGUMENT')
-  throwsCode(() => cxlkv.namespaceId({ model: 'm', dtype: 1.5 }), RangeError, 'INVALID_ARGUMENT')
+  assert.equal(seen.size, 10)
+  throwsCode(() => cxlkv.namespaceDigest({ modle: 'm' }), TypeError, 'INVALID_ARGUMENT')
+  throwsCode(() => cxlkv.namespaceDigest({}), TypeError, 'INVALID_ARGUMENT')
+  throwsCode(() => cxlkv.namespaceDigest(), TypeError, 'INVALID_ARGUMENT')
+  throwsCode(() => cxlkv.namespaceDigest({ model: 'm', dtype: 1.5 }), RangeError, 'INVALID_ARGUMENT')
+  throwsCode(() => cxlkv.namespaceDigest({ model: 'm', salt: 5 }), TypeError, 'INVALID_ARGUMENT')
+})
+
+test('namespaces differing in any field never share an id or a block', () => {
+  const { region, local } = smallRegion('namespaces')
+  const a = region.attach({ localDir: local })
+  const b = region.attach({ localDir: local })
+  try {
+    const base = { model: 'llama', tpSize: 2, blockTokens: 16, salt: 'user-100840' }
+    const id = a.namespace(base)
+    assert.ok(id >= 2 ** 31)
+    assert.equal(b.namespace(base), id, 'the same fields on another node')
+    assert.equal(b.namespace(id), id, 'a number is an id as is')
+    a.put(id, [key(1)], [Buffer.from('tenant one')])
+    const ids = new Set([id])
+    for (const [f, v] of Object.entries({ model: 'llamb', kvLayout: 1, dtype: 1, tpRank: 1, tpSize: 4, ppRank: 1, blockTokens: 32, extra: 1, salt: 'user-17144' })) {
+      const other = b.namespace({ ...base, [f]: v })
+      ids.add(other)
+      assert.equal(b.exists(other, key(1)), false, f)
+    }
+    assert.equal(ids.size, 10)
+    assert.equal(b.exists(id, key(1)), true)
+    throwsCode(() => a.namespace({ modle: 'm' }), TypeError, 'INVALID_ARGUMENT')
+  } finally {
+    a.detach()
+    b.detach()
+    region.close()
+  }
 })
 
 test('regions: create, open, memfd, format, close, and their errors', () => {

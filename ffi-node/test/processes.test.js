@@ -106,11 +106,12 @@ test('inbox round trips with a Python peer; keys and namespaces agree across lan
   const lines = readline.createInterface({ input: proc.stdout })[Symbol.asyncIterator]()
   const line = async () => (await lines.next()).value.split(' ')
 
-  const [tag, id, ns, ...pyKeys] = await line()
+  const [tag, id, ns, digest, ...pyKeys] = await line()
   assert.equal(tag, 'ready')
   const peer = Number(id)
-  const fields = { model: 'llama', kvLayout: 1, dtype: 2, tpRank: 1, tpSize: 2, blockTokens: 16, extra: 7 }
-  assert.equal(cxlkv.namespaceId(fields), Number(ns))
+  const fields = { model: 'llama', kvLayout: 1, dtype: 2, tpRank: 1, tpSize: 2, blockTokens: 16, extra: 7, salt: 'tenant-a' }
+  assert.equal(cxlkv.namespaceDigest(fields).toString('hex'), digest)
+  assert.equal(node.namespace(fields), Number(ns), 'registered by Python, found by Node')
   const tokens = Array.from({ length: 64 }, (_, i) => i)
   assert.deepEqual(cxlkv.chainKeys(tokens, 16).map((k) => k.toString('hex')), pyKeys)
 

@@ -3,7 +3,7 @@
 import {
   chainKeys,
   codes,
-  namespaceId,
+  namespaceDigest,
   Region,
   type GetResult,
   type Key,
@@ -17,7 +17,8 @@ import {
 async function usage(path: string): Promise<void> {
   const region: Region = Region.open(path)
   const node: Node = await region.attachAsync({ localDir: '/dev/shm', leaseMs: 2000 })
-  const ns: number = namespaceId({ model: 'llama', tpRank: 0, tpSize: 2, blockTokens: 16, extra: 5n })
+  const digest: Buffer = namespaceDigest({ model: 'llama', tpRank: 0, tpSize: 2, blockTokens: 16, extra: 5n, salt: Buffer.from('s') })
+  const ns: number = node.namespace({ model: 'llama', tpSize: 2, salt: digest.toString('hex') })
   const keys: Buffer[] = chainKeys(Uint32Array.from([1, 2, 3, 4]), 2)
   const mixed: Key[] = [keys[0], 7n]
   const hit: number = node.lookup(ns, keys)

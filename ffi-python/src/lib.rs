@@ -122,14 +122,6 @@ pub(crate) fn key_bytes<'py>(py: Python<'py>, k: Key) -> Bound<'py, PyBytes> {
     PyBytes::new(py, &k.to_bytes())
 }
 
-/// A namespace id from an int or an object with an `id` attribute (such as
-/// `cxlkv.Namespace`).
-pub(crate) fn ns_of(ns: &Bound<'_, PyAny>) -> PyResult<u32> {
-    let v = if ns.is_instance_of::<PyInt>() { ns.clone() } else { ns.getattr("id")? };
-    v.extract::<u32>()
-        .map_err(|_| raise(ns.py(), R::InvalidArgument, "a namespace is an id below 2**32 or a Namespace"))
-}
-
 /// Chained 128-bit block keys of `tokens`: key `i` covers tokens
 /// `0 .. (i+1)*block_tokens`, derived from key `i-1` (or `parent`). A
 /// partial last block gets no key. Equal prefixes give equal chains, in
@@ -151,12 +143,15 @@ fn chain_keys<'py>(
     Ok(out[..n].iter().map(|k| key_bytes(py, *k)).collect())
 }
 
-/// The 32-bit id of a namespace: a hash of every field (see `Namespace`).
+/// The 128-bit identity of a namespace: XXH3-128 of every field in a fixed
+/// encoding (see `Namespace`), as 16 bytes. `Node.namespace` registers it
+/// in a region for the id every call takes.
 #[pyfunction]
-#[pyo3(signature = (model, kv_layout=0, dtype=0, tp_rank=0, tp_size=0, pp_rank=0, block_tokens=0, extra=0))]
+#[pyo3(signature = (model, kv_layout=0, dtype=0, tp_rank=0, tp_size=0, pp_rank=0, block_tokens=0, extra=0, salt=None))]
 #[allow(clippy::too_many_arguments)]
-fn namespace_id(
-    model: &Bound<'_, PyAny>,
+fn namespace_digest<'py>(
+    py: Python<'py>,
+    model: &Bound<'py, PyAny>,
     kv_layout: u32,
     dtype: u32,
     tp_rank: u32,
@@ -164,9 +159,19 @@ fn namespace_id(
     pp_rank: u32,
     block_tokens: u32,
     extra: u64,
-) -> PyResult<u32> {
-    let bytes: Vec<u8> = if let Ok(s) = model.extract::<String>() { s.into_bytes() } else { model.extract()? };
-    Ok(Namespace { model: &bytes, kv_layout, dtype, tp_rank, tp_size, pp_rank, block_tokens, extra }.id())
+    salt: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let text_or_bytes = |v: &Bound<'py, PyAny>| -> PyResult<Vec<u8>> {
+        if let Ok(s) = v.extract::<String>() {
+            Ok(s.into_bytes())
+        } else {
+            v.extract().map_err(|_| raise(py, R::InvalidArgument, "model and salt are str or bytes"))
+        }
+    };
+    let model = text_or_bytes(model)?;
+    let salt = salt.map(text_or_bytes).transpose()?.unwrap_or_default();
+    let ns = Namespace { model: &model, kv_layout, dtype, tp_rank, tp_size, pp_rank, block_tokens, extra, salt: &salt };
+    Ok(PyBytes::new(py, &ns.digest()))
 }
 
 /// `cxlkv.Result`: an `IntEnum` of every result code, named as in C
@@ -187,7 +192,7 @@ fn _cxlkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Result", &result)?;
     let _ = blocks::RESULT_ENUM.set(py, result.unbind());
     m.add_function(wrap_pyfunction!(chain_keys, m)?)?;
-    m.add_function(wrap_pyfunction!(namespace_id, m)?)?;
+    m.add_function(wrap_pyfunction!(namespace_digest, m)?)?;
     m.add_class::<region::Region>()?;
     m.add_class::<region::Node>()?;
     m.add_class::<region::Message>()?;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyInt, PyTuple};
 
 use cxlkv_platform::gpu::{CudaPath, Segment};
 use cxlkv_platform::kv::Capacities;
@@ -19,7 +19,7 @@ use cxlkv_platform::{
 };
 
 use crate::blocks::{self, Buffers, Pinned, Reservation};
-use crate::{key_bytes, key_of, keys_of, ns_of, raise, OrRaise};
+use crate::{key_bytes, key_of, keys_of, raise, OrRaise};
 
 fn mode_of(py: Python<'_>, s: &str) -> PyResult<FlushMode> {
     FlushMode::from_str(s).or_raise(py)
@@ -270,6 +270,24 @@ impl Node {
         let g = self.cache.read().unwrap_or_else(|e| e.into_inner());
         g.clone().ok_or_else(|| raise(py, R::InvalidHandle, "the node is detached"))
     }
+
+    /// A namespace id from an int (an id as is) or a `cxlkv.Namespace` (or
+    /// any object with a 16-byte `digest`): registered in this node's
+    /// region on first use.
+    pub(crate) fn ns(&self, py: Python<'_>, ns: &Bound<'_, PyAny>) -> PyResult<u32> {
+        const WHAT: &str = "a namespace is an id below 2**32 or a cxlkv.Namespace";
+        if ns.is_instance_of::<PyInt>() {
+            return ns.extract::<u32>().map_err(|_| raise(py, R::InvalidArgument, WHAT));
+        }
+        let d = ns.getattr("digest").map_err(|_| raise(py, R::InvalidArgument, WHAT))?;
+        let d: [u8; 16] = d
+            .cast::<PyBytes>()
+            .ok()
+            .and_then(|b| b.as_bytes().try_into().ok())
+            .ok_or_else(|| raise(py, R::InvalidArgument, "a namespace's digest is 16 bytes"))?;
+        let c = self.cache(py)?;
+        py.detach(|| c.namespace_of_digest(d)).or_raise(py)
+    }
 }
 
 /// The keys and held buffers of `(key, buffer or [buffers])` items.
@@ -336,7 +354,7 @@ impl Node {
         buffer: usize,
     ) -> PyResult<crate::events::EventPublisher> {
         let c = self.cache(py)?;
-        let ns = namespaces.unwrap_or_default().iter().map(|n| ns_of(n)).collect::<PyResult<Vec<u32>>>()?;
+        let ns = namespaces.unwrap_or_default().iter().map(|n| self.ns(py, n)).collect::<PyResult<Vec<u32>>>()?;
         let opts = crate::events::options(py, endpoint, replay, topic, medium, &hash, ns, dp_rank, buffer)?;
         let p = py.detach(|| cxlkv_platform::publish::Publisher::attached(c, opts)).or_raise(py)?;
         Ok(crate::events::EventPublisher::new(p))
@@ -348,6 +366,17 @@ impl Node {
         Ok(self.cache(py)?.id())
     }
 
+    /// The id of namespace `ns` (a `cxlkv.Namespace`) in this region,
+    /// registered on first use: every node passing equal fields gets the
+    /// same id, fields that differ in anything never share one (the region
+    /// keeps each namespace's 128-bit digest). Each namespace takes one
+    /// record of the root table (`CapacityError` when none is left). Every
+    /// call taking a namespace accepts the `Namespace` itself and does this;
+    /// an int is an id as is (below 2**31: a number the application picks).
+    fn namespace(&self, py: Python<'_>, ns: &Bound<'_, PyAny>) -> PyResult<u32> {
+        self.ns(py, ns)
+    }
+
     /// True once detached.
     #[getter]
     fn closed(&self) -> bool {
@@ -356,13 +385,13 @@ impl Node {
 
     /// Length of the longest prefix of `keys` whose blocks are stored.
     fn lookup(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>) -> PyResult<usize> {
-        let (ns, keys, c) = (ns_of(ns)?, keys_of(keys)?, self.cache(py)?);
+        let (ns, keys, c) = (self.ns(py, ns)?, keys_of(keys)?, self.cache(py)?);
         py.detach(|| c.core().lookup(ns, &keys)).or_raise(py)
     }
 
     /// The longest cached prefix and whether each key is stored.
     fn presence(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>) -> PyResult<(usize, Vec<bool>)> {
-        let (ns, keys, c) = (ns_of(ns)?, keys_of(keys)?, self.cache(py)?);
+        let (ns, keys, c) = (self.ns(py, ns)?, keys_of(keys)?, self.cache(py)?);
         let mut here = vec![false; keys.len()];
         let p = py.detach(|| c.core().presence(ns, &keys, &mut here)).or_raise(py)?;
         Ok((p, here))
@@ -370,7 +399,7 @@ impl Node {
 
     /// Whether `key` is stored.
     fn exists(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let (ns, key, c) = (ns_of(ns)?, key_of(key)?, self.cache(py)?);
+        let (ns, key, c) = (self.ns(py, ns)?, key_of(key)?, self.cache(py)?);
         py.detach(|| c.exists(ns, key)).or_raise(py)
     }
 
@@ -380,7 +409,7 @@ impl Node {
     /// nothing stays pinned). Release it (or leave its `with` block)
     /// when done; the views then raise on use.
     fn acquire(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>) -> PyResult<Pinned> {
-        let (ns, keys, c) = (ns_of(ns)?, keys_of(keys)?, self.cache(py)?);
+        let (ns, keys, c) = (self.ns(py, ns)?, keys_of(keys)?, self.cache(py)?);
         let hs = py.detach(|| c.acquire_found(ns, &keys)).or_raise(py)?;
         Pinned::new(py, c, hs)
     }
@@ -399,7 +428,7 @@ impl Node {
         sizes: &Bound<'_, PyAny>,
         tokens: u32,
     ) -> PyResult<Reservation> {
-        let (ns, keys, c) = (ns_of(ns)?, keys_of(keys)?, self.cache(py)?);
+        let (ns, keys, c) = (self.ns(py, ns)?, keys_of(keys)?, self.cache(py)?);
         let sizes: Vec<u64> = match sizes.extract::<u64>() {
             Ok(one) => vec![one; keys.len()],
             Err(_) => sizes.extract()?,
@@ -431,7 +460,7 @@ impl Node {
         items: &Bound<'py, PyAny>,
         tokens: u32,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        let ns = ns_of(ns)?;
+        let ns = self.ns(py, ns)?;
         let (keys, bufs) = items_of(items, false)?;
         let c = self.cache(py)?;
         let parts: Vec<Vec<&[u8]>> = bufs.iter().map(Buffers::slices).collect();
@@ -457,7 +486,7 @@ impl Node {
         block_size: u32,
         lora_id: Option<i64>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        let ns = ns_of(ns)?;
+        let ns = self.ns(py, ns)?;
         let mut routes = Vec::new();
         for it in items.try_iter()? {
             let (k, tokens, parent): (Bound<'py, PyAny>, Vec<u32>, Option<Bound<'py, PyAny>>) = it?.extract()?;
@@ -480,7 +509,7 @@ impl Node {
         ns: &Bound<'py, PyAny>,
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<(Vec<u32>, Option<Bound<'py, pyo3::types::PyBytes>>, u32, Option<i64>)>> {
-        let (ns, key, c) = (ns_of(ns)?, key_of(key)?, self.cache(py)?);
+        let (ns, key, c) = (self.ns(py, ns)?, key_of(key)?, self.cache(py)?);
         let r = py.detach(|| c.route(ns, key)).or_raise(py)?;
         Ok(r.map(|r| {
             (r.tokens, r.parent.map(|p| pyo3::types::PyBytes::new(py, &p.to_bytes())), r.block_size, r.lora_id)
@@ -498,7 +527,7 @@ impl Node {
         ns: &Bound<'py, PyAny>,
         items: &Bound<'py, PyAny>,
     ) -> PyResult<Vec<(Bound<'py, PyAny>, u64)>> {
-        let ns = ns_of(ns)?;
+        let ns = self.ns(py, ns)?;
         let (keys, mut bufs) = items_of(items, true)?;
         Buffers::disjoint(py, &bufs)?;
         let c = self.cache(py)?;
@@ -516,7 +545,7 @@ impl Node {
     /// It walks every stripe (an eviction that picks these keys): for the
     /// occasional delete, not the data path.
     fn remove(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
-        let (ns, keys, c) = (ns_of(ns)?, keys_of(keys)?, self.cache(py)?);
+        let (ns, keys, c) = (self.ns(py, ns)?, keys_of(keys)?, self.cache(py)?);
         py.detach(|| c.remove(ns, &keys)).or_raise(py)
     }
 
@@ -524,7 +553,7 @@ impl Node {
     /// namespaces' blocks stay); returns `(blocks, bytes)` freed. It walks
     /// every stripe: an engine's clear, not the data path.
     fn clear_namespaces(&self, py: Python<'_>, namespaces: &Bound<'_, PyAny>) -> PyResult<(u64, u64)> {
-        let ns = namespaces.try_iter()?.map(|n| ns_of(&n?)).collect::<PyResult<Vec<u32>>>()?;
+        let ns = namespaces.try_iter()?.map(|n| self.ns(py, &n?)).collect::<PyResult<Vec<u32>>>()?;
         let c = self.cache(py)?;
         py.detach(|| c.clear_namespaces(&ns)).or_raise(py)
     }
@@ -612,7 +641,7 @@ impl Node {
         stamp: u64,
     ) -> PyResult<()> {
         let keys = keys.map(keys_of).transpose()?.unwrap_or_default();
-        let ns = ns.map(ns_of).transpose()?.unwrap_or(0);
+        let ns = ns.map(|n| self.ns(py, n)).transpose()?.unwrap_or(0);
         let m = outgoing(py, kind, ns, status, stamp, keys.len())?;
         let c = self.cache(py)?;
         py.detach(|| c.send(to, &m, &keys)).or_raise(py)
@@ -649,7 +678,7 @@ impl Node {
         timeout_ms: u64,
     ) -> PyResult<Message> {
         let keys = keys.map(keys_of).transpose()?.unwrap_or_default();
-        let ns = ns.map(ns_of).transpose()?.unwrap_or(0);
+        let ns = ns.map(|n| self.ns(py, n)).transpose()?.unwrap_or(0);
         let m = outgoing(py, kind, ns, status, stamp, keys.len())?;
         let c = self.cache(py)?;
         let t = Duration::from_millis(timeout_ms);

@@ -54,13 +54,51 @@ def test_chain_keys_are_the_specified_xxh3_chain() -> None:
         assert cxlkv.chain_keys(tokens, block, parent=parent) == reference(tokens, block, parent)
 
 
-def test_namespaces_differ_by_every_field() -> None:
+def test_namespace_digests_differ_by_every_field() -> None:
     base = cxlkv.Namespace("m", tp_size=2, block_tokens=16)
-    ids = {base.id, cxlkv.Namespace("m2", tp_size=2, block_tokens=16).id}
+    digests = {base.digest, cxlkv.Namespace("m2", tp_size=2, block_tokens=16).digest}
     for field in ("kv_layout", "dtype", "tp_rank", "pp_rank", "extra"):
-        ids.add(cxlkv.Namespace("m", tp_size=2, block_tokens=16, **{field: 1}).id)
-    assert len(ids) == 7
-    assert base.id == cxlkv.namespace_id("m", tp_size=2, block_tokens=16) == cxlkv.namespace_id(b"m", 0, 0, 0, 2, 0, 16)
+        digests.add(cxlkv.Namespace("m", tp_size=2, block_tokens=16, **{field: 1}).digest)
+    digests.add(cxlkv.Namespace("m", tp_size=2, block_tokens=16, salt="user-17144").digest)
+    assert len(digests) == 8 and all(len(d) == 16 for d in digests)
+    assert base.digest == cxlkv.namespace_digest("m", tp_size=2, block_tokens=16)
+    assert base.digest == cxlkv.namespace_digest(b"m", 0, 0, 0, 2, 0, 16, 0, b"")
+    # The specified encoding (core's test vector).
+    d = cxlkv.namespace_digest("m", 1, 2, 3, 4, 5, 6, 7, "s")
+    assert d.hex() == "3943895f2f6c5b42c40fa54ba142c483"
+
+
+def test_namespaces_differing_in_any_field_never_share_a_block(region: cxlkv.Region, local_dir: str) -> None:
+    """Ids come from the region (each namespace's 128-bit digest is kept
+    there): equal fields get one id on every node, and the two salts whose
+    32-bit ids once collided get two ids and two blocks."""
+    base = cxlkv.Namespace("llama", tp_size=2, block_tokens=16, salt="user-100840")
+    variants = [
+        cxlkv.Namespace("llamb", tp_size=2, block_tokens=16, salt="user-100840"),
+        cxlkv.Namespace("llama", tp_size=2, block_tokens=16, salt="user-17144"),
+        *(
+            cxlkv.Namespace("llama", tp_size=2, block_tokens=16, salt="user-100840", **{field: 1})
+            for field in ("kv_layout", "dtype", "tp_rank", "pp_rank", "extra")
+        ),
+        cxlkv.Namespace("llama", tp_size=4, block_tokens=16, salt="user-100840"),
+        cxlkv.Namespace("llama", tp_size=2, block_tokens=32, salt="user-100840"),
+    ]
+    with region.attach(local_dir=local_dir) as a, region.attach(local_dir=local_dir) as b:
+        assert a.put(base, [(1, b"tenant one")]) == [Result.OK]
+        ia = a.namespace(base)
+        assert ia >= 2**31 and b.namespace(base) == ia
+        assert b.namespace(ia) == ia, "an int is an id as is"
+        ids = {ia}
+        for v in variants:
+            ids.add(b.namespace(v))
+            assert not b.exists(v, 1), v
+            assert b.get(v, [(1, bytearray(16))]) == [(Result.NOT_FOUND, 0)]
+        assert len(ids) == len(variants) + 1
+        assert b.exists(base, 1) and b.exists(ia, 1)
+        with pytest.raises(cxlkv.InvalidArgumentError):
+            a.namespace("not a namespace")
+        with pytest.raises(cxlkv.InvalidArgumentError):
+            a.namespace(2**32)
 
 
 def test_region_errors_are_typed(shm_path: str, local_dir: str) -> None:
@@ -121,7 +159,7 @@ def test_put_get_lookup_exists_and_per_key_results(node: cxlkv.Node, ns: cxlkv.N
     assert node.lookup(ns, keys) == 2
     assert node.presence(ns, keys) == (2, [True, True, False, False])
     assert node.exists(ns, keys[1]) and not node.exists(ns, keys[2])
-    assert not node.exists(ns.id + 1, keys[1])  # namespaces are separate
+    assert not node.exists(node.namespace(ns) + 1, keys[1])  # namespaces are separate
     a, b = bytearray(250), bytearray(250)
     small = bytearray(3)
     out = node.get(ns, [(keys[0], [a, b]), (keys[1], small), (keys[3], bytearray(10))])
@@ -263,7 +301,7 @@ def test_inbox_send_recv_call_reply(region: cxlkv.Region, local_dir: str, ns: cx
         assert b.try_recv() is None
         a.send(b.id, 7, [1, b"\x02" * 16], ns=ns, status=3, stamp=99)
         m = b.recv(5000)
-        assert (m.kind, m.ns, m.status, m.stamp, m.sender) == (7, ns.id, 3, 99, a.id)
+        assert (m.kind, m.ns, m.status, m.stamp, m.sender) == (7, a.namespace(ns), 3, 99, a.id)
         assert m.keys == [(1).to_bytes(16, "little"), b"\x02" * 16]
         assert "kind=0x7" in repr(m)
         with pytest.raises(cxlkv.TimedOutError) as e:

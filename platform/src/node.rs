@@ -280,6 +280,10 @@ pub struct Node {
     /// turns at it.
     inbox: Mutex<InboxLocal>,
     next_call: Mutex<u64>,
+    /// Ids of the namespaces this node registered or looked up, by digest
+    /// (an id never changes while the region is not formatted again, and a
+    /// node does not outlive its region's format).
+    pub(crate) namespaces: Mutex<std::collections::HashMap<[u8; 16], u32>>,
     /// The [`Region`] this node was attached through counts it until it
     /// closes (dropped after the thread stopped).
     attachment: Option<Attachment>,
@@ -511,6 +515,7 @@ impl Node {
             gpu_init: Mutex::new(()),
             inbox: Mutex::new(InboxLocal::default()),
             next_call: Mutex::new(random_u64() >> 16),
+            namespaces: Mutex::default(),
             attachment: None,
         })
     }

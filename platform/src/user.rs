@@ -4,7 +4,7 @@
 //! invalidate).
 
 use cxlkv_core::coherence::{Coherence, Site};
-use cxlkv_core::hash::Key;
+use cxlkv_core::hash::{Key, Namespace};
 use cxlkv_core::index::{Handle, Policy, ReserveItem, Verdict};
 use cxlkv_core::layout::Entry;
 use cxlkv_core::lock::Held;
@@ -123,6 +123,26 @@ impl Node {
             return Err(CoreError::InvalidArgument.into());
         }
         Ok(self.core().unlock_app(Held { lock: l.locks().app(i), seq })?)
+    }
+
+    /// The id of namespace `ns` in this region: registered on first use
+    /// (one root record per namespace, see [`cxlkv_core::namespaces`]) and
+    /// remembered by this node. Equal fields get one id on every node;
+    /// fields that differ in anything never share one. `RootsFull` when the
+    /// root table has no record left (size it with the `roots` capacity).
+    pub fn namespace(&self, ns: &Namespace<'_>) -> Result<u32> {
+        self.namespace_of_digest(ns.digest())
+    }
+
+    /// [`Node::namespace`] of a digest ([`Namespace::digest`]).
+    pub fn namespace_of_digest(&self, d: [u8; 16]) -> Result<u32> {
+        let known = self.namespaces.lock().unwrap_or_else(|e| e.into_inner()).get(&d).copied();
+        if let Some(id) = known {
+            return Ok(id);
+        }
+        let id = self.core().namespace_of_digest(d)?;
+        self.namespaces.lock().unwrap_or_else(|e| e.into_inner()).insert(d, id);
+        Ok(id)
     }
 
     /// The named root `name`, read without a lock.

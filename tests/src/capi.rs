@@ -436,7 +436,12 @@ impl State {
                     keys.len(),
                     &mut n
                 ));
+                // A namespace registered through a node (any handle, even
+                // none), with a salt from the input: equal fields give one
+                // id, a full root table a clear refusal.
+                let (_, n) = self.node(inp);
                 let model = b"m\0";
+                let salt = [inp.small(4) as u8, 0, 1];
                 let ns = cxlkv_namespace {
                     model: model.as_ptr().cast(),
                     kv_layout: 0,
@@ -446,9 +451,18 @@ impl State {
                     pp_rank: 0,
                     block_tokens: 16,
                     extra: 0,
+                    salt: if inp.small(8) == 0 { core::ptr::null() } else { salt.as_ptr() },
+                    salt_len: inp.small(4),
                 };
-                let mut id = 0u32;
-                assert_eq!(c!(cxlkv_namespace_id(&ns, &mut id)), R::Ok);
+                let (mut id, mut again) = (0u32, 0u32);
+                let r = c!(cxlkv_namespace_register(n, &ns, &mut id));
+                if r == R::Ok {
+                    assert!(id >= 1 << 31, "registered ids start at 2^31");
+                    assert_eq!(c!(cxlkv_namespace_register(n, &ns, &mut again)), R::Ok);
+                    assert_eq!(id, again, "equal fields, one id");
+                } else {
+                    assert!(!matches!(r, R::Panic | R::Internal | R::Ok), "{r:?}");
+                }
             }
             22 => {
                 let mut buf = [0 as c_char; 16];

@@ -26,6 +26,7 @@ region file, no permission) are Python's own `OSError` subclasses, as
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Union
 
 from ._cxlkv import (
@@ -52,7 +53,7 @@ from ._cxlkv import (
     TimedOutError,
     __version__,
     chain_keys,
-    namespace_id,
+    namespace_digest,
 )
 
 Key = Union[bytes, int]
@@ -62,10 +63,12 @@ Key = Union[bytes, int]
 @dataclass(frozen=True)
 class Namespace:
     """What tells KV caches apart, as fields: blocks of two namespaces never
-    mix. Fill what the engine has; `id` is what every call takes (a Namespace
-    can be passed where an id is expected)."""
+    mix. Fill what the engine has. Pass a Namespace wherever a call takes a
+    namespace: the node registers it in its region on first use
+    (`Node.namespace` gives the id), so two namespaces that differ in any
+    field, `salt` included, never share an id or a block."""
 
-    model: str
+    model: Union[str, bytes]
     kv_layout: int = 0
     dtype: int = 0
     tp_rank: int = 0
@@ -73,11 +76,14 @@ class Namespace:
     pp_rank: int = 0
     block_tokens: int = 0
     extra: int = 0
+    #: Anything else that must separate caches, of any length (an engine's
+    #: description of its blocks, a salt, a LoRA name).
+    salt: Union[str, bytes] = b""
 
-    @property
-    def id(self) -> int:
-        """The 32-bit namespace id (a hash of every field)."""
-        return namespace_id(
+    @cached_property
+    def digest(self) -> bytes:
+        """The namespace's 128-bit identity, 16 bytes (`namespace_digest`)."""
+        return namespace_digest(
             self.model,
             self.kv_layout,
             self.dtype,
@@ -86,6 +92,7 @@ class Namespace:
             self.pp_rank,
             self.block_tokens,
             self.extra,
+            self.salt,
         )
 
 
@@ -115,5 +122,5 @@ __all__ = [
     "TimedOutError",
     "__version__",
     "chain_keys",
-    "namespace_id",
+    "namespace_digest",
 ]

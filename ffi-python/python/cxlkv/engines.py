@@ -8,13 +8,14 @@ goes into the namespace, shared by every adapter.
 - Everything that makes two blocks with equal hashes not interchangeable
   goes into the namespace: the model, the KV layout and dtype, tokens per
   block, tensor- and pipeline-parallel rank and size, and whatever else the
-  engine says describes its blocks (KV cache groups, a salt, a LoRA): the
-  fields the 32-bit id does not hold are hashed into its `extra`.
+  engine says describes its blocks (KV cache groups, a salt, a LoRA). All
+  of it, as canonical JSON, is the namespace's salt: the region keeps the
+  128-bit digest of every registered namespace, so two engine namespaces
+  that differ in any field never share a block.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
@@ -22,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from ._cxlkv import CxlkvError, Node, Region, Result, RevokedError, namespace_id
+from . import Namespace
+from ._cxlkv import CxlkvError, Node, Region, Result, RevokedError
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +131,7 @@ class EngineNode:
             self.region.close()
 
 
-def put_stored(node: Union[Node, EngineNode], ns: int, items: Sequence[tuple[bytes, Any]]) -> list[bool]:
+def put_stored(node: Union[Node, EngineNode], ns: Union[int, Namespace], items: Sequence[tuple[bytes, Any]]) -> list[bool]:
     """Stores `items` (key, buffer or buffers) in one batch call and says
     whether each is stored (stored already counts). A full region makes room
     itself (each reserve evicts least recently used blocks until the block
@@ -150,10 +152,6 @@ def block_key(engine_hash: bytes) -> bytes:
     if not engine_hash:
         raise ValueError("an engine block hash is not empty")
     return bytes(engine_hash[-16:]).rjust(16, b"\0")
-
-
-def _stable_u64(text: str) -> int:
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
 @dataclass(frozen=True)
@@ -190,15 +188,15 @@ class EngineNamespace:
         )
 
     @property
-    def id(self) -> int:
-        """The namespace id (`cxlkv.namespace_id` of these fields)."""
-        return namespace_id(
+    def namespace(self) -> Namespace:
+        """The cxlkv namespace: the model, ranks and tokens per block as
+        fields, and every field (these too, strings exactly) as the salt.
+        Pass it to any call; the node registers it in its region."""
+        return Namespace(
             self.model,
-            kv_layout=_stable_u64(self.kv_layout) & 0xFFFFFFFF,
-            dtype=_stable_u64(self.dtype) & 0xFFFFFFFF,
             tp_rank=self.tp_rank,
             tp_size=self.tp_size,
             pp_rank=self.pp_rank,
             block_tokens=self.block_tokens,
-            extra=_stable_u64(json.dumps([self.engine, dict(self.extra)], sort_keys=True, default=str)),
+            salt=self.describe(),
         )

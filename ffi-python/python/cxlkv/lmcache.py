@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from . import CxlkvError, Result
+from . import CxlkvError, Namespace, Result
 from .engines import EngineNamespace, EngineNode, block_key, put_stored
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class CxlkvConnector:
             lease_ms=lease_ms,
             lock_timeout_ms=lock_timeout_ms,
         )
-        self._namespaces: dict[tuple[str, int, int, str], int] = {}
+        self._namespaces: dict[tuple[str, int, int, str], Namespace] = {}
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._ids = itertools.count(1)
         self._requests: queue.SimpleQueue[Optional[tuple[int, Callable[[], list[bool]], bool]]] = queue.SimpleQueue()
@@ -85,18 +85,18 @@ class CxlkvConnector:
 
     # -- keys ------------------------------------------------------------
 
-    def _namespace(self, fields: tuple[str, int, int, str]) -> int:
+    def _namespace(self, fields: tuple[str, int, int, str]) -> Namespace:
         ns = self._namespaces.get(fields)
         if ns is None:
             model, rank, group, salt = fields
             ns = EngineNamespace(
                 engine="lmcache", model=model, dtype="", extra={"kv_rank": rank, "group": group, "salt": salt}
-            ).id
+            ).namespace
             self._namespaces[fields] = ns
         return ns
 
-    def _by_namespace(self, keys: Sequence[str]) -> dict[int, list[tuple[int, bytes]]]:
-        out: dict[int, list[tuple[int, bytes]]] = {}
+    def _by_namespace(self, keys: Sequence[str]) -> dict[Namespace, list[tuple[int, bytes]]]:
+        out: dict[Namespace, list[tuple[int, bytes]]] = {}
         for i, k in enumerate(keys):
             fields, key = parse_key(k)
             out.setdefault(self._namespace(fields), []).append((i, key))

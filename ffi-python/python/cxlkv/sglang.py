@@ -43,7 +43,7 @@ from sglang.srt.mem_cache.hicache_storage import (
     PoolTransferResult,
 )
 
-from . import Result
+from . import Namespace, Result
 from .engines import EngineNamespace, EngineNode, block_key, put_stored
 
 logger = logging.getLogger(__name__)
@@ -95,8 +95,8 @@ class CxlkvStorage(HiCacheStorage):
             lease_ms=int(extra.get("lease_ms", 2000)),
             lock_timeout_ms=int(extra.get("lock_timeout_ms", 60000)),
         )
-        self._ns: Optional[int] = None
-        self._pool_ns: dict[str, int] = {}
+        self._ns: Optional[Namespace] = None
+        self._pool_ns: dict[str, Namespace] = {}
         self._ns_legacy = self._namespace(layout="tensor", dtype="bytes", segments=(), pool="legacy")
         self.stats = {"stored_pages": 0, "loaded_pages": 0, "missed_pages": 0}
         # Blocks this node evicted before this backend used it: evicted_pages
@@ -106,7 +106,7 @@ class CxlkvStorage(HiCacheStorage):
 
     # -- namespaces -------------------------------------------------------
 
-    def _namespace(self, layout: str, dtype: str, segments: tuple[int, ...], page_size: int = 0, pool: str = "kv") -> int:
+    def _namespace(self, layout: str, dtype: str, segments: tuple[int, ...], page_size: int = 0, pool: str = "kv") -> Namespace:
         c = self.config
         # MLA pages are the same on every TP rank (shared); Mamba states are
         # TP-sharded even then (as SGLang's own file backend keys them).
@@ -128,9 +128,9 @@ class CxlkvStorage(HiCacheStorage):
                 "dcp": [c.dcp_rank, c.dcp_size] if c.dcp_size > 1 else None,
                 "segments": list(segments),
             },
-        ).id
+        ).namespace
 
-    def _pool_ns_of(self, name: str) -> int:
+    def _pool_ns_of(self, name: str) -> Namespace:
         if name == PoolName.KV.value:
             return self.namespace
         ns = self._pool_ns.get(name)
@@ -146,7 +146,7 @@ class CxlkvStorage(HiCacheStorage):
             return self.mem_pool_host
         raise ValueError(f"cxlkv storage: no host pool {name!r} registered")
 
-    def _pool_namespace(self, pool: Any, name: str) -> int:
+    def _pool_namespace(self, pool: Any, name: str) -> Namespace:
         page_size = int(getattr(pool, "page_size", 1) or 1)
         meta = pool.get_page_buffer_meta(torch.arange(page_size))
         if meta is not None:
@@ -163,7 +163,7 @@ class CxlkvStorage(HiCacheStorage):
         )
 
     @property
-    def namespace(self) -> int:
+    def namespace(self) -> Namespace:
         """The namespace of this rank's KV pages (known once the host pool
         is registered)."""
         if self._ns is None:
@@ -200,7 +200,7 @@ class CxlkvStorage(HiCacheStorage):
             for i, k in enumerate(keys)
         ]
 
-    def _put(self, ns: int, items: list[tuple[bytes, Any]]) -> list[bool]:
+    def _put(self, ns: Namespace, items: list[tuple[bytes, Any]]) -> list[bool]:
         ok = put_stored(self._node, ns, items)
         self.stats["stored_pages"] += sum(ok)
         return ok

@@ -56,7 +56,7 @@ from vllm.v1.kv_offload.file_mapper import FileMapper
 from vllm.v1.kv_offload.tiering.async_lookup import AsyncLookupManager
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
-from . import CxlkvError, Result
+from . import CxlkvError, Namespace, Result
 from .engines import EngineNamespace, EngineNode, block_key, put_stored
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ class CxlkvTier(SecondaryTierManager):
             root_dir="", offloading_spec=offloading_spec, blocks_per_file=offloading_spec.blocks_per_chunk
         ).get_run_config()
         self._kv_cache_layout = offloading_spec.config.kv_cache_layout
-        self._namespaces: dict[int, int] = {}
+        self._namespaces: dict[int, Namespace] = {}
         self.events: list[OffloadingEvent] | None = None
         if enable_kv_events:
             if offloading_spec.kv_events_config.enable_kv_cache_events:
@@ -152,7 +152,7 @@ class CxlkvTier(SecondaryTierManager):
 
     # -- keys ------------------------------------------------------------
 
-    def namespace(self, group: int) -> int:
+    def namespace(self, group: int) -> Namespace:
         """The cxlkv namespace of this instance's chunks of KV cache group
         `group`."""
         ns = self._namespaces.get(group)
@@ -169,7 +169,7 @@ class CxlkvTier(SecondaryTierManager):
                 tp_rank=0,
                 tp_size=int(f.get("tp_size", 1)),
                 extra={"fields": f, "group": group, "chunk_bytes": self.block_size_bytes},
-            ).id
+            ).namespace
             self._namespaces[group] = ns
         return ns
 

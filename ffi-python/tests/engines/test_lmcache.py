@@ -72,6 +72,28 @@ def test_namespaces_model_rank_and_salt_keep_objects_apart(params: dict[str, obj
         a.close()
 
 
+def test_two_salts_whose_32_bit_ids_collided_never_share_an_object(params: dict[str, object]) -> None:
+    """For this model, rank and group, the salts `user-121425` and
+    `user-148113` folded to one 32-bit namespace id (373215777) when the id
+    was a hash of the fields, so one tenant loaded the other's object.
+    Namespaces are now registered in the region by their 128-bit digest:
+    each salt has its own."""
+    a = make_adapter(params)
+    try:
+        mine, theirs = key(7, salt="user-121425"), key(7, salt="user-148113")
+        assert store(a, [mine], [obj(body(1))]).is_successful()
+        assert lookup(a, [mine, theirs]) == [True, False]
+        dst = obj(bytes(4096))
+        assert load(a, [theirs], [dst]) == [False]
+        assert bytes(dst.byte_array) == bytes(4096), "not one byte of the other tenant's object"
+        assert store(a, [theirs], [obj(body(2))]).is_successful()
+        for k, i in ((mine, 1), (theirs, 2)):
+            out = obj(bytes(4096))
+            assert load(a, [k], [out]) == [True] and bytes(out.byte_array) == body(i)
+    finally:
+        a.close()
+
+
 def test_another_process_with_its_own_adapter_loads_the_objects(params: dict[str, object]) -> None:
     a = make_adapter(params)
     try:

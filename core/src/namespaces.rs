@@ -1,0 +1,146 @@
+//! Registered namespaces: a namespace's 128-bit identity
+//! ([`Namespace::digest`]) stored once in the region, and the 32-bit id the
+//! cache operations take.
+//!
+//! A namespace is registered as a named root: its record's name holds the
+//! digest (behind a zero byte, so no application name can equal it, and
+//! `root_get`, `root_destroy` and `root_free` never reach it), tag
+//! [`NAMESPACE_TAG`]. The id is [`REGISTERED`] plus the record's index. The
+//! roots lock makes one digest take one record, and a record is never
+//! removed, so two namespaces that differ in any field never share an id:
+//! isolation rests on the 128-bit digest, not on a 32-bit hash. Ids below
+//! [`REGISTERED`] are plain numbers an application picks itself.
+
+use crate::coherence::Coherence;
+use crate::hash::Namespace;
+use crate::node::Node;
+use crate::roots::{self, Root, MAX_NAME};
+use crate::store::Store;
+use crate::{Error, Result};
+
+/// The first registered id: ids from here on name root records.
+pub const REGISTERED: u32 = 1 << 31;
+
+/// Type tag of the root records that hold registered namespaces.
+pub const NAMESPACE_TAG: u32 = u32::from_le_bytes(*b"NSPC");
+
+const PREFIX: [u8; 4] = *b"\0ns1";
+
+/// Root name of the namespace with digest `d`: the prefix, the digest, zeros.
+fn record_name(d: [u8; 16]) -> [u8; MAX_NAME] {
+    let mut name = [0u8; MAX_NAME];
+    for (dst, src) in name.iter_mut().zip(PREFIX.iter().chain(&d)) {
+        *dst = *src;
+    }
+    name
+}
+
+/// The id of the namespace with digest `d`, read without a lock; `None` when
+/// it is not registered.
+pub fn find<C: Coherence>(store: &Store<C>, d: [u8; 16]) -> Result<Option<u32>> {
+    Ok(roots::find(store, record_name(d))?.filter(|(_, r)| r.tag == NAMESPACE_TAG).map(|(i, _)| REGISTERED | i))
+}
+
+impl<C: Coherence> Node<'_, C> {
+    /// The id of namespace `ns` in this region, registering it on first
+    /// use. Every node that registers equal fields gets the same id, for as
+    /// long as the region is not formatted again; unequal fields never get
+    /// one id. `RootsFull` when the root table has no record left.
+    pub fn namespace(&self, ns: &Namespace<'_>) -> Result<u32> {
+        self.namespace_of_digest(ns.digest())
+    }
+
+    /// [`Node::namespace`] of a digest computed elsewhere.
+    pub fn namespace_of_digest(&self, d: [u8; 16]) -> Result<u32> {
+        if let Some(id) = find(self.store, d)? {
+            return Ok(id);
+        }
+        let name = record_name(d);
+        self.with_lock(self.store.layout.locks().roots(), || {
+            // Looked up again under the lock: another node may have
+            // registered it since (the put below refuses an equal name too).
+            match self.root_find_locked(name) {
+                Ok((i, _)) => Ok(REGISTERED | i),
+                Err(Error::NotFound) => {
+                    let i = self.root_put_locked(name, Root { offset: 0, size: 0, tag: NAMESPACE_TAG })?;
+                    Ok(REGISTERED | i)
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Capacities;
+    use crate::node::NodeLocal;
+    use crate::testutil::{findings, node, small_caps, with_two_nodes, Fixture, InlineEnv};
+
+    #[test]
+    fn equal_fields_get_one_id_and_unequal_ones_never_share() {
+        with_two_nodes(|f, _, a, b| {
+            let base = Namespace { model: b"m", ..Namespace::default() };
+            let other = Namespace { salt: b"tenant-2", ..base };
+            let ia = a.namespace(&base).unwrap();
+            assert!(ia >= REGISTERED);
+            assert_eq!(b.namespace(&base).unwrap(), ia, "another node, the same fields");
+            let ib = b.namespace(&other).unwrap();
+            assert_ne!(ia, ib);
+            assert_eq!(find(&f.store, base.digest()).unwrap(), Some(ia));
+            assert_eq!(find(&f.store, Namespace::default().digest()).unwrap(), None);
+            // No application name reaches a namespace's record.
+            assert_eq!(a.root_destroy(b"ns1").unwrap_err(), Error::NotFound);
+            assert_eq!(a.namespace(&other).unwrap(), ib);
+            assert!(findings(f).is_empty());
+        });
+    }
+
+    #[test]
+    fn namespaces_differing_in_any_field_never_share_a_block() {
+        let f = Fixture::new(8 << 20, Capacities { n_roots: 16, ..small_caps() });
+        f.attach(0);
+        f.attach(1);
+        let env = InlineEnv::new(&f.store);
+        let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+        let (a, b) = (node(&f, &env, &l0, 0), node(&f, &env, &l1, 1));
+        {
+            let base = Namespace { model: b"llama", tp_size: 2, block_tokens: 16, ..Namespace::default() };
+            let variants = [
+                Namespace { model: b"llamb", ..base },
+                Namespace { kv_layout: 1, ..base },
+                Namespace { dtype: 1, ..base },
+                Namespace { tp_rank: 1, ..base },
+                Namespace { tp_size: 4, ..base },
+                Namespace { pp_rank: 1, ..base },
+                Namespace { block_tokens: 32, ..base },
+                Namespace { extra: 1, ..base },
+                Namespace { salt: b"user-17144", ..base },
+            ];
+            let key = crate::hash::Key { lo: 0x1234, hi: 0x5678 };
+            let h = a.reserve(a.namespace(&base).unwrap(), key, 100, 1).unwrap();
+            a.publish(&h).unwrap();
+            assert_eq!(b.lookup(b.namespace(&base).unwrap(), &[key]).unwrap(), 1, "the same fields share it");
+            for (i, v) in variants.iter().enumerate() {
+                assert_eq!(b.lookup(b.namespace(v).unwrap(), &[key]).unwrap(), 0, "variant {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_root_table_is_a_clear_error() {
+        with_two_nodes(|f, _, a, _| {
+            let n = f.store.layout.caps.n_roots;
+            let salts: std::vec::Vec<[u8; 4]> = (0..=n).map(|i| i.to_le_bytes()).collect();
+            for s in salts.iter().take(n as usize) {
+                a.namespace(&Namespace { salt: s, ..Namespace::default() }).unwrap();
+            }
+            let last = Namespace { salt: &salts[n as usize], ..Namespace::default() };
+            assert_eq!(a.namespace(&last).unwrap_err(), Error::RootsFull);
+            // Those registered keep their ids.
+            let first = Namespace { salt: &salts[0], ..Namespace::default() };
+            assert_eq!(a.namespace(&first).unwrap(), REGISTERED);
+        });
+    }
+}
