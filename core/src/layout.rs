@@ -15,8 +15,10 @@ use crate::{Error, Result};
 
 /// "CXLKV\0\0\1" little-endian: the region magic.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
-/// Format version; bumped with every incompatible change.
-pub const FORMAT_VERSION: u32 = 8;
+/// Format version; bumped with every incompatible change (9: namespace ids
+/// from 2^31 up name registered namespaces, so a region whose blocks carry
+/// the hashed ids of version 8 is refused rather than read under them).
+pub const FORMAT_VERSION: u32 = 9;
 /// Largest number of nodes (pinner bitmask is one u64).
 pub const MAX_NODES: u32 = 64;
 /// Most granules a chunk is cut into (two maps of 4096 bits follow its

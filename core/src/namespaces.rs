@@ -13,6 +13,7 @@
 
 use crate::coherence::Coherence;
 use crate::hash::Namespace;
+use crate::layout::RootRecord;
 use crate::node::Node;
 use crate::roots::{self, Root, MAX_NAME};
 use crate::store::Store;
@@ -33,6 +34,15 @@ fn record_name(d: [u8; 16]) -> [u8; MAX_NAME] {
         *dst = *src;
     }
     name
+}
+
+/// The digest a root record holds, when it is a registered namespace's
+/// (valid, tagged [`NAMESPACE_TAG`], named by [`record_name`]).
+pub fn digest_of(r: &RootRecord) -> Option<[u8; 16]> {
+    let (prefix, rest) = r.name.split_first_chunk::<4>()?;
+    let (d, zeros) = rest.split_first_chunk::<16>()?;
+    let ours = roots::record_valid(r) && r.tag == NAMESPACE_TAG && *prefix == PREFIX;
+    (ours && zeros.iter().all(|&b| b == 0)).then_some(*d)
 }
 
 /// The id of the namespace with digest `d`, read without a lock; `None` when
@@ -90,6 +100,9 @@ mod tests {
             assert_ne!(ia, ib);
             assert_eq!(find(&f.store, base.digest()).unwrap(), Some(ia));
             assert_eq!(find(&f.store, Namespace::default().digest()).unwrap(), None);
+            let rec: RootRecord = f.store.view.read(f.store.layout.root(ia - REGISTERED)).unwrap();
+            assert_eq!(digest_of(&rec), Some(base.digest()));
+            assert_eq!(digest_of(&RootRecord::default()), None);
             // No application name reaches a namespace's record.
             assert_eq!(a.root_destroy(b"ns1").unwrap_err(), Error::NotFound);
             assert_eq!(a.namespace(&other).unwrap(), ib);

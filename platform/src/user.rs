@@ -8,6 +8,7 @@ use cxlkv_core::hash::{Key, Namespace};
 use cxlkv_core::index::{Handle, Policy, ReserveItem, Verdict};
 use cxlkv_core::layout::Entry;
 use cxlkv_core::lock::Held;
+use cxlkv_core::namespaces;
 use cxlkv_core::roots::{self, Root};
 use cxlkv_core::Error as CoreError;
 
@@ -143,6 +144,29 @@ impl Node {
         let id = self.core().namespace_of_digest(d)?;
         self.namespaces.lock().unwrap_or_else(|e| e.into_inner()).insert(d, id);
         Ok(id)
+    }
+
+    /// The digest of registered namespace `id` (remembered once read);
+    /// `None` for an id below 2^31 (an application's own number) or one no
+    /// namespace is registered under.
+    pub fn namespace_digest(&self, id: u32) -> Result<Option<[u8; 16]>> {
+        let Some(i) = id.checked_sub(namespaces::REGISTERED) else { return Ok(None) };
+        let known = self.namespaces.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|e| *e.1 == id).map(|e| *e.0);
+        if known.is_some() {
+            return Ok(known);
+        }
+        let st = self.store();
+        if i >= st.layout.caps.n_roots {
+            return Ok(None);
+        }
+        // SYNC: a namespace's record is written once, under the roots lock,
+        // and never changed: a fresh read of it is its value for good.
+        let r: cxlkv_core::layout::RootRecord = st.fresh(st.layout.root(i), Site("namespace.digest"))?;
+        let d = namespaces::digest_of(&r);
+        if let Some(d) = d {
+            self.namespaces.lock().unwrap_or_else(|e| e.into_inner()).insert(d, id);
+        }
+        Ok(d)
     }
 
     /// The named root `name`, read without a lock.

@@ -51,17 +51,78 @@ impl Drop for Scratch {
 
 /// Stores `data` as block `k` of namespace 1 (16 tokens).
 fn put_block(node: &Node, k: Key, data: &[u8]) {
-    let h = node.core().reserve(1, k, data.len() as u64, 16).unwrap();
+    put_in(node, 1, k, data)
+}
+
+/// Stores `data` as block `k` of namespace `ns` (16 tokens).
+fn put_in(node: &Node, ns: u32, k: Key, data: &[u8]) {
+    let h = node.core().reserve(ns, k, data.len() as u64, 16).unwrap();
     node.core().write(&h, 0, data).unwrap();
     node.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
 }
 
 fn get(node: &Node, k: Key) -> Option<Vec<u8>> {
+    get_in(node, 1, k)
+}
+
+/// Block `k` of namespace `ns`, promoted from the tier when it is there.
+fn get_in(node: &Node, ns: u32, k: Key) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; LEN];
     let (mut lens, mut out) = ([0u64], [Ok(())]);
     let mut parts = [&mut buf[..]];
-    node.get(1, &mut [GetItem { key: k, parts: &mut parts }], &mut lens, &mut out).unwrap();
+    node.get(ns, &mut [GetItem { key: k, parts: &mut parts }], &mut lens, &mut out).unwrap();
     out[0].ok().map(|_| buf[..lens[0] as usize].to_vec())
+}
+
+/// Registered namespace ids belong to one format of a region; the drives
+/// outlive it. A tier restarted over the region formatted anew, where
+/// another namespace took the id its blocks were written under, brings them
+/// back under their own namespace's new id, never under the other's.
+#[test]
+fn a_restarted_tier_finds_its_namespaces_again_by_digest_after_a_format() {
+    use cxlkv_core::hash::Namespace;
+    let region = std::env::temp_dir().join(format!("cxlkv-tier-region-ns-{}", std::process::id()));
+    let dirs = [Scratch::new("ns-a")];
+    let topts = TierOptions {
+        dirs: dirs.iter().map(|d| d.0.clone()).collect(),
+        slot_bytes: 64 << 10,
+        capacity: 4 << 20,
+        high_water: 1.0,
+        batch: 16,
+    };
+    let (model_a, model_b) = (
+        Namespace { model: b"model-a", ..Namespace::default() },
+        Namespace { model: b"model-b", ..Namespace::default() },
+    );
+    let n = 8u64;
+    let old_id;
+    {
+        let b = Node::create(&region, 16 << 20, caps(), opts()).unwrap();
+        old_id = b.namespace(&model_a).unwrap();
+        for i in 0..n {
+            put_in(&b, old_id, key(i), &pattern(i));
+        }
+        let tier = Tier::start(Arc::new(Node::open(&region, opts()).unwrap()), topts.clone()).unwrap();
+        assert_eq!(tier.spill_all().unwrap(), n);
+        tier.stop().unwrap();
+    }
+    std::fs::remove_file(&region).unwrap();
+    let b = Node::create(&region, 16 << 20, caps(), opts()).unwrap();
+    assert_eq!(b.namespace(&model_b).unwrap(), old_id, "the new format gave model B model A's old id");
+    let tier = Tier::start(Arc::new(Node::open(&region, opts()).unwrap()), topts.clone()).unwrap();
+    assert_eq!(tier.stats().held, n);
+    let new_id = b.namespace(&model_a).unwrap();
+    assert_ne!(new_id, old_id);
+    for i in 0..n {
+        assert_eq!(get_in(&b, old_id, key(i)), None, "block {i}: never model B's");
+        assert_eq!(get_in(&b, new_id, key(i)).as_deref(), Some(&pattern(i)[..]), "block {i}: model A's, byte-exact");
+    }
+    let observed = cxlkv_platform::Region::open(&region).unwrap().observe(cxlkv_platform::FlushMode::Clflush).unwrap();
+    let paths: Vec<PathBuf> = dirs.iter().map(|d| d.0.clone()).collect();
+    assert_eq!(observed.check_tier(&paths, topts.slot_bytes).unwrap(), Vec::<String>::new());
+    tier.stop().unwrap();
+    drop(b);
+    let _ = std::fs::remove_file(&region);
 }
 
 /// Both I/O engines, each end to end (one test: the environment is per
@@ -190,7 +251,7 @@ fn large_blocks_are_striped_across_the_drives() {
         let mut at = 0;
         while at + 64 <= flen {
             f.read_exact_at(&mut head, at).unwrap();
-            if head[0..8] == *b"CXLKVSL4" {
+            if head[0..8] == *b"CXLKVSL5" {
                 pieces.insert((u64::from_le_bytes(head[24..32].try_into().unwrap()), head[56]));
             }
             at += 512;
@@ -224,7 +285,7 @@ fn large_blocks_are_striped_across_the_drives() {
     let mut at = 0;
     loop {
         f.read_exact_at(&mut head, at).unwrap();
-        if head[0..8] == *b"CXLKVSL4" && head[24..32] == key(2).hi.to_le_bytes() {
+        if head[0..8] == *b"CXLKVSL5" && head[24..32] == key(2).hi.to_le_bytes() {
             f.write_all_at(&[0xee; 64], at + 8192).unwrap();
             f.sync_all().unwrap();
             break;
@@ -442,7 +503,7 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
         let mut at = 0;
         while at + 64 <= len && hit.is_none() {
             f.read_exact_at(&mut buf, at).unwrap();
-            if buf[0..8] == *b"CXLKVSL4" && buf[16..24] == key(victim).lo.to_le_bytes() {
+            if buf[0..8] == *b"CXLKVSL5" && buf[16..24] == key(victim).lo.to_le_bytes() {
                 f.write_all_at(&[0xee; 64], at + 8192).unwrap();
                 f.sync_all().unwrap();
                 hit = Some(at);

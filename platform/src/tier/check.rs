@@ -36,7 +36,16 @@ pub fn check_slots(
                 findings.push(format!("{}: slot {slot} unreadable", path.display()));
                 continue;
             }
-            let Some(h) = Header::read(&unit) else { continue };
+            let Some(mut h) = Header::read(&unit) else { continue };
+            // A registered namespace under its id in the region now (the
+            // directory records that one); one not registered here keeps the
+            // drive's id, which no record of this region can name with its
+            // key but by a 128-bit coincidence.
+            if h.digest != [0; 16] {
+                if let Some(ns) = cxlkv_core::namespaces::find(store, h.digest)? {
+                    h.ns = ns;
+                }
+            }
             if h.len > slot_bytes || h.plen > geo.piece_cap {
                 findings.push(format!("{}: slot {slot} claims {} bytes, more than a slot", path.display(), h.len));
                 continue;

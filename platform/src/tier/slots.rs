@@ -171,7 +171,13 @@ impl Drop for Aligned {
 /// A slot's header: one piece of one write of a block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Header {
+    /// The namespace id in the region the tier serves now (see
+    /// `State::here`); on the drive, the id when the block was written.
     pub(super) ns: u32,
+    /// A registered namespace's digest (zero for an application's own id):
+    /// what the namespace is across formats of the region, where its id may
+    /// name another namespace.
+    pub(super) digest: [u8; 16],
     pub(super) tokens: u32,
     pub(super) key: Key,
     /// The block's bytes.
@@ -186,9 +192,9 @@ pub(super) struct Header {
     pub(super) plen: u64,
 }
 
-/// The slot format's magic: its first eight bytes ("CXLKVSL4": headers and
-/// payloads checked by XXH3-64).
-const MAGIC: u64 = u64::from_le_bytes(*b"CXLKVSL4");
+/// The slot format's magic: its first eight bytes ("CXLKVSL5": headers and
+/// payloads checked by XXH3-64, namespaces by digest).
+const MAGIC: u64 = u64::from_le_bytes(*b"CXLKVSL5");
 /// Bytes of a slot header (the rest of its unit is zero).
 pub(super) const HEADER_BYTES: usize = size_of::<SlotHeader>();
 
@@ -209,12 +215,17 @@ struct SlotHeader {
     count: U16,
     /// Bytes of each piece but the last, in units of 512.
     plen_units: U32,
+    /// The namespace's digest (zero for an application's own id).
+    ns_digest: [u8; 16],
     /// XXH3-64 of every field above.
     hsum: U64,
 }
 
-const _: () = assert!(size_of::<SlotHeader>() == 72);
-const _: () = assert!(core::mem::offset_of!(SlotHeader, hsum) == 64);
+const _: () = assert!(size_of::<SlotHeader>() == 88);
+const _: () = assert!(core::mem::offset_of!(SlotHeader, hsum) == HSUM_AT);
+
+/// Where a slot header's checksum sits: it covers the bytes before it.
+const HSUM_AT: usize = 80;
 
 impl Header {
     pub(super) fn write(&self, out: &mut [u8]) {
@@ -230,9 +241,10 @@ impl Header {
             piece: self.piece.into(),
             count: self.count.into(),
             plen_units: ((self.plen / 512).min(u32::MAX as u64) as u32).into(),
+            ns_digest: self.digest,
             hsum: 0.into(),
         };
-        h.hsum = payload_sum(&h.as_bytes()[..64]).into();
+        h.hsum = payload_sum(&h.as_bytes()[..HSUM_AT]).into();
         out.fill(0);
         out[..HEADER_BYTES].copy_from_slice(h.as_bytes());
     }
@@ -241,11 +253,12 @@ impl Header {
     /// consistent).
     pub(super) fn read(b: &[u8]) -> Option<Header> {
         let (s, _) = SlotHeader::read_from_prefix(b).ok()?;
-        if s.magic.get() != MAGIC || s.hsum.get() != payload_sum(&s.as_bytes()[..64]) {
+        if s.magic.get() != MAGIC || s.hsum.get() != payload_sum(&s.as_bytes()[..HSUM_AT]) {
             return None;
         }
         let h = Header {
             ns: s.ns.get(),
+            digest: s.ns_digest,
             tokens: s.tokens.get(),
             key: Key { lo: s.key_lo.get(), hi: s.key_hi.get() },
             len: s.len.get(),
@@ -257,6 +270,14 @@ impl Header {
         };
         let whole = h.plen > 0 && h.len.div_ceil(h.plen).max(1) == h.count as u64;
         (whole && h.piece < h.count).then_some(h)
+    }
+
+    /// True when `read` (a header as the drive holds it) is this header: every
+    /// field equal, except a registered namespace's id, for which the digest
+    /// stands (the region may have given it another since).
+    pub(super) fn matches(&self, read: &Header) -> bool {
+        let ns = if self.digest != [0; 16] { self.ns } else { read.ns };
+        *self == Header { ns, ..*read }
     }
 
     /// The header of piece `j` of the same write, with checksum `sum`.

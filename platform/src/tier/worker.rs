@@ -28,6 +28,20 @@ struct State {
 }
 
 /// Counts an error and logs it.
+/// Header `h` (as a drive holds it) under the id its namespace has in the
+/// region now: a registered namespace is found, or registered, by its
+/// digest; an application's own id is kept. `None` when a registered one
+/// cannot be (a full root table) or the header names an id from 2^31 up
+/// without a digest.
+fn here(node: &Node, mut h: Header) -> Option<Header> {
+    if h.digest != [0; 16] {
+        h.ns = node.namespace_of_digest(h.digest).ok()?;
+    } else if h.ns >= cxlkv_core::namespaces::REGISTERED {
+        return None;
+    }
+    Some(h)
+}
+
 fn log_error(counters: &TierCounters, what: std::fmt::Arguments<'_>) {
     counters.add(|c| c.errors += 1);
     eprintln!("cxlkv tier: {what}");
@@ -91,7 +105,7 @@ pub(super) fn run(
         c.engine = Some(s.io.engine());
         c.registered_bytes = registered;
     });
-    s.rebuild(&mut dir);
+    s.rebuild(&node, &mut dir);
     ready.give(Ok(()));
     let mut last_spill = Instant::now() - Duration::from_secs(1);
     while !stop.get() {
@@ -133,8 +147,9 @@ impl State {
         log_error(&self.counters, what);
     }
 
-    /// Reads every slot header and records the blocks whole slot sets hold.
-    fn rebuild(&mut self, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>) {
+    /// Reads every slot header and records the blocks whole slot sets hold,
+    /// under the ids their namespaces have in the region now.
+    fn rebuild(&mut self, node: &Node, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>) {
         let unit = self.geo.unit as usize;
         let mut found: Found = Vec::new();
         for d in 0..self.devs.len() {
@@ -142,6 +157,10 @@ impl State {
                 let buf = self.bufs[0].bytes();
                 let r = self.devs[d].file.read_exact_at(&mut buf[..unit], self.devs[d].at(slot));
                 let Some(hdr) = r.ok().and_then(|_| Header::read(&buf[..unit])) else { continue };
+                let Some(hdr) = here(node, hdr) else {
+                    self.log(format_args!("slot {slot} of drive {d}: its namespace cannot be registered here"));
+                    continue;
+                };
                 if hdr.len <= self.slot_bytes && hdr.plen <= self.geo.piece_cap {
                     found.push((d, slot, hdr));
                 }
@@ -270,9 +289,29 @@ impl State {
                 let _ = core.release(&[hd]);
                 continue;
             }
+            // A registered namespace's digest goes with the block: on the
+            // drives it outlives this format of the region and its ids.
+            let digest = match node.namespace_digest(*ns) {
+                Ok(Some(d)) => d,
+                Ok(None) if *ns < cxlkv_core::namespaces::REGISTERED => [0; 16],
+                _ => {
+                    let _ = core.release(&[hd]);
+                    continue;
+                }
+            };
             *seq += 1;
-            let hdr =
-                Header { ns: *ns, tokens: hd.tokens, key: *key, len: hd.len, seq: *seq, sum: 0, piece: 0, count, plen };
+            let hdr = Header {
+                ns: *ns,
+                digest,
+                tokens: hd.tokens,
+                key: *key,
+                len: hd.len,
+                seq: *seq,
+                sum: 0,
+                piece: 0,
+                count,
+                plen,
+            };
             let buf = bufs[i].bytes();
             let mut pieces = Vec::with_capacity(slots.len());
             let mut read = Ok(());
@@ -549,7 +588,7 @@ impl State {
                 } else {
                     &buf[o + unit as usize..o + unit as usize + l]
                 };
-                verified = Header::read(&buf[o..o + unit as usize]) == Some(hdr.of_piece(j, sum))
+                verified = Header::read(&buf[o..o + unit as usize]).is_some_and(|r| hdr.of_piece(j, sum).matches(&r))
                     && body.len() == l
                     && payload_sum(body) == sum;
             }
