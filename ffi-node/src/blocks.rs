@@ -28,8 +28,8 @@ use cxlkv_platform::{Blocks, Code, Finish, Kind, Node as Attached};
 use crate::args::u32_of;
 use crate::error::{coded, item, range_error, OrThrow};
 use crate::js;
-use crate::node::Pending;
 use crate::tasks::Job;
+use crate::tasks::Pending;
 
 /// Whether views must be copies (set by `CXLKV_NODE_NO_EXTERNAL_BUFFERS=1`,
 /// which makes this addon behave as under a runtime that refuses external

@@ -21,10 +21,10 @@ use crate::args::{
 };
 use crate::blocks::{Pinned, Reservation};
 use crate::error::{coded, item, range_error, Failure, OrThrow};
-use crate::tasks::{waiting, Held, Job};
+use crate::tasks::{waiting, Held, Job, Pending};
 
 /// An async call: its Promise settles with `J`, made from the work's `T`.
-pub type Pending<T, J> = AsyncTask<Job<T, J>>;
+
 /// Per item of a `put`: its result.
 type Stored = Vec<CoreResult<()>>;
 /// Per item of a `get`: its result and the payload's length.
@@ -542,7 +542,7 @@ fn received(_: &Env, m: Received) -> napi::Result<Message> {
 
 /// Blocks an async acquire or reserve made: the node, the keys, a handle
 /// per key.
-type Blocks<H> = (Arc<Attached>, Vec<Key>, Vec<H>);
+type Batch<H> = (Arc<Attached>, Vec<Key>, Vec<H>);
 
 /// Pins the stored blocks of `keys`.
 fn acquired(c: &Attached, ns: u32, keys: &[Key]) -> Result<Vec<Option<Handle>>, Failure> {
@@ -670,7 +670,7 @@ impl Node {
         env: Env,
         ns: Unknown<'_>,
         keys: Unknown<'_>,
-    ) -> napi::Result<Pending<Blocks<Option<Handle>>, Pinned>> {
+    ) -> napi::Result<Pending<Batch<Option<Handle>>, Pinned>> {
         let (ns, keys, c) = (ns_of(&env, &ns)?, keys_of(&env, &keys, "keys")?, self.attached(&env)?);
         let work = move || {
             let hs = acquired(&c, ns, &keys)?;
@@ -711,7 +711,7 @@ impl Node {
         keys: Unknown<'_>,
         sizes: Unknown<'_>,
         tokens: Unknown<'_>,
-    ) -> napi::Result<Pending<Blocks<Handle>, Reservation>> {
+    ) -> napi::Result<Pending<Batch<Handle>, Reservation>> {
         let (ns, keys, items) = reserve_items(&env, &ns, &keys, &sizes, &tokens)?;
         let c = self.attached(&env)?;
         let work = move || {

@@ -50,6 +50,9 @@ impl Held {
 /// The work of a call, run on a worker thread.
 type Work<T> = Box<dyn FnOnce() -> Result<T, Failure> + Send>;
 
+/// An async call: its Promise settles with `J`, made from the work's `T`.
+pub type Pending<T, J> = napi::bindgen_prelude::AsyncTask<Job<T, J>>;
+
 /// One async call: its work, how its result becomes a JavaScript value, and
 /// what it holds meanwhile.
 pub struct Job<T: Send + 'static, J> {

@@ -15,6 +15,7 @@ use cxlkv_core::store::{attach, Store};
 use crate::flush::{Flush, FlushMode};
 use crate::host::{pid_alive, Locality};
 use crate::node::{check_store, stranded, Stranded};
+pub use crate::region::LiveNode;
 use crate::region::Region;
 use crate::Result;
 
@@ -115,25 +116,6 @@ pub struct EntryReport {
     pub claimed: u64,
     /// Any other state word (only a corrupt region has them).
     pub invalid: u64,
-}
-
-/// A node that may still be running (see [`Observed::live_nodes`]).
-#[derive(Clone, Debug, Serialize)]
-pub struct LiveNode {
-    /// Node id.
-    pub id: u32,
-    /// Process id (in its PID namespace).
-    pub pid: u32,
-    /// Its host id, in hex.
-    pub host_id: String,
-    /// Why it counts as live.
-    pub how: &'static str,
-}
-
-impl std::fmt::Display for LiveNode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "node {} (pid {} on host {}, {})", self.id, self.pid, self.host_id, self.how)
-    }
 }
 
 /// One node slot in use.

@@ -26,6 +26,7 @@ use crate::local::{LocalTier, Owner};
 use crate::map::{Mapping, Populate};
 use crate::region::{Attachment, Region};
 use crate::sync::Flag;
+use crate::tier::wire::{RoundTrips, KIND_TIER_PROMOTE};
 use crate::{Error, Result};
 
 /// How a node attaches and behaves.
@@ -114,7 +115,7 @@ struct Inner {
     mgr: Mutex<Manager>,
     last: Mutex<StepReport>,
     /// Round trips of this node's answered promotions (the adaptive wait).
-    promotions: Mutex<crate::tier::RoundTrips>,
+    promotions: Mutex<RoundTrips>,
     // Declared last: dropped after everything that points into it (other
     // nodes of this process may share the mapping).
     map: Arc<Mapping>,
@@ -331,7 +332,7 @@ pub const KIND_RESPONSE: u32 = 1 << 31;
 /// only the call that made the request takes it; none reaches an
 /// application's receive.
 fn internal_answer(m: &Message) -> bool {
-    m.kind == crate::tier::KIND_TIER_PROMOTE | KIND_RESPONSE
+    m.kind == KIND_TIER_PROMOTE | KIND_RESPONSE
 }
 
 /// The heartbeat's own thread: it beats every eighth of the lease and does
@@ -576,7 +577,7 @@ impl Node {
     }
 
     /// The round trips of this node's answered promotions.
-    pub(crate) fn promotions(&self) -> std::sync::MutexGuard<'_, crate::tier::RoundTrips> {
+    pub(crate) fn promotions(&self) -> std::sync::MutexGuard<'_, RoundTrips> {
         self.inner.promotions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -941,4 +942,56 @@ pub fn check_store<C: cxlkv_core::coherence::Coherence>(store: &Store<C>) -> Res
     let mut scratch = vec![0u64; scratch_words(store)];
     check(store, &mut scratch, &mut |f| v.push(f))?;
     Ok(v)
+}
+
+impl Region {
+    /// Attaches a node to the formatted region and starts its background
+    /// thread (heartbeat, lock manager).
+    pub fn attach(&self, opts: Options) -> Result<Node> {
+        let mut node = Node::attach(self.mapping().clone(), opts)?;
+        node.hold(self.attachment());
+        Ok(node)
+    }
+}
+
+#[cfg(test)]
+mod region_tests {
+    use super::*;
+    use crate::region::Region;
+    use std::time::Duration;
+
+    fn opts() -> Options {
+        Options { mode: FlushMode::Coherent, ..Options::default() }
+    }
+
+    #[test]
+    fn format_is_refused_while_a_node_is_attached() {
+        let r = Region::memfd(8 << 20, false).unwrap();
+        let caps = Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 64, ..Capacities::default() };
+        r.format(caps, FlushMode::Coherent).unwrap();
+        let node = r.clone().attach(opts()).unwrap();
+        assert!(r.in_use());
+        assert!(matches!(r.format(caps, FlushMode::Coherent), Err(Error::Core(cxlkv_core::Error::Busy))));
+        node.close().unwrap();
+        assert!(!r.in_use());
+        r.format(caps, FlushMode::Coherent).unwrap();
+    }
+
+    #[test]
+    fn a_zero_lease_or_lock_timeout_is_refused_before_attaching() {
+        let r = Region::memfd(8 << 20, false).unwrap();
+        let caps = Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 64, ..Capacities::default() };
+        r.format(caps, FlushMode::Coherent).unwrap();
+        for o in [Options { lease: Duration::ZERO, ..opts() }, Options { lock_timeout: Duration::ZERO, ..opts() }] {
+            assert!(matches!(r.attach(o), Err(Error::Core(cxlkv_core::Error::InvalidArgument))));
+        }
+        assert!(!r.in_use());
+        r.attach(opts()).unwrap().close().unwrap();
+    }
+
+    #[test]
+    fn plan_refuses_a_region_too_small() {
+        assert!(Region::plan(Capacities::default(), 4096).is_err());
+        assert!(Region::plan(Capacities::default(), 1 << 30).is_ok());
+    }
 }

@@ -11,7 +11,6 @@ use cxlkv_core::layout::{Capacities, Layout};
 use crate::flush::{Flush, FlushMode};
 use crate::host::random_u64;
 use crate::map::{Mapping, Source};
-use crate::node::{Node, Options};
 use crate::{Error, Result};
 
 /// A mapped region. Clones share the mapping; nodes attached through any
@@ -33,6 +32,25 @@ impl Drop for Attachment {
     fn drop(&mut self) {
         let mut n = self.0.attached.lock().unwrap_or_else(|e| e.into_inner());
         *n = n.saturating_sub(1);
+    }
+}
+
+/// A node that may still be running (see [`crate::inspect::Observed::live_nodes`]).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LiveNode {
+    /// Node id.
+    pub id: u32,
+    /// Process id (in its PID namespace).
+    pub pid: u32,
+    /// Its host id, in hex.
+    pub host_id: String,
+    /// Why it counts as live.
+    pub how: &'static str,
+}
+
+impl std::fmt::Display for LiveNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "node {} (pid {} on host {}, {})", self.id, self.pid, self.host_id, self.how)
     }
 }
 
@@ -125,7 +143,7 @@ impl Region {
     /// The nodes of the region this mapping holds that may still run (see
     /// [`crate::inspect::Observed::live_nodes`]); none when it holds no
     /// formatted region.
-    pub fn live_nodes(&self, wait: std::time::Duration) -> Result<Vec<crate::inspect::LiveNode>> {
+    pub fn live_nodes(&self, wait: std::time::Duration) -> Result<Vec<LiveNode>> {
         match self.observe(FlushMode::default_for_arch()) {
             Ok(o) => o.live_nodes(wait),
             Err(_) => Ok(Vec::new()),
@@ -134,21 +152,19 @@ impl Region {
 
     /// [`Region::live_nodes`] of the region at `path`: none when nothing is
     /// there, or nothing formatted.
-    pub fn live_nodes_at(path: &Path, wait: std::time::Duration) -> Result<Vec<crate::inspect::LiveNode>> {
+    pub fn live_nodes_at(path: &Path, wait: std::time::Duration) -> Result<Vec<LiveNode>> {
         match Region::open(path) {
             Ok(r) => r.live_nodes(wait),
             Err(_) => Ok(Vec::new()),
         }
     }
 
-    /// Attaches a node to the formatted region and starts its background
-    /// thread (heartbeat, lock manager).
-    pub fn attach(&self, opts: Options) -> Result<Node> {
-        let mut cache = Node::attach(self.0.map.clone(), opts)?;
+    /// Counts one more node attached through this region, until the
+    /// returned attachment drops (see `Region::attach` in `node.rs`).
+    pub(crate) fn attachment(&self) -> Attachment {
         let mut n = self.0.attached.lock().unwrap_or_else(|e| e.into_inner());
         *n = n.saturating_add(1);
-        cache.hold(Attachment(self.0.clone()));
-        Ok(cache)
+        Attachment(self.0.clone())
     }
 
     /// True while a node attached through this region is open.
@@ -169,46 +185,5 @@ impl Region {
     /// The mapping.
     pub fn mapping(&self) -> &Arc<Mapping> {
         &self.0.map
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    fn opts() -> Options {
-        Options { mode: FlushMode::Coherent, ..Options::default() }
-    }
-
-    #[test]
-    fn format_is_refused_while_a_node_is_attached() {
-        let r = Region::memfd(8 << 20, false).unwrap();
-        let caps = Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 64, ..Capacities::default() };
-        r.format(caps, FlushMode::Coherent).unwrap();
-        let node = r.clone().attach(opts()).unwrap();
-        assert!(r.in_use());
-        assert!(matches!(r.format(caps, FlushMode::Coherent), Err(Error::Core(cxlkv_core::Error::Busy))));
-        node.close().unwrap();
-        assert!(!r.in_use());
-        r.format(caps, FlushMode::Coherent).unwrap();
-    }
-
-    #[test]
-    fn a_zero_lease_or_lock_timeout_is_refused_before_attaching() {
-        let r = Region::memfd(8 << 20, false).unwrap();
-        let caps = Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 64, ..Capacities::default() };
-        r.format(caps, FlushMode::Coherent).unwrap();
-        for o in [Options { lease: Duration::ZERO, ..opts() }, Options { lock_timeout: Duration::ZERO, ..opts() }] {
-            assert!(matches!(r.attach(o), Err(Error::Core(cxlkv_core::Error::InvalidArgument))));
-        }
-        assert!(!r.in_use());
-        r.attach(opts()).unwrap().close().unwrap();
-    }
-
-    #[test]
-    fn plan_refuses_a_region_too_small() {
-        assert!(Region::plan(Capacities::default(), 4096).is_err());
-        assert!(Region::plan(Capacities::default(), 1 << 30).is_ok());
     }
 }

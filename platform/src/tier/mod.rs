@@ -45,19 +45,13 @@ use crate::{Error, Result};
 mod check;
 mod promote;
 mod slots;
+pub(crate) mod wire;
 mod worker;
 
 pub use check::check_slots;
-pub(crate) use promote::RoundTrips;
 use slots::*;
+pub use wire::KIND_TIER_PROMOTE;
 use worker::run;
-
-/// [`Message::kind`] of a request to a tier: put block `keys[0]` of
-/// namespace `ns` back into the region. The answer's status is 0 when the
-/// block is in the region (put back, or there already), else a core error
-/// code (`NotFound`: the tier does not hold it or its slot failed its
-/// checks).
-pub const KIND_TIER_PROMOTE: u32 = 0x7469_0001;
 
 /// How a tier runs.
 #[derive(Clone, Debug)]

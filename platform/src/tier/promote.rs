@@ -6,34 +6,6 @@ use super::*;
 /// Keys one promote request carries at most.
 const PROMOTE_KEYS: usize = 96;
 
-/// The round trips of a node's last answered promotions: what the adaptive
-/// promotion wait follows ([`Options::promote_wait`](crate::Options)).
-#[derive(Debug, Default)]
-pub(crate) struct RoundTrips {
-    last: [Duration; 8],
-    next: usize,
-}
-
-impl RoundTrips {
-    /// The shortest wait; also the wait before any promotion was answered.
-    pub(crate) const FLOOR: Duration = Duration::from_secs(1);
-    /// The longest wait the adaptive rule picks.
-    pub(crate) const CEILING: Duration = Duration::from_secs(10);
-
-    fn record(&mut self, took: Duration) {
-        let i = self.next % self.last.len();
-        self.last[i] = took;
-        self.next = self.next.wrapping_add(1);
-    }
-
-    /// Four times the slowest recorded round trip, within the floor and
-    /// the ceiling.
-    pub(crate) fn wait(&self) -> Duration {
-        let slowest = self.last.iter().max().copied().unwrap_or_default();
-        slowest.saturating_mul(4).clamp(Self::FLOOR, Self::CEILING)
-    }
-}
-
 impl Node {
     /// How long the next promotion waits for its answers: the option when
     /// set, else four times the slowest of the last answered ones (at least
