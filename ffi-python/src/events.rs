@@ -9,7 +9,7 @@ use pyo3::types::PyDict;
 use cxlkv_platform::publish::{Publisher, PublisherOptions, PublisherStats};
 use cxlkv_platform::Code as R;
 
-use crate::raise;
+use crate::{raise, OrRaise};
 
 /// A running event publisher: vLLM `KVEventBatch`es of the whole region's
 /// stores and removals on a ZMQ PUB socket (and vLLM's replay socket). Stop
@@ -114,5 +114,58 @@ impl EventPublisher {
     fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
         self.stop(py);
         false
+    }
+}
+
+/// A cursor over the region's change log (`Node.change_cursor`): each
+/// `poll` returns the stores and removals made since the last one, by any
+/// node, and keeps nothing per block. Holds its node only while it polls.
+#[pyclass(frozen, module = "cxlkv._cxlkv")]
+pub struct ChangeCursor {
+    node: Py<crate::region::Node>,
+    cursor: Mutex<cxlkv_platform::events::ChangeCursor>,
+}
+
+impl ChangeCursor {
+    pub(crate) fn new(node: Py<crate::region::Node>, cursor: cxlkv_platform::events::ChangeCursor) -> ChangeCursor {
+        ChangeCursor { node, cursor: Mutex::new(cursor) }
+    }
+}
+
+/// A change as `ChangeCursor.poll` returns it: `(stored, ns, key, len,
+/// tokens, node)`, `stored` False for a removal, `node` the one that made
+/// the change.
+type ChangeTuple<'py> = (bool, u32, Bound<'py, pyo3::types::PyBytes>, u64, u32, u32);
+
+#[pymethods]
+impl ChangeCursor {
+    /// The changes since the last poll of the namespaces `namespaces` (all
+    /// when None), as `(stored, ns, key, len, tokens, node)` tuples in each
+    /// stripe's order, and the stripes where changes were lost to a gap (the
+    /// cursor fell a whole ring behind, or a recovery rebuilt the stripe):
+    /// check what you know of those against the region.
+    #[pyo3(signature = (namespaces=None))]
+    fn poll<'py>(
+        &self,
+        py: Python<'py>,
+        namespaces: Option<Vec<Bound<'py, PyAny>>>,
+    ) -> PyResult<(Vec<ChangeTuple<'py>>, Vec<u32>)> {
+        let node = self.node.bind(py).get();
+        let ns = namespaces.unwrap_or_default().iter().map(|n| node.ns(py, n)).collect::<PyResult<Vec<u32>>>()?;
+        let c = node.cache(py)?;
+        let (mut out, mut gaps) = (Vec::new(), Vec::new());
+        // Locked with the interpreter released: a second poller waits
+        // here, not while holding it.
+        let cursor = &self.cursor;
+        py.detach(|| {
+            let mut cursor = cursor.lock().unwrap_or_else(|e| e.into_inner());
+            cursor.poll(c.store(), &ns, &mut out, &mut gaps)
+        })
+        .or_raise(py)?;
+        let changes = out
+            .iter()
+            .map(|x| (x.stored, x.ns, crate::key_bytes(py, x.key), x.len, x.tokens, x.node))
+            .collect();
+        Ok((changes, gaps))
     }
 }

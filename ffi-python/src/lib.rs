@@ -198,6 +198,7 @@ fn _cxlkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<region::Message>()?;
     m.add_class::<tier::Tier>()?;
     m.add_class::<events::EventPublisher>()?;
+    m.add_class::<events::ChangeCursor>()?;
     m.add_class::<blocks::Pinned>()?;
     m.add_class::<blocks::Reservation>()?;
     m.add_class::<blocks::Payload>()?;

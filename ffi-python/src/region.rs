@@ -360,6 +360,16 @@ impl Node {
         Ok(crate::events::EventPublisher::new(p))
     }
 
+    /// A cursor over the region's change log from now on: its `poll`
+    /// returns the stores and removals any node makes afterwards (see
+    /// `ChangeCursor`).
+    fn change_cursor(slf: Bound<'_, Self>) -> PyResult<crate::events::ChangeCursor> {
+        let py = slf.py();
+        let c = slf.get().cache(py)?;
+        let cursor = py.detach(|| cxlkv_platform::events::ChangeCursor::at_head(c.store())).or_raise(py)?;
+        Ok(crate::events::ChangeCursor::new(slf.unbind(), cursor))
+    }
+
     /// This node's id (its slot in the node table).
     #[getter]
     fn id(&self, py: Python<'_>) -> PyResult<u32> {

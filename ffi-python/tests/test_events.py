@@ -74,3 +74,28 @@ def test_events_from_two_processes_arrive_once_each_in_order(shm_path: str, loca
         assert proc.wait(timeout=10) in (0, -15)
     finally:
         reap(proc)
+
+
+def test_a_change_cursor_reports_every_nodes_changes_from_its_start(region: cxlkv.Region, local_dir: str) -> None:
+    other = cxlkv.Namespace("events-other-model", block_tokens=16)
+    with region.attach(local_dir=local_dir) as a, region.attach(local_dir=local_dir) as b:
+        assert a.put(NS, [(keys(1)[0], b"before")]) == [cxlkv.Result.OK]
+        cursor = a.change_cursor()
+        assert cursor.poll() == ([], []), "what came before the cursor is not reported"
+        assert b.put(NS, [(k, k * 4) for k in keys(3)[1:]], tokens=16) == [cxlkv.Result.OK] * 2
+        assert b.put(other, [(keys(1)[0], b"other")]) == [cxlkv.Result.OK]
+        assert b.remove(NS, keys(2)) == [True, True]
+        changes, gaps = cursor.poll([NS])
+        assert gaps == []
+        ns = a.namespace(NS)
+        by_key = sorted((k, stored) for stored, n, k, _, _, _ in changes if n == ns)
+        assert len(changes) == len(by_key) == 4, changes
+        assert by_key == sorted([(keys(3)[1], True), (keys(3)[2], True), (keys(3)[0], False), (keys(3)[1], False)])
+        assert all(node == b.id for *_, node in changes), "each change names the node that made it"
+        stored = [c for c in changes if c[0] and c[2] == keys(3)[2]]
+        assert stored and stored[0][3] == 64 and stored[0][4] == 16, "length and tokens"
+        assert cursor.poll() == ([], []), "each change once"
+        assert b.remove(other, [keys(1)[0]]) == [True]
+        assert cursor.poll([NS]) == ([], []), "another namespace's change is left out"
+        changes, _ = cursor.poll()
+        assert changes == [], "and not kept for later"

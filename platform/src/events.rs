@@ -12,7 +12,8 @@
 
 use std::collections::HashMap;
 
-use cxlkv_core::changes::{Change, Tail};
+pub use cxlkv_core::changes::Change;
+use cxlkv_core::changes::Tail;
 use cxlkv_core::hash::Key;
 use cxlkv_core::store::Store;
 use cxlkv_core::Error as CoreError;
@@ -177,6 +178,56 @@ impl<'a> Feed<'a> {
         self.live[s] = now;
         self.cursors[s] = start;
         self.rescan[s] = false;
+        Ok(())
+    }
+}
+
+/// A reader of the region's change log that keeps nothing per block: each
+/// poll reports the changes made since the last one to the namespaces it
+/// is asked about, and the stripes where changes were lost to a gap (the
+/// reader fell a whole ring behind, or a recovery rebuilt the stripe). A
+/// caller that needs exact removals across a gap checks the blocks it knows
+/// of (in those stripes, or all of them) against the region itself.
+#[derive(Clone, Debug)]
+pub struct ChangeCursor {
+    cursors: Vec<u64>,
+}
+
+impl ChangeCursor {
+    /// A cursor at the head of every stripe's log: it reports the changes
+    /// made from now on.
+    pub fn at_head(store: &Store<Flush>) -> Result<ChangeCursor> {
+        let cursors =
+            (0..store.layout.caps.n_stripes).map(|s| Ok(store.changes_head(s)?.0)).collect::<Result<Vec<u64>>>()?;
+        Ok(ChangeCursor { cursors })
+    }
+
+    /// Appends the changes since the last poll of namespaces `ns` (all of
+    /// them when empty) to `out`, in each stripe's order, and the stripes
+    /// that had a gap to `gaps` (their cursors move past it).
+    pub fn poll(&mut self, store: &Store<Flush>, ns: &[u32], out: &mut Vec<Change>, gaps: &mut Vec<u32>) -> Result<()> {
+        let mut buf = vec![Change::default(); BATCH];
+        for (s, cursor) in self.cursors.iter_mut().enumerate() {
+            loop {
+                match store.read_changes(s as u32, *cursor, &mut buf)? {
+                    Tail::Read { n } => {
+                        let read = buf.get(..n).unwrap_or_default();
+                        if let Some(last) = read.last() {
+                            *cursor = last.seq;
+                        }
+                        out.extend(read.iter().filter(|c| ns.is_empty() || ns.contains(&c.ns)));
+                        if n < BATCH {
+                            break;
+                        }
+                    }
+                    Tail::Gap { resume } => {
+                        gaps.push(s as u32);
+                        *cursor = resume;
+                        break;
+                    }
+                }
+            }
+        }
         Ok(())
     }
 }

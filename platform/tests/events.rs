@@ -196,3 +196,51 @@ fn a_publisher_on_the_storing_node_publishes_every_store_and_removal() {
         let _ = std::fs::remove_file(&path);
     }
 }
+
+/// A change cursor keeps nothing per block: it reports what changed since
+/// its last poll, and a stripe it fell a whole log behind on as a gap.
+#[test]
+fn a_change_cursor_reports_changes_once_and_a_stripe_it_lost_as_a_gap() {
+    use cxlkv_platform::events::ChangeCursor;
+    let path = std::env::temp_dir().join(format!("cxlkv-cursor-{}", std::process::id()));
+    let a = Node::create(&path, 16 << 20, caps(), opts()).unwrap();
+    let b = Node::open(&path, opts()).unwrap();
+    put(&a, 0);
+    let mut cursor = ChangeCursor::at_head(a.store()).unwrap();
+    let (mut out, mut gaps) = (Vec::new(), Vec::new());
+    cursor.poll(a.store(), &[], &mut out, &mut gaps).unwrap();
+    assert!(out.is_empty() && gaps.is_empty(), "nothing before the cursor");
+    put(&b, 1);
+    b.core().evict(u64::MAX, &mut Lru).unwrap();
+    cursor.poll(a.store(), &[1], &mut out, &mut gaps).unwrap();
+    assert!(gaps.is_empty());
+    let seen: Vec<(bool, u64)> = out.iter().map(|c| (c.stored, c.key.hi)).collect();
+    assert!(seen.contains(&(true, 1)) && seen.contains(&(false, 0)) && seen.contains(&(false, 1)), "{seen:?}");
+    assert_eq!(out.len(), 3);
+    out.clear();
+    cursor.poll(a.store(), &[2], &mut out, &mut gaps).unwrap();
+    assert!(out.is_empty() && gaps.is_empty());
+    // More changes in one stripe than its log holds (16): a gap there.
+    let s = a.store().stripe_of(1, key(100));
+    let mut n = 0;
+    for i in 100u64.. {
+        if a.store().stripe_of(1, key(i)) == s {
+            put(&a, i);
+            n += 1;
+            if n == 20 {
+                break;
+            }
+        }
+    }
+    cursor.poll(a.store(), &[], &mut out, &mut gaps).unwrap();
+    assert_eq!(gaps, vec![s]);
+    out.clear();
+    gaps.clear();
+    put(&b, 5000);
+    cursor.poll(a.store(), &[], &mut out, &mut gaps).unwrap();
+    assert!(gaps.is_empty(), "past the gap, changes are read again");
+    assert_eq!(out.iter().map(|c| (c.stored, c.key.hi)).collect::<Vec<_>>(), vec![(true, 5000)]);
+    b.close().unwrap();
+    a.close().unwrap();
+    let _ = std::fs::remove_file(&path);
+}

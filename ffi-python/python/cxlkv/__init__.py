@@ -32,6 +32,7 @@ from typing import Union
 from ._cxlkv import (
     BusyError,
     CapacityError,
+    ChangeCursor,
     CudaError,
     CxlkvError,
     EventPublisher,
@@ -101,6 +102,7 @@ __all__ = [
     "CapacityError",
     "CudaError",
     "CxlkvError",
+    "ChangeCursor",
     "EventPublisher",
     "ExistsError",
     "InvalidArgumentError",

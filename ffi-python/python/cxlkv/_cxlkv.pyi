@@ -16,6 +16,7 @@ __version__: str
 __all__ = [
     "BusyError",
     "CapacityError",
+    "ChangeCursor",
     "CudaError",
     "CxlkvError",
     "EventPublisher",
@@ -180,7 +181,14 @@ class EventPublisher:
     ) -> bool: ...
 
 @final
+class ChangeCursor:
+    def poll(
+        self, namespaces: Optional[Sequence[_Ns]] = None
+    ) -> tuple[list[tuple[bool, int, bytes, int, int, int]], list[int]]: ...
+
+@final
 class Node:
+    def change_cursor(self) -> ChangeCursor: ...
     def publish_events(
         self,
         endpoint: str = ...,

@@ -17,8 +17,9 @@ Options of the tier's entry: `region` (required: the path of a formatted
 cxlkv region: a file, /dev/shm, or /dev/daxX.Y), `flush_mode` (default:
 this machine's), `local_dir` (the host-local lock directory, default
 /dev/shm), `node_id`, `lease_ms`, `lock_timeout_ms`, `n_threads` (copy
-threads, default 4), `enable_kv_events` (report what the tier stored and
-learnt was dropped, when vLLM's KV events are on), `locality`.
+threads, default 4), `enable_kv_events` (report what the tier stored, and
+every removal of a chunk of its namespaces by any node, read from the
+region's change log, when vLLM's KV events are on), `locality`.
 
 A chunk's key is the last 16 bytes of its block hash; its namespace holds
 what vLLM itself says makes chunks interchangeable (`FileMapper`'s fields:
@@ -35,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -51,12 +51,13 @@ from vllm.v1.kv_offload.base import (
     ScheduleEndContext,
     get_offload_block_hash,
     get_offload_group_idx,
+    make_offload_key,
 )
 from vllm.v1.kv_offload.file_mapper import FileMapper
 from vllm.v1.kv_offload.tiering.async_lookup import AsyncLookupManager
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
-from . import CxlkvError, Namespace, Result
+from . import ChangeCursor, CxlkvError, Namespace, Result
 from .engines import EngineNamespace, EngineNode, block_key, put_stored
 
 if TYPE_CHECKING:
@@ -65,9 +66,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: How many stored keys the tier remembers, to report their removal once a
-#: lookup or load finds them gone.
-_REMEMBERED = 1 << 20
+#: Bytes of a block hash the cxlkv key holds (its last 16).
+_KEY_BYTES = 16
 
 
 class _Lookups(AsyncLookupManager):
@@ -131,9 +131,16 @@ class CxlkvTier(SecondaryTierManager):
                 self.events = []
             else:
                 logger.warning("cxlkv tier %r: enable_kv_events is set but vLLM's KV events are off", tier_type)
-        self._stored: OrderedDict[OffloadKey, None] = OrderedDict()
+        # Removal events come from the region's change log (any node's
+        # eviction or removal of a chunk of this tier's namespaces). The
+        # tier keeps only what the region does not know: the part of a block
+        # hash longer than the key (vLLM's sha256 hashes are 32 bytes, keys
+        # 16), for the chunks it stored and the region still holds.
+        self._cursor: ChangeCursor | None = self._node.change_cursor() if self.events is not None else None
+        self._hash_len: int | None = None
+        self._prefixes: dict[tuple[int, bytes], bytes] = {}
+        self._prefix_cap = int(self._node.stats()["capacity_bytes"]) // max(self.block_size_bytes, 1) + 1024
         self._done: list[JobResult] = []
-        self._removed: list[OffloadKey] = []
         # Keys whose load failed (evicted since the lookup said HIT), for
         # the scheduler thread to mark as misses.
         self._missed: list[OffloadKey] = []
@@ -185,29 +192,78 @@ class CxlkvTier(SecondaryTierManager):
             _, here = self._node.presence(self.namespace(group), [block_key(get_offload_block_hash(keys[i])) for i in idx])
             for i, h in zip(idx, here):
                 out[i] = h
-        gone = [k for k, h in zip(keys, out) if not h and k in self._stored]
-        if gone:
-            self._forget(gone)
         return out
 
     def _remember(self, keys: Iterable[OffloadKey]) -> None:
-        # Kept only to report removals as events: nothing per chunk without.
+        """Keeps what the region does not know of stored chunks: the hash
+        bytes before the key's 16 (none when hashes are 16 bytes or fewer)."""
         if self.events is None:
             return
         with self._lock:
             for k in keys:
-                self._stored[k] = None
-                self._stored.move_to_end(k)
-            while len(self._stored) > _REMEMBERED:
-                self._stored.popitem(last=False)
+                h = get_offload_block_hash(k)
+                self._hash_len = len(h)
+                if len(h) > _KEY_BYTES:
+                    self._prefixes[(get_offload_group_idx(k), block_key(h))] = h[:-_KEY_BYTES]
+            # Never reached while removals are read (each stored chunk takes
+            # a chunk's bytes of the region): a bound all the same.
+            while len(self._prefixes) > self._prefix_cap:
+                del self._prefixes[next(iter(self._prefixes))]
 
-    def _forget(self, keys: Iterable[OffloadKey]) -> None:
-        if self.events is None:
-            return
+    def _removed_keys(self) -> list[OffloadKey]:
+        """The chunks of this tier's namespaces removed since the last call,
+        by any node, from the region's change log; after a gap in the log,
+        the stored chunks the region no longer holds."""
+        if self._cursor is None or self._hash_len is None:
+            return []
+        groups = dict(self._namespaces)
+        ids = {self._node.namespace(ns): g for g, ns in groups.items()}
+        try:
+            changes, gaps = self._cursor.poll(list(groups.values()))
+        except CxlkvError:
+            # The node was attached again (or the region formatted anew):
+            # read on from a fresh cursor, and check what is known.
+            self._cursor = self._node.change_cursor()
+            changes, gaps = [], [-1]
+        removed: list[OffloadKey] = []
         with self._lock:
-            for k in keys:
-                if self._stored.pop(k, 0) is None:
-                    self._removed.append(k)
+            for stored, ns, key16, *_ in changes:
+                group = ids.get(ns)
+                if stored or group is None:
+                    continue
+                k = self._offload_key(group, key16)
+                if k is not None:
+                    removed.append(k)
+            if gaps and self._prefixes:
+                known = list(self._prefixes.items())
+            else:
+                known = []
+        if gaps and self._hash_len <= _KEY_BYTES:
+            logger.warning("cxlkv tier %r: the region's change log ran ahead: removal events were lost", self.tier_type)
+        if known:
+            by_group: dict[int, list[bytes]] = {}
+            for (g, key16), _ in known:
+                by_group.setdefault(g, []).append(key16)
+            for g, key16s in by_group.items():
+                if g not in groups:
+                    continue
+                _, here = self._node.presence(groups[g], key16s)
+                with self._lock:
+                    for key16, h in zip(key16s, here):
+                        k = None if h else self._offload_key(g, key16)
+                        if k is not None:
+                            removed.append(k)
+        return removed
+
+    def _offload_key(self, group: int, key16: bytes) -> OffloadKey | None:
+        """The OffloadKey of a removed chunk (forgetting its hash prefix), or
+        None when this tier cannot name it (a chunk it did not store, with
+        hashes longer than keys). The caller holds the lock."""
+        assert self._hash_len is not None
+        if self._hash_len <= _KEY_BYTES:
+            return make_offload_key(key16[_KEY_BYTES - self._hash_len :], group)
+        prefix = self._prefixes.pop((group, key16), None)
+        return None if prefix is None else make_offload_key(prefix + key16, group)
 
     # -- jobs ------------------------------------------------------------
 
@@ -242,7 +298,6 @@ class CxlkvTier(SecondaryTierManager):
                 loaded[i] = r == Result.OK and n == self.block_size_bytes
         missing = [k for k, ok in zip(keys, loaded) if not ok]
         if missing:
-            self._forget(missing)
             with self._lock:
                 self._missed.extend(missing)
         n_ok = len(keys) - len(missing)
@@ -304,9 +359,9 @@ class CxlkvTier(SecondaryTierManager):
     def take_events(self) -> Iterable[OffloadingEvent]:
         if self.events is None:
             return []
+        removed = self._removed_keys()
         with self._lock:
             events, self.events = self.events, []
-            removed, self._removed = self._removed, []
         if removed:
             events.append(OffloadingEvent(keys=removed, medium=self.medium, removed=True, locality=self.locality))
         return events

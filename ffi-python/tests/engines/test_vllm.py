@@ -143,7 +143,7 @@ def test_without_events_the_tier_keeps_nothing_per_chunk(tier_config: dict[str, 
             assert not wait_job(tier, 10 * round + 2).success
             assert lookup(tier, keys, req=f"r{round}") == [LookupResult.MISS] * 20
         # Nothing per chunk grew: the region knows what it holds.
-        assert len(tier._stored) == 0 and tier._removed == [] and list(tier.take_events()) == []
+        assert tier._cursor is None and tier._prefixes == {} and list(tier.take_events()) == []
     finally:
         tier.shutdown()
 
@@ -253,3 +253,61 @@ def test_bad_configurations_fail_at_start_up_and_lose_nothing(tier_config: dict[
         assert lookup(again, [key(1)]) == [LookupResult.HIT]
     finally:
         again.shutdown()
+
+
+def test_removals_by_any_node_come_from_the_change_log_and_nothing_is_kept_after(
+    tier_config: dict[str, object],
+) -> None:
+    """Each chunk removed by another node is reported once, at the next
+    `take_events`, with no lookup or load asking for it; once reported, the
+    tier keeps nothing of it (only the hash bytes the key lacks, while the
+    chunk is in the region)."""
+    tier, rows = make_tier(tier_config)
+    try:
+        keys = [key(i) for i in range(12)] + [key(i, group=1) for i in range(4)]
+        for c in range(16):
+            fill(rows, c, seed=40 + c)
+        tier.submit_store(job(1, keys, list(range(16)), promotion=False))
+        assert wait_job(tier, 1).success
+        assert [e.removed for e in tier.take_events()] == [False]
+        assert len(tier._prefixes) == 16, "16 bytes of each sha256 hash: what the region does not hold"
+        gone = keys[:5] + keys[12:14]
+        with cxlkv.Region.open(str(tier_config["region"])) as r, r.attach(local_dir=str(tier_config["local_dir"])) as n:
+            for g, ks in ((0, gone[:5]), (1, gone[5:])):
+                assert n.remove(tier.namespace(g), [k[-20:-4] for k in ks]) == [True] * len(ks)
+        events = list(tier.take_events())
+        assert len(events) == 1 and events[0].removed and events[0].medium is Medium.CPU
+        assert sorted(events[0].keys) == sorted(gone), "every removal, whole OffloadKeys, groups included"
+        assert list(tier.take_events()) == [], "once"
+        assert len(tier._prefixes) == 16 - len(gone)
+        with cxlkv.Region.open(str(tier_config["region"])) as r, r.attach(local_dir=str(tier_config["local_dir"])) as n:
+            n.evict(1 << 40)
+        removed = [k for e in tier.take_events() for k in e.keys if e.removed]
+        assert sorted(removed) == sorted(set(keys) - set(gone))
+        assert tier._prefixes == {}, "nothing kept of chunks the region no longer holds"
+    finally:
+        tier.shutdown()
+
+
+def test_removals_lost_to_a_gap_in_the_change_log_are_found_by_presence(tmp_path: Path) -> None:
+    path = f"/dev/shm/cxlkv-vllm-gap-{os.getpid()}-{os.urandom(4).hex()}"
+    with cxlkv.Region.create(path, 64 << 20) as r:
+        r.format(chunk_shift=16, max_nodes=8, n_stripes=2, entries_per_stripe=512, change_records=4)
+    tier, rows = make_tier(
+        {"type": "CxlkvTier", "module_path": "cxlkv.vllm", "region": path, "local_dir": str(tmp_path), "enable_kv_events": True}
+    )
+    try:
+        keys = [key(i) for i in range(24)]
+        for c in range(24):
+            fill(rows, c, seed=c)
+        tier.submit_store(job(1, keys, list(range(24)), promotion=False))
+        assert wait_job(tier, 1).success
+        list(tier.take_events())
+        with cxlkv.Region.open(path) as r, r.attach(local_dir=str(tmp_path)) as n:
+            assert n.remove(tier.namespace(0), [k[-20:-4] for k in keys[:20]]) == [True] * 20
+        removed = [k for e in tier.take_events() for k in e.keys if e.removed]
+        assert sorted(removed) == sorted(keys[:20]), "more removals than the log holds: found by presence"
+        assert len(tier._prefixes) == 4
+    finally:
+        tier.shutdown()
+        os.unlink(path)
