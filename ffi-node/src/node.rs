@@ -23,8 +23,6 @@ use crate::blocks::{Pinned, Reservation};
 use crate::error::{coded, item, range_error, Failure, OrThrow};
 use crate::tasks::{waiting, Held, Job, Pending};
 
-/// An async call: its Promise settles with `J`, made from the work's `T`.
-
 /// Per item of a `put`: its result.
 type Stored = Vec<CoreResult<()>>;
 /// Per item of a `get`: its result and the payload's length.

@@ -162,10 +162,8 @@ impl ChangeCursor {
             cursor.poll(c.store(), &ns, &mut out, &mut gaps)
         })
         .or_raise(py)?;
-        let changes = out
-            .iter()
-            .map(|x| (x.stored, x.ns, crate::key_bytes(py, x.key), x.len, x.tokens, x.node))
-            .collect();
+        let changes =
+            out.iter().map(|x| (x.stored, x.ns, crate::key_bytes(py, x.key), x.len, x.tokens, x.node)).collect();
         Ok((changes, gaps))
     }
 }
