@@ -25,12 +25,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use cxlkv_platform::coherence::{Coherence, Site};
+use cxlkv_platform::host_locks::HostLocks;
 use cxlkv_platform::kv::Capacities;
 use cxlkv_platform::kv::CoreError as Error;
 use cxlkv_platform::kv::Message;
 use cxlkv_platform::kv::{mix64, Key};
 use cxlkv_platform::kv::{Handle, ReserveItem};
-use cxlkv_platform::local::LocalTier;
 use cxlkv_platform::{Flush, FlushMode, GetItem, Mapping, Node, Options, PayloadStores, PutItem};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -66,11 +66,11 @@ fn one_mode(mode: FlushMode, cfg: &Config) -> Result<Vec<(&'static str, f64)>, c
         Capacities { max_nodes: 4, n_stripes: 16, entries_per_stripe: entries / 16 * 2, ..Capacities::default() };
     let size = (n * cfg.block_bytes * 2 + (256 << 20)) as u64;
     let opts = Options { mode, ..Options::default() };
-    let cache = Node::create(&path, size, caps, opts)?;
+    let attached = Node::create(&path, size, caps, opts)?;
     let _cleanup = Cleanup(path);
     // Measure the protocol, not first-touch page faults of fresh shm pages.
-    cache.prefault()?;
-    let node = cache.core();
+    attached.prefault()?;
+    let node = attached.core();
     let mut rows = Vec::new();
     let ns = 1;
     let keys: Vec<Key> = (0..n as u64).map(key).collect();
@@ -114,14 +114,14 @@ fn one_mode(mode: FlushMode, cfg: &Config) -> Result<Vec<(&'static str, f64)>, c
     let t = Instant::now();
     for k in &keys[..m] {
         let mut o = [Err(Error::InvalidArgument)];
-        cache.acquire_views(ns, std::slice::from_ref(k), &mut o)?;
+        attached.acquire_views(ns, std::slice::from_ref(k), &mut o)?;
         node.release(&[o[0]?])?;
     }
     rows.push(("acquire+release (single)", per_block(t.elapsed(), m)));
     let t = Instant::now();
     for ks in keys.chunks(64) {
         let mut o = vec![Err(Error::InvalidArgument); ks.len()];
-        cache.acquire_views(ns, ks, &mut o)?;
+        attached.acquire_views(ns, ks, &mut o)?;
         let hs: Vec<Handle> = o.iter().filter_map(|r| r.ok()).collect();
         node.release(&hs)?;
     }
@@ -134,31 +134,31 @@ fn one_mode(mode: FlushMode, cfg: &Config) -> Result<Vec<(&'static str, f64)>, c
         let mut parts = [&mut buf[..]];
         let mut items = [GetItem { key: *k, parts: &mut parts }];
         let (mut lens, mut res) = ([0u64], [Ok(())]);
-        cache.get(ns, &mut items, &mut lens, &mut res)?;
+        attached.get(ns, &mut items, &mut lens, &mut res)?;
         res[0]?;
     }
     rows.push(("get (copy, validated)", per_block(t.elapsed(), m)));
 
     // Uncontended global lock.
-    rows.push(("lock+unlock (uncontended)", lock_loop(&cache, m)?));
-    cache.close()?;
+    rows.push(("lock+unlock (uncontended)", lock_loop(&attached, m)?));
+    attached.close()?;
 
     // The same in a region formatted for 64 nodes and 256 locks: a grant's
     // cost should not grow with either.
     let wide = std::path::PathBuf::from(format!("/dev/shm/cxlkv-bench-w-{}-{}", std::process::id(), mode.name()));
     let caps = Capacities { max_nodes: 64, n_stripes: 64, app_locks: 62, ..Capacities::default() };
-    let cache = Node::create(&wide, 256 << 20, caps, Options { mode, ..Options::default() })?;
+    let attached = Node::create(&wide, 256 << 20, caps, Options { mode, ..Options::default() })?;
     let _cleanup_wide = Cleanup(wide);
     // The first grant waits for the new region's manager to settle.
-    lock_loop(&cache, 1)?;
-    rows.push(("lock+unlock (uncontended, 64 nodes, 256 locks)", lock_loop(&cache, m)?));
-    cache.close()?;
+    lock_loop(&attached, 1)?;
+    rows.push(("lock+unlock (uncontended, 64 nodes, 256 locks)", lock_loop(&attached, m)?));
+    attached.close()?;
     Ok(rows)
 }
 
 /// Takes and releases lock 0 `m` times; ns per lock+unlock.
-fn lock_loop(cache: &Node, m: usize) -> Result<f64, cxlkv_platform::Error> {
-    let node = cache.core();
+fn lock_loop(attached: &Node, m: usize) -> Result<f64, cxlkv_platform::Error> {
+    let node = attached.core();
     let t = Instant::now();
     for _ in 0..m {
         let h = node.lock(0)?;
@@ -448,20 +448,20 @@ fn puts(mode: FlushMode, size: usize, ws: usize) -> Result<PutReport, cxlkv_plat
         let path = PathBuf::from(format!("/dev/shm/cxlkv-bench-p-{}-{}", std::process::id(), mode.name()));
         let _cleanup = Cleanup(path.clone());
         let opts = Options { mode, payload: payload_stores, populate: false, ..Options::default() };
-        let cache = Node::create(&path, region + region / 8, caps, opts)?;
+        let attached = Node::create(&path, region + region / 8, caps, opts)?;
         // Measure the store, not first-touch page faults of fresh shm pages.
-        cache.prefault()?;
+        attached.prefault()?;
         let parts = [&payload[..]];
         let mut lat = Vec::with_capacity(n);
         for i in 0..n as u64 {
             let items = [PutItem { key: key(i), tokens: 16, parts: &parts }];
             let mut out = [Ok(())];
             let t = Instant::now();
-            cache.put(1, &items, &mut out)?;
+            attached.put(1, &items, &mut out)?;
             lat.push(t.elapsed().as_nanos() as u64);
             out[0]?;
         }
-        cache.close()?;
+        attached.close()?;
         Ok(lat)
     };
     let row = |mut lat: Vec<u64>, copy_gbps: f64| {
@@ -569,8 +569,8 @@ fn cross_get(mode: FlushMode, size: usize, ws: usize, tag: &str) -> Result<GetRe
     let caps = Capacities { max_nodes: 4, n_stripes: 64, entries_per_stripe: entries / 64, ..Capacities::default() };
     let opts = Options { mode, local_dir: local.clone(), lock_timeout: Duration::from_secs(60), ..Options::default() };
     let region = (n * size) as u64 + (n as u64 * 256) + (64 << 20);
-    let cache = Node::create(&path, region + region / 8, caps, opts)?;
-    let node = cache.core();
+    let attached = Node::create(&path, region + region / 8, caps, opts)?;
+    let node = attached.core();
     let payload = vec![0x3cu8; size];
     let mut batch = Vec::with_capacity(64);
     for i in 0..n as u64 {
@@ -583,8 +583,8 @@ fn cross_get(mode: FlushMode, size: usize, ws: usize, tag: &str) -> Result<GetRe
             batch.clear();
         }
     }
-    let r = peer(&["get", &size.to_string(), &n.to_string()], &path, &local, mode, &cache);
-    cache.close()?;
+    let r = peer(&["get", &size.to_string(), &n.to_string()], &path, &local, mode, &attached);
+    attached.close()?;
     r
 }
 
@@ -603,32 +603,32 @@ fn cross_process(mode: FlushMode, quick: bool) -> Result<CrossProcess, cxlkv_pla
     }
     let caps = Capacities { max_nodes: 4, n_stripes: 16, entries_per_stripe: 256, ..Capacities::default() };
     let opts = Options { mode, local_dir: local.clone(), lock_timeout: Duration::from_secs(60), ..Options::default() };
-    let cache = Node::create(&path, 64 << 20, caps, opts)?;
-    cache.prefault()?;
-    let node = cache.core();
+    let attached = Node::create(&path, 64 << 20, caps, opts)?;
+    attached.prefault()?;
+    let node = attached.core();
 
     // RPC round trips; the peer records each request's one-way latency.
     let calls = if quick { 200 } else { 5000 };
     let mut rtt = Vec::with_capacity(calls);
     let rpc = {
-        let mut child = spawn_peer(&["echo"], &path, &local, mode, &cache)?;
-        let to = wait_ready(&cache)?;
+        let mut child = spawn_peer(&["echo"], &path, &local, mode, &attached)?;
+        let to = wait_ready(&attached)?;
         for _ in 0..calls {
             let t = Instant::now();
             let m = Message { kind: RPC, stamp: now_ns(), ..Message::default() };
-            cache.call(to, &m, &[], Duration::from_secs(10))?;
+            attached.call(to, &m, &[], Duration::from_secs(10))?;
             rtt.push(t.elapsed().as_nanos() as u64);
         }
-        cache.send(to, &Message { kind: STOP, ..Message::default() }, &[])?;
+        attached.send(to, &Message { kind: STOP, ..Message::default() }, &[])?;
         last_json::<Echo>(&mut child)?
     };
 
     // Lock+unlock, two processes contending for one lock.
     let n_locks = if quick { 300 } else { 3000 };
     let contended = {
-        let mut child = spawn_peer(&["lock", &n_locks.to_string()], &path, &local, mode, &cache)?;
-        let to = wait_ready(&cache)?;
-        cache.send(to, &Message { kind: GO, ..Message::default() }, &[])?;
+        let mut child = spawn_peer(&["lock", &n_locks.to_string()], &path, &local, mode, &attached)?;
+        let to = wait_ready(&attached)?;
+        attached.send(to, &Message { kind: GO, ..Message::default() }, &[])?;
         let t = Instant::now();
         for _ in 0..n_locks {
             let h = node.lock(0)?;
@@ -642,13 +642,13 @@ fn cross_process(mode: FlushMode, quick: bool) -> Result<CrossProcess, cxlkv_pla
     // each grant needs this process's background thread, woken by the
     // peer's ring instead of at the end of its pause.
     let alone = {
-        let mut child = spawn_peer(&["lock", &n_locks.to_string()], &path, &local, mode, &cache)?;
-        let to = wait_ready(&cache)?;
-        cache.send(to, &Message { kind: GO, ..Message::default() }, &[])?;
+        let mut child = spawn_peer(&["lock", &n_locks.to_string()], &path, &local, mode, &attached)?;
+        let to = wait_ready(&attached)?;
+        attached.send(to, &Message { kind: GO, ..Message::default() }, &[])?;
         let r: LockRun = last_json(&mut child)?;
         LockPeer { ns_per_op: r.ns_per_op, p50_ns: r.p50_ns, p99_ns: r.p99_ns }
     };
-    cache.close()?;
+    attached.close()?;
     let wake = wake_reference(&path, &local, mode, if quick { 200 } else { 2000 })?;
     Ok(CrossProcess {
         working_set_bytes: ws,
@@ -667,7 +667,7 @@ fn cross_process(mode: FlushMode, quick: bool) -> Result<CrossProcess, cxlkv_pla
 /// between rounds so the thread is asleep each time.
 fn wake_reference(path: &Path, local: &Path, mode: FlushMode, n: usize) -> Result<Quantiles, cxlkv_platform::Error> {
     let ids = (mix64(std::process::id() as u64 ^ 0xa11), mix64(std::process::id() as u64 ^ 0xb22));
-    let (a, b) = (LocalTier::open(local, ids.0, 0)?, LocalTier::open(local, ids.1, 0)?);
+    let (a, b) = (HostLocks::open(local, ids.0, 0)?, HostLocks::open(local, ids.1, 0)?);
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|s| {
         let (a, b) = (&a, &b);
@@ -711,7 +711,7 @@ fn spawn_peer(
     path: &Path,
     local: &Path,
     mode: FlushMode,
-    cache: &Node,
+    attached: &Node,
 ) -> Result<std::process::Child, cxlkv_platform::Error> {
     let exe = std::env::current_exe().map_err(|err| cxlkv_platform::Error::Io { what: "current_exe", err })?;
     Command::new(exe)
@@ -719,7 +719,7 @@ fn spawn_peer(
         .arg(path)
         .arg(local)
         .arg(mode.name())
-        .arg(cache.id().to_string())
+        .arg(attached.id().to_string())
         .args(args)
         .stdout(Stdio::piped())
         .spawn()
@@ -731,9 +731,9 @@ fn peer<T: DeserializeOwned>(
     path: &Path,
     local: &Path,
     mode: FlushMode,
-    cache: &Node,
+    attached: &Node,
 ) -> Result<T, cxlkv_platform::Error> {
-    let mut child = spawn_peer(args, path, local, mode, cache)?;
+    let mut child = spawn_peer(args, path, local, mode, attached)?;
     last_json(&mut child)
 }
 
@@ -750,9 +750,9 @@ fn last_json<T: DeserializeOwned>(child: &mut std::process::Child) -> Result<T, 
 }
 
 /// Waits for the peer's READY message; returns its node id.
-fn wait_ready(cache: &Node) -> Result<u32, cxlkv_platform::Error> {
+fn wait_ready(attached: &Node) -> Result<u32, cxlkv_platform::Error> {
     loop {
-        let (m, _) = cache.recv(Duration::from_secs(30))?;
+        let (m, _) = attached.recv(Duration::from_secs(30))?;
         if m.kind == READY {
             return Ok(m.from);
         }
@@ -778,20 +778,20 @@ pub fn peer_main(args: &[String]) -> Result<(), String> {
         println!("{}", serde_json::to_string(&out).map_err(|e| e.to_string())?);
         return Ok(());
     }
-    let cache = Node::open(Path::new(path), opts).map_err(|e| e.to_string())?;
+    let attached = Node::open(Path::new(path), opts).map_err(|e| e.to_string())?;
     let json = |r: Result<String, serde_json::Error>| r.map_err(|e| e.to_string());
     let out = match role.as_str() {
-        "get" => json(serde_json::to_string(&peer_get(&cache, num(0), num(1))?)),
-        "echo" => json(serde_json::to_string(&peer_echo(&cache, parent)?)),
-        "lock" => json(serde_json::to_string(&peer_lock(&cache, parent, num(0))?)),
+        "get" => json(serde_json::to_string(&peer_get(&attached, num(0), num(1))?)),
+        "echo" => json(serde_json::to_string(&peer_echo(&attached, parent)?)),
+        "lock" => json(serde_json::to_string(&peer_lock(&attached, parent, num(0))?)),
         other => Err(format!("bench-peer: unknown role {other}")),
     }?;
-    cache.close().map_err(|e| e.to_string())?;
+    attached.close().map_err(|e| e.to_string())?;
     println!("{out}");
     Ok(())
 }
 
-fn peer_get(cache: &Node, size: usize, n: usize) -> Result<GetReport, String> {
+fn peer_get(attached: &Node, size: usize, n: usize) -> Result<GetReport, String> {
     let mut rng = SmallRng::seed_from_u64(size as u64 ^ 0x5eed);
     let mut order: Vec<u64> = (0..n as u64).collect();
     let mut shuffle = |v: &mut Vec<u64>| v.shuffle(&mut rng);
@@ -803,7 +803,7 @@ fn peer_get(cache: &Node, size: usize, n: usize) -> Result<GetReport, String> {
             let mut items = [GetItem { key: key(i), parts: &mut parts }];
             let (mut lens, mut res) = ([0u64], [Ok(())]);
             let t = Instant::now();
-            cache.get(1, &mut items, &mut lens, &mut res).map_err(|e| e.to_string())?;
+            attached.get(1, &mut items, &mut lens, &mut res).map_err(|e| e.to_string())?;
             lat.push(t.elapsed().as_nanos() as u64);
             res[0].map_err(|e| format!("get: {e}"))?;
             if lens[0] != size as u64 {
@@ -886,8 +886,8 @@ fn cold_memcpy(size: usize, n: usize, order: &[u64], dst: &mut [u8]) -> Result<V
 }
 
 fn peer_wake(local: &Path, n: usize, id_a: u64, id_b: u64) -> Result<Quantiles, String> {
-    let a = LocalTier::open(local, id_a, 0).map_err(|e| e.to_string())?;
-    let b = LocalTier::open(local, id_b, 0).map_err(|e| e.to_string())?;
+    let a = HostLocks::open(local, id_a, 0).map_err(|e| e.to_string())?;
+    let b = HostLocks::open(local, id_b, 0).map_err(|e| e.to_string())?;
     let mut lat = Vec::with_capacity(n);
     for _ in 0..n {
         std::thread::sleep(Duration::from_micros(200));
@@ -905,15 +905,15 @@ fn peer_wake(local: &Path, n: usize, id_a: u64, id_b: u64) -> Result<Quantiles, 
     Ok(Quantiles { p50: quantile(&mut lat, 0.5), p99: quantile(&mut lat, 0.99) })
 }
 
-fn peer_echo(cache: &Node, parent: u32) -> Result<Echo, String> {
-    cache.send(parent, &Message { kind: READY, ..Message::default() }, &[]).map_err(|e| e.to_string())?;
+fn peer_echo(attached: &Node, parent: u32) -> Result<Echo, String> {
+    attached.send(parent, &Message { kind: READY, ..Message::default() }, &[]).map_err(|e| e.to_string())?;
     let mut one_way = Vec::new();
     loop {
-        let (m, k) = cache.recv(Duration::from_secs(60)).map_err(|e| e.to_string())?;
+        let (m, k) = attached.recv(Duration::from_secs(60)).map_err(|e| e.to_string())?;
         match m.kind {
             RPC => {
                 one_way.push(now_ns().saturating_sub(m.stamp));
-                cache.reply(&m, 0, &k).map_err(|e| e.to_string())?;
+                attached.reply(&m, 0, &k).map_err(|e| e.to_string())?;
             }
             STOP => break,
             _ => {}
@@ -922,15 +922,15 @@ fn peer_echo(cache: &Node, parent: u32) -> Result<Echo, String> {
     Ok(Echo { handoff_ns: Quantiles { p50: quantile(&mut one_way, 0.5), p99: quantile(&mut one_way, 0.99) } })
 }
 
-fn peer_lock(cache: &Node, parent: u32, n: usize) -> Result<LockRun, String> {
-    cache.send(parent, &Message { kind: READY, ..Message::default() }, &[]).map_err(|e| e.to_string())?;
+fn peer_lock(attached: &Node, parent: u32, n: usize) -> Result<LockRun, String> {
+    attached.send(parent, &Message { kind: READY, ..Message::default() }, &[]).map_err(|e| e.to_string())?;
     loop {
-        let (m, _) = cache.recv(Duration::from_secs(60)).map_err(|e| e.to_string())?;
+        let (m, _) = attached.recv(Duration::from_secs(60)).map_err(|e| e.to_string())?;
         if m.kind == GO {
             break;
         }
     }
-    let node = cache.core();
+    let node = attached.core();
     let mut lat = Vec::with_capacity(n);
     let t = Instant::now();
     for _ in 0..n {

@@ -278,24 +278,24 @@ pub fn worker(args: &[String]) -> Result<(), String> {
         "decode" => index as u32,
         _ => (cfg.decode + index) as u32,
     };
-    let cache = Node::open(Path::new(path), worker_opts(&cfg, Path::new(local), node)).map_err(|e| e.to_string())?;
+    let attached = Node::open(Path::new(path), worker_opts(&cfg, Path::new(local), node)).map_err(|e| e.to_string())?;
     let r = match role.as_str() {
-        "prefill" => prefill(&cache, &cfg, index),
-        "decode" => decode(&cache, &cfg),
+        "prefill" => prefill(&attached, &cfg, index),
+        "decode" => decode(&attached, &cfg),
         other => Err(format!("demo-worker: unknown role {other}")),
     };
-    let closed = cache.close().map_err(|e| e.to_string());
+    let closed = attached.close().map_err(|e| e.to_string());
     r.and(closed)
 }
 
 /// Records, once, how full the region was when this worker's reserves
 /// first had to evict (the share of payload capacity live just after).
-fn note_first_eviction(cache: &Node, c: &mut WorkerCounters) {
+fn note_first_eviction(attached: &Node, c: &mut WorkerCounters) {
     if c.live_at_first_eviction.is_some() {
         return;
     }
-    if cache.core().stats().is_ok_and(|s| s.evictions > 0) {
-        if let Ok(s) = cache.stats() {
+    if attached.core().stats().is_ok_and(|s| s.evictions > 0) {
+        if let Ok(s) = attached.stats() {
             c.live_at_first_eviction = Some(s.live_bytes as f64 / s.payload_bytes.max(1) as f64);
         }
     }
@@ -313,11 +313,11 @@ struct Inflight {
 /// Waits until every decode worker's node (ids 0..decode) is attached: a
 /// handoff sent before would find no node there (a worker process starts
 /// slowly on a busy machine). At most a minute.
-fn await_decoders(cache: &Node, decode: usize) -> Result<(), String> {
+fn await_decoders(attached: &Node, decode: usize) -> Result<(), String> {
     let want = if decode >= 64 { u64::MAX } else { (1u64 << decode) - 1 };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let alive = cache.stats().map_err(|e| format!("stats: {e}"))?.alive;
+        let alive = attached.stats().map_err(|e| format!("stats: {e}"))?.alive;
         if alive & want == want {
             return Ok(());
         }
@@ -328,9 +328,9 @@ fn await_decoders(cache: &Node, decode: usize) -> Result<(), String> {
     }
 }
 
-fn prefill(cache: &Node, cfg: &Config, index: usize) -> Result<(), String> {
-    await_decoders(cache, cfg.decode)?;
-    let node = cache.core();
+fn prefill(attached: &Node, cfg: &Config, index: usize) -> Result<(), String> {
+    await_decoders(attached, cfg.decode)?;
+    let node = attached.core();
     let mut c = WorkerCounters::default();
     let mut rng = SmallRng::seed_from_u64(cfg.seed ^ mix64(index as u64 + 1));
     let start = Instant::now();
@@ -341,9 +341,9 @@ fn prefill(cache: &Node, cfg: &Config, index: usize) -> Result<(), String> {
     let mut n = 0u64;
     while start.elapsed() < cfg.duration {
         while inflight.len() >= cfg.inflight.max(1) {
-            take_answers(cache, &mut inflight, &mut c, Duration::from_millis(200))?;
+            take_answers(attached, &mut inflight, &mut c, Duration::from_millis(200))?;
         }
-        take_answers(cache, &mut inflight, &mut c, Duration::ZERO)?;
+        take_answers(attached, &mut inflight, &mut c, Duration::ZERO)?;
         n += 1;
         let (tokens, unique) = request(&mut rng, index as u64, n, start.elapsed());
         c.input_tokens.push(tokens.len() as u32);
@@ -351,11 +351,11 @@ fn prefill(cache: &Node, cfg: &Config, index: usize) -> Result<(), String> {
         let nk = chain_keys(Key::default(), &tokens, TOKENS_PER_BLOCK, &mut keys);
         let chain = &keys[..nk];
         let rid = (index as u64) << 48 | n;
-        match prefill_one(cache, cfg, chain, &mut buf, &mut c, &mut inflight) {
+        match prefill_one(attached, cfg, chain, &mut buf, &mut c, &mut inflight) {
             Ok(pins) => {
                 let d = (n as usize % cfg.decode.max(1)) as u32;
                 let m = Message { kind: HANDOFF, request_id: rid, ns: NS, stamp: now_ns(), ..Message::default() };
-                match cache.send(d, &m, chain) {
+                match attached.send(d, &m, chain) {
                     Ok(()) => {
                         inflight.insert(rid, Inflight { pins });
                     }
@@ -376,7 +376,7 @@ fn prefill(cache: &Node, cfg: &Config, index: usize) -> Result<(), String> {
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     while !inflight.is_empty() && Instant::now() < deadline {
-        take_answers(cache, &mut inflight, &mut c, Duration::from_millis(200))?;
+        take_answers(attached, &mut inflight, &mut c, Duration::from_millis(200))?;
     }
     for (_, f) in inflight.drain() {
         c.error("a handoff was never answered".into());
@@ -384,7 +384,7 @@ fn prefill(cache: &Node, cfg: &Config, index: usize) -> Result<(), String> {
     }
     for d in 0..cfg.decode as u32 {
         let stop = Message { kind: STOP, ..Message::default() };
-        if let Err(e) = cache.send(d, &stop, &[]) {
+        if let Err(e) = attached.send(d, &stop, &[]) {
             c.error(format!("stop to decode {d}: {e}"));
         }
     }
@@ -395,7 +395,7 @@ fn prefill(cache: &Node, cfg: &Config, index: usize) -> Result<(), String> {
 /// Takes decode workers' answers (waiting up to `wait` for the first) and
 /// releases the pins of the requests they finished.
 fn take_answers(
-    cache: &Node,
+    attached: &Node,
     inflight: &mut HashMap<u64, Inflight>,
     c: &mut WorkerCounters,
     wait: Duration,
@@ -404,18 +404,18 @@ fn take_answers(
     loop {
         let got = if first {
             first = false;
-            match cache.recv(wait) {
+            match attached.recv(wait) {
                 Ok(m) => Some(m),
                 Err(e) if e.core() == Some(CoreError::Timeout) => None,
                 Err(e) => return Err(e.to_string()),
             }
         } else {
-            cache.try_recv().map_err(|e| e.to_string())?
+            attached.try_recv().map_err(|e| e.to_string())?
         };
         let Some((m, _)) = got else { return Ok(()) };
         if m.kind == HANDOFF | KIND_RESPONSE {
             if let Some(f) = inflight.remove(&m.request_id) {
-                if let Err(e) = cache.core().release(&f.pins) {
+                if let Err(e) = attached.core().release(&f.pins) {
                     c.error(format!("release: {e}"));
                 }
             }
@@ -426,18 +426,18 @@ fn take_answers(
 /// Pins every block of `chain`: the cached prefix as found, the rest
 /// computed and published. Returns the pins.
 fn prefill_one(
-    cache: &Node,
+    attached: &Node,
     cfg: &Config,
     chain: &[Key],
     buf: &mut [u8],
     c: &mut WorkerCounters,
     inflight: &mut HashMap<u64, Inflight>,
 ) -> Result<Vec<Handle>, String> {
-    let node = cache.core();
+    let node = attached.core();
     let mut hit = node.lookup(NS, chain).map_err(|e| e.to_string())?;
     if cfg.ssd.is_some() && hit < chain.len() {
         // The prefix goes on where the SSD tier holds the next blocks.
-        let there = cache.promote(NS, &chain[hit..], Duration::from_secs(2)).map_err(|e| e.to_string())?;
+        let there = attached.promote(NS, &chain[hit..], Duration::from_secs(2)).map_err(|e| e.to_string())?;
         let more = there.iter().take_while(|&&t| t).count();
         c.ssd_blocks += more as u64;
         hit += more;
@@ -472,7 +472,7 @@ fn prefill_one(
                     }
                     c.published += 1;
                     c.published_bytes += len;
-                    note_first_eviction(cache, c);
+                    note_first_eviction(attached, c);
                 }
                 Err(CoreError::Exists) => {}
                 Err(CoreError::OutOfSpace | CoreError::TableFull) => {
@@ -482,7 +482,7 @@ fn prefill_one(
                     c.evicted_bytes += rep.bytes;
                     if rep.entries == 0 {
                         // Everything is pinned: wait for decode to finish some.
-                        take_answers(cache, inflight, c, Duration::from_millis(20))?;
+                        take_answers(attached, inflight, c, Duration::from_millis(20))?;
                     }
                     continue;
                 }
@@ -506,17 +506,17 @@ fn prefill_one(
     Ok(pins)
 }
 
-fn decode(cache: &Node, cfg: &Config) -> Result<(), String> {
+fn decode(attached: &Node, cfg: &Config) -> Result<(), String> {
     // Attached just before; population started then.
-    let attached = Instant::now();
-    let node = cache.core();
+    let attached_at = Instant::now();
+    let node = attached.core();
     let mut c = WorkerCounters::default();
     let mut buf = vec![0u8; cfg.block_bytes as usize];
     let mut stops = 0;
     let mut last = Instant::now();
     let give_up = Instant::now() + cfg.duration + Duration::from_secs(120);
     while stops < cfg.prefill && Instant::now() < give_up {
-        let (m, keys) = match cache.recv(Duration::from_millis(200)) {
+        let (m, keys) = match attached.recv(Duration::from_millis(200)) {
             Ok(x) => x,
             Err(e) if e.core() == Some(CoreError::Timeout) => continue,
             Err(e) => return Err(e.to_string()),
@@ -551,8 +551,8 @@ fn decode(cache: &Node, cfg: &Config) -> Result<(), String> {
                         c.error(format!("release: {e}"));
                     }
                     let took = t.elapsed().as_nanos() as u64;
-                    if c.populated_after.is_none() && !matches!(cache.populated(), Populate::Running { .. }) {
-                        c.populated_after = Some(attached.elapsed());
+                    if c.populated_after.is_none() && !matches!(attached.populated(), Populate::Running { .. }) {
+                        c.populated_after = Some(attached_at.elapsed());
                     }
                     if c.populated_after.is_some() {
                         c.get.add(took);
@@ -567,7 +567,7 @@ fn decode(cache: &Node, cfg: &Config) -> Result<(), String> {
                     }
                 }
                 c.requests += 1;
-                if let Err(e) = cache.reply(&m, bad, &[]) {
+                if let Err(e) = attached.reply(&m, bad, &[]) {
                     c.error(format!("answer: {e}"));
                 }
             }
@@ -736,10 +736,10 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
     // The region is whole after the run: check it and its stats.
     let (findings, evictions_region) = {
         let opts = Options { mode: cfg.mode, local_dir: local.clone(), ..Options::default() };
-        let cache = Node::open(&path, opts).map_err(|e| e.to_string())?;
-        let f = cache.check().map_err(|e| e.to_string())?;
-        let ev = cache.stats().map_err(|e| e.to_string())?.evictions;
-        cache.close().map_err(|e| e.to_string())?;
+        let attached = Node::open(&path, opts).map_err(|e| e.to_string())?;
+        let f = attached.check().map_err(|e| e.to_string())?;
+        let ev = attached.stats().map_err(|e| e.to_string())?.evictions;
+        attached.close().map_err(|e| e.to_string())?;
         (f.len(), ev)
     };
     let (mut handoff, mut get, mut get_warmup) = (Hist::default(), Hist::default(), Hist::default());

@@ -75,9 +75,9 @@ fn opts(mode: FlushMode) -> Options {
 fn region(size: usize, chunk_shift: u32, mode: FlushMode) -> Result<Node> {
     let caps =
         Capacities { max_nodes: 2, n_stripes: 4, entries_per_stripe: 1024, chunk_shift, ..Capacities::default() };
-    let cache = Node::format_new(Region::memfd(size as u64, false)?, caps, opts(mode))?;
-    cache.prefault()?;
-    Ok(cache)
+    let attached = Node::format_new(Region::memfd(size as u64, false)?, caps, opts(mode))?;
+    attached.prefault()?;
+    Ok(attached)
 }
 
 fn key(i: u64) -> Key {
@@ -95,8 +95,8 @@ fn run(a: &Args) -> Result<Checks> {
 }
 
 fn correctness(a: &Args, cuda: &Cuda, c: &mut Checks) -> Result<()> {
-    let cache = region(256 * MIB, 21, a.mode)?;
-    let path = cache.register_cuda(a.device)?;
+    let attached = region(256 * MIB, 21, a.mode)?;
+    let path = attached.register_cuda(a.device)?;
     let st = path.stats();
     println!(
         "registered {} MiB in {} range(s) in {:.1} ms",
@@ -104,17 +104,20 @@ fn correctness(a: &Args, cuda: &Cuda, c: &mut Checks) -> Result<()> {
         st.ranges.len(),
         st.register_seconds * 1e3
     );
-    c.check("registered bytes = region", st.registered_bytes == cache.store().view.len());
-    c.check("same device registers again", cache.register_cuda(a.device).is_ok());
+    c.check("registered bytes = region", st.registered_bytes == attached.store().view.len());
+    c.check("same device registers again", attached.register_cuda(a.device).is_ok());
     c.check(
         "another device is refused",
-        matches!(cache.register_cuda(a.device + 1), Err(Error::Core(cxlkv_platform::kv::CoreError::InvalidArgument))),
+        matches!(
+            attached.register_cuda(a.device + 1),
+            Err(Error::Core(cxlkv_platform::kv::CoreError::InvalidArgument))
+        ),
     );
     let stream = cuda.stream()?;
     let s = stream.raw();
     let dev_a = cuda.alloc(4 * MIB)?;
     let dev_b = cuda.alloc(4 * MIB)?;
-    let pay = cache.store().layout.payload;
+    let pay = attached.store().layout.payload;
     let bad = [
         Segment { region_off: 0, device_ptr: dev_a.ptr(), len: 64 },
         Segment { region_off: pay.end - 64, device_ptr: dev_a.ptr(), len: 128 },
@@ -131,8 +134,8 @@ fn correctness(a: &Args, cuda: &Cuda, c: &mut Checks) -> Result<()> {
         matches!(path.gather(&[null], s), Err(Error::Core(cxlkv_platform::kv::CoreError::InvalidArgument))),
     );
     let mut rng = Rng::seed_from_u64(0x5eed);
-    round_trips(&cache, &path, &dev_a, &dev_b, s, &mut rng, c)?;
-    gather_scatter(&cache, &path, cuda, s, &mut rng, c)?;
+    round_trips(&attached, &path, &dev_a, &dev_b, s, &mut rng, c)?;
+    gather_scatter(&attached, &path, cuda, s, &mut rng, c)?;
     let st = path.stats();
     println!(
         "moved {} KiB to devices, {} KiB into the region, {} copies, {} launches",
@@ -141,15 +144,15 @@ fn correctness(a: &Args, cuda: &Cuda, c: &mut Checks) -> Result<()> {
         st.copies,
         st.launches
     );
-    c.check("region check clean", cache.check()?.is_empty());
+    c.check("region check clean", attached.check()?.is_empty());
     drop(stream);
-    cache.close()
+    attached.close()
 }
 
 /// Random blocks: device → region by DMA, published after completion, read
 /// back by the CPU and by DMA into another device buffer.
 fn round_trips(
-    cache: &Node,
+    attached: &Node,
     path: &CudaPath<'_>,
     dev_a: &DeviceBuffer,
     dev_b: &DeviceBuffer,
@@ -157,7 +160,7 @@ fn round_trips(
     rng: &mut Rng,
     c: &mut Checks,
 ) -> Result<()> {
-    let node = cache.core();
+    let node = attached.core();
     for (i, len) in [4 * KIB, 16 * KIB + 3, 256 * KIB, 2 * MIB, 1, 2 * MIB - 17].into_iter().enumerate() {
         let k = key(i as u64);
         let data = bytes(rng, len);
@@ -204,14 +207,14 @@ fn pieces(rng: &mut Rng, n: usize, slot: usize, dev_slot: usize) -> Vec<(usize, 
 }
 
 fn gather_scatter(
-    cache: &Node,
+    attached: &Node,
     path: &CudaPath<'_>,
     cuda: &Cuda,
     s: usize,
     rng: &mut Rng,
     c: &mut Checks,
 ) -> Result<()> {
-    let node = cache.core();
+    let node = attached.core();
     let block = 2 * MIB;
     for (round, n_pieces) in [128usize, 300].into_iter().enumerate() {
         let slot = (block / n_pieces) & !15;
@@ -290,12 +293,12 @@ fn bench(a: &Args, cuda: &Cuda) -> Result<()> {
     let reg_size = if a.quick { GIB } else { 4 * GIB };
     registration(cuda, reg_size)?;
 
-    let cache = region(320 * MIB, 26, a.mode)?;
-    let path = cache.register_cuda(a.device)?;
+    let attached = region(320 * MIB, 26, a.mode)?;
+    let path = attached.register_cuda(a.device)?;
     let stream = cuda.stream()?;
     let s = stream.raw();
-    let region = cache.store().view;
-    let base_off = cache.store().layout.payload.start.next_multiple_of(MIB as u64);
+    let region = attached.store().view;
+    let base_off = attached.store().layout.payload.start.next_multiple_of(MIB as u64);
     let max = 64 * MIB;
     let dev = cuda.alloc(max)?;
     let pinned = cuda.alloc_host(max)?;
@@ -375,7 +378,7 @@ fn bench(a: &Args, cuda: &Cuda) -> Result<()> {
     let contiguous =
         time(iters, || unsafe { cuda.copy_to_device(dev.ptr(), host_region, 2 * MIB, s) }.and_then(|_| sync()))?;
     let contiguous_path = time(iters, || path.to_device(&whole, s).and_then(|_| sync()))?;
-    let inval = time(iters, || cache.invalidate_range(base_off, 2 * MIB as u64))?;
+    let inval = time(iters, || attached.invalidate_range(base_off, 2 * MIB as u64))?;
     println!();
     println!("2 MiB block in {pieces} pieces of {} KiB (scattered device pages), per block", piece / KIB);
     println!("{:>28} | {:>10} {:>8}", "", "us", "GB/s");
@@ -393,7 +396,7 @@ fn bench(a: &Args, cuda: &Cuda) -> Result<()> {
     drop(pinned);
     drop(dev);
     drop(stream);
-    cache.close()
+    attached.close()
 }
 
 fn registration(cuda: &Cuda, size: usize) -> Result<()> {

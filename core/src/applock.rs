@@ -1,6 +1,6 @@
 //! Application locks (TraCT's lock API): inter-node locks that applications
 //! allocate for structures of their own in the region, taken and released
-//! through the same two-tier protocol as core's locks.
+//! through the same two-level protocol as core's locks.
 //!
 //! An allocated lock is recorded as a named root (`cxlkv.lock.<i>`, tag
 //! [`APP_LOCK_TAG`]), so allocation reuses the root table's protocol and an

@@ -1,5 +1,5 @@
-//! The two-tier lock (TraCT §3.3): a host-local tier (the `NodeEnv`) so at most
-//! one node per host contends, and a global tier of one slot line per node per
+//! The two-level lock (TraCT §3.3): a host-local level (the `NodeEnv`) so at most
+//! one node per host contends, and a global level of one slot line per node per
 //! lock, granted by a lock manager.
 //!
 //! Slot protocol: the node writes WAITING; the manager writes LOCKED with a
@@ -41,7 +41,7 @@ pub struct Held {
 }
 
 impl<C: Coherence> Node<'_, C> {
-    /// Takes lock `lock`: host-local tier, then the global slot. Taking a
+    /// Takes lock `lock`: host-local lock, then the global slot. Taking a
     /// lock fences before the request becomes visible: every flush this
     /// thread issued earlier has reached memory before the grant (callers
     /// rely on this to order, e.g., a payload before its READY entry).
@@ -74,7 +74,7 @@ impl<C: Coherence> Node<'_, C> {
                 None if nested => return Err(Error::Recovering),
                 None => {
                     // The lock awaits repair after a revocation; only recovery
-                    // is granted it. Step aside, host-local tier included (a
+                    // is granted it. Step aside, host-local lock included (a
                     // recovery on this host may need it), until it is repaired.
                     loop {
                         let ll: LockLine = self.store.fresh(l.lock_line(lock), Site("lock.repair.poll"))?;
@@ -288,7 +288,7 @@ impl<C: Coherence> Node<'_, C> {
     ///
     /// A ticket that is not the slot's current grant changes nothing in the
     /// region and fails with `Revoked`: the grant was revoked (this node was
-    /// declared dead; the host-local tier is given back), or the ticket is an
+    /// declared dead; the host-local locks is given back), or the ticket is an
     /// old one of a lock held again since (the current grant stays held).
     pub fn unlock(&self, held: Held) -> Result<()> {
         let l = &self.store.layout;

@@ -350,8 +350,8 @@ pub unsafe extern "C" fn cxlkv_node_attach(
         // - `opts` is NULL or valid for one read (its `local_dir` NULL or
         //   NUL-terminated) by the contract.
         let o = unsafe { node_options(opts) }?;
-        let cache = r.attach(o)?;
-        out.write(Box::into_raw(Box::new(cxlkv_node(Shell::new(NODE_MAGIC, cache)))));
+        let node = r.attach(o)?;
+        out.write(Box::into_raw(Box::new(cxlkv_node(Shell::new(NODE_MAGIC, node)))));
         Ok(())
     })
 }

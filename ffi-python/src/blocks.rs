@@ -114,11 +114,11 @@ struct Batch {
 }
 
 impl Batch {
-    fn new(py: Python<'_>, cache: Arc<Attached>, kind: Kind, hs: Vec<Option<Handle>>) -> PyResult<Batch> {
+    fn new(py: Python<'_>, attached: Arc<Attached>, kind: Kind, hs: Vec<Option<Handle>>) -> PyResult<Batch> {
         let keys = hs.iter().map(|h| h.map(|h| h.key).unwrap_or_default()).collect();
         let handles: Vec<Handle> = hs.iter().flatten().copied().collect();
-        let node = cache.clone();
-        let shared = Arc::new(Blocks::new(cache, kind, handles));
+        let node = attached.clone();
+        let shared = Arc::new(Blocks::new(attached, kind, handles));
         let mut items = Vec::with_capacity(hs.len());
         for h in &hs {
             let Some(h) = h else {
@@ -232,8 +232,8 @@ impl Batch {
 pub struct Pinned(Batch);
 
 impl Pinned {
-    pub(crate) fn new(py: Python<'_>, cache: Arc<Attached>, hs: Vec<Option<Handle>>) -> PyResult<Pinned> {
-        Ok(Pinned(Batch::new(py, cache, Kind::Pinned, hs)?))
+    pub(crate) fn new(py: Python<'_>, attached: Arc<Attached>, hs: Vec<Option<Handle>>) -> PyResult<Pinned> {
+        Ok(Pinned(Batch::new(py, attached, Kind::Pinned, hs)?))
     }
 }
 
@@ -308,8 +308,8 @@ impl Pinned {
 pub struct Reservation(Batch);
 
 impl Reservation {
-    pub(crate) fn new(py: Python<'_>, cache: Arc<Attached>, hs: Vec<Option<Handle>>) -> PyResult<Reservation> {
-        Ok(Reservation(Batch::new(py, cache, Kind::Reserved, hs)?))
+    pub(crate) fn new(py: Python<'_>, attached: Arc<Attached>, hs: Vec<Option<Handle>>) -> PyResult<Reservation> {
+        Ok(Reservation(Batch::new(py, attached, Kind::Reserved, hs)?))
     }
 }
 

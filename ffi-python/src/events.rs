@@ -152,7 +152,7 @@ impl ChangeCursor {
     ) -> PyResult<(Vec<ChangeTuple<'py>>, Vec<u32>)> {
         let node = self.node.bind(py).get();
         let ns = namespaces.unwrap_or_default().iter().map(|n| node.ns(py, n)).collect::<PyResult<Vec<u32>>>()?;
-        let c = node.cache(py)?;
+        let c = node.attached(py)?;
         let (mut out, mut gaps) = (Vec::new(), Vec::new());
         // Locked with the interpreter released: a second poller waits
         // here, not while holding it.

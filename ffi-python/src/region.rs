@@ -158,8 +158,8 @@ impl Region {
         if let Some(d) = local_dir {
             o.local_dir = d;
         }
-        let cache = py.detach(|| map.attach(o)).or_raise(py)?;
-        Ok(Node { cache: RwLock::new(Some(Arc::new(cache))) })
+        let attached = py.detach(|| map.attach(o)).or_raise(py)?;
+        Ok(Node { attached: RwLock::new(Some(Arc::new(attached))) })
     }
 
     /// Closes this handle (nodes attached through it keep the mapping).
@@ -249,7 +249,7 @@ fn outgoing(py: Python<'_>, kind: u32, ns: u32, status: u32, stamp: u64, n_keys:
 /// An attached node: every cache operation. A context manager that detaches.
 #[pyclass(frozen, module = "cxlkv._cxlkv")]
 pub struct Node {
-    cache: RwLock<Option<Arc<Attached>>>,
+    attached: RwLock<Option<Arc<Attached>>>,
 }
 
 impl Node {
@@ -260,14 +260,14 @@ impl Node {
         stream: usize,
         op: impl FnOnce(&CudaPath<'_>, &[Segment], usize) -> cxlkv_platform::Result<()> + Send,
     ) -> PyResult<()> {
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         let segs: Vec<Segment> =
             segments.into_iter().map(|(r, d, l)| Segment { region_off: r, device_ptr: d, len: l }).collect();
         py.detach(|| op(&c.cuda()?, &segs, stream)).or_raise(py)
     }
 
-    pub(crate) fn cache(&self, py: Python<'_>) -> PyResult<Arc<Attached>> {
-        let g = self.cache.read().unwrap_or_else(|e| e.into_inner());
+    pub(crate) fn attached(&self, py: Python<'_>) -> PyResult<Arc<Attached>> {
+        let g = self.attached.read().unwrap_or_else(|e| e.into_inner());
         g.clone().ok_or_else(|| raise(py, R::InvalidHandle, "the node is detached"))
     }
 
@@ -285,7 +285,7 @@ impl Node {
             .ok()
             .and_then(|b| b.as_bytes().try_into().ok())
             .ok_or_else(|| raise(py, R::InvalidArgument, "a namespace's digest is 16 bytes"))?;
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         py.detach(|| c.namespace_of_digest(d)).or_raise(py)
     }
 }
@@ -326,7 +326,7 @@ impl Node {
         capacity: u64,
         high_water: f64,
     ) -> PyResult<crate::tier::Tier> {
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         let opts = crate::tier::options(dirs, slot_bytes, capacity, high_water);
         let t = py.detach(|| cxlkv_platform::Tier::start(c, opts)).or_raise(py)?;
         Ok(crate::tier::Tier::new(t))
@@ -353,7 +353,7 @@ impl Node {
         dp_rank: Option<i64>,
         buffer: usize,
     ) -> PyResult<crate::events::EventPublisher> {
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         let ns = namespaces.unwrap_or_default().iter().map(|n| self.ns(py, n)).collect::<PyResult<Vec<u32>>>()?;
         let opts = crate::events::options(py, endpoint, replay, topic, medium, &hash, ns, dp_rank, buffer)?;
         let p = py.detach(|| cxlkv_platform::publish::Publisher::attached(c, opts)).or_raise(py)?;
@@ -365,7 +365,7 @@ impl Node {
     /// `ChangeCursor`).
     fn change_cursor(slf: Bound<'_, Self>) -> PyResult<crate::events::ChangeCursor> {
         let py = slf.py();
-        let c = slf.get().cache(py)?;
+        let c = slf.get().attached(py)?;
         let cursor = py.detach(|| cxlkv_platform::events::ChangeCursor::at_head(c.store())).or_raise(py)?;
         Ok(crate::events::ChangeCursor::new(slf.unbind(), cursor))
     }
@@ -373,7 +373,7 @@ impl Node {
     /// This node's id (its slot in the node table).
     #[getter]
     fn id(&self, py: Python<'_>) -> PyResult<u32> {
-        Ok(self.cache(py)?.id())
+        Ok(self.attached(py)?.id())
     }
 
     /// The id of namespace `ns` (a `cxlkv.Namespace`) in this region,
@@ -390,18 +390,18 @@ impl Node {
     /// True once detached.
     #[getter]
     fn closed(&self) -> bool {
-        self.cache.read().unwrap_or_else(|e| e.into_inner()).is_none()
+        self.attached.read().unwrap_or_else(|e| e.into_inner()).is_none()
     }
 
     /// Length of the longest prefix of `keys` whose blocks are stored.
     fn lookup(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>) -> PyResult<usize> {
-        let (ns, keys, c) = (self.ns(py, ns)?, keys_of(keys)?, self.cache(py)?);
+        let (ns, keys, c) = (self.ns(py, ns)?, keys_of(keys)?, self.attached(py)?);
         py.detach(|| c.core().lookup(ns, &keys)).or_raise(py)
     }
 
     /// The longest cached prefix and whether each key is stored.
     fn presence(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>) -> PyResult<(usize, Vec<bool>)> {
-        let (ns, keys, c) = (self.ns(py, ns)?, keys_of(keys)?, self.cache(py)?);
+        let (ns, keys, c) = (self.ns(py, ns)?, keys_of(keys)?, self.attached(py)?);
         let mut here = vec![false; keys.len()];
         let p = py.detach(|| c.core().presence(ns, &keys, &mut here)).or_raise(py)?;
         Ok((p, here))
@@ -409,7 +409,7 @@ impl Node {
 
     /// Whether `key` is stored.
     fn exists(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let (ns, key, c) = (self.ns(py, ns)?, key_of(key)?, self.cache(py)?);
+        let (ns, key, c) = (self.ns(py, ns)?, key_of(key)?, self.attached(py)?);
         py.detach(|| c.exists(ns, key)).or_raise(py)
     }
 
@@ -419,7 +419,7 @@ impl Node {
     /// nothing stays pinned). Release it (or leave its `with` block)
     /// when done; the views then raise on use.
     fn acquire(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>) -> PyResult<Pinned> {
-        let (ns, keys, c) = (self.ns(py, ns)?, keys_of(keys)?, self.cache(py)?);
+        let (ns, keys, c) = (self.ns(py, ns)?, keys_of(keys)?, self.attached(py)?);
         let hs = py.detach(|| c.acquire_found(ns, &keys)).or_raise(py)?;
         Pinned::new(py, c, hs)
     }
@@ -438,7 +438,7 @@ impl Node {
         sizes: &Bound<'_, PyAny>,
         tokens: u32,
     ) -> PyResult<Reservation> {
-        let (ns, keys, c) = (self.ns(py, ns)?, keys_of(keys)?, self.cache(py)?);
+        let (ns, keys, c) = (self.ns(py, ns)?, keys_of(keys)?, self.attached(py)?);
         let sizes: Vec<u64> = match sizes.extract::<u64>() {
             Ok(one) => vec![one; keys.len()],
             Err(_) => sizes.extract()?,
@@ -472,7 +472,7 @@ impl Node {
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let ns = self.ns(py, ns)?;
         let (keys, bufs) = items_of(items, false)?;
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         let parts: Vec<Vec<&[u8]>> = bufs.iter().map(Buffers::slices).collect();
         let put: Vec<PutItem<'_>> =
             keys.iter().zip(&parts).map(|(k, p)| PutItem { key: *k, tokens, parts: p }).collect();
@@ -503,7 +503,7 @@ impl Node {
             let parent = parent.map(|p| key_of(&p)).transpose()?;
             routes.push((key_of(&k)?, cxlkv_platform::route::Route { parent, block_size, tokens, lora_id }));
         }
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         let mut out = vec![Ok(()); routes.len()];
         py.detach(|| c.put_routes(ns, &routes, &mut out)).or_raise(py)?;
         out.iter().map(|r| blocks::result(py, r)).collect()
@@ -519,7 +519,7 @@ impl Node {
         ns: &Bound<'py, PyAny>,
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<(Vec<u32>, Option<Bound<'py, pyo3::types::PyBytes>>, u32, Option<i64>)>> {
-        let (ns, key, c) = (self.ns(py, ns)?, key_of(key)?, self.cache(py)?);
+        let (ns, key, c) = (self.ns(py, ns)?, key_of(key)?, self.attached(py)?);
         let r = py.detach(|| c.route(ns, key)).or_raise(py)?;
         Ok(r.map(|r| {
             (r.tokens, r.parent.map(|p| pyo3::types::PyBytes::new(py, &p.to_bytes())), r.block_size, r.lora_id)
@@ -540,7 +540,7 @@ impl Node {
         let ns = self.ns(py, ns)?;
         let (keys, mut bufs) = items_of(items, true)?;
         Buffers::disjoint(py, &bufs)?;
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         let mut parts: Vec<Vec<&mut [u8]>> = bufs.iter_mut().map(Buffers::slices_mut).collect();
         let mut get: Vec<GetItem<'_, '_>> =
             keys.iter().zip(parts.iter_mut()).map(|(k, p)| GetItem { key: *k, parts: p }).collect();
@@ -555,7 +555,7 @@ impl Node {
     /// It walks every stripe (an eviction that picks these keys): for the
     /// occasional delete, not the data path.
     fn remove(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
-        let (ns, keys, c) = (self.ns(py, ns)?, keys_of(keys)?, self.cache(py)?);
+        let (ns, keys, c) = (self.ns(py, ns)?, keys_of(keys)?, self.attached(py)?);
         py.detach(|| c.remove(ns, &keys)).or_raise(py)
     }
 
@@ -564,14 +564,14 @@ impl Node {
     /// every stripe: an engine's clear, not the data path.
     fn clear_namespaces(&self, py: Python<'_>, namespaces: &Bound<'_, PyAny>) -> PyResult<(u64, u64)> {
         let ns = namespaces.try_iter()?.map(|n| self.ns(py, &n?)).collect::<PyResult<Vec<u32>>>()?;
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         py.detach(|| c.clear_namespaces(&ns)).or_raise(py)
     }
 
     /// Evicts least-recently-used unpinned blocks until `nbytes` of payload
     /// are freed or none is left; returns `(blocks, bytes)` freed.
     fn evict(&self, py: Python<'_>, nbytes: u64) -> PyResult<(u64, u64)> {
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         let r = py.detach(|| c.core().evict(nbytes, &mut Lru)).or_raise(py)?;
         Ok((r.entries, r.bytes))
     }
@@ -579,7 +579,7 @@ impl Node {
     /// Counters of this node (`node_*`) and of every node (`total_*`),
     /// liveness masks and occupancy, as a dict.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         let s = py.detach(|| c.stats()).or_raise(py)?;
         let d = report(
             py,
@@ -611,7 +611,7 @@ impl Node {
     /// Recovers the region after nodes died (normally automatic); returns
     /// what it did as a dict.
     fn recover<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         let r = py.detach(|| c.recover()).or_raise(py)?;
         report(
             py,
@@ -630,7 +630,7 @@ impl Node {
     /// Every invariant of the region, checked: a list of findings (empty
     /// when clean).
     fn check(&self, py: Python<'_>) -> PyResult<Vec<String>> {
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         let f = py.detach(|| c.check()).or_raise(py)?;
         Ok(f.iter().map(|x| x.to_string()).collect())
     }
@@ -653,20 +653,20 @@ impl Node {
         let keys = keys.map(keys_of).transpose()?.unwrap_or_default();
         let ns = ns.map(|n| self.ns(py, n)).transpose()?.unwrap_or(0);
         let m = outgoing(py, kind, ns, status, stamp, keys.len())?;
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         py.detach(|| c.send(to, &m, &keys)).or_raise(py)
     }
 
     /// The next message of this node's inbox, or None when none is there.
     fn try_recv(&self, py: Python<'_>) -> PyResult<Option<Message>> {
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         Ok(py.detach(|| c.try_recv()).or_raise(py)?.map(Message::of))
     }
 
     /// Waits up to `timeout_ms` for the next message; `TimedOutError` when
     /// none came.
     fn recv(&self, py: Python<'_>, timeout_ms: u64) -> PyResult<Message> {
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         let t = Duration::from_millis(timeout_ms);
         Ok(Message::of(py.detach(|| c.recv(t)).or_raise(py)?))
     }
@@ -690,7 +690,7 @@ impl Node {
         let keys = keys.map(keys_of).transpose()?.unwrap_or_default();
         let ns = ns.map(|n| self.ns(py, n)).transpose()?.unwrap_or(0);
         let m = outgoing(py, kind, ns, status, stamp, keys.len())?;
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         let t = Duration::from_millis(timeout_ms);
         Ok(Message::of(py.detach(|| c.call(to, &m, &keys, t)).or_raise(py)?))
     }
@@ -709,7 +709,7 @@ impl Node {
             from: request.sender,
             n_keys: 0,
         };
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         py.detach(|| c.reply(&req, status, &keys)).or_raise(py)
     }
 
@@ -719,13 +719,13 @@ impl Node {
     /// nothing.
     #[pyo3(signature = (device=0))]
     fn cuda_register(&self, py: Python<'_>, device: u32) -> PyResult<()> {
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         py.detach(|| c.register_cuda(device).map(|_| ())).or_raise(py)
     }
 
     /// What the GPU path registered and moved, as a dict.
     fn cuda_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         let s = c.cuda().or_raise(py)?.stats();
         let d = report(
             py,
@@ -759,7 +759,7 @@ impl Node {
     /// Waits until everything queued on CUDA stream `stream` completed.
     #[pyo3(signature = (stream=0))]
     fn cuda_synchronize(&self, py: Python<'_>, stream: usize) -> PyResult<()> {
-        let c = self.cache(py)?;
+        let c = self.attached(py)?;
         py.detach(|| c.cuda()?.synchronize(stream)).or_raise(py)
     }
 
@@ -767,12 +767,12 @@ impl Node {
     /// `BusyError` while a `Pinned` or `Reservation` of it is unreleased.
     /// Detaching twice does nothing.
     fn detach(&self, py: Python<'_>) -> PyResult<()> {
-        let mut g = self.cache.write().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.attached.write().unwrap_or_else(|e| e.into_inner());
         let Some(arc) = g.take() else { return Ok(()) };
         match Arc::try_unwrap(arc) {
-            Ok(cache) => {
+            Ok(attached) => {
                 drop(g);
-                py.detach(|| cache.close()).or_raise(py)
+                py.detach(|| attached.close()).or_raise(py)
             }
             Err(arc) => {
                 *g = Some(arc);

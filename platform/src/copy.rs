@@ -208,8 +208,8 @@ impl Node {
     }
 }
 
-fn write_parts(cache: &Node, h: &Handle, parts: &[&[u8]]) -> CoreResult<()> {
-    let node = cache.core();
+fn write_parts(attached: &Node, h: &Handle, parts: &[&[u8]]) -> CoreResult<()> {
+    let node = attached.core();
     let mut at = 0u64;
     for p in parts {
         node.write(h, at, p)?;
@@ -218,12 +218,12 @@ fn write_parts(cache: &Node, h: &Handle, parts: &[&[u8]]) -> CoreResult<()> {
     Ok(())
 }
 
-fn read_parts(cache: &Node, h: &Handle, parts: &mut [&mut [u8]]) -> CoreResult<()> {
+fn read_parts(attached: &Node, h: &Handle, parts: &mut [&mut [u8]]) -> CoreResult<()> {
     let room = parts.iter().map(|p| p.len() as u64).sum::<u64>();
     if room < h.len {
         return Err(CoreError::TooLarge);
     }
-    let node = cache.core();
+    let node = attached.core();
     let mut at = 0u64;
     for p in parts.iter_mut() {
         let n = (h.len - at).min(p.len() as u64) as usize;
@@ -243,7 +243,7 @@ mod tests {
     use crate::region::Region;
     use cxlkv_core::layout::Capacities;
 
-    fn cache() -> Node {
+    fn attached() -> Node {
         let caps =
             Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 64, chunk_shift: 16, ..Capacities::default() };
         let opts = Options { mode: crate::FlushMode::Coherent, ..Options::default() };
@@ -252,7 +252,7 @@ mod tests {
 
     #[test]
     fn put_and_get_go_through_parts_with_a_result_per_block() {
-        let sut = cache();
+        let sut = attached();
         let (k, v) = (vec![1u8; 300], vec![2u8; 200]);
         let parts: [&[u8]; 2] = [&k, &v];
         let items = [

@@ -4,7 +4,7 @@
 //!   device-DAX character device;
 //! - [`flush`]: `Coherence` implementations with real cache-maintenance
 //!   instructions, chosen by CPUID with an explicit override;
-//! - [`local`]: the host-local lock tier, shared by the processes of a host;
+//! - [`local`]: the host-local lock layer, shared by the processes of a host;
 //! - [`node`]: an attached node with its heartbeat and lock-manager thread;
 //! - [`copy`]: batch put and get through lists of buffers;
 //! - [`blocks`]: a batch of pinned or reserved blocks handed to a user,
@@ -21,8 +21,8 @@ pub mod events;
 pub mod flush;
 pub mod gpu;
 pub mod host;
+pub mod host_locks;
 pub mod inspect;
-pub mod local;
 pub mod map;
 pub mod metrics;
 pub mod node;

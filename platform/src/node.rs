@@ -1,4 +1,4 @@
-//! An attached node: the mapping, the core store, the host-local lock tier,
+//! An attached node: the mapping, the core store, the host-local lock layer,
 //! and one background thread that beats the node's heartbeat and runs the
 //! lock manager step (active only in the node that holds the manager lease).
 
@@ -22,7 +22,7 @@ use cxlkv_core::store::{attach, NodeEnv, Store};
 use crate::flush::{Flush, FlushMode, PayloadStores};
 use crate::gpu::{CudaPath, GpuState};
 use crate::host::{pid_alive, random_u64, Locality};
-use crate::local::{LocalTier, Owner};
+use crate::host_locks::{HostLocks, Owner};
 use crate::map::{Mapping, Populate};
 use crate::region::{Attachment, Region};
 use crate::sync::Flag;
@@ -47,7 +47,7 @@ pub struct Options {
     pub lock_timeout: Duration,
     /// Recover automatically when this node's manager declares a node dead.
     pub auto_recover: bool,
-    /// Directory of the host-local lock tier file.
+    /// Directory of the host-local lock layer file.
     pub local_dir: PathBuf,
     /// Populate this process's page tables of the region in the background
     /// after attaching ([`Mapping::populate_background`]), so reads and
@@ -95,7 +95,7 @@ impl Default for Options {
 struct Inner {
     store: Store<Flush>,
     local: NodeLocal,
-    tier: LocalTier,
+    host_locks: HostLocks,
     id: u32,
     nonce: u64,
     here: Locality,
@@ -128,10 +128,11 @@ thread_local! {
 
 impl NodeEnv for Inner {
     fn local_lock(&self, lock: u32) -> cxlkv_core::Result<()> {
-        self.tier.lock_within(lock, self.owner(), self.opts.lock_timeout, &|node, nonce| self.node_gone(node, nonce))
+        self.host_locks
+            .lock_within(lock, self.owner(), self.opts.lock_timeout, &|node, nonce| self.node_gone(node, nonce))
     }
     fn local_unlock(&self, lock: u32) {
-        self.tier.unlock(lock, self.owner());
+        self.host_locks.unlock(lock, self.owner());
     }
     fn now_ns(&self) -> u64 {
         crate::sync::monotonic_ns()
@@ -165,7 +166,7 @@ impl NodeEnv for Inner {
             // A new wait: whichever node of this host (any process of this
             // PID namespace) manages the locks steps now instead of when
             // its pause ends. A manager on another host polls.
-            self.tier.ring();
+            self.host_locks.ring();
         }
         if iteration < 64 {
             core::hint::spin_loop();
@@ -259,7 +260,7 @@ impl Inner {
     }
 
     /// True when another node of this host and PID namespace is attached
-    /// with its process alive (it may use the host-local tier file).
+    /// with its process alive (it may use the host-local lock file).
     fn local_peers(&self) -> bool {
         let st = &self.store;
         (0..st.layout.caps.max_nodes).filter(|&n| n != self.id).any(|n| {
@@ -382,7 +383,7 @@ fn background(inner: Arc<Inner>) {
             // (maybe on another host) could take their silence for death.
             let _ = inner.bury_siblings();
         }
-        let bell = inner.tier.bell_count();
+        let bell = inner.host_locks.bell_count();
         let rep = match inner.mgr.lock() {
             Ok(mut m) => inner.step(&mut m).unwrap_or_default(),
             Err(_) => return,
@@ -426,7 +427,7 @@ fn background(inner: Arc<Inner>) {
         } else {
             // Woken early by a request of any process of this host (a ring
             // since `bell` was read returns at once), or to stop.
-            inner.tier.sleep(bell, pause);
+            inner.host_locks.sleep(bell, pause);
         }
     }
 }
@@ -459,7 +460,7 @@ impl Node {
         if opts.populate {
             map.populate_background()?;
         }
-        let tier = LocalTier::open(&opts.local_dir, store.creation_id, store.layout.n_locks)?;
+        let host_locks = HostLocks::open(&opts.local_dir, store.creation_id, store.layout.n_locks)?;
         let nonce = random_u64();
         let here = Locality::here();
         let who = Identity {
@@ -475,15 +476,15 @@ impl Node {
             .name("cxlkv-beat".into())
             .spawn(move || beat(attached))
             .map_err(|err| Error::Io { what: "spawn heartbeat thread", err })?;
-        // Attaches of one host are serialised on the tier's extra lock.
-        tier.lock(tier.attach_lock(), Owner::NONE);
+        // Attaches of one host are serialised on the host locks' extra lock.
+        host_locks.lock(host_locks.attach_lock(), Owner::NONE);
         let id = attach_node(&store, opts.node, who);
-        tier.unlock(tier.attach_lock(), Owner::NONE);
+        host_locks.unlock(host_locks.attach_lock(), Owner::NONE);
         let id = id?;
         let inner = Arc::new(Inner {
             store,
             local: NodeLocal::default(),
-            tier,
+            host_locks,
             id,
             nonce,
             here,
@@ -825,7 +826,7 @@ impl Node {
         let Some(t) = self.thread.take() else { return Ok(()) };
         self.inner.stop.set(true);
         // Wakes this host's background threads, ours among them.
-        self.inner.tier.ring();
+        self.inner.host_locks.ring();
         let _ = t.join();
         if let Some(b) = self.beating.take() {
             b.thread().unpark();
@@ -848,7 +849,7 @@ impl Node {
             let _ = m.resign(&self.inner.store);
         }
         if r.is_ok() && !self.inner.local_peers() {
-            self.inner.tier.remove();
+            self.inner.host_locks.remove();
         }
         Ok(r?)
     }

@@ -1,5 +1,5 @@
 //! The one module of platform that uses atomics: process-local flags, and
-//! the words of the host-local tier file (host memory shared by the
+//! the words of the host-local lock file (host memory shared by the
 //! processes of one host, which is coherent: plain atomics are right there,
 //! unlike region memory, which only core's `mem` touches). Every ordering
 //! is chosen here, named by the operation that needs it.
@@ -57,7 +57,7 @@ impl Counter {
     }
 }
 
-/// A 64-bit lock word of the host-local tier file.
+/// A 64-bit lock word of the host-local lock file.
 pub(crate) struct HostLockWord<'a>(&'a AtomicU64);
 
 impl<'a> HostLockWord<'a> {
@@ -87,7 +87,7 @@ impl<'a> HostLockWord<'a> {
     }
 }
 
-/// The background bell of the host-local tier file: a ring count (the
+/// The background bell of the host-local lock file: a ring count (the
 /// futex word) and the number of sleepers.
 pub(crate) struct HostBell<'a> {
     count: &'a AtomicU32,

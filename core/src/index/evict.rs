@@ -86,7 +86,7 @@ impl<C: Coherence> Node<'_, C> {
                 let share = bytes.saturating_sub(rep.bytes).div_ceil(ns.saturating_sub(k).max(1) as u64);
                 self.with_lock(st.layout.locks().stripe(s), || {
                     let mut h = st.hdr(s)?;
-                    self.promote_touched_locked(s, &mut h)?;
+                    self.refresh_touched_locked(s, &mut h)?;
                     let mut got = 0u64;
                     while got < share {
                         match self.evict_one_locked(s, &mut h, policy)? {
@@ -254,12 +254,12 @@ impl<C: Coherence> Node<'_, C> {
             t.n == t.at.len()
         };
         // A full memory of reads waits for the node's next locked operation
-        // on a stripe (or `promote_touched`): reads never take a lock.
+        // on a stripe (or `refresh_touched`): reads never take a lock.
         let _ = full;
     }
 
     /// Applies every remembered read: each stripe with any, under its lock.
-    pub fn promote_touched(&self) -> Result<()> {
+    pub fn refresh_touched(&self) -> Result<()> {
         let st = self.store;
         let eps = st.layout.caps.entries_per_stripe;
         loop {
@@ -277,7 +277,7 @@ impl<C: Coherence> Node<'_, C> {
             }
             self.with_lock(st.layout.locks().stripe(s), || {
                 let mut h = st.hdr(s)?;
-                self.promote_touched_locked(s, &mut h)?;
+                self.refresh_touched_locked(s, &mut h)?;
                 st.put_hdr(s, &h)
             })?;
         }
@@ -286,7 +286,7 @@ impl<C: Coherence> Node<'_, C> {
     /// Moves the remembered reads of stripe `s` that still name their READY
     /// entry to the tail of its LRU list. Caller holds the lock and writes
     /// `h` back.
-    pub(crate) fn promote_touched_locked(&self, s: u32, h: &mut StripeHeader) -> Result<()> {
+    pub(crate) fn refresh_touched_locked(&self, s: u32, h: &mut StripeHeader) -> Result<()> {
         let st = self.store;
         let eps = st.layout.caps.entries_per_stripe;
         self.take_touched(s, |(g, gen)| {

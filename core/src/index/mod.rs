@@ -437,7 +437,7 @@ impl<C: Coherence> Node<'_, C> {
                     }
                     let r = self.with_lock(st.layout.locks().stripe(s), || {
                         let mut h = st.hdr(s)?;
-                        self.promote_touched_locked(s, &mut h)?;
+                        self.refresh_touched_locked(s, &mut h)?;
                         for &i in idx {
                             let (Some(o), Some(item)) = (out.get_mut(i), items.get(i)) else { continue };
                             if attempt > 0 && !retry(o) {

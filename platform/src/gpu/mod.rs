@@ -115,11 +115,11 @@ pub(crate) struct GpuState {
 
 impl GpuState {
     /// Registers the whole mapped region of `cache` with device `device`.
-    pub(crate) fn register(cache: &Node, device: u32) -> Result<GpuState> {
+    pub(crate) fn register(attached: &Node, device: u32) -> Result<GpuState> {
         let cuda = Cuda::open(device)?;
-        let region = &cache.store().view;
+        let region = &attached.store().view;
         let len = usize::try_from(region.len()).map_err(|_| Error::Core(cxlkv_core::Error::InvalidArgument))?;
-        // SAFETY: the region's mapping is owned by the cache, which drops this
+        // SAFETY: the region's mapping is owned by the node, which drops this
         // state (unregistering) before it unmaps (`Node::shutdown`).
         let reg = unsafe { cuda.register(region.base(), len, REGISTER_CHUNK) }?;
         Ok(GpuState { reg, cuda, counters: Mutex::new(CopyCounters::default()) })
@@ -140,7 +140,7 @@ impl GpuState {
 /// `torch.cuda.current_stream().cuda_stream` or `cudaStreamCreate` give),
 /// 0 for the legacy default stream. Every copy is asynchronous; thread-safe.
 pub struct CudaPath<'a> {
-    cache: &'a Node,
+    attached: &'a Node,
     st: &'a GpuState,
 }
 
@@ -152,8 +152,8 @@ enum Dir {
 }
 
 impl<'a> CudaPath<'a> {
-    pub(crate) fn new(cache: &'a Node, st: &'a GpuState) -> Self {
-        CudaPath { cache, st }
+    pub(crate) fn new(attached: &'a Node, st: &'a GpuState) -> Self {
+        CudaPath { attached, st }
     }
 
     /// The device this path copies to and from.
@@ -164,7 +164,7 @@ impl<'a> CudaPath<'a> {
     /// Every segment inside the payload area with a plausible device range;
     /// nothing is queued when one is not.
     fn check(&self, segs: &[Segment]) -> Result<()> {
-        let pay = self.cache.store().layout.payload;
+        let pay = self.attached.store().layout.payload;
         for s in segs {
             let end = s.region_off.checked_add(s.len).ok_or(Error::Core(cxlkv_core::Error::InvalidArgument))?;
             if s.region_off < pay.start || end > pay.end {
@@ -184,7 +184,7 @@ impl<'a> CudaPath<'a> {
         if dir == Dir::ToRegion {
             return Ok(());
         }
-        let st = self.cache.store();
+        let st = self.attached.store();
         for s in segs.iter().filter(|s| s.len > 0) {
             // SYNC: fresh payload lines for the device (writer: the
             // publisher's payload flush, or its completed DMA).
@@ -232,7 +232,7 @@ impl<'a> CudaPath<'a> {
                 copies += 1;
                 let dev = s.device_ptr + done;
                 match dir {
-                    // Registered region memory stays mapped while the cache is
+                    // Registered region memory stays mapped while the node is
                     // open, and copies complete before close (this type's
                     // contract with the caller); the device range is the caller's.
                     // SAFETY: `host..host+n` is registered, mapped region memory.
@@ -262,7 +262,7 @@ impl<'a> CudaPath<'a> {
             })?;
         }
         // SAFETY: region addresses are the device's view of registered memory
-        // (kept while the cache is open), destinations in the payload area
+        // (kept while the node is open), destinations in the payload area
         // (checked) or the caller's device memory.
         unsafe { self.st.cuda.launch_copy(&triples, stream) }?;
         self.count(dir, segs, 0, triples.len().div_ceil(MAX_SEGMENTS_PER_LAUNCH) as u64);
@@ -316,7 +316,7 @@ impl<'a> CudaPath<'a> {
         self.synchronize(stream)?;
         // SYNC: the completed stream put the payload in memory; publishing
         // fences before the entry turns READY (see `publish_flushed`).
-        Ok(self.cache.core().publish_flushed(hs, out)?)
+        Ok(self.attached.core().publish_flushed(hs, out)?)
     }
 
     /// What this node's GPU path registered and moved.

@@ -39,20 +39,20 @@ fn a_cache_without_cuda_refuses_registration_and_keeps_its_blocks() {
     let caps =
         Capacities { max_nodes: 2, n_stripes: 2, entries_per_stripe: 64, chunk_shift: 16, ..Capacities::default() };
     let opts = Options { local_dir: std::env::temp_dir(), lock_timeout: Duration::from_secs(30), ..Options::default() };
-    let cache = Node::format_new(Region::memfd(8 << 20, false).unwrap(), caps, opts).unwrap();
+    let attached = Node::format_new(Region::memfd(8 << 20, false).unwrap(), caps, opts).unwrap();
     let key = Key { lo: 7, hi: 9 };
-    let h = cache.core().reserve(1, key, 4096, 16).unwrap();
-    cache.core().write(&h, 0, &[0x5a; 4096]).unwrap();
-    cache.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
+    let h = attached.core().reserve(1, key, 4096, 16).unwrap();
+    attached.core().write(&h, 0, &[0x5a; 4096]).unwrap();
+    attached.core().publish_flushed(&[h], &mut [Ok(())]).unwrap();
 
-    assert!(matches!(cache.cuda(), Err(Error::CudaUnavailable(_))));
+    assert!(matches!(attached.cuda(), Err(Error::CudaUnavailable(_))));
     if expect_unavailable() {
-        assert!(matches!(cache.register_cuda(0), Err(Error::CudaUnavailable(_))));
-        assert!(matches!(cache.cuda(), Err(Error::CudaUnavailable(_))));
+        assert!(matches!(attached.register_cuda(0), Err(Error::CudaUnavailable(_))));
+        assert!(matches!(attached.cuda(), Err(Error::CudaUnavailable(_))));
     }
     let mut buf = [0u8; 4096];
-    assert_eq!(cache.core().get(1, key, &mut buf).unwrap(), 4096);
+    assert_eq!(attached.core().get(1, key, &mut buf).unwrap(), 4096);
     assert!(buf.iter().all(|&b| b == 0x5a));
-    assert!(cache.check().unwrap().is_empty());
-    cache.close().unwrap();
+    assert!(attached.check().unwrap().is_empty());
+    attached.close().unwrap();
 }

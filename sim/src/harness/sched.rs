@@ -38,7 +38,7 @@ pub(crate) struct Sched {
     pub(crate) watch_dirty: Vec<bool>,
     /// An actor parked (descheduled, as a preempted thread is) until this step.
     pub(crate) sleep_until: Vec<u64>,
-    /// Host-local lock tier: (host, lock) → holding actor.
+    /// Host-local locks: (host, lock) → holding actor.
     pub(crate) local: std::collections::HashMap<(usize, u32), usize>,
 }
 

@@ -392,7 +392,7 @@ pub(crate) struct Env<'w> {
 }
 
 impl NodeEnv for Env<'_> {
-    /// The host-local tier: actors of one host take turns on each lock.
+    /// The host-local locks: actors of one host take turns on each lock.
     fn local_lock(&self, lock: u32) -> cxlkv_core::Result<()> {
         let me = ACTOR.with(|a| a.get());
         let h = me / 3;

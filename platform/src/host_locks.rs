@@ -1,4 +1,4 @@
-//! The host-local lock tier (TraCT §3.3): one lock word per global lock, in a
+//! The host-local lock layer (TraCT §3.3): one lock word per global lock, in a
 //! small shared file in /dev/shm named after the region's creation id (and
 //! the PID namespace), so the processes of a host serialise there and at most
 //! one node per host contends for each global lock.
@@ -43,7 +43,7 @@ fn unpack(w: u64) -> (u32, Option<u32>, u16) {
 }
 
 /// The host-local lock words of one region.
-pub struct LocalTier {
+pub struct HostLocks {
     map: Mapping,
     n: u32,
     path: PathBuf,
@@ -51,13 +51,13 @@ pub struct LocalTier {
 
 const STRIDE: usize = 64;
 
-impl LocalTier {
+impl HostLocks {
     /// Opens (creating if needed) the tier for region `creation_id` with `n`
     /// locks, under `dir` (normally /dev/shm). One file per PID namespace:
     /// a lock word names its owner by thread id, which only its namespace
-    /// can probe (processes of other containers contend on the global tier,
+    /// can probe (processes of other containers contend on the global level,
     /// which stays exact: each node has its own slot).
-    pub fn open(dir: &std::path::Path, creation_id: u64, n: u32) -> Result<LocalTier> {
+    pub fn open(dir: &std::path::Path, creation_id: u64, n: u32) -> Result<HostLocks> {
         let ns = crate::host::pid_ns() as u32;
         let path = dir.join(format!("cxlkv-local-{creation_id:016x}-{ns:08x}"));
         sweep_stale(dir, ns, &path);
@@ -71,8 +71,8 @@ impl LocalTier {
             tries += 1;
             if tries > 64 {
                 return Err(crate::Error::Io {
-                    what: "open local tier",
-                    err: std::io::Error::other("the host-local tier file kept being removed under us"),
+                    what: "open host locks",
+                    err: std::io::Error::other("the host-local lock file kept being removed under us"),
                 });
             }
             // Create or grow; O_CREAT without O_TRUNC keeps words a peer
@@ -83,7 +83,7 @@ impl LocalTier {
                 .create(true)
                 .truncate(false)
                 .open(&path)
-                .map_err(|err| crate::Error::Io { what: "open local tier", err })?;
+                .map_err(|err| crate::Error::Io { what: "open host locks", err })?;
             use std::os::fd::AsRawFd;
             use std::os::unix::fs::{MetadataExt, PermissionsExt};
             // Held while this process has the file (see `sweep_stale`),
@@ -91,13 +91,13 @@ impl LocalTier {
             // file system has no `flock`, no sweep takes it either.
             // SAFETY: `flock` on a descriptor this function owns; no memory.
             let _ = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH) };
-            let mine = f.metadata().map_err(|err| crate::Error::Io { what: "stat local tier", err })?;
+            let mine = f.metadata().map_err(|err| crate::Error::Io { what: "stat host locks", err })?;
             if std::fs::metadata(&path).ok().map(|m| (m.dev(), m.ino())) != Some((mine.dev(), mine.ino())) {
                 continue; // removed by a sweep before our lock
             }
             let _ = f.set_permissions(std::fs::Permissions::from_mode(0o600));
             if mine.len() < want {
-                f.set_len(want.max(4096)).map_err(|err| crate::Error::Io { what: "grow local tier", err })?;
+                f.set_len(want.max(4096)).map_err(|err| crate::Error::Io { what: "grow host locks", err })?;
             }
             // Locked: no sweep removes it now, so the path maps this file.
             let map = Mapping::open_file(&path)?;
@@ -106,7 +106,7 @@ impl LocalTier {
             drop(f);
             break map;
         };
-        Ok(LocalTier { map, n, path })
+        Ok(HostLocks { map, n, path })
     }
 
     fn word(&self, id: u32) -> HostLockWord<'_> {
@@ -128,14 +128,14 @@ impl LocalTier {
         unsafe { HostBell::at(p) }
     }
 
-    /// The bell's ring count now: pass it to [`LocalTier::sleep`].
+    /// The bell's ring count now: pass it to [`HostLocks::sleep`].
     pub fn bell_count(&self) -> u32 {
         self.bell().count()
     }
 
     /// Sleeps up to `timeout` unless the bell rang since `seen` was read
     /// (a futex wait on the shared file: any process of this host and PID
-    /// namespace wakes it with [`LocalTier::ring`]).
+    /// namespace wakes it with [`HostLocks::ring`]).
     pub fn sleep(&self, seen: u32, timeout: Duration) {
         let bell = self.bell();
         bell.sleeping(true);
@@ -150,7 +150,7 @@ impl LocalTier {
     }
 
     /// Rings the bell: every background thread of this host sleeping in
-    /// [`LocalTier::sleep`] wakes (a system call only when one sleeps).
+    /// [`HostLocks::sleep`] wakes (a system call only when one sleeps).
     pub fn ring(&self) {
         let bell = self.bell();
         if bell.ring() {
@@ -238,7 +238,7 @@ impl LocalTier {
     }
 }
 
-/// Removes the host-local tier files of this PID namespace under `dir` that
+/// Removes the host-local lock files of this PID namespace under `dir` that
 /// no process has open any more (left by processes killed before they could
 /// detach; the last to detach removes its file itself), except `keep`.
 /// Every process that opens a tier file holds a shared `flock` on it for as
@@ -246,7 +246,7 @@ impl LocalTier {
 /// file whose exclusive lock can be taken at once is nobody's. A file
 /// removed while a process is just opening it costs only the host-local
 /// batching between that process and the others (see
-/// [`LocalTier::remove`]).
+/// [`HostLocks::remove`]).
 fn sweep_stale(dir: &std::path::Path, ns: u32, keep: &std::path::Path) {
     use std::os::fd::AsRawFd;
     let suffix = format!("-{ns:08x}");
@@ -276,7 +276,7 @@ mod tests {
     fn lock_excludes_other_threads() {
         let dir = std::env::temp_dir();
         let id = crate::host::random_u64();
-        let sut = Arc::new(LocalTier::open(&dir, id, 4).unwrap());
+        let sut = Arc::new(HostLocks::open(&dir, id, 4).unwrap());
         let counter = Arc::new(std::sync::Mutex::new((0u32, 0u32)));
         let mut hs = Vec::new();
         for _ in 0..4 {
@@ -305,7 +305,7 @@ mod tests {
     fn lock_held_by_dead_thread_is_taken_over() {
         let dir = std::env::temp_dir();
         let id = crate::host::random_u64();
-        let sut = Arc::new(LocalTier::open(&dir, id, 2).unwrap());
+        let sut = Arc::new(HostLocks::open(&dir, id, 2).unwrap());
         let s2 = sut.clone();
         std::thread::spawn(move || s2.lock(0, Owner::NONE)).join().unwrap();
         sut.lock(0, Owner::NONE); // the holder thread has exited
@@ -317,7 +317,7 @@ mod tests {
     fn lock_of_a_node_that_is_gone_is_taken_over_though_its_thread_lives() {
         let dir = std::env::temp_dir();
         let id = crate::host::random_u64();
-        let sut = Arc::new(LocalTier::open(&dir, id, 2).unwrap());
+        let sut = Arc::new(HostLocks::open(&dir, id, 2).unwrap());
         let s2 = sut.clone();
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let (held_tx, held) = std::sync::mpsc::channel::<()>();
@@ -344,8 +344,8 @@ mod tests {
     fn a_ring_from_another_mapping_of_the_file_wakes_a_sleeper() {
         let dir = std::env::temp_dir();
         let id = crate::host::random_u64();
-        let a = Arc::new(LocalTier::open(&dir, id, 3).unwrap());
-        let b = LocalTier::open(&dir, id, 3).unwrap(); // as another process would map it
+        let a = Arc::new(HostLocks::open(&dir, id, 3).unwrap());
+        let b = HostLocks::open(&dir, id, 3).unwrap(); // as another process would map it
         let seen = a.bell_count();
         b.ring();
         let t = std::time::Instant::now();
@@ -378,8 +378,8 @@ mod tests {
         let other_ns = dir.join(format!("cxlkv-local-{:016x}-{:08x}", 0x5eedu64, ns ^ 1));
         std::fs::write(&other_ns, [0u8; 4096]).unwrap();
         // In use by this process (another region's tier).
-        let live = LocalTier::open(&dir, 0x1111, 2).unwrap();
-        let mine = LocalTier::open(&dir, 0x2222, 2).unwrap();
+        let live = HostLocks::open(&dir, 0x1111, 2).unwrap();
+        let mine = HostLocks::open(&dir, 0x2222, 2).unwrap();
         assert!(!stale.exists(), "a file nothing maps was left behind");
         assert!(other_ns.exists() && live.path().exists() && mine.path().exists());
         drop((live, mine));
@@ -403,7 +403,7 @@ mod tests {
         };
         let mut held = Vec::new();
         for i in 0..300u64 {
-            let t = LocalTier::open(&dir, 0x7000 + i, 2).unwrap();
+            let t = HostLocks::open(&dir, 0x7000 + i, 2).unwrap();
             let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
             // SAFETY: `fstat` fills `st` from the mapping's open descriptor.
             assert_eq!(unsafe { libc::fstat(t.map.fd(), st.as_mut_ptr()) }, 0);
