@@ -300,6 +300,12 @@ export interface AttachOptions {
 }
 
 /**
+ * Core's table of region capacities: each one's default by its
+ * `Region.format` option name (camelCase of the C and Python name).
+ */
+export declare function capacityDefaults(): Record<string, number>
+
+/**
  * Chained 128-bit block keys of `tokens`: key `i` covers tokens
  * `0 .. (i+1)*blockTokens`, derived from key `i-1` (or `parent`). A partial
  * last block gets no key. Equal prefixes give equal chains in every
@@ -328,7 +334,11 @@ export interface Evicted {
   bytes: number
 }
 
-/** Options of `Region.format`: capacities left out keep their defaults. */
+/**
+ * Options of `Region.format`: capacities left out keep their defaults.
+ * The capacities are core's table (`Capacities::FIELDS`) in camelCase,
+ * which the options are read by; a test holds this declaration to it.
+ */
 export interface FormatOptions {
   /** `"auto"` (the default), `"coherent"`, `"clflush"`, `"clflushopt"`, `"clwb"`, ... */
   flushMode?: string

@@ -783,6 +783,7 @@ module.exports.Pinned = nativeBinding.Pinned
 module.exports.Region = nativeBinding.Region
 module.exports.Reservation = nativeBinding.Reservation
 module.exports.Tier = nativeBinding.Tier
+module.exports.capacityDefaults = nativeBinding.capacityDefaults
 module.exports.chainKeys = nativeBinding.chainKeys
 module.exports.codes = nativeBinding.codes
 module.exports.namespaceDigest = nativeBinding.namespaceDigest

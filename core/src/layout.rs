@@ -555,53 +555,95 @@ pub const LAYOUT_FINGERPRINT: u64 = {
     h
 };
 
-/// Capacities chosen at format time.
+/// One capacity of a region, as [`Capacities::FIELDS`] lists it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Capacities {
-    /// Node slots (≤ 64).
-    pub max_nodes: u32,
-    /// Index stripes, each with its own lock (power of two).
-    pub n_stripes: u32,
-    /// Entries per stripe.
-    pub entries_per_stripe: u32,
-    /// Named roots: application roots, application locks and registered
-    /// namespaces (one record each).
-    pub n_roots: u32,
-    /// Pin journal records per node.
-    pub pin_slots: u32,
-    /// log2 of the chunk size.
-    pub chunk_shift: u32,
-    /// Slots of each node's inbox ring (a power of two).
-    pub inbox_slots: u32,
-    /// Inter-node locks applications allocate for their own structures
-    /// (TraCT's lock API); each allocated one takes a named-root record.
-    pub app_locks: u32,
-    /// Tier directories: hosts whose SSD tier the region can record.
-    pub tier_slots: u32,
-    /// Records of each tier directory (a power of two): blocks its tier can
-    /// make known at once, at most three quarters of it.
-    pub tier_records: u32,
-    /// Records of each stripe's change log (a power of two): how far a
-    /// reader of the log may fall behind before it must rescan.
-    pub change_records: u32,
+pub struct CapacityField {
+    /// Its name: the field of [`Capacities`], of C's `cxlkv_capacities` and
+    /// Python's `Region.format` keyword (Node's option is its camelCase).
+    pub name: &'static str,
+    /// What it counts, and its limits.
+    pub doc: &'static str,
+    /// Its default.
+    pub default: u32,
 }
 
-impl Default for Capacities {
-    fn default() -> Self {
-        Capacities {
-            max_nodes: 16,
-            n_stripes: 16,
-            entries_per_stripe: 4096,
-            n_roots: 1024,
-            pin_slots: 512,
-            chunk_shift: 21,
-            inbox_slots: 64,
-            app_locks: 64,
-            tier_slots: 4,
-            tier_records: 8192,
-            change_records: 256,
+/// The one table of capacities: the struct, its defaults, the list every
+/// door reads (C's struct is converted through it and checked against it,
+/// Python's keywords and stub, Node's options and typings, the CLI's flags).
+/// Adding a capacity is a line here (plus the C struct's field, which a
+/// test holds to this order).
+macro_rules! capacities {
+    ($($(#[doc = $doc:literal])+ $name:ident = $default:expr;)+) => {
+        /// Capacities chosen at format time (see [`Capacities::FIELDS`]).
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+        pub struct Capacities {
+            $($(#[doc = $doc])+ pub $name: u32,)+
         }
-    }
+
+        impl Default for Capacities {
+            fn default() -> Self {
+                Capacities { $($name: $default,)+ }
+            }
+        }
+
+        impl Capacities {
+            /// Every capacity, in the struct's order.
+            pub const FIELDS: &'static [CapacityField] = &[$(CapacityField {
+                name: stringify!($name),
+                doc: concat!($($doc),+),
+                default: $default,
+            }),+];
+
+            /// The capacity called `name`.
+            pub fn get(&self, name: &str) -> Option<u32> {
+                match name {
+                    $(stringify!($name) => Some(self.$name),)+
+                    _ => None,
+                }
+            }
+
+            /// Sets the capacity called `name`; false when there is none.
+            pub fn set(&mut self, name: &str, value: u32) -> bool {
+                match name {
+                    $(stringify!($name) => self.$name = value,)+
+                    _ => return false,
+                }
+                true
+            }
+        }
+    };
+}
+
+capacities! {
+    /// Node slots (1 to 64).
+    max_nodes = 16;
+    /// Index stripes, each with its own lock (a power of two, at most 128).
+    n_stripes = 16;
+    /// Index entries per stripe: the most blocks a stripe holds.
+    entries_per_stripe = 4096;
+    /// Named roots: application roots, application locks and registered
+    /// namespaces (one record each; 1 to 65536).
+    n_roots = 1024;
+    /// Pins each node may hold at once (a multiple of 4).
+    pin_slots = 512;
+    /// log2 of the allocator's chunk size (12 to 32; 21 = 2 MiB).
+    chunk_shift = 21;
+    /// Slots of each node's inbox ring (a power of two, 4 to 65536).
+    inbox_slots = 64;
+    /// Inter-node locks applications allocate for their own structures
+    /// (TraCT's lock API; at most 128); each allocated one takes a root
+    /// record.
+    app_locks = 64;
+    /// Tier directories: hosts whose SSD tier the region can record (at
+    /// most 64; 0 for none).
+    tier_slots = 4;
+    /// Records of each tier directory (a power of two, 2 to 2^26): blocks
+    /// one SSD tier can make known to the rack, up to three quarters of it.
+    tier_records = 8192;
+    /// Records of each stripe's change log (a power of two, 4 to 2^20): how
+    /// far a reader of the log may fall behind before it must rescan.
+    change_records = 256;
 }
 
 impl Capacities {

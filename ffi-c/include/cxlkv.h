@@ -289,7 +289,8 @@ typedef struct cxlkv_get_item {
 } cxlkv_get_item;
 
 // Capacities of a region, chosen when it is formatted. Start from
-// `cxlkv_capacities_default`.
+// `cxlkv_capacities_default`. The fields are core's table of capacities
+// (`Capacities::FIELDS`), in its order: a test holds them to it.
 typedef struct cxlkv_capacities {
   // Node slots (1 to 64).
   uint32_t max_nodes;

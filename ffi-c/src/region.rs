@@ -9,6 +9,7 @@ use std::time::Duration;
 use cxlkv_platform::kv::Lru;
 use cxlkv_platform::kv::{Capacities, NodeStats};
 use cxlkv_platform::{FlushMode, Node, Options, Region};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::{cxlkv_result, guard, handle, slice_mut, text, Live, Out, Res, Shell};
 
@@ -59,9 +60,10 @@ fn mode(m: u32) -> Res<FlushMode> {
 }
 
 /// Capacities of a region, chosen when it is formatted. Start from
-/// `cxlkv_capacities_default`.
+/// `cxlkv_capacities_default`. The fields are core's table of capacities
+/// (`Capacities::FIELDS`), in its order: a test holds them to it.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct cxlkv_capacities {
     /// Node slots (1 to 64).
     pub max_nodes: u32,
@@ -90,39 +92,17 @@ pub struct cxlkv_capacities {
     pub change_records: u32,
 }
 
+// The same table on both sides (equal sizes checked by `transmute!`, names
+// and order by the test `c_struct_is_the_capacity_table`): converted whole.
 impl From<Capacities> for cxlkv_capacities {
     fn from(c: Capacities) -> Self {
-        cxlkv_capacities {
-            max_nodes: c.max_nodes,
-            n_stripes: c.n_stripes,
-            entries_per_stripe: c.entries_per_stripe,
-            n_roots: c.n_roots,
-            pin_slots: c.pin_slots,
-            chunk_shift: c.chunk_shift,
-            inbox_slots: c.inbox_slots,
-            app_locks: c.app_locks,
-            tier_slots: c.tier_slots,
-            tier_records: c.tier_records,
-            change_records: c.change_records,
-        }
+        zerocopy::transmute!(c)
     }
 }
 
 impl From<cxlkv_capacities> for Capacities {
     fn from(c: cxlkv_capacities) -> Self {
-        Capacities {
-            max_nodes: c.max_nodes,
-            n_stripes: c.n_stripes,
-            entries_per_stripe: c.entries_per_stripe,
-            n_roots: c.n_roots,
-            pin_slots: c.pin_slots,
-            chunk_shift: c.chunk_shift,
-            inbox_slots: c.inbox_slots,
-            app_locks: c.app_locks,
-            tier_slots: c.tier_slots,
-            tier_records: c.tier_records,
-            change_records: c.change_records,
-        }
+        zerocopy::transmute!(c)
     }
 }
 
@@ -676,4 +656,35 @@ pub unsafe extern "C" fn cxlkv_check(
         n_out.write(all.len());
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod capacity_table {
+    use super::*;
+
+    /// The C struct (as the header declares it) lists core's capacity table,
+    /// name by name, in order; values cross in both directions.
+    #[test]
+    fn c_struct_is_the_capacity_table() {
+        let header = include_str!("../include/cxlkv.h");
+        let body = header
+            .split("struct cxlkv_capacities {")
+            .nth(1)
+            .and_then(|rest| rest.split('}').next())
+            .expect("cxlkv.h declares struct cxlkv_capacities");
+        let names: Vec<&str> = body
+            .lines()
+            .map(str::trim)
+            .filter_map(|l| l.strip_prefix("uint32_t ").and_then(|l| l.strip_suffix(';')))
+            .collect();
+        let table: Vec<&str> = Capacities::FIELDS.iter().map(|f| f.name).collect();
+        assert_eq!(names, table);
+        let mut caps = Capacities::default();
+        for (i, f) in Capacities::FIELDS.iter().enumerate() {
+            assert!(caps.set(f.name, 1000 + i as u32));
+        }
+        let c = cxlkv_capacities::from(caps);
+        assert_eq!(c.max_nodes, 1000, "the first field is the first of the table");
+        assert_eq!(Capacities::from(c), caps);
+    }
 }

@@ -47,6 +47,13 @@ pub fn codes() -> HashMap<String, u32> {
     Code::ALL.iter().map(|c| (c.name().to_string(), *c as u32)).collect()
 }
 
+/// Core's table of region capacities: each one's default by its
+/// `Region.format` option name (camelCase of the C and Python name).
+#[napi(catch_unwind)]
+pub fn capacity_defaults() -> HashMap<String, u32> {
+    cxlkv_platform::kv::Capacities::FIELDS.iter().map(|f| (node::camel(f.name), f.default)).collect()
+}
+
 /// Chained 128-bit block keys of `tokens`: key `i` covers tokens
 /// `0 .. (i+1)*blockTokens`, derived from key `i-1` (or `parent`). A partial
 /// last block gets no key. Equal prefixes give equal chains in every

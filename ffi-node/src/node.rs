@@ -53,7 +53,26 @@ pub struct MemfdOptions {
     pub hugetlb: Option<bool>,
 }
 
+/// `snake_case` as `camelCase`.
+pub(crate) fn camel(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut up = false;
+    for c in name.chars() {
+        if c == '_' {
+            up = true;
+        } else if up {
+            out.extend(c.to_uppercase());
+            up = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Options of `Region.format`: capacities left out keep their defaults.
+/// The capacities are core's table (`Capacities::FIELDS`) in camelCase,
+/// which the options are read by; a test holds this declaration to it.
 #[napi(object)]
 #[allow(dead_code)] // declares the TypeScript type; `Opts` reads the values
 pub struct FormatOptions {
@@ -103,19 +122,6 @@ pub struct AttachOptions {
     pub local_dir: Option<String>,
 }
 
-const FORMAT_FIELDS: &[&str] = &[
-    "flushMode",
-    "maxNodes",
-    "nStripes",
-    "entriesPerStripe",
-    "nRoots",
-    "pinSlots",
-    "chunkShift",
-    "inboxSlots",
-    "appLocks",
-    "tierSlots",
-    "tierRecords",
-];
 const ATTACH_FIELDS: &[&str] =
     &["nodeId", "flushMode", "leaseMs", "lockTimeoutMs", "settleMs", "autoRecover", "localDir"];
 
@@ -195,21 +201,16 @@ impl Region {
     #[napi(catch_unwind, ts_args_type = "options?: FormatOptions")]
     pub fn format(&self, env: Env, options: Unknown<'_>) -> napi::Result<()> {
         let map = self.mapping(&env)?;
-        let o = Opts::of(&env, &options, "options", FORMAT_FIELDS)?;
-        let d = Capacities::default();
-        let caps = Capacities {
-            max_nodes: o.u32("maxNodes")?.unwrap_or(d.max_nodes),
-            n_stripes: o.u32("nStripes")?.unwrap_or(d.n_stripes),
-            entries_per_stripe: o.u32("entriesPerStripe")?.unwrap_or(d.entries_per_stripe),
-            n_roots: o.u32("nRoots")?.unwrap_or(d.n_roots),
-            pin_slots: o.u32("pinSlots")?.unwrap_or(d.pin_slots),
-            chunk_shift: o.u32("chunkShift")?.unwrap_or(d.chunk_shift),
-            inbox_slots: o.u32("inboxSlots")?.unwrap_or(d.inbox_slots),
-            app_locks: o.u32("appLocks")?.unwrap_or(d.app_locks),
-            tier_slots: o.u32("tierSlots")?.unwrap_or(d.tier_slots),
-            tier_records: o.u32("tierRecords")?.unwrap_or(d.tier_records),
-            change_records: o.u32("changeRecords")?.unwrap_or(d.change_records),
-        };
+        // Core's capacity table, named in camelCase, and the flush mode.
+        let names: Vec<String> = Capacities::FIELDS.iter().map(|f| camel(f.name)).collect();
+        let known: Vec<&str> = std::iter::once("flushMode").chain(names.iter().map(String::as_str)).collect();
+        let o = Opts::of(&env, &options, "options", &known)?;
+        let mut caps = Capacities::default();
+        for (f, name) in Capacities::FIELDS.iter().zip(&names) {
+            if let Some(v) = o.u32(name)? {
+                caps.set(f.name, v);
+            }
+        }
         let mode = mode_of(&env, o.string("flushMode")?)?;
         if map.in_use() {
             return Err(coded(&env, Code::Busy, "a node of this process is attached to the region"));

@@ -82,6 +82,24 @@ test('namespaces differing in any field never share an id or a block', () => {
   }
 })
 
+test('format takes every capacity of core\'s table, and its typings list them', () => {
+  const defaults = cxlkv.capacityDefaults()
+  assert.equal(defaults.changeRecords, 256)
+  assert.equal(defaults.nRoots, 1024)
+  const dts = fs.readFileSync(path.join(__dirname, '..', 'index.d.ts'), 'utf8')
+  const body = dts.split('export interface FormatOptions {')[1].split('}')[0]
+  const declared = [...body.matchAll(/^\s*(\w+)\?:/gm)].map((m) => m[1])
+  assert.deepEqual(declared.sort(), ['flushMode', ...Object.keys(defaults)].sort())
+  const r = cxlkv.Region.memfd(16 << 20)
+  try {
+    // Every capacity by its option name (the last one was once refused).
+    r.format({ ...defaults, maxNodes: 4, nStripes: 4, entriesPerStripe: 64, chunkShift: 16, changeRecords: 8 })
+    throwsCode(() => r.format({ changeRecord: 8 }), TypeError, 'INVALID_ARGUMENT')
+  } finally {
+    r.close()
+  }
+})
+
 test('regions: create, open, memfd, format, close, and their errors', () => {
   const file = scratchPath('region')
   const r = cxlkv.Region.create(file, 16 << 20)

@@ -73,42 +73,27 @@ impl Region {
         Ok(Region::new(m))
     }
 
-    /// Formats the region, erasing it. Capacities left out keep their
-    /// defaults. `BusyError` while a node of this process is attached.
-    #[pyo3(signature = (*, flush_mode="auto", max_nodes=None, n_stripes=None, entries_per_stripe=None,
-        n_roots=None, pin_slots=None, chunk_shift=None, inbox_slots=None, app_locks=None, tier_slots=None, tier_records=None, change_records=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn format(
-        &self,
-        py: Python<'_>,
-        flush_mode: &str,
-        max_nodes: Option<u32>,
-        n_stripes: Option<u32>,
-        entries_per_stripe: Option<u32>,
-        n_roots: Option<u32>,
-        pin_slots: Option<u32>,
-        chunk_shift: Option<u32>,
-        inbox_slots: Option<u32>,
-        app_locks: Option<u32>,
-        tier_slots: Option<u32>,
-        tier_records: Option<u32>,
-        change_records: Option<u32>,
-    ) -> PyResult<()> {
+    /// Formats the region, erasing it. Capacities (keywords named as
+    /// `Capacities::FIELDS` lists them: `max_nodes`, `n_stripes`, ...) left
+    /// out keep their defaults; an unknown one is an `InvalidArgumentError`.
+    /// `BusyError` while a node of this process is attached.
+    #[pyo3(signature = (*, flush_mode="auto", **capacities))]
+    fn format(&self, py: Python<'_>, flush_mode: &str, capacities: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
         let map = self.mapping(py)?;
-        let d = Capacities::default();
-        let caps = Capacities {
-            max_nodes: max_nodes.unwrap_or(d.max_nodes),
-            n_stripes: n_stripes.unwrap_or(d.n_stripes),
-            entries_per_stripe: entries_per_stripe.unwrap_or(d.entries_per_stripe),
-            n_roots: n_roots.unwrap_or(d.n_roots),
-            pin_slots: pin_slots.unwrap_or(d.pin_slots),
-            chunk_shift: chunk_shift.unwrap_or(d.chunk_shift),
-            inbox_slots: inbox_slots.unwrap_or(d.inbox_slots),
-            app_locks: app_locks.unwrap_or(d.app_locks),
-            tier_slots: tier_slots.unwrap_or(d.tier_slots),
-            tier_records: tier_records.unwrap_or(d.tier_records),
-            change_records: change_records.unwrap_or(d.change_records),
-        };
+        let mut caps = Capacities::default();
+        for (k, v) in capacities.into_iter().flatten() {
+            let name: String = k.extract()?;
+            if Capacities::FIELDS.iter().all(|f| f.name != name) {
+                return Err(raise(py, R::InvalidArgument, &format!("no capacity is called {name}")));
+            }
+            if v.is_none() {
+                continue; // the default
+            }
+            let value: u32 = v
+                .extract()
+                .map_err(|_| raise(py, R::InvalidArgument, &format!("capacity {name} is an int below 2**32")))?;
+            caps.set(&name, value);
+        }
         if map.in_use() {
             return Err(raise(py, R::Busy, "a node of this process is attached to the region"));
         }

@@ -116,6 +116,12 @@ def test_region_errors_are_typed(shm_path: str, local_dir: str) -> None:
             r2.format(n_stripes=3)
         with pytest.raises(cxlkv.InvalidArgumentError):
             r2.format(flush_mode="no-such-mode")
+        with pytest.raises(cxlkv.InvalidArgumentError, match="no capacity is called n_stripe"):
+            r2.format(n_stripe=4)  # type: ignore[call-arg]
+        with pytest.raises(cxlkv.InvalidArgumentError):
+            r2.format(n_stripes=-1)
+        # Every capacity of the table is a keyword (None: its default).
+        r2.format(max_nodes=4, n_stripes=4, entries_per_stripe=64, chunk_shift=16, change_records=8, tier_records=None)
     created = cxlkv.Region.create(shm_path, 16 << 20)
     assert created.size == 16 << 20
     with pytest.raises(FileExistsError):

@@ -56,7 +56,7 @@ pub mod kv {
     pub use cxlkv_core::channel::Message;
     pub use cxlkv_core::hash::{chain_keys, mix64, Key, Namespace};
     pub use cxlkv_core::index::{EvictReport, Handle, Lru, ReserveItem};
-    pub use cxlkv_core::layout::{Capacities, NodeStats, KEYS_PER_SLOT};
+    pub use cxlkv_core::layout::{Capacities, CapacityField, NodeStats, KEYS_PER_SLOT};
     pub use cxlkv_core::recover::RecoverReport;
     pub use cxlkv_core::roots::{Root, MAX_NAME as MAX_ROOT_NAME};
     pub use cxlkv_core::{Error as CoreError, Result as CoreResult};

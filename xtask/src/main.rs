@@ -1,6 +1,7 @@
 //! `cargo xtask gen`: writes the files generated from the code —
 //! `ffi-c/include/cxlkv.h` (cbindgen over ffi-c, with the result-code enum
-//! from platform's table) and the `Result` list of the Python stub. The test
+//! from platform's table), the `Result` list of the Python stub and its
+//! `Region.format` keywords (core's capacity table). The test
 //! command runs it and fails when a committed file differs.
 
 use std::path::{Path, PathBuf};
@@ -22,6 +23,19 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The stub's `Region.format` signature: a keyword per capacity of core's
+/// table (`Capacities::FIELDS`), in its order.
+fn stub_format(text: &str) -> Result<String, String> {
+    let head = "    def format(\n        self,\n        *,\n        flush_mode: str = \"auto\",\n";
+    let start = text.find(head).ok_or("the stub has no Region.format")? + head.len();
+    let end = text[start..].find("    ) -> None: ...").map(|i| start + i).ok_or("Region.format does not end")?;
+    let params: String = cxlkv_platform::kv::Capacities::FIELDS
+        .iter()
+        .map(|f| format!("        {}: Optional[int] = None,\n", f.name))
+        .collect();
+    Ok(format!("{}{}{}", &text[..start], params, &text[end..]))
 }
 
 /// Comment lines (`// ...`) of `text`, wrapped at 76 columns, indented.
@@ -91,6 +105,7 @@ fn stub(root: &Path) -> Result<(), String> {
     let end = text[start..].find("\n\n").map(|i| start + i).ok_or("class Result does not end")?;
     let members: Vec<String> = Code::ALL.iter().map(|&c| format!("    {} = {}", c.name(), c as u32)).collect();
     let out = format!("{}{}{}", &text[..start], members.join("\n"), &text[end..]);
+    let out = stub_format(&out)?;
     if out != text {
         std::fs::write(&path, out).map_err(|e| format!("{}: {e}", path.display()))?;
     }
