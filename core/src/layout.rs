@@ -38,6 +38,9 @@ macro_rules! shared_struct {
         static_assertions::const_assert_eq!(size_of::<$name>(), $size);
         static_assertions::const_assert_eq!(size_of::<$name>() % 8, 0);
         impl $name {
+            /// Every field's name, in order.
+            pub const FIELD_NAMES: &'static [&'static str] = &[$(stringify!($f)),*];
+
             /// Folds this struct's size and every field offset into `h`.
             pub const fn fold_layout(mut h: u64) -> u64 {
                 h = fnv_step(h, size_of::<$name>() as u64);
@@ -187,7 +190,8 @@ shared_struct! {
 }
 
 shared_struct! {
-    /// A node's counters, written only by that node.
+    /// A node's counters (one line, written only by the node): the table of
+    /// them is [`NodeStats::COUNTERS`].
     pub struct NodeStats {
         pub hits: u64,
         pub misses: u64,
@@ -196,11 +200,70 @@ shared_struct! {
         pub evictions: u64,
         pub bytes_written: u64,
         pub bytes_read: u64,
-        /// Blocks the node asked an SSD tier to put back that did not come
-        /// back within its wait (they read as misses).
         pub tier_timeouts: u64,
     } size 64
 }
+
+/// One counter of [`NodeStats`], as every door reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CounterField {
+    /// The field's name (C's and Python's too; Node's is its camelCase).
+    pub name: &'static str,
+    /// Its OpenMetrics name (after `cxlkv_`, before `_total`).
+    pub metric: &'static str,
+    /// What it counts.
+    pub help: &'static str,
+}
+
+impl NodeStats {
+    /// The one table of a node's counters, in field order (a compile-time
+    /// check holds it to the struct): the C struct converts through it, and
+    /// Python's stats, Node's typings, `cxlkv inspect` and the OpenMetrics
+    /// output read it. Adding a counter: a field above and a line here.
+    pub const COUNTERS: [CounterField; 8] = [
+        CounterField { name: "hits", metric: "hits", help: "Blocks found by the node's lookups, acquires and gets" },
+        CounterField { name: "misses", metric: "misses", help: "Blocks the node looked for and did not find" },
+        CounterField { name: "inserts", metric: "inserts", help: "Blocks the node reserved" },
+        CounterField { name: "exists", metric: "exists", help: "Puts of keys already stored" },
+        CounterField { name: "evictions", metric: "node_evictions", help: "Blocks the node evicted" },
+        CounterField { name: "bytes_written", metric: "written_bytes", help: "Payload bytes the node wrote" },
+        CounterField { name: "bytes_read", metric: "read_bytes", help: "Payload bytes the node read" },
+        CounterField {
+            name: "tier_timeouts",
+            metric: "tier_timeouts",
+            help: "Blocks the node asked an SSD tier for that did not come back within the wait",
+        },
+    ];
+
+    /// Every counter's value, in the table's order.
+    pub fn values(&self) -> [u64; 8] {
+        zerocopy::transmute!(*self)
+    }
+
+    /// Every counter, by name, in the table's order.
+    pub fn counters(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        Self::COUNTERS.iter().map(|c| c.name).zip(self.values())
+    }
+}
+
+// The counter table names the struct's fields, in order. Evaluated by the
+// compiler only: an index out of range or a failed check is a build error.
+#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects, clippy::panic)]
+const _: () = {
+    let (t, f) = (&NodeStats::COUNTERS, NodeStats::FIELD_NAMES);
+    assert!(t.len() == f.len());
+    let mut i = 0;
+    while i < t.len() {
+        let (a, b) = (t[i].name.as_bytes(), f[i].as_bytes());
+        assert!(a.len() == b.len());
+        let mut j = 0;
+        while j < a.len() {
+            assert!(a[j] == b[j]);
+            j += 1;
+        }
+        i += 1;
+    }
+};
 
 shared_struct! {
     /// A node's lock requests: bit `l` of `want` set while the node waits for

@@ -340,7 +340,8 @@ typedef struct cxlkv_node_options {
   const char *local_dir;
 } cxlkv_node_options;
 
-// A node's counters.
+// A node's counters: core's table of them (`NodeStats::COUNTERS`), in its
+// order (a test holds the header to it).
 typedef struct cxlkv_counters {
   // Blocks found (lookup, acquire, get).
   uint64_t hits;

@@ -93,7 +93,7 @@ pub struct cxlkv_capacities {
 }
 
 // The same table on both sides (equal sizes checked by `transmute!`, names
-// and order by the test `c_struct_is_the_capacity_table`): converted whole.
+// and order by the test `c_structs_are_the_tables`): converted whole.
 impl From<Capacities> for cxlkv_capacities {
     fn from(c: Capacities) -> Self {
         zerocopy::transmute!(c)
@@ -429,9 +429,10 @@ pub unsafe extern "C" fn cxlkv_node_id(node: *const cxlkv_node, out: *mut u32) -
     })
 }
 
-/// A node's counters.
+/// A node's counters: core's table of them (`NodeStats::COUNTERS`), in its
+/// order (a test holds the header to it).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct cxlkv_counters {
     /// Blocks found (lookup, acquire, get).
     pub hits: u64,
@@ -452,18 +453,11 @@ pub struct cxlkv_counters {
     pub tier_timeouts: u64,
 }
 
+// The same table on both sides (sizes checked by `transmute!`, names and
+// order by the test `c_structs_are_the_tables`): converted whole.
 impl From<NodeStats> for cxlkv_counters {
     fn from(s: NodeStats) -> Self {
-        cxlkv_counters {
-            hits: s.hits,
-            misses: s.misses,
-            inserts: s.inserts,
-            exists: s.exists,
-            evictions: s.evictions,
-            bytes_written: s.bytes_written,
-            bytes_read: s.bytes_read,
-            tier_timeouts: s.tier_timeouts,
-        }
+        zerocopy::transmute!(s)
     }
 }
 
@@ -662,23 +656,32 @@ pub unsafe extern "C" fn cxlkv_check(
 mod capacity_table {
     use super::*;
 
-    /// The C struct (as the header declares it) lists core's capacity table,
-    /// name by name, in order; values cross in both directions.
-    #[test]
-    fn c_struct_is_the_capacity_table() {
+    /// The fields of C struct `name` as the header declares it.
+    fn header_fields(name: &str, ty: &str) -> Vec<&'static str> {
         let header = include_str!("../include/cxlkv.h");
         let body = header
-            .split("struct cxlkv_capacities {")
+            .split(&format!("struct {name} {{"))
             .nth(1)
             .and_then(|rest| rest.split('}').next())
-            .expect("cxlkv.h declares struct cxlkv_capacities");
-        let names: Vec<&str> = body
-            .lines()
+            .unwrap_or_else(|| panic!("cxlkv.h declares struct {name}"));
+        body.lines()
             .map(str::trim)
-            .filter_map(|l| l.strip_prefix("uint32_t ").and_then(|l| l.strip_suffix(';')))
-            .collect();
+            .filter_map(|l| l.strip_prefix(ty).and_then(|l| l.strip_suffix(';')))
+            .map(str::trim)
+            .collect()
+    }
+
+    /// The C structs (as the header declares them) list core's tables of
+    /// capacities and counters, name by name, in order; values cross.
+    #[test]
+    fn c_structs_are_the_tables() {
         let table: Vec<&str> = Capacities::FIELDS.iter().map(|f| f.name).collect();
-        assert_eq!(names, table);
+        assert_eq!(header_fields("cxlkv_capacities", "uint32_t "), table);
+        let counters: Vec<&str> = NodeStats::COUNTERS.iter().map(|f| f.name).collect();
+        assert_eq!(header_fields("cxlkv_counters", "uint64_t "), counters);
+        let stats = NodeStats { hits: 1, tier_timeouts: 8, ..NodeStats::default() };
+        let c = cxlkv_counters::from(stats);
+        assert_eq!((c.hits, c.tier_timeouts), (1, 8));
         let mut caps = Capacities::default();
         for (i, f) in Capacities::FIELDS.iter().enumerate() {
             assert!(caps.set(f.name, 1000 + i as u32));

@@ -309,17 +309,12 @@ fn evicted(r: EvictReport) -> Evicted {
     Evicted { blocks: r.entries as f64, bytes: r.bytes as f64 }
 }
 
+/// `NodeCounters` from core's counter table: a counter added there does not
+/// compile here until it is added to the typed object too.
 fn counters(n: NodeStats) -> NodeCounters {
-    NodeCounters {
-        hits: n.hits as f64,
-        misses: n.misses as f64,
-        inserts: n.inserts as f64,
-        exists: n.exists as f64,
-        evictions: n.evictions as f64,
-        bytes_written: n.bytes_written as f64,
-        bytes_read: n.bytes_read as f64,
-        tier_timeouts: n.tier_timeouts as f64,
-    }
+    let [hits, misses, inserts, exists, evictions, bytes_written, bytes_read, tier_timeouts] =
+        n.values().map(|v| v as f64);
+    NodeCounters { hits, misses, inserts, exists, evictions, bytes_written, bytes_read, tier_timeouts }
 }
 
 /// A snapshot of a node's and its region's counters.

@@ -576,17 +576,9 @@ impl Node {
                 ("capacity_bytes", s.payload_bytes),
             ],
         )?;
+        // The counters of core's table (`NodeStats::COUNTERS`), by name.
         for (prefix, n) in [("node", s.node), ("total", s.total)] {
-            for (k, v) in [
-                ("hits", n.hits),
-                ("misses", n.misses),
-                ("inserts", n.inserts),
-                ("exists", n.exists),
-                ("evictions", n.evictions),
-                ("bytes_written", n.bytes_written),
-                ("bytes_read", n.bytes_read),
-                ("tier_timeouts", n.tier_timeouts),
-            ] {
+            for (k, v) in n.counters() {
                 d.set_item(format!("{prefix}_{k}"), v)?;
             }
         }

@@ -142,39 +142,32 @@ pub struct NodeReport {
     pub counters: NodeCounters,
 }
 
-/// A node's counters (core's `NodeStats`, as reported).
-#[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct NodeCounters {
-    /// Blocks found (lookup, acquire, get).
-    pub hits: u64,
-    /// Blocks not found.
-    pub misses: u64,
-    /// Blocks reserved.
-    pub inserts: u64,
-    /// Puts of keys already stored.
-    pub exists: u64,
-    /// Blocks it evicted.
-    pub evictions: u64,
-    /// Payload bytes written.
-    pub bytes_written: u64,
-    /// Payload bytes read.
-    pub bytes_read: u64,
-    /// Blocks asked of an SSD tier that did not come back in time.
-    pub tier_timeouts: u64,
+/// A node's counters (core's `NodeStats`), reported by the names of its
+/// counter table (`NodeStats::COUNTERS`); reads as the struct.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NodeCounters(pub NodeStats);
+
+impl std::ops::Deref for NodeCounters {
+    type Target = NodeStats;
+    fn deref(&self) -> &NodeStats {
+        &self.0
+    }
 }
 
 impl From<NodeStats> for NodeCounters {
     fn from(s: NodeStats) -> NodeCounters {
-        NodeCounters {
-            hits: s.hits,
-            misses: s.misses,
-            inserts: s.inserts,
-            exists: s.exists,
-            evictions: s.evictions,
-            bytes_written: s.bytes_written,
-            bytes_read: s.bytes_read,
-            tier_timeouts: s.tier_timeouts,
+        NodeCounters(s)
+    }
+}
+
+impl Serialize for NodeCounters {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(NodeStats::COUNTERS.len()))?;
+        for (name, v) in self.0.counters() {
+            m.serialize_entry(name, &v)?;
         }
+        m.end()
     }
 }
 

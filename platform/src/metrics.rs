@@ -231,26 +231,12 @@ impl RegionMetrics {
                 m.inc_by(get(n));
             }
         };
-        per_node(
-            &mut reg,
-            self,
-            "hits",
-            "Blocks found by the node's lookups, acquires and gets",
-            c(|n| n.counters.hits),
-        );
-        per_node(&mut reg, self, "misses", "Blocks the node looked for and did not find", c(|n| n.counters.misses));
-        per_node(&mut reg, self, "inserts", "Blocks the node reserved", c(|n| n.counters.inserts));
-        per_node(&mut reg, self, "exists", "Puts of keys already stored", c(|n| n.counters.exists));
-        per_node(&mut reg, self, "node_evictions", "Blocks the node evicted", c(|n| n.counters.evictions));
-        per_node(&mut reg, self, "read_bytes", "Payload bytes the node read", c(|n| n.counters.bytes_read));
-        per_node(&mut reg, self, "written_bytes", "Payload bytes the node wrote", c(|n| n.counters.bytes_written));
-        per_node(
-            &mut reg,
-            self,
-            "tier_timeouts",
-            "Blocks the node asked an SSD tier for that did not come back within the wait",
-            c(|n| n.counters.tier_timeouts),
-        );
+        // The node's counters, as core's table names them.
+        for (i, f) in NodeStats::COUNTERS.iter().enumerate() {
+            per_node(&mut reg, self, f.metric, f.help, move |m: &Counter, n: &NodeMetrics| {
+                m.inc_by(n.counters.values().get(i).copied().unwrap_or(0));
+            });
+        }
         per_node(&mut reg, self, "lock_grants", "Global locks granted to the node", c(|n| n.lock_grants));
         per_node(&mut reg, self, "recoveries", "Recoveries the node ran that freed a dead node", c(|n| n.recoveries));
         per_node(&mut reg, self, "nodes_recovered", "Dead nodes the node's recoveries freed", c(|n| n.nodes_recovered));
