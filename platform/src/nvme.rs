@@ -1,3 +1,9 @@
+// Bytes from drives and the network are parsed here: no indexing, slicing or
+// arithmetic that can panic, no unwrap (as in core; relaxed in tests).
+#![cfg_attr(
+    not(test),
+    deny(clippy::indexing_slicing, clippy::arithmetic_side_effects, clippy::unwrap_used, clippy::expect_used)
+)]
 //! NVMe I/O for the SSD tier: batches of aligned reads and writes on
 //! `O_DIRECT` files, through io_uring (one ring per tier thread, the batch
 //! in flight at once, buffers registered as fixed buffers when the memlock
@@ -79,10 +85,10 @@ impl Io {
         for &(p, len) in bufs {
             let mut at = 0;
             while at < len {
-                let n = (len - at).min(FIXED_MAX);
+                let n = len.saturating_sub(at).min(FIXED_MAX);
                 // Inside the caller's buffer (`at < len`).
                 iov.push(libc::iovec { iov_base: p.wrapping_add(at).cast(), iov_len: n });
-                at += n;
+                at = at.saturating_add(n);
             }
         }
         if iov.is_empty() || iov.len() > u16::MAX as usize {
@@ -203,13 +209,12 @@ impl<'a> Batch<'_, 'a> {
                 return None;
             }
         };
-        let r = self.done[i].take().unwrap_or(Ok(0));
+        let r = self.done.get_mut(i).and_then(Option::take).unwrap_or(Ok(0));
+        let want = self.lens.get(i).copied().unwrap_or(0);
         Some((
             i,
             match r {
-                Ok(n) if n != self.lens[i] => {
-                    Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "short transfer"))
-                }
+                Ok(n) if n != want => Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "short transfer")),
                 r => r,
             },
         ))
@@ -219,7 +224,9 @@ impl<'a> Batch<'_, 'a> {
     pub fn finish(mut self) -> Vec<std::io::Result<usize>> {
         let mut out: Vec<std::io::Result<usize>> = (0..self.lens.len()).map(|_| Ok(0)).collect();
         while let Some((i, r)) = self.wait_one() {
-            out[i] = r;
+            if let Some(o) = out.get_mut(i) {
+                *o = r;
+            }
         }
         out
     }
@@ -246,7 +253,7 @@ impl<'a> Batch<'_, 'a> {
         use io_uring::{opcode, types};
         let fixed = self.io.fixed.iter().position(|&(a, l)| {
             let p = op.buf as usize;
-            p >= a && p.saturating_add(op.len) <= a + l
+            p >= a && p.saturating_add(op.len) <= a.saturating_add(l)
         });
         let Some(ring) = self.io.ring.as_mut() else { return };
         let fd = types::Fd(op.file.as_raw_fd());
@@ -263,8 +270,10 @@ impl<'a> Batch<'_, 'a> {
         if unsafe { ring.submission().push(&e.user_data(i as u64)) }.is_err() {
             return self.complete(i, Err(std::io::Error::other("submission queue full")));
         }
-        self.in_flight += 1;
-        self.flying[i] = true;
+        self.in_flight = self.in_flight.saturating_add(1);
+        if let Some(f) = self.flying.get_mut(i) {
+            *f = true;
+        }
         loop {
             match ring.submit() {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -292,8 +301,9 @@ impl<'a> Batch<'_, 'a> {
             if !self.flying.get(i).copied().unwrap_or(false) {
                 continue;
             }
-            self.in_flight -= 1;
-            let r = if res < 0 { Err(std::io::Error::from_raw_os_error(-res)) } else { Ok(res as usize) };
+            self.in_flight = self.in_flight.saturating_sub(1);
+            let r =
+                if res < 0 { Err(std::io::Error::from_raw_os_error(res.saturating_neg())) } else { Ok(res as usize) };
             self.complete(i, r);
         }
         true
@@ -304,7 +314,7 @@ impl<'a> Batch<'_, 'a> {
     /// still hold the buffers, lives as long as the tier's buffers do).
     fn fail(&mut self, e: std::io::Error) {
         for i in 0..self.done.len() {
-            if self.flying[i] {
+            if self.flying.get(i).copied().unwrap_or(false) {
                 self.complete(i, Err(std::io::Error::new(e.kind(), e.to_string())));
             }
         }

@@ -1,3 +1,9 @@
+// Bytes from drives and the network are parsed here: no indexing, slicing or
+// arithmetic that can panic, no unwrap (as in core; relaxed in tests).
+#![cfg_attr(
+    not(test),
+    deny(clippy::indexing_slicing, clippy::arithmetic_side_effects, clippy::unwrap_used, clippy::expect_used)
+)]
 //! The ZeroMQ wire protocol (ZMTP 3.1, NULL security) for the two sockets
 //! the event publisher serves: a PUB socket (subscribers connect and get
 //! every message whose first frame starts with one of their subscriptions)
@@ -110,16 +116,15 @@ fn write_frame(w: &mut impl Write, body: &[u8], more: bool, command: bool) -> io
 pub fn write_message<B: AsRef<[u8]>>(w: &mut impl Write, frames: &[B]) -> io::Result<()> {
     let n = frames.len();
     for (i, f) in frames.iter().enumerate() {
-        write_frame(w, f.as_ref(), i + 1 < n, false)?;
+        write_frame(w, f.as_ref(), i.saturating_add(1) < n, false)?;
     }
     Ok(())
 }
 
 /// A command's name and body.
 fn command(body: &[u8]) -> io::Result<(&[u8], &[u8])> {
-    let n = *body.first().ok_or_else(|| invalid("an empty command"))? as usize;
-    let name = body.get(1..1 + n).ok_or_else(|| invalid("a command shorter than its name"))?;
-    Ok((name, &body[1 + n..]))
+    let (&n, rest) = body.split_first().ok_or_else(|| invalid("an empty command"))?;
+    rest.split_at_checked(n as usize).ok_or_else(|| invalid("a command shorter than its name"))
 }
 
 /// A READY command with our socket type.
@@ -137,18 +142,20 @@ fn ready(socket_type: &str) -> Vec<u8> {
 /// The peer's Socket-Type from its READY properties.
 fn peer_type(mut props: &[u8]) -> io::Result<String> {
     let mut found = None;
-    while !props.is_empty() {
-        let n = props[0] as usize;
-        let name = props.get(1..1 + n).ok_or_else(|| invalid("a READY property name runs past the command"))?;
-        let at = 1 + n;
-        let vlen = props.get(at..at + 4).ok_or_else(|| invalid("a READY property without a value length"))?;
-        let vlen = u32::from_be_bytes([vlen[0], vlen[1], vlen[2], vlen[3]]) as usize;
-        let value =
-            props.get(at + 4..at + 4 + vlen).ok_or_else(|| invalid("a READY property value runs past the command"))?;
+    // Each property: a name length (1 byte), the name, a value length (4
+    // bytes, big-endian), the value; every cut is checked.
+    while let Some((&n, rest)) = props.split_first() {
+        let (name, rest) =
+            rest.split_at_checked(n as usize).ok_or_else(|| invalid("a READY property name runs past the command"))?;
+        let (vlen, rest) =
+            rest.split_first_chunk::<4>().ok_or_else(|| invalid("a READY property without a value length"))?;
+        let (value, rest) = rest
+            .split_at_checked(u32::from_be_bytes(*vlen) as usize)
+            .ok_or_else(|| invalid("a READY property value runs past the command"))?;
         if name.eq_ignore_ascii_case(b"Socket-Type") {
             found = Some(String::from_utf8_lossy(value).into_owned());
         }
-        props = &props[at + 4 + vlen..];
+        props = rest;
     }
     found.ok_or_else(|| invalid("READY names no Socket-Type"))
 }
@@ -368,14 +375,14 @@ impl PubSocket {
         let first: &[u8] = msg.first().map_or(&[], |f| f.as_slice());
         let mut subs = self.subs.lock().unwrap_or_else(|p| p.into_inner());
         subs.retain(|s| !s.gone.get());
-        let mut n = 0;
+        let mut n = 0usize;
         for s in subs.iter() {
             let wants = s.topics.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|t| first.starts_with(t));
             if !wants {
                 continue;
             }
             match s.tx.try_send(Out::Message(msg.clone())) {
-                Ok(()) => n += 1,
+                Ok(()) => n = n.saturating_add(1),
                 Err(TrySendError::Full(_)) => {
                     self.dropped.add(1);
                 }

@@ -1,3 +1,9 @@
+// Bytes from drives and the network are parsed here: no indexing, slicing or
+// arithmetic that can panic, no unwrap (as in core; relaxed in tests).
+#![cfg_attr(
+    not(test),
+    deny(clippy::indexing_slicing, clippy::arithmetic_side_effects, clippy::unwrap_used, clippy::expect_used)
+)]
 //! `cxlkv check --tier`: the slot files read in full against their headers
 //! and the region's tier directory.
 
@@ -25,14 +31,14 @@ pub fn check_slots(
         files.push((path, file, align));
     }
     let geo = Geometry::new(&files.iter().map(|f| f.2).collect::<Vec<_>>(), slot_bytes);
-    let stride = geo.unit + geo.piece_cap;
+    let stride = geo.unit.saturating_add(geo.piece_cap);
     let mut found: Found = Vec::new();
     let mut unit = vec![0u8; HEADER_BYTES];
     let mut body = Vec::new();
     for (d, (path, file, _)) in files.iter().enumerate() {
         let len = file.metadata().map_err(|err| Error::Io { what: "stat a slot file", err })?.len();
-        for slot in 0..(len / stride).min(u32::MAX as u64) as u32 {
-            if file.read_exact_at(&mut unit, slot as u64 * stride).is_err() {
+        for slot in 0..len.checked_div(stride).unwrap_or(0).min(u32::MAX as u64) as u32 {
+            if file.read_exact_at(&mut unit, (slot as u64).saturating_mul(stride)).is_err() {
                 findings.push(format!("{}: slot {slot} unreadable", path.display()));
                 continue;
             }
@@ -54,7 +60,7 @@ pub fn check_slots(
             // bytes after it.
             let (_, l, _) = piece(&h, h.piece as usize, geo.unit);
             body.resize(l, 0);
-            let at = slot as u64 * stride + geo.unit;
+            let at = (slot as u64).saturating_mul(stride).saturating_add(geo.unit);
             if file.read_exact_at(&mut body, at).is_err() || payload_sum(&body) != h.sum {
                 findings.push(format!(
                     "{}: slot {slot}: piece {} of block {:016x}{:016x} (ns {}) fails its checksum",
@@ -70,12 +76,9 @@ pub fn check_slots(
         }
     }
     let (held, twice) = whole_blocks(&found);
+    let name = |d: usize| files.get(d).map_or_else(|| format!("drive {d}"), |f| f.0.display().to_string());
     for ((d0, s0), (d1, s1)) in twice {
-        findings.push(format!(
-            "{} slot {s0} and {} slot {s1} claim one piece of one write",
-            files[d0].0.display(),
-            files[d1].0.display()
-        ));
+        findings.push(format!("{} slot {s0} and {} slot {s1} claim one piece of one write", name(d0), name(d1)));
     }
     let host = crate::host::host_id();
     for d in 0..store.layout.caps.tier_slots {

@@ -1,3 +1,9 @@
+// Bytes from drives and the network are parsed here: no indexing, slicing or
+// arithmetic that can panic, no unwrap (as in core; relaxed in tests).
+#![cfg_attr(
+    not(test),
+    deny(clippy::indexing_slicing, clippy::arithmetic_side_effects, clippy::unwrap_used, clippy::expect_used)
+)]
 //! The tier's slots on its drives: slot files, their geometry, aligned
 //! buffers, slot headers and checksums, and the blocks whole slot sets hold.
 
@@ -37,12 +43,12 @@ impl Dev {
     /// Sizes the slot file for the tier's geometry: as many slots as
     /// `capacity` bytes hold, preallocated.
     pub(super) fn fit(&mut self, g: Geometry, capacity: u64) -> Result<()> {
-        self.stride = g.unit + g.piece_cap;
-        self.slots = (capacity / self.stride).min(u32::MAX as u64) as u32;
+        self.stride = g.unit.saturating_add(g.piece_cap);
+        self.slots = capacity.checked_div(self.stride).unwrap_or(0).min(u32::MAX as u64) as u32;
         if self.slots == 0 {
             return Err(CoreError::InvalidArgument.into());
         }
-        let len = self.stride * self.slots as u64;
+        let len = self.stride.saturating_mul(self.slots as u64);
         let io = |what: &'static str| move |err| Error::Io { what, err };
         if self.file.metadata().map_err(io("stat the slot file"))?.len() < len {
             use std::os::fd::AsRawFd;
@@ -57,7 +63,7 @@ impl Dev {
     }
 
     pub(super) fn at(&self, slot: u32) -> u64 {
-        self.stride * slot as u64
+        self.stride.saturating_mul(slot as u64)
     }
 }
 
@@ -79,7 +85,7 @@ impl Geometry {
     pub(super) fn new(aligns: &[u64], slot_bytes: u64) -> Geometry {
         let unit = aligns.iter().copied().max().unwrap_or(4096).max(512);
         let drives = aligns.len().max(1);
-        let piece_cap = slot_bytes.div_ceil(drives as u64).div_ceil(unit).max(1) * unit;
+        let piece_cap = slot_bytes.div_ceil(drives as u64).div_ceil(unit).max(1).saturating_mul(unit);
         Geometry { unit, piece_cap, drives }
     }
 
@@ -91,26 +97,26 @@ impl Geometry {
         if len >= STRIPE_MIN {
             k = k.max(self.drives as u64);
         }
-        let p = len.div_ceil(k).div_ceil(self.unit).max(1) * self.unit;
+        let p = len.div_ceil(k).div_ceil(self.unit).max(1).saturating_mul(self.unit);
         (len.div_ceil(p).max(1) as u16, p)
     }
 
     /// Bytes of a buffer holding any block, every piece with its header.
     pub(super) fn buf_len(&self) -> usize {
-        (self.drives as u64 * (self.unit + self.piece_cap)) as usize
+        (self.drives as u64).saturating_mul(self.unit.saturating_add(self.piece_cap)) as usize
     }
 }
 
 /// Piece `j` of a block: its offset in the block, its bytes, and its
 /// offset in a tier buffer (header unit first).
 pub(super) fn piece(hdr: &Header, j: usize, unit: u64) -> (u64, usize, usize) {
-    let at = j as u64 * hdr.plen;
+    let at = (j as u64).saturating_mul(hdr.plen);
     let len = hdr.len.saturating_sub(at).min(hdr.plen) as usize;
-    (at, len, (j as u64 * (unit + hdr.plen)) as usize)
+    (at, len, (j as u64).saturating_mul(unit.saturating_add(hdr.plen)) as usize)
 }
 
 pub(super) fn round_up(n: usize, unit: u64) -> usize {
-    n.div_ceil(unit as usize) * unit as usize
+    n.div_ceil(unit as usize).saturating_mul(unit as usize)
 }
 
 /// The I/O alignment of `file`: `statx`'s `STATX_DIOALIGN` when the kernel
@@ -138,14 +144,17 @@ pub(super) struct Aligned {
 unsafe impl Send for Aligned {}
 
 impl Aligned {
-    pub(super) fn new(len: usize, align: usize) -> Aligned {
-        let layout = std::alloc::Layout::from_size_align(len.max(align), align).expect("tier buffer layout");
+    /// A zeroed buffer of `len` bytes aligned to `align`; `InvalidArgument`
+    /// when the drives report an alignment that is no power of two.
+    pub(super) fn new(len: usize, align: usize) -> Result<Aligned> {
+        let layout = std::alloc::Layout::from_size_align(len.max(align).max(1), align)
+            .map_err(|_| Error::Core(CoreError::InvalidArgument))?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
-        Aligned { ptr, layout }
+        Ok(Aligned { ptr, layout })
     }
 
     pub(super) fn view(&self) -> &[u8] {
@@ -244,16 +253,18 @@ impl Header {
             ns_digest: self.digest,
             hsum: 0.into(),
         };
-        h.hsum = payload_sum(&h.as_bytes()[..HSUM_AT]).into();
+        h.hsum = payload_sum(h.as_bytes().get(..HSUM_AT).unwrap_or_default()).into();
         out.fill(0);
-        out[..HEADER_BYTES].copy_from_slice(h.as_bytes());
+        if let Some(head) = out.get_mut(..HEADER_BYTES) {
+            head.copy_from_slice(h.as_bytes());
+        }
     }
 
     /// The header in `b`, when it is one (its checksum holds and its cut is
     /// consistent).
     pub(super) fn read(b: &[u8]) -> Option<Header> {
         let (s, _) = SlotHeader::read_from_prefix(b).ok()?;
-        if s.magic.get() != MAGIC || s.hsum.get() != payload_sum(&s.as_bytes()[..HSUM_AT]) {
+        if s.magic.get() != MAGIC || s.hsum.get() != payload_sum(s.as_bytes().get(..HSUM_AT)?) {
             return None;
         }
         let h = Header {
@@ -266,7 +277,7 @@ impl Header {
             sum: s.sum.get(),
             piece: s.piece.get(),
             count: s.count.get(),
-            plen: s.plen_units.get() as u64 * 512,
+            plen: (s.plen_units.get() as u64).saturating_mul(512),
         };
         let whole = h.plen > 0 && h.len.div_ceil(h.plen).max(1) == h.count as u64;
         (whole && h.piece < h.count).then_some(h)
@@ -318,14 +329,18 @@ pub(super) fn whole_blocks(found: &Found) -> (Held, Vec<(Slot, Slot)>) {
         let set = sets.entry((h.ns, h.key, h.seq)).or_insert_with(|| vec![None; h.count as usize]);
         match set.get(h.piece as usize) {
             Some(Some((d0, s0, _))) => twice.push(((*d0, *s0), (d, slot))),
-            Some(None) if set.len() == h.count as usize => set[h.piece as usize] = Some((d, slot, h)),
+            Some(None) if set.len() == h.count as usize => {
+                if let Some(p) = set.get_mut(h.piece as usize) {
+                    *p = Some((d, slot, h));
+                }
+            }
             _ => {}
         }
     }
     let mut held = Held::new();
     for ((ns, key, seq), set) in sets {
         let Some(pieces) = set.into_iter().collect::<Option<Vec<_>>>() else { continue };
-        let first = pieces[0].2;
+        let Some(&(_, _, first)) = pieces.first() else { continue };
         let same = |h: &Header| h.len == first.len && h.tokens == first.tokens && h.plen == first.plen;
         if !pieces.iter().all(|(_, _, h)| same(h)) {
             continue;

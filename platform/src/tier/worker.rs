@@ -67,6 +67,16 @@ pub(super) fn run(
     let core = node.core();
     let st = node.store();
     let host = st.view.read::<NodeInfo>(st.layout.node_info(node.id())).map_err(Error::from)?.host_id;
+    let bufs = (0..opts.batch.clamp(1, crate::nvme::QUEUE_DEPTH as usize))
+        .map(|_| Aligned::new(geo.buf_len(), geo.unit as usize))
+        .collect::<Result<Vec<_>>>();
+    let bufs = match bufs {
+        Ok(b) => b,
+        Err(e) => {
+            ready.give(Err(e));
+            return Ok(());
+        }
+    };
     let mut dir = match core.tier_claim(host) {
         Ok(d) => d,
         Err(e) => {
@@ -83,9 +93,7 @@ pub(super) fn run(
         window: None,
         seq: 0,
         next_dev: 0,
-        bufs: (0..opts.batch.clamp(1, crate::nvme::QUEUE_DEPTH as usize))
-            .map(|_| Aligned::new(geo.buf_len(), geo.unit as usize))
-            .collect(),
+        bufs,
         io: crate::nvme::Io::new(&[]),
         counters: counters.clone(),
         slot_bytes: opts.slot_bytes,
