@@ -16,6 +16,19 @@ export type Bytes = ArrayBufferView | ArrayBuffer
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/**
+ * A cursor over the region's change log (`node.changeCursor()`). It does
+ * not keep its node attached: once the node detached, a poll throws
+ * `INVALID_HANDLE`.
+ */
+export declare class ChangeCursor {
+  /**
+   * The changes since the last poll of `namespaces` (every namespace
+   * when left out), and the stripes that lost changes meanwhile.
+   */
+  poll(namespaces?: number[]): Changes
+}
+
 /** An attached node: every cache operation. */
 export declare class Node {
   /** This node's id (its slot in the node table). */
@@ -87,6 +100,11 @@ export declare class Node {
    * copied out once the region is `highWater` full.
    */
   startTier(dirs: string[], options?: TierOptions): Tier
+  /**
+   * A cursor over the region's change log from now on: its `poll`
+   * returns the stores and removals any node makes afterwards.
+   */
+  changeCursor(): ChangeCursor
   /**
    * Removes every stored block of `namespaces` that nothing pins (other
    * namespaces' blocks stay): an engine's clear. It walks every stripe.
@@ -312,6 +330,37 @@ export declare function capacityDefaults(): Record<string, number>
  * process and language (C, Python, Node).
  */
 export declare function chainKeys(tokens: Uint32Array | number[], blockTokens: number, parent?: Key): Array<Buffer>
+
+/** A change of the region's index. */
+export interface Change {
+  /**
+   * True: the block was stored (published); false: removed (evicted or
+   * removed).
+   */
+  stored: boolean
+  /** Its namespace. */
+  ns: number
+  /** Its key (16 bytes). */
+  key: Buffer
+  /** Its payload bytes. */
+  len: number
+  /** Tokens it covers. */
+  tokens: number
+  /** The node that made the change. */
+  node: number
+}
+
+/** What a poll found. */
+export interface Changes {
+  /** The changes since the last poll, in each stripe's order. */
+  changes: Array<Change>
+  /**
+   * Stripes that lost changes since the last poll (the cursor fell a
+   * whole log behind, or a recovery rebuilt the stripe): check what you
+   * know against the region.
+   */
+  gaps: Array<number>
+}
 
 /**
  * Every result code by name (`OK`: 1000, `EXISTS`: ...), as in C (where

@@ -146,6 +146,9 @@ typedef uint32_t cxlkv_result;
 // aarch64 dc cvac / dc civac + dsb sy.
 #define CXLKV_FLUSH_DC_CIVAC 5
 
+// A cursor over a region's change log (`cxlkv_change_cursor_open`).
+typedef struct cxlkv_change_cursor cxlkv_change_cursor;
+
 // An attached node (opaque): the handle of every cache operation. Made by
 // `cxlkv_node_attach`, closed by `cxlkv_node_detach`.
 typedef struct cxlkv_node cxlkv_node;
@@ -158,6 +161,32 @@ typedef struct cxlkv_region cxlkv_region;
 // A running SSD tier.
 typedef struct cxlkv_tier cxlkv_tier;
 
+// A 128-bit block key (a chained hash of the block's tokens and every token
+// before it; see `cxlkv_chain_keys`).
+typedef struct cxlkv_key {
+  // Low 64 bits.
+  uint64_t lo;
+  // High 64 bits.
+  uint64_t hi;
+} cxlkv_key;
+
+// One change of a region's index.
+typedef struct cxlkv_change {
+  // The block's key.
+  struct cxlkv_key key;
+  // Its payload bytes.
+  uint64_t len;
+  // Its namespace.
+  uint32_t ns;
+  // Tokens it covers.
+  uint32_t tokens;
+  // The node that made the change.
+  uint32_t node;
+  // True: the block was stored (published); false: removed (evicted or
+  // removed).
+  bool stored;
+} cxlkv_change;
+
 // One piece to move: `len` bytes at region offset `region_offset` (inside
 // a block: `block.offset` plus a position) and at device address
 // `device_ptr` (a `CUdeviceptr` from the engine's allocator).
@@ -169,15 +198,6 @@ typedef struct cxlkv_cuda_segment {
   // Bytes.
   uint64_t len;
 } cxlkv_cuda_segment;
-
-// A 128-bit block key (a chained hash of the block's tokens and every token
-// before it; see `cxlkv_chain_keys`).
-typedef struct cxlkv_key {
-  // Low 64 bits.
-  uint64_t lo;
-  // High 64 bits.
-  uint64_t hi;
-} cxlkv_key;
 
 // A pinned (acquired) or reserved block: where its payload lies in this
 // process. `data` is NULL in an empty slot (a key that was not acquired or
@@ -497,6 +517,44 @@ cxlkv_result cxlkv_last_error(char *buf, size_t len, size_t *written);
 // The library's version, "MAJOR.MINOR.PATCH" (static; compare with
 // `CXLKV_VERSION_STRING` to detect a header/library mismatch).
 const char *cxlkv_version(void);
+
+// Opens a cursor at the head of the change log of `node`'s region: its
+// polls report the changes any node makes from now on. Close it with
+// `cxlkv_change_cursor_close`.
+//
+// # Safety
+// `node` is NULL or a handle from this library; `out` is valid for one
+// write.
+cxlkv_result cxlkv_change_cursor_open(const struct cxlkv_node *node,
+                                      struct cxlkv_change_cursor **out);
+
+// Writes up to `cap` changes made since the last poll to `out` (their
+// number to `*n_out`), in each stripe's order, leaving out namespaces not
+// in `ns[0..n_ns]` (every namespace when `n_ns` is 0); changes that do not
+// fit wait for the next poll. `*gaps` (may be NULL) gets how many stripes
+// lost changes since the last poll (the cursor fell a whole log behind, or
+// a recovery rebuilt the stripe): check what you know against the region.
+// `node` is a node of the region the cursor was opened on.
+//
+// # Safety
+// `cursor` and `node` are NULL or handles from this library; `ns` is valid
+// for `n_ns` reads, `out` for `cap` writes, `n_out` for one write, `gaps`
+// NULL or valid for one write.
+cxlkv_result cxlkv_change_cursor_poll(const struct cxlkv_change_cursor *cursor,
+                                      const struct cxlkv_node *node,
+                                      const uint32_t *ns,
+                                      size_t n_ns,
+                                      struct cxlkv_change *out,
+                                      size_t cap,
+                                      size_t *n_out,
+                                      uint32_t *gaps);
+
+// Closes the cursor. Accepts NULL and closed handles.
+//
+// # Safety
+// `cursor` is NULL or a handle from this library, not in use by another
+// thread.
+void cxlkv_change_cursor_close(struct cxlkv_change_cursor *cursor);
 
 // Registers the whole region with the CUDA driver for `device` (through
 // its primary context, the one the CUDA runtime uses), so copies run at

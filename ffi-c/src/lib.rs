@@ -16,6 +16,7 @@ use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard};
 
+pub mod events;
 pub mod gpu;
 pub mod kv;
 pub mod region;

@@ -416,6 +416,58 @@ static void test_misuse_is_refused(cxlkv_region *r, cxlkv_node *a, uint32_t ns) 
 
 /* Remove picks keys (a pinned one stays); clearing namespaces removes only
    theirs. */
+/* A change cursor on one node reports what another node stores and removes
+ * afterwards, once, filtered by namespace, a page at a time. */
+static void test_change_cursor(cxlkv_node *a, cxlkv_node *b) {
+  cxlkv_key keys[3] = {{1, 91}, {2, 91}, {3, 91}};
+  unsigned char body[40];
+  memset(body, 'c', sizeof body);
+  cxlkv_iovec part = {body, sizeof body};
+  cxlkv_put_item puts[3] = {{keys[0], 4, 0, &part, 1}, {keys[1], 4, 0, &part, 1}, {keys[2], 4, 0, &part, 1}};
+  cxlkv_result st[3];
+  OK(cxlkv_put(b, 61, puts, 1, st)); /* before the cursor: not reported */
+  cxlkv_change_cursor *cur = NULL;
+  OK(cxlkv_change_cursor_open(a, &cur));
+  cxlkv_change ch[4];
+  size_t n = 99;
+  uint32_t gaps = 99;
+  OK(cxlkv_change_cursor_poll(cur, a, NULL, 0, ch, 4, &n, &gaps));
+  CHECK(n == 0 && gaps == 0);
+  OK(cxlkv_put(b, 61, &puts[1], 2, st));
+  OK(cxlkv_put(b, 62, puts, 1, st));
+  bool removed[1] = {false};
+  OK(cxlkv_remove(b, 61, keys, 1, removed));
+  CHECK(removed[0]);
+  uint32_t only = 61;
+  /* One at a time: stores of keys 1 and 2, then the removal of key 0. */
+  size_t seen = 0, stores = 0;
+  bool removal = false;
+  for (int i = 0; i < 8; i++) {
+    OK(cxlkv_change_cursor_poll(cur, a, &only, 1, ch, 1, &n, NULL));
+    if (n == 0) break;
+    CHECK(n == 1 && ch[0].ns == 61 && ch[0].node == 1 && ch[0].len == sizeof body);
+    if (ch[0].stored) {
+      stores++;
+      CHECK(ch[0].tokens == 4 && ch[0].key.hi == 91);
+    } else {
+      removal = ch[0].key.lo == 1;
+    }
+    seen++;
+  }
+  CHECK(seen == 3 && stores == 2 && removal);
+  OK(cxlkv_change_cursor_poll(cur, a, NULL, 0, ch, 4, &n, &gaps));
+  CHECK(n == 0 && gaps == 0); /* once each; namespace 62's store was left out */
+  EXPECT(cxlkv_change_cursor_poll(NULL, a, NULL, 0, ch, 4, &n, NULL), CXLKV_RESULT_NULL_PARAMETER);
+  EXPECT(cxlkv_change_cursor_poll(cur, a, NULL, 0, NULL, 4, &n, NULL), CXLKV_RESULT_NULL_PARAMETER);
+  EXPECT(cxlkv_change_cursor_open(NULL, &cur), CXLKV_RESULT_NULL_PARAMETER);
+  cxlkv_change_cursor_close(cur);
+  EXPECT(cxlkv_change_cursor_poll(cur, a, NULL, 0, ch, 4, &n, NULL), CXLKV_RESULT_INVALID_HANDLE);
+  cxlkv_change_cursor_close(cur); /* twice: nothing */
+  cxlkv_change_cursor_close(NULL);
+  uint32_t both[2] = {61, 62};
+  OK(cxlkv_clear_namespaces(b, both, 2, NULL));
+}
+
 static void test_remove_and_clear(cxlkv_node *node) {
   cxlkv_key keys[3] = {{1, 71}, {2, 71}, {3, 71}};
   unsigned char body[100];
@@ -551,6 +603,7 @@ int main(void) {
   uint32_t ns = 0;
   OK(cxlkv_namespace_register(a, &nsf, &ns));
   test_namespaces(a, b);
+  test_change_cursor(a, b);
   test_kv(a, ns);
   test_shared_memory_library(a, b);
   test_misuse_is_refused(r, a, ns);

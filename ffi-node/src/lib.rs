@@ -25,6 +25,7 @@ use cxlkv_platform::Code;
 mod args;
 mod blocks;
 mod error;
+mod events;
 mod js;
 mod node;
 mod tasks;

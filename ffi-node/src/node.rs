@@ -829,6 +829,15 @@ impl Node {
         Ok(crate::tier::Tier::new(t))
     }
 
+    /// A cursor over the region's change log from now on: its `poll`
+    /// returns the stores and removals any node makes afterwards.
+    #[napi(catch_unwind)]
+    pub fn change_cursor(&self, env: Env) -> napi::Result<crate::events::ChangeCursor> {
+        let c = self.attached(&env)?;
+        let cursor = cxlkv_platform::events::ChangeCursor::at_head(c.store()).or_throw(&env)?;
+        Ok(crate::events::ChangeCursor::new(Arc::downgrade(&c), cursor))
+    }
+
     /// Removes every stored block of `namespaces` that nothing pins (other
     /// namespaces' blocks stay): an engine's clear. It walks every stripe.
     #[napi(catch_unwind, ts_args_type = "namespaces: number[]")]

@@ -100,6 +100,36 @@ test('format takes every capacity of core\'s table, and its typings list them', 
   }
 })
 
+test('a change cursor reports what any node stores and removes after it, once', () => {
+  const { region, local } = smallRegion('cursor')
+  const a = region.attach({ localDir: local })
+  const b = region.attach({ localDir: local })
+  try {
+    b.put(NS, [key(1)], [Buffer.from('before')])
+    const cursor = a.changeCursor()
+    assert.deepEqual(cursor.poll(), { changes: [], gaps: [] })
+    b.put(NS, [key(2), key(3)], [Buffer.from('two'), Buffer.from('three')], 4)
+    b.put(NS + 1, [key(2)], [Buffer.from('other')])
+    assert.deepEqual(b.remove(NS, [key(1)]), [true])
+    const { changes, gaps } = cursor.poll([NS])
+    assert.deepEqual(gaps, [])
+    const seen = changes.map((c) => [c.stored, c.key.equals(key(1)) ? 1 : c.key.equals(key(2)) ? 2 : 3]).sort()
+    assert.deepEqual(seen, [[false, 1], [true, 2], [true, 3]])
+    assert.ok(changes.every((c) => c.ns === NS && c.node === b.id))
+    const three = changes.find((c) => c.stored && c.key.equals(key(3)))
+    assert.equal(three.len, 5)
+    assert.equal(three.tokens, 4)
+    assert.deepEqual(cursor.poll(), { changes: [], gaps: [] }, 'once each; the other namespace was left out')
+    throwsCode(() => cursor.poll('x'), TypeError, 'INVALID_ARGUMENT')
+    a.detach()
+    throwsCode(() => cursor.poll(), Error, 'INVALID_HANDLE')
+  } finally {
+    a.detach()
+    b.detach()
+    region.close()
+  }
+})
+
 test('regions: create, open, memfd, format, close, and their errors', () => {
   const file = scratchPath('region')
   const r = cxlkv.Region.create(file, 16 << 20)
