@@ -17,6 +17,23 @@ export type Bytes = ArrayBufferView | ArrayBuffer
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
 /**
+ * An application lock held by this thread (`node.lock(n)`): release it.
+ * Held until released (by the thread that took it) or the node dies.
+ */
+export declare class AppLock {
+  /** The lock's number. */
+  get number(): number
+  /** True once released. */
+  get released(): boolean
+  /**
+   * Releases the lock (publish what it guards first: `writeRange` does).
+   * Only the thread that took it may; a second release does nothing.
+   * `REVOKED` when the grant was over already.
+   */
+  release(): void
+}
+
+/**
  * A cursor over the region's change log (`node.changeCursor()`). It does
  * not keep its node attached: once the node detached, a poll throws
  * `INVALID_HANDLE`.
@@ -172,6 +189,49 @@ export declare class Node {
    * async call is running). Detaching twice does nothing.
    */
   detach(): void
+  /**
+   * Allocates `size` bytes of region payload (64-byte aligned); returns
+   * its offset. It stays allocated until `free`, across this node's death
+   * too once a named root names it.
+   */
+  alloc(size: number): number
+  /** Frees an allocation made by `alloc` (by any node). */
+  free(offset: number): void
+  /**
+   * Names an allocation: `rootGet(name)` finds it from any process.
+   * `EXISTS` if the name is taken.
+   */
+  rootPut(name: string, value: { offset: number, size: number, tag?: number }): void
+  /** What root `name` names; `NOT_FOUND` if absent. */
+  rootGet(name: string): RootValue
+  /** Removes root `name` (what it names stays allocated); returns it. */
+  rootDestroy(name: string): RootValue
+  /** Removes root `name` and frees what it names, in one step; returns it. */
+  rootFree(name: string): RootValue
+  /**
+   * `length` bytes of the payload area at `offset`, read fresh.
+   * `OUT_OF_BOUNDS` outside the payload area.
+   */
+  readRange(offset: number, length: number): Buffer
+  /**
+   * Copies `data` into the payload area at `offset` and publishes it to
+   * every host.
+   */
+  writeRange(offset: number, data: Bytes): void
+  /** Publishes `length` bytes at `offset` written by other means. */
+  flushRange(offset: number, length: number): void
+  /** Drops this host's cached copies of `length` bytes at `offset`. */
+  invalidateRange(offset: number, length: number): void
+  /** Allocates an application lock; returns its number. */
+  lockAlloc(): number
+  /** Frees application lock `number` (once no node holds or will take it). */
+  lockFree(number: number): void
+  /**
+   * Takes application lock `number`, waiting up to the node's lock
+   * timeout (`TIMEOUT`); returns it held. Not recursive (`BUSY` when this
+   * thread holds it). Taking it fences.
+   */
+  lock(number: number): AppLock
 }
 
 /**
@@ -544,6 +604,16 @@ export interface Recovered {
   chunksReclaimed: number
   /** Locks repaired. */
   locksRepaired: number
+}
+
+/** What a named root names. */
+export interface RootValue {
+  /** Region offset of the object. */
+  offset: number
+  /** Its bytes. */
+  size: number
+  /** An application-defined type tag. */
+  tag: number
 }
 
 /** A snapshot of a node's and its region's counters. */

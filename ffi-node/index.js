@@ -778,6 +778,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.AppLock = nativeBinding.AppLock
 module.exports.ChangeCursor = nativeBinding.ChangeCursor
 module.exports.Node = nativeBinding.Node
 module.exports.Pinned = nativeBinding.Pinned

@@ -28,6 +28,7 @@ mod error;
 mod events;
 mod js;
 mod node;
+mod shm;
 mod tasks;
 mod tier;
 

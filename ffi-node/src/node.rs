@@ -588,7 +588,7 @@ impl Node {
         Node { node: Mutex::new(Some(Arc::new(n))) }
     }
 
-    fn attached(&self, env: &Env) -> napi::Result<Arc<Attached>> {
+    pub(crate) fn attached(&self, env: &Env) -> napi::Result<Arc<Attached>> {
         let n = self.node.lock().unwrap_or_else(|e| e.into_inner()).clone();
         n.ok_or_else(|| coded(env, Code::InvalidHandle, "the node is detached"))
     }

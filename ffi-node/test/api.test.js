@@ -130,6 +130,45 @@ test('a change cursor reports what any node stores and removes after it, once', 
   }
 })
 
+test('the shared-memory library: allocations, named roots, ranges and application locks', () => {
+  const { region, local } = smallRegion('shm')
+  const a = region.attach({ localDir: local })
+  const b = region.attach({ localDir: local })
+  try {
+    const off = a.alloc(256)
+    a.writeRange(off, Buffer.from('config v1'))
+    a.rootPut('model-config', { offset: off, size: 256, tag: 7 })
+    throwsCode(() => a.rootPut('model-config', { offset: off, size: 256 }), Error, 'EXISTS')
+    assert.deepEqual(b.rootGet('model-config'), { offset: off, size: 256, tag: 7 })
+    assert.equal(b.readRange(off, 9).toString(), 'config v1')
+    const n = a.lockAlloc()
+    const held = b.lock(n)
+    assert.equal(held.number, n)
+    assert.equal(held.released, false)
+    b.writeRange(off, Buffer.from('config v2'))
+    held.release()
+    held.release() // twice: nothing
+    assert.equal(held.released, true)
+    assert.equal(a.readRange(off, 9).toString(), 'config v2')
+    a.lockFree(n)
+    throwsCode(() => a.lockFree(n), Error, 'NOT_FOUND')
+    throwsCode(() => a.readRange(0, 16), Error, 'OUT_OF_BOUNDS')
+    throwsCode(() => a.rootGet(''), Error, 'INVALID_ARGUMENT')
+    throwsCode(() => a.rootPut('x', { size: 1 }), Error, 'INVALID_ARGUMENT')
+    assert.deepEqual(b.rootFree('model-config'), { offset: off, size: 256, tag: 7 })
+    throwsCode(() => a.rootGet('model-config'), Error, 'NOT_FOUND')
+    const spare = a.alloc(64)
+    a.rootPut('spare', { offset: spare, size: 64 })
+    assert.deepEqual(a.rootDestroy('spare'), { offset: spare, size: 64, tag: 0 })
+    a.free(spare)
+    assert.deepEqual(a.check(), [])
+  } finally {
+    a.detach()
+    b.detach()
+    region.close()
+  }
+})
+
 test('regions: create, open, memfd, format, close, and their errors', () => {
   const file = scratchPath('region')
   const r = cxlkv.Region.create(file, 16 << 20)

@@ -20,6 +20,7 @@ use cxlkv_platform::{Code as R, Family};
 mod blocks;
 mod events;
 mod region;
+mod shm;
 mod tier;
 
 create_exception!(_cxlkv, CxlkvError, PyException, "Base of every cxlkv error; `.code` is the C result code.");
@@ -199,6 +200,7 @@ fn _cxlkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tier::Tier>()?;
     m.add_class::<events::EventPublisher>()?;
     m.add_class::<events::ChangeCursor>()?;
+    m.add_class::<shm::AppLock>()?;
     m.add_class::<blocks::Pinned>()?;
     m.add_class::<blocks::Reservation>()?;
     m.add_class::<blocks::Payload>()?;

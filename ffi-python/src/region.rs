@@ -297,6 +297,103 @@ fn report<'py>(py: Python<'py>, fields: &[(&str, u64)]) -> PyResult<Bound<'py, P
 
 #[pymethods]
 impl Node {
+    // -- the shared-memory library (see `shm.rs`) --------------------------
+
+    /// Allocates `size` bytes of region payload (64-byte aligned); returns
+    /// its offset. It stays allocated until `free`, across this node's death
+    /// too once a named root names it (`root_put`). `CapacityError` when
+    /// the region has no room.
+    fn alloc(&self, py: Python<'_>, size: u64) -> PyResult<u64> {
+        let c = self.attached(py)?;
+        py.detach(|| c.core().alloc(size)).or_raise(py)
+    }
+
+    /// Frees an allocation made by `alloc` (by any node).
+    fn free(&self, py: Python<'_>, offset: u64) -> PyResult<()> {
+        let c = self.attached(py)?;
+        py.detach(|| c.core().free(offset)).or_raise(py)
+    }
+
+    /// Names an allocation: `root_get(name)` finds it from any process.
+    /// `ExistsError` if the name is taken.
+    #[pyo3(signature = (name, offset, size, tag=0))]
+    fn root_put(&self, py: Python<'_>, name: &str, offset: u64, size: u64, tag: u32) -> PyResult<()> {
+        let (name, c) = (crate::shm::root_name(py, name)?, self.attached(py)?);
+        py.detach(|| c.core().root_put(&name, cxlkv_platform::kv::Root { offset, size, tag })).or_raise(py)
+    }
+
+    /// `(offset, size, tag)` of root `name`; `NotFoundError` if absent.
+    fn root_get(&self, py: Python<'_>, name: &str) -> PyResult<(u64, u64, u32)> {
+        let (name, c) = (crate::shm::root_name(py, name)?, self.attached(py)?);
+        Ok(crate::shm::root_tuple(py.detach(|| c.root(&name)).or_raise(py)?))
+    }
+
+    /// Removes root `name` (what it names stays allocated); returns what it
+    /// named.
+    fn root_destroy(&self, py: Python<'_>, name: &str) -> PyResult<(u64, u64, u32)> {
+        let (name, c) = (crate::shm::root_name(py, name)?, self.attached(py)?);
+        Ok(crate::shm::root_tuple(py.detach(|| c.core().root_destroy(&name)).or_raise(py)?))
+    }
+
+    /// Removes root `name` and frees the allocation it names, in one step;
+    /// returns what it named.
+    fn root_free(&self, py: Python<'_>, name: &str) -> PyResult<(u64, u64, u32)> {
+        let (name, c) = (crate::shm::root_name(py, name)?, self.attached(py)?);
+        Ok(crate::shm::root_tuple(py.detach(|| c.core().root_free(&name)).or_raise(py)?))
+    }
+
+    /// `length` bytes of the payload area at `offset`, read fresh (this
+    /// host's cached copies dropped first). `RegionError` (OUT_OF_BOUNDS)
+    /// outside the payload area.
+    fn read_range<'py>(&self, py: Python<'py>, offset: u64, length: usize) -> PyResult<Bound<'py, PyBytes>> {
+        let c = self.attached(py)?;
+        crate::shm::read(py, &c, offset, length)
+    }
+
+    /// Copies `data` into the payload area at `offset` and publishes it to
+    /// every host (written back and fenced before this returns).
+    fn write_range(&self, py: Python<'_>, offset: u64, data: &[u8]) -> PyResult<()> {
+        let c = self.attached(py)?;
+        py.detach(|| c.write_range(offset, data)).or_raise(py)
+    }
+
+    /// Publishes `length` bytes at `offset` written by other means (a
+    /// memoryview, a GPU copy) to every host.
+    fn flush_range(&self, py: Python<'_>, offset: u64, length: u64) -> PyResult<()> {
+        let c = self.attached(py)?;
+        py.detach(|| c.flush_range(offset, length)).or_raise(py)
+    }
+
+    /// Drops this host's cached copies of `length` bytes at `offset`, so the
+    /// next reads see what other hosts published.
+    fn invalidate_range(&self, py: Python<'_>, offset: u64, length: u64) -> PyResult<()> {
+        let c = self.attached(py)?;
+        py.detach(|| c.invalidate_range(offset, length)).or_raise(py)
+    }
+
+    /// Allocates an application lock (an inter-node lock for structures of
+    /// the application's own); returns its number. `CapacityError` when all
+    /// are allocated.
+    fn lock_alloc(&self, py: Python<'_>) -> PyResult<u32> {
+        let c = self.attached(py)?;
+        py.detach(|| c.core().lock_alloc()).or_raise(py)
+    }
+
+    /// Frees application lock `number` (once no node holds or will take it).
+    fn lock_free(&self, py: Python<'_>, number: u32) -> PyResult<()> {
+        let c = self.attached(py)?;
+        py.detach(|| c.core().lock_free(number)).or_raise(py)
+    }
+
+    /// Takes application lock `number`, waiting up to the node's lock
+    /// timeout (`TimedOutError`); returns it held (an `AppLock`: release it,
+    /// or use it in a `with` block). Held by this thread; not recursive
+    /// (`BusyError` when this thread holds it). Taking it fences: what this
+    /// thread flushed before is in memory first.
+    fn lock(&self, py: Python<'_>, number: u32) -> PyResult<crate::shm::AppLock> {
+        crate::shm::AppLock::take(py, self.attached(py)?, number)
+    }
+
     /// Starts this host's SSD tier on this node (which it then keeps to
     /// itself: its inbox serves the rack's requests): slot files of
     /// `capacity` bytes in each of `dirs` (one per drive, on a real disk

@@ -373,3 +373,60 @@ def test_an_ssd_tier_started_from_python_brings_evicted_blocks_back(region: cxlk
         tier.stop()  # stopping twice does nothing
         owner.detach()
         user.detach()
+
+
+def test_the_shared_memory_library(region: cxlkv.Region, local_dir: str) -> None:
+    """Allocations named by roots, found and read from another node, guarded
+    by an application lock: what C's cxlkv_alloc, cxlkv_root_* and
+    cxlkv_lock_* offer."""
+    import threading
+
+    with region.attach(local_dir=local_dir) as a, region.attach(local_dir=local_dir) as b:
+        off = a.alloc(256)
+        a.write_range(off, b"config v1" + bytes(247))
+        a.root_put("model-config", off, 256, tag=7)
+        with pytest.raises(cxlkv.ExistsError):
+            a.root_put("model-config", off, 256)
+        o, size, tag = b.root_get("model-config")
+        assert (o, size, tag) == (off, 256, 7)
+        assert b.read_range(o, 9) == b"config v1"
+        lock = a.lock_alloc()
+        with b.lock(lock) as held:
+            assert held.number == lock and not held.released
+            b.write_range(o, b"config v2")
+        assert held.released
+        assert a.read_range(off, 9) == b"config v2"
+        # Held by the thread that took it: another thread cannot release it.
+        held = a.lock(lock)
+        errors: list[BaseException] = []
+
+        def other() -> None:
+            try:
+                held.release()
+            except BaseException as e:
+                errors.append(e)
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(30)
+        assert errors and isinstance(errors[0], cxlkv.InvalidArgumentError)
+        held.release()
+        held.release()  # twice: nothing
+        a.lock_free(lock)
+        with pytest.raises(cxlkv.NotFoundError):
+            a.lock_free(lock)
+        # Bounds and names are checked.
+        with pytest.raises(cxlkv.CxlkvError):
+            a.read_range(0, 16)  # the header, not the payload area
+        with pytest.raises(cxlkv.InvalidArgumentError):
+            a.root_get("")
+        with pytest.raises(cxlkv.InvalidArgumentError):
+            a.root_get("x" * 33)
+        assert b.root_free("model-config") == (off, 256, 7)
+        with pytest.raises(cxlkv.NotFoundError):
+            a.root_get("model-config")
+        spare = a.alloc(64)
+        a.root_put("spare", spare, 64)
+        assert a.root_destroy("spare") == (spare, 64, 0)
+        a.free(spare)
+        assert a.check() == []

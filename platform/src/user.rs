@@ -212,6 +212,28 @@ impl Node {
         Ok(())
     }
 
+    /// Copies `buf.len()` bytes of the payload area at offset `off` into
+    /// `buf`, fresh from memory (this host's cached copies dropped first):
+    /// what other hosts published with [`Node::write_range`] or
+    /// [`Node::flush_range`]. `OutOfBounds` outside the payload area.
+    pub fn read_range(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len() as u64;
+        self.invalidate_range(off, len)?;
+        Ok(self.store().view.copy_out(off, buf)?)
+    }
+
+    /// Copies `data` into the payload area at offset `off` and publishes it
+    /// to every host (written back and fenced before this returns).
+    /// `OutOfBounds` outside the payload area.
+    pub fn write_range(&self, off: u64, data: &[u8]) -> Result<()> {
+        let len = data.len() as u64;
+        if !self.store().layout.payload.contains(off, len) {
+            return Err(CoreError::OutOfBounds.into());
+        }
+        self.store().view.copy_in(off, data)?;
+        self.flush_range(off, len)
+    }
+
     /// Makes `len` bytes of the payload area at offset `off` fresh: drops
     /// this host's cached copies, so the next loads read what other hosts
     /// published.

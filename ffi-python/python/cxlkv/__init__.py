@@ -30,6 +30,7 @@ from functools import cached_property
 from typing import Union
 
 from ._cxlkv import (
+    AppLock,
     BusyError,
     CapacityError,
     ChangeCursor,
@@ -98,6 +99,7 @@ class Namespace:
 
 
 __all__ = [
+    "AppLock",
     "BusyError",
     "CapacityError",
     "CudaError",
