@@ -132,6 +132,24 @@ impl Namespace<'_> {
     }
 }
 
+/// `base`, then a namespace for each of its fields changed alone (for tests
+/// that two namespaces differing in any field never meet).
+#[cfg(test)]
+pub(crate) fn each_field_changed(base: Namespace<'_>) -> [Namespace<'_>; 10] {
+    [
+        base,
+        Namespace { model: b"another-model", ..base },
+        Namespace { kv_layout: base.kv_layout ^ 1, ..base },
+        Namespace { dtype: base.dtype ^ 1, ..base },
+        Namespace { tp_rank: base.tp_rank ^ 1, ..base },
+        Namespace { tp_size: base.tp_size ^ 4, ..base },
+        Namespace { pp_rank: base.pp_rank ^ 1, ..base },
+        Namespace { block_tokens: base.block_tokens ^ 32, ..base },
+        Namespace { extra: base.extra ^ 1, ..base },
+        Namespace { salt: b"user-17144", ..base },
+    ]
+}
+
 /// Chained block keys of a token sequence, the way serving engines hash
 /// prefixes: key `i` covers tokens `0..(i+1)*block` and is made from key
 /// `i-1` (or `parent` for the first) and block `i`'s tokens, so equal
@@ -184,23 +202,14 @@ mod tests {
     #[test]
     fn namespace_digest_depends_on_every_field() {
         let base = Namespace { model: b"llama-3-8b", tp_size: 2, block_tokens: 16, ..Namespace::default() };
-        let ids = [
-            base,
-            Namespace { model: b"llama-3-8c", ..base },
+        let mut all = std::vec::Vec::from(each_field_changed(base));
+        all.extend([
             Namespace { model: b"llama-3-8b\0", ..base },
-            Namespace { kv_layout: 1, ..base },
-            Namespace { dtype: 1, ..base },
-            Namespace { tp_rank: 1, ..base },
-            Namespace { tp_size: 4, ..base },
-            Namespace { pp_rank: 1, ..base },
-            Namespace { block_tokens: 32, ..base },
-            Namespace { extra: 1, ..base },
-            Namespace { salt: b"user-1", ..base },
             Namespace { salt: b"\0", ..base },
             // Bytes moved from the model to the salt: the lengths tell apart.
             Namespace { model: b"llama-3-8", salt: b"b", ..base },
-        ]
-        .map(|n| n.digest());
+        ]);
+        let ids: std::vec::Vec<[u8; 16]> = all.iter().map(|n| n.digest()).collect();
         for i in 0..ids.len() {
             assert!(ids[i + 1..].iter().all(|&x| x != ids[i]), "field {i}");
         }
