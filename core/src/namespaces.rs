@@ -65,19 +65,20 @@ impl<C: Coherence> Node<'_, C> {
         if let Some(id) = find(self.store, d)? {
             return Ok(id);
         }
+        self.with_lock(self.store.layout.locks().roots(), || self.register_locked(d))
+    }
+
+    /// Registers digest `d` (or finds it registered); the caller holds the
+    /// roots lock.
+    pub(crate) fn register_locked(&self, d: [u8; 16]) -> Result<u32> {
         let name = record_name(d);
-        self.with_lock(self.store.layout.locks().roots(), || {
-            // Looked up again under the lock: another node may have
-            // registered it since (the put below refuses an equal name too).
-            match self.root_find_locked(name) {
-                Ok((i, _)) => Ok(REGISTERED | i),
-                Err(Error::NotFound) => {
-                    let i = self.root_put_locked(name, Root { offset: 0, size: 0, tag: NAMESPACE_TAG })?;
-                    Ok(REGISTERED | i)
-                }
-                Err(e) => Err(e),
-            }
-        })
+        // The put scans the table and refuses an equal name: another node
+        // registered it since the caller's scan, and its record is the one.
+        match self.root_put_locked(name, Root { offset: 0, size: 0, tag: NAMESPACE_TAG }) {
+            Ok(i) => Ok(REGISTERED | i),
+            Err(Error::Exists) => Ok(REGISTERED | self.root_find_locked(name)?.0),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -103,6 +104,10 @@ mod tests {
             let rec: RootRecord = f.store.view.read(f.store.layout.root(ia - REGISTERED)).unwrap();
             assert_eq!(digest_of(&rec), Some(base.digest()));
             assert_eq!(digest_of(&RootRecord::default()), None);
+            // Registered meanwhile by another node (after this one's scan
+            // missed it): the locked put finds it, one record all the same.
+            let locked = b.with_lock(f.store.layout.locks().roots(), || b.register_locked(other.digest()));
+            assert_eq!(locked.unwrap(), ib);
             // No application name reaches a namespace's record.
             assert_eq!(a.root_destroy(b"ns1").unwrap_err(), Error::NotFound);
             assert_eq!(a.namespace(&other).unwrap(), ib);
