@@ -1,7 +1,7 @@
 //! The region's block events published to KV-aware routers from a thread of
 //! this process (`Node.publish_events`).
 
-use std::sync::Mutex;
+use std::sync::{Mutex, Weak};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -119,15 +119,16 @@ impl EventPublisher {
 
 /// A cursor over the region's change log (`Node.change_cursor`): each
 /// `poll` returns the stores and removals made since the last one, by any
-/// node, and keeps nothing per block. Holds its node only while it polls.
+/// node, and keeps nothing per block. It does not keep its node attached:
+/// once the node detached, a poll raises `StaleHandleError`.
 #[pyclass(frozen, module = "cxlkv._cxlkv")]
 pub struct ChangeCursor {
-    node: Py<crate::region::Node>,
+    node: Weak<cxlkv_platform::Node>,
     cursor: Mutex<cxlkv_platform::events::ChangeCursor>,
 }
 
 impl ChangeCursor {
-    pub(crate) fn new(node: Py<crate::region::Node>, cursor: cxlkv_platform::events::ChangeCursor) -> ChangeCursor {
+    pub(crate) fn new(node: Weak<cxlkv_platform::Node>, cursor: cxlkv_platform::events::ChangeCursor) -> ChangeCursor {
         ChangeCursor { node, cursor: Mutex::new(cursor) }
     }
 }
@@ -150,9 +151,12 @@ impl ChangeCursor {
         py: Python<'py>,
         namespaces: Option<Vec<Bound<'py, PyAny>>>,
     ) -> PyResult<(Vec<ChangeTuple<'py>>, Vec<u32>)> {
-        let node = self.node.bind(py).get();
-        let ns = namespaces.unwrap_or_default().iter().map(|n| node.ns(py, n)).collect::<PyResult<Vec<u32>>>()?;
-        let c = node.attached(py)?;
+        let c = self.node.upgrade().ok_or_else(|| raise(py, R::InvalidHandle, "the node is detached"))?;
+        let ns = namespaces
+            .unwrap_or_default()
+            .iter()
+            .map(|n| crate::ns_of(py, Some(&c), n))
+            .collect::<PyResult<Vec<u32>>>()?;
         let (mut out, mut gaps) = (Vec::new(), Vec::new());
         // Locked with the interpreter released: a second poller waits
         // here, not while holding it.

@@ -123,6 +123,24 @@ pub(crate) fn key_bytes<'py>(py: Python<'py>, k: Key) -> Bound<'py, PyBytes> {
     PyBytes::new(py, &k.to_bytes())
 }
 
+/// A namespace id from an int (an id as is) or a `cxlkv.Namespace` (or any
+/// object with a 16-byte `digest`), registered through `node` on first use
+/// (`node` may be None only for an int).
+pub(crate) fn ns_of(py: Python<'_>, node: Option<&cxlkv_platform::Node>, ns: &Bound<'_, PyAny>) -> PyResult<u32> {
+    const WHAT: &str = "a namespace is an id below 2**32 or a cxlkv.Namespace";
+    if ns.is_instance_of::<PyInt>() {
+        return ns.extract::<u32>().map_err(|_| raise(py, R::InvalidArgument, WHAT));
+    }
+    let d = ns.getattr("digest").map_err(|_| raise(py, R::InvalidArgument, WHAT))?;
+    let d: [u8; 16] = d
+        .cast::<PyBytes>()
+        .ok()
+        .and_then(|b| b.as_bytes().try_into().ok())
+        .ok_or_else(|| raise(py, R::InvalidArgument, "a namespace's digest is 16 bytes"))?;
+    let node = node.ok_or_else(|| raise(py, R::InvalidArgument, WHAT))?;
+    py.detach(|| node.namespace_of_digest(d)).or_raise(py)
+}
+
 /// Chained 128-bit block keys of `tokens`: key `i` covers tokens
 /// `0 .. (i+1)*block_tokens`, derived from key `i-1` (or `parent`). A
 /// partial last block gets no key. Equal prefixes give equal chains, in

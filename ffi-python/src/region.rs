@@ -260,18 +260,11 @@ impl Node {
     /// any object with a 16-byte `digest`): registered in this node's
     /// region on first use.
     pub(crate) fn ns(&self, py: Python<'_>, ns: &Bound<'_, PyAny>) -> PyResult<u32> {
-        const WHAT: &str = "a namespace is an id below 2**32 or a cxlkv.Namespace";
         if ns.is_instance_of::<PyInt>() {
-            return ns.extract::<u32>().map_err(|_| raise(py, R::InvalidArgument, WHAT));
+            return crate::ns_of(py, None, ns);
         }
-        let d = ns.getattr("digest").map_err(|_| raise(py, R::InvalidArgument, WHAT))?;
-        let d: [u8; 16] = d
-            .cast::<PyBytes>()
-            .ok()
-            .and_then(|b| b.as_bytes().try_into().ok())
-            .ok_or_else(|| raise(py, R::InvalidArgument, "a namespace's digest is 16 bytes"))?;
         let c = self.attached(py)?;
-        py.detach(|| c.namespace_of_digest(d)).or_raise(py)
+        crate::ns_of(py, Some(&c), ns)
     }
 }
 
@@ -445,11 +438,10 @@ impl Node {
     /// A cursor over the region's change log from now on: its `poll`
     /// returns the stores and removals any node makes afterwards (see
     /// `ChangeCursor`).
-    fn change_cursor(slf: Bound<'_, Self>) -> PyResult<crate::events::ChangeCursor> {
-        let py = slf.py();
-        let c = slf.get().attached(py)?;
+    fn change_cursor(&self, py: Python<'_>) -> PyResult<crate::events::ChangeCursor> {
+        let c = self.attached(py)?;
         let cursor = py.detach(|| cxlkv_platform::events::ChangeCursor::at_head(c.store())).or_raise(py)?;
-        Ok(crate::events::ChangeCursor::new(slf.unbind(), cursor))
+        Ok(crate::events::ChangeCursor::new(Arc::downgrade(&c), cursor))
     }
 
     /// This node's id (its slot in the node table).

@@ -12,6 +12,8 @@ import subprocess
 import time
 from typing import Any
 
+import pytest
+
 import cxlkv
 from test_metrics import cli, reap
 
@@ -99,3 +101,6 @@ def test_a_change_cursor_reports_every_nodes_changes_from_its_start(region: cxlk
         assert cursor.poll([NS]) == ([], []), "another namespace's change is left out"
         changes, _ = cursor.poll()
         assert changes == [], "and not kept for later"
+    # The cursor does not keep its node attached.
+    with pytest.raises(cxlkv.StaleHandleError):
+        cursor.poll()

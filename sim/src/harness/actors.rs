@@ -2,7 +2,31 @@
 //! manager, recovery) and the op actor (random cache operations, each
 //! checked against the model).
 
-use super::*;
+use std::cell::Cell;
+use std::collections::HashMap;
+
+use cxlkv_core::coherence::{Coherence, Site};
+use cxlkv_core::format::format;
+use cxlkv_core::hash::{mix64, Key};
+use cxlkv_core::index::{Handle, Lru, ReserveItem};
+use cxlkv_core::layout::NodeInfo;
+use cxlkv_core::lock::Manager;
+use cxlkv_core::node::{attach_node, Node, NodeLocal};
+use cxlkv_core::store::{attach, Store};
+use cxlkv_core::Error;
+
+use crate::harness::checks::{always_invariants, check_from};
+use crate::harness::feed::feed_tail;
+use crate::harness::model::{counted_insert, key, len_of, payload, pins_of, unpin_model, Pin, IN_ACQUIRE, WAIT_LIMIT};
+use crate::harness::ops::{adopt_unrooted, chan_attached, channel_end, channel_op, raw_free, raw_op, roots_op};
+use crate::harness::scenarios::{KEYS, LEASE, NS};
+use crate::harness::sched::{barrier, rnd, stall_here, stall_now};
+use crate::harness::sim_caps;
+use crate::harness::tier::{tier_find, tier_op, tier_release, TierState};
+use crate::harness::world::{
+    attach_retry, identity, kill_scans, locks_awaiting_repair, locks_in_memory, log, recovers_here, Env, World,
+};
+use crate::memory::SimCoherence;
 
 pub(crate) fn manager_actor(w: &World, h: usize) {
     let store = match attach_retry(w, h) {

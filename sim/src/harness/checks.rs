@@ -1,7 +1,12 @@
 //! Invariants checked during and after a run: the region's own `check`
 //! and the model's agreement with what the region holds.
 
-use super::*;
+use cxlkv_core::coherence::{Coherence, Site};
+use cxlkv_core::layout::NodeInfo;
+use cxlkv_core::store::{attach, Store};
+
+use crate::harness::feed::feed_final;
+use crate::harness::world::World;
 
 pub(crate) fn final_checks(w: &World) {
     // First, before any check below reads stripe headers fresh through the

@@ -5,7 +5,10 @@
 //! (`CXLKV_SIM_LOCK_WATCH=LOCK`; `*` marks a line dirty in that cache), and
 //! the manager line likewise (`CXLKV_SIM_MGR_WATCH=1`).
 
-use super::*;
+use cxlkv_core::store::attach;
+
+use crate::harness::sched::entry_line;
+use crate::harness::world::World;
 
 /// Called at every coherence call of actor `a`, before it may yield.
 pub(crate) fn watch(w: &World, a: usize, site: &str) {

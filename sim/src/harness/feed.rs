@@ -5,8 +5,15 @@
 //! replica, brought up to date through its own cache, must be exactly the
 //! set of blocks the region stores.
 
-use super::*;
+use std::collections::HashSet;
+
 use cxlkv_core::changes::{Change, Tail};
+use cxlkv_core::coherence::Coherence;
+use cxlkv_core::hash::Key;
+use cxlkv_core::store::{attach, Store};
+use cxlkv_core::Error;
+
+use crate::harness::world::World;
 
 /// One host's reader of the change log.
 #[derive(Clone, Default)]

@@ -1,7 +1,17 @@
 //! The reference model: what every key, pin, raw block, root and message
 //! must be, against which every result is checked.
 
-use super::*;
+use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use cxlkv_core::channel::Message;
+use cxlkv_core::hash::{mix64, Key};
+use cxlkv_core::index::Handle;
+
+use crate::harness::feed::Feed;
+use crate::harness::sim_caps;
+use crate::harness::tier::TierModel;
+use crate::harness::world::World;
 
 impl Model {
     /// A crash or a stall left a node that recovery has yet to free.

@@ -1,7 +1,16 @@
 //! The op actor's operations beyond the KV cache: raw allocations, named
 //! roots, and inbox messages.
 
-use super::*;
+use cxlkv_core::channel::Message;
+use cxlkv_core::coherence::{Coherence, Site};
+use cxlkv_core::hash::Key;
+use cxlkv_core::node::Node;
+use cxlkv_core::Error;
+
+use crate::harness::actors::revoked_ok;
+use crate::harness::model::{msg_keys, msg_of, raw_pattern, ChanMsg, IN_FREE, ROOTED};
+use crate::harness::sched::barrier;
+use crate::harness::world::{log, World};
 
 /// Raw allocations, large ones spanning several chunks included: a block
 /// never overlaps another live one, and keeps the bytes its owner wrote

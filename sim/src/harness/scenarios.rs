@@ -2,7 +2,22 @@
 //! hosts over simulated memory until their operations are done, and the
 //! reformat-under-attach scenario.
 
-use super::*;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Condvar, Mutex};
+
+use cxlkv_core::format::format;
+use cxlkv_core::hash::mix64;
+use cxlkv_core::layout::Capacities;
+use cxlkv_core::lock::LeaseConfig;
+use cxlkv_core::store::attach;
+
+use crate::harness::actors::{manager_actor, op_actor, recovery_actor, FEED_AT};
+use crate::harness::checks::final_checks;
+use crate::harness::debug::watch;
+use crate::harness::model::{Model, RootModel, ACTOR, IN_ACQUIRE, MIXED};
+use crate::harness::sched::{rnd, stall_in_release, stall_zombie, Crashed, Killed, Sched};
+use crate::harness::world::{kill_late, kill_scans, World};
+use crate::memory::{SimConfig, SimMemory};
 
 /// What one run does.
 #[derive(Clone, Debug)]

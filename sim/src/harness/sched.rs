@@ -2,7 +2,13 @@
 //! runs at a time, handing a baton at every coherence call; stalls, parks
 //! and barriers.
 
-use super::*;
+use std::collections::VecDeque;
+
+use cxlkv_core::hash::mix64;
+use cxlkv_core::store::attach;
+
+use crate::harness::scenarios::LEASE;
+use crate::harness::world::World;
 
 /// Unwinds the threads of a crashed host (its actors stop where they are).
 pub(crate) struct Crashed;

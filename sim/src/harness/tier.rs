@@ -5,8 +5,19 @@
 //! not removed before the lookup began; a record written before a lookup
 //! began and not removed until it ended must be found.
 
-use super::*;
+use std::collections::HashMap;
+
+use cxlkv_core::coherence::Coherence;
+use cxlkv_core::hash::Key;
+use cxlkv_core::node::Node;
 use cxlkv_core::tier::TierDir;
+use cxlkv_core::Error;
+
+use crate::harness::actors::{revoked_ok, write_payload};
+use crate::harness::model::{counted_insert, key, len_of, payload, IN_ACQUIRE};
+use crate::harness::scenarios::{KEYS, NS};
+use crate::harness::world::{log, World};
+use crate::memory::SimCoherence;
 
 /// One record the tier wrote: when its write began and ended, and when its
 /// removal (or the directory's next claim) began and ended.

@@ -1,7 +1,17 @@
 //! The world of one run: simulated memory, the hosts' stores and nodes,
 //! the scheduler and the model, and what a node needs from it (`Env`).
 
-use super::*;
+use std::sync::{Condvar, Mutex};
+
+use cxlkv_core::layout::{Entry, Layout, NodeInfo};
+use cxlkv_core::node::Identity;
+use cxlkv_core::store::{attach, read_header, NodeEnv, Store};
+use cxlkv_core::Error;
+
+use crate::harness::model::{Model, ACTOR, WAIT_LIMIT};
+use crate::harness::scenarios::LEASE;
+use crate::harness::sched::{park, rnd, step_limit, tag_of, trace_len, watch_line, Crashed, Killed, Sched};
+use crate::memory::{SimCoherence, SimMemory};
 
 pub(crate) struct World {
     pub(crate) mem: SimMemory,
