@@ -12,8 +12,8 @@ use cxlkv_core::namespaces;
 use cxlkv_core::roots::{self, Root};
 use cxlkv_core::Error as CoreError;
 
+use crate::error::{Error, Result};
 use crate::node::Node;
-use crate::{Error, Result};
 
 /// Why [`Node::reserve_all`] reserved nothing.
 #[derive(Debug)]
@@ -86,9 +86,10 @@ impl Node {
         keys.iter().map(|k| Ok(pick.picked.contains(k) && !self.exists(ns, *k)?)).collect()
     }
 
-    /// Whether `key` is stored (published) in namespace `ns`. Takes no lock.
+    /// Whether `key` is stored (published, and not removed: a block an
+    /// evictor is deciding about still is) in namespace `ns`. Takes no lock.
     pub fn exists(&self, ns: u32, key: Key) -> Result<bool> {
-        Ok(self.store().find_ready(ns, key)?.is_some())
+        Ok(self.store().find_stored(ns, key)?.is_some())
     }
 
     /// Reserves every item or none: when any item cannot be reserved, the

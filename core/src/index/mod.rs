@@ -31,6 +31,11 @@ pub const NIL: u32 = u32::MAX;
 /// the one before, so the whole cache is reached long before).
 const MAX_ROUNDS: u32 = 48;
 
+/// Waits at most of a copying get for an evictor's answer about the block
+/// (each a poll of the node's wait; an evictor decides within a fence and a
+/// scan of the pin journals).
+const CLAIM_WAITS: u32 = 4096;
+
 /// Keys a lookup probes at once (memory-level parallelism; see
 /// [`Store::find_stored_batch`]).
 pub const PROBE_BATCH: usize = 32;
@@ -108,6 +113,14 @@ impl Probe {
 /// True when entry `e` holds a stored block: READY or CLAIMED, and intact.
 fn stored(e: &Entry) -> bool {
     (e.state == state::READY || e.state == state::CLAIMED) && e.checksum == entry_checksum(e)
+}
+
+/// True when entry `e` is an intact block an evictor has CLAIMED: it looks
+/// for pins under the stripe lock, and puts the entry back to READY when it
+/// finds one. A reader that meets it waits for that answer: reporting the
+/// block missing would be wrong whenever another node pins it.
+fn claimed(e: &Entry) -> bool {
+    e.state == state::CLAIMED && e.checksum == entry_checksum(e)
 }
 
 /// Resolves a payload offset read from the region: inside the payload area,
@@ -191,10 +204,16 @@ impl<C: Coherence> Store<C> {
 
     /// Finds a READY, intact entry for (`ns`, `key`) without a lock.
     pub fn find_ready(&self, ns: u32, key: Key) -> Result<Option<(u32, Found)>> {
+        Ok(self.find_stored(ns, key)?.filter(|(_, f)| f.e.state == state::READY))
+    }
+
+    /// Finds a stored (READY, or CLAIMED by an evictor that has not decided
+    /// yet), intact entry for (`ns`, `key`) without a lock.
+    pub fn find_stored(&self, ns: u32, key: Key) -> Result<Option<(u32, Found)>> {
         let tag = place(ns, key);
         let s = stripe_of(tag, self.layout.caps.n_stripes);
         match probe::find(self, s, tag, ns, key)? {
-            Some(f) if f.e.state == state::READY && f.e.checksum == entry_checksum(&f.e) => Ok(Some((s, f))),
+            Some(f) if stored(&f.e) => Ok(Some((s, f))),
             _ => Ok(None),
         }
     }
@@ -797,6 +816,10 @@ impl<C: Coherence> Node<'_, C> {
         let s = stripe_of(tag, st.layout.caps.n_stripes);
         let f = match probe::find(st, s, tag, ns, key)? {
             Some(f) if pinnable(&f.e) && f.e.checksum == entry_checksum(&f.e) => f,
+            // An evictor holding the stripe lock is looking for pins of it
+            // (it puts it back if it finds one, another node's maybe): not
+            // missing, not yet pinnable either. Asked again once it decided.
+            Some(f) if claimed(&f.e) => return Err(Error::Changed),
             _ => return Err(Error::NotFound),
         };
         let e = f.e;
@@ -989,11 +1012,23 @@ impl<C: Coherence> Node<'_, C> {
     /// `NotFound` when absent.
     pub fn get_into(&self, ns: u32, key: Key, parts: &mut [&mut [u8]]) -> Result<Got> {
         let room: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        for _ in 0..8 {
-            let Some((s, f)) = self.store.find_ready(ns, key)? else {
+        let (mut tries, mut waits) = (0u32, 0u32);
+        while tries < 8 {
+            let Some((s, f)) = self.store.find_stored(ns, key)? else {
                 self.count(|c| c.misses = c.misses.wrapping_add(1))?;
                 return Err(Error::NotFound);
             };
+            if claimed(&f.e) {
+                // An evictor decides about it (see `claimed`): wait for
+                // its answer. A failed wait (a deadline, fencing) ends the
+                // call as a read that kept changing.
+                if waits >= CLAIM_WAITS || self.env.wait(waits).is_err() {
+                    break;
+                }
+                waits = waits.saturating_add(1);
+                continue;
+            }
+            tries = tries.saturating_add(1);
             let len = f.e.payload_len as u64;
             if room < len {
                 // Found (a hit), not copied.

@@ -377,3 +377,45 @@ fn reads_that_meet_an_entry_mid_rewrite_wait_for_the_writer() {
     assert_eq!(sut.evict(u64::MAX, &mut Lru).unwrap().entries, 1, "the pin was dropped");
     assert!(findings(&f).is_empty(), "{:?}", findings(&f));
 }
+
+/// A block an evictor has CLAIMED (it looks for pins, and puts the entry
+/// back when it finds one: another node pins it) is not missing: an acquire
+/// and a copying get wait for the evictor's answer instead of reporting it
+/// gone (a decode worker lost a block its prefill worker had pinned).
+#[test]
+fn reads_that_meet_an_evictors_claim_wait_for_its_answer() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    let inline = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let (h, off, word) = {
+        let sut = node(&f, &inline, &local, 0);
+        let h = sut.reserve(1, key(5), 1000, 1).unwrap();
+        sut.write(&h, 0, &payload(key(5), 1000)).unwrap();
+        sut.publish(&h).unwrap();
+        let off = f.store.layout.entry(h.stripe, h.entry);
+        (h, off, f.store.view.load_u64(off).unwrap())
+    };
+    let claim = || {
+        let mut e = f.store.ent(h.stripe, h.entry).unwrap();
+        e.state = crate::layout::state::CLAIMED;
+        f.store.put_ent(h.stripe, h.entry, &mut e).unwrap();
+    };
+
+    claim();
+    let env = ResumingWriter { inner: &inline, off, word, waits: spin::Mutex::new(0) };
+    let sut = crate::node::Node::new(&f.store, 0, &env, &local).unwrap();
+    let mut out = [Err(Error::InvalidArgument)];
+    assert_eq!(sut.acquire(1, &[key(5)], &mut out), Ok(1), "{out:?}");
+    let pinned = out[0].unwrap();
+    assert_eq!((pinned.stripe, pinned.entry, pinned.gen), (h.stripe, h.entry, h.gen));
+    sut.release(&[pinned]).unwrap();
+
+    claim();
+    let env = ResumingWriter { inner: &inline, off, word, waits: spin::Mutex::new(0) };
+    let sut = crate::node::Node::new(&f.store, 0, &env, &local).unwrap();
+    let mut buf = std::vec![0u8; 1000];
+    assert_eq!(sut.get_into(1, key(5), &mut [&mut buf[..]]), Ok(crate::index::Got::Copied(1000)));
+    assert_eq!(buf, payload(key(5), 1000));
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
