@@ -17,7 +17,7 @@
 
 use crate::coherence::{Coherence, Site};
 use crate::hash::{mix64, place, Key};
-use crate::index::{Policy, Verdict};
+use crate::index::{EvictReport, Lru, Policy, Verdict};
 use crate::layout::{Entry, NodeInfo, TierHead, TierRecord, NODE_ALIVE, TIER_EMPTY, TIER_GONE, TIER_LIVE};
 use crate::mem::LINE;
 use crate::node::Node;
@@ -340,6 +340,29 @@ impl<'a, C: Coherence> TierDir<'a, C> {
             // SYNC: head published under the roots lock (reader: tier_owner).
             st.publish(l.tier_head(self.dir), &TierHead { owner: 0, ..head }, Site("tier.release.publish"))
         })
+    }
+}
+
+/// Oldest entries of a stripe [`Node::evict_for`] looks at for blocks an
+/// SSD tier holds before it evicts by LRU.
+const TIERED_DEPTH: u32 = 16;
+
+impl<C: Coherence> Node<'_, C> {
+    /// Evicts at least `bytes` to make room for new blocks: first blocks a
+    /// live SSD tier holds (evicting them loses nothing; see `tier.rs`),
+    /// among the oldest of each stripe, then by LRU what is still needed.
+    pub fn evict_for(&self, bytes: u64) -> Result<EvictReport> {
+        let mut rep = EvictReport::default();
+        if self.store.tiers_active()? {
+            rep = self.evict(bytes, &mut PreferTiered::new(self.store, TIERED_DEPTH))?;
+        }
+        if rep.bytes < bytes {
+            let more = self.evict(bytes.saturating_sub(rep.bytes), &mut Lru)?;
+            rep.entries = rep.entries.saturating_add(more.entries);
+            rep.bytes = rep.bytes.saturating_add(more.bytes);
+            rep.deferred = rep.deferred.saturating_add(more.deferred);
+        }
+        Ok(rep)
     }
 }
 

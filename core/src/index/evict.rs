@@ -10,10 +10,6 @@ use crate::{Error, Result};
 
 use super::{probe, NIL};
 
-/// Oldest entries of a stripe [`Node::evict_for`] looks at for blocks an
-/// SSD tier holds before it evicts by LRU.
-const TIERED_DEPTH: u32 = 16;
-
 /// A policy's answer for one candidate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -108,23 +104,6 @@ impl<C: Coherence> Node<'_, C> {
         }
         if rep.entries > 0 {
             self.count(|c| c.evictions = c.evictions.wrapping_add(rep.entries))?;
-        }
-        Ok(rep)
-    }
-
-    /// Evicts at least `bytes` to make room for new blocks: first blocks a
-    /// live SSD tier holds (evicting them loses nothing; see `tier.rs`),
-    /// among the oldest of each stripe, then by LRU what is still needed.
-    pub fn evict_for(&self, bytes: u64) -> Result<EvictReport> {
-        let mut rep = EvictReport::default();
-        if self.store.tiers_active()? {
-            rep = self.evict(bytes, &mut crate::tier::PreferTiered::new(self.store, TIERED_DEPTH))?;
-        }
-        if rep.bytes < bytes {
-            let more = self.evict(bytes.saturating_sub(rep.bytes), &mut Lru)?;
-            rep.entries = rep.entries.saturating_add(more.entries);
-            rep.bytes = rep.bytes.saturating_add(more.bytes);
-            rep.deferred = rep.deferred.saturating_add(more.deferred);
         }
         Ok(rep)
     }
