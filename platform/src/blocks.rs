@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use cxlkv_core::index::Handle;
 use cxlkv_core::Error as CoreError;
 
-use crate::{Node, Result};
+use crate::error::Result;
+use crate::node::Node;
 
 /// What a batch holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! families (the exception class a binding raises). Core's errors take
 //! their message from core and their number from core's plus 1000.
 
-use crate::Error;
+use crate::error::Error;
 
 /// What kind of failure a code is: bindings raise one exception class per
 /// family.

@@ -7,8 +7,8 @@ use cxlkv_core::index::{Got, Handle, ReserveItem};
 
 use cxlkv_core::Error as CoreError;
 
+use crate::error::Result;
 use crate::node::Node;
-use crate::Result;
 
 type CoreResult<T> = cxlkv_core::Result<T>;
 
@@ -141,7 +141,7 @@ impl Node {
     /// them (see [`Node::promote`]) and pinned once it put them back.
     pub fn acquire_all_or_none(&self, ns: u32, keys: &[Key], out: &mut [CoreResult<Handle>]) -> Result<usize> {
         let node = self.core();
-        let r = node.acquire(ns, keys, out).map_err(crate::Error::from).and_then(|mut n| {
+        let r = node.acquire(ns, keys, out).map_err(crate::error::Error::from).and_then(|mut n| {
             let missing: Vec<usize> = (0..keys.len()).filter(|&i| out[i] == Err(CoreError::NotFound)).collect();
             if missing.is_empty() {
                 return Ok(n);

@@ -18,7 +18,8 @@ use cxlkv_core::hash::Key;
 use cxlkv_core::store::Store;
 use cxlkv_core::Error as CoreError;
 
-use crate::{Flush, Result};
+use crate::error::Result;
+use crate::flush::Flush;
 
 /// One event of the feed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

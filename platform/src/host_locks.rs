@@ -12,10 +12,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::error::Result;
 use crate::host::{pid_alive, tid};
 use crate::map::Mapping;
 use crate::sync::{HostBell, HostLockWord};
-use crate::Result;
 
 /// Who holds (or asks for) a host-local lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,7 +70,7 @@ impl HostLocks {
         let map = loop {
             tries += 1;
             if tries > 64 {
-                return Err(crate::Error::Io {
+                return Err(crate::error::Error::Io {
                     what: "open host locks",
                     err: std::io::Error::other("the host-local lock file kept being removed under us"),
                 });
@@ -83,7 +83,7 @@ impl HostLocks {
                 .create(true)
                 .truncate(false)
                 .open(&path)
-                .map_err(|err| crate::Error::Io { what: "open host locks", err })?;
+                .map_err(|err| crate::error::Error::Io { what: "open host locks", err })?;
             use std::os::fd::AsRawFd;
             use std::os::unix::fs::{MetadataExt, PermissionsExt};
             // Held while this process has the file (see `sweep_stale`),
@@ -91,13 +91,13 @@ impl HostLocks {
             // file system has no `flock`, no sweep takes it either.
             // SAFETY: `flock` on a descriptor this function owns; no memory.
             let _ = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH) };
-            let mine = f.metadata().map_err(|err| crate::Error::Io { what: "stat host locks", err })?;
+            let mine = f.metadata().map_err(|err| crate::error::Error::Io { what: "stat host locks", err })?;
             if std::fs::metadata(&path).ok().map(|m| (m.dev(), m.ino())) != Some((mine.dev(), mine.ino())) {
                 continue; // removed by a sweep before our lock
             }
             let _ = f.set_permissions(std::fs::Permissions::from_mode(0o600));
             if mine.len() < want {
-                f.set_len(want.max(4096)).map_err(|err| crate::Error::Io { what: "grow host locks", err })?;
+                f.set_len(want.max(4096)).map_err(|err| crate::error::Error::Io { what: "grow host locks", err })?;
             }
             // Locked: no sweep removes it now, so the path maps this file.
             let map = Mapping::open_file(&path)?;

@@ -12,12 +12,12 @@ use cxlkv_core::layout::{
 use cxlkv_core::pins::journal_census;
 use cxlkv_core::store::{attach, Store};
 
+use crate::error::Result;
 use crate::flush::{Flush, FlushMode};
 use crate::host::{pid_alive, Locality};
 use crate::node::{check_store, stranded, Stranded};
 pub use crate::region::LiveNode;
 use crate::region::Region;
-use crate::Result;
 
 /// A formatted region seen by an observer (see the module documentation).
 pub struct Observed {

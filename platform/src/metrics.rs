@@ -26,9 +26,9 @@ use cxlkv_core::layout::{
 };
 use cxlkv_core::pins::journal_census;
 
+use crate::error::Result;
 use crate::host::{pid_alive, Locality};
 use crate::inspect::{NodeCounters, Observed};
-use crate::Result;
 
 /// The media type of [`RegionMetrics::to_openmetrics`]'s text.
 pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

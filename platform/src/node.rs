@@ -19,15 +19,15 @@ use cxlkv_core::node::{attach_node, bury, Identity, Node as CoreNode, NodeLocal}
 use cxlkv_core::recover::RecoverReport;
 use cxlkv_core::store::{attach, NodeEnv, Store};
 
+use crate::error::{Error, Result};
 use crate::flush::{Flush, FlushMode, PayloadStores};
-use crate::gpu::{CudaPath, GpuState};
+use crate::gpu::state::GpuState;
 use crate::host::{pid_alive, random_u64, Locality};
 use crate::host_locks::{HostLocks, Owner};
 use crate::map::{Mapping, Populate};
 use crate::region::{Attachment, Region};
 use crate::sync::Flag;
 use crate::tier::wire::{RoundTrips, KIND_TIER_PROMOTE};
-use crate::{Error, Result};
 
 /// How a node attaches and behaves.
 #[derive(Clone, Debug)]
@@ -276,8 +276,9 @@ pub struct Node {
     thread: Option<JoinHandle<()>>,
     /// The heartbeat's thread.
     beating: Option<JoinHandle<()>>,
-    gpu: OnceLock<GpuState>,
-    gpu_init: Mutex<()>,
+    /// The registration of the region with CUDA, once made.
+    pub(crate) gpu: OnceLock<GpuState>,
+    pub(crate) gpu_init: Mutex<()>,
     /// The owner's side of the inbox; its lock makes the node's threads take
     /// turns at it.
     inbox: Mutex<InboxLocal>,
@@ -634,34 +635,6 @@ impl Node {
     /// Checks the region's invariants.
     pub fn check(&self) -> Result<Vec<Finding>> {
         check_store(&self.inner.store)
-    }
-
-    /// Registers the whole region with CUDA device `device` (page-locked and
-    /// mapped for the device, in 1 GiB chunks) and returns its GPU path.
-    /// Registering again for the same device returns the same path; for
-    /// another device, `InvalidArgument`. Unregistered when the node closes:
-    /// every copy must have completed by then.
-    ///
-    /// `CudaUnavailable` without feature `cuda`, driver or device.
-    pub fn register_cuda(&self, device: u32) -> Result<CudaPath<'_>> {
-        let _g = self.gpu_init.lock().unwrap_or_else(|e| e.into_inner());
-        if self.gpu.get().is_none() {
-            let st = GpuState::register(self, device)?;
-            let _ = self.gpu.set(st);
-        }
-        match self.gpu.get() {
-            Some(st) if st.device() == device => Ok(CudaPath::new(self, st)),
-            Some(_) => Err(Error::Core(cxlkv_core::Error::InvalidArgument)),
-            None => Err(Error::CudaUnavailable("registration failed")),
-        }
-    }
-
-    /// The GPU path, once [`Node::register_cuda`] succeeded.
-    pub fn cuda(&self) -> Result<CudaPath<'_>> {
-        match self.gpu.get() {
-            Some(st) => Ok(CudaPath::new(self, st)),
-            None => Err(Error::CudaUnavailable("the region is not registered with CUDA")),
-        }
     }
 
     /// Sends `msg` with `keys` to node `to`'s inbox, waiting (up to the lock

@@ -37,10 +37,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cxlkv_core::hash::Key;
 
+use crate::error::{Error, Result};
 use crate::events::Event;
+use crate::flush::FlushMode;
+use crate::node::Node;
+use crate::region::Region;
 use crate::route::{Route, ROUTE_NS};
 use crate::zmtp::{endpoint_of, PubSocket, ReplySocket, Request};
-use crate::{Error, FlushMode, Node, Region, Result};
 
 /// How a block hash is written in an event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

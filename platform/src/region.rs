@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use cxlkv_core::layout::{Capacities, Layout};
 
+use crate::error::{Error, Result};
 use crate::flush::{Flush, FlushMode};
 use crate::host::random_u64;
 use crate::map::{Mapping, Source};
-use crate::{Error, Result};
 
 /// A mapped region. Clones share the mapping; nodes attached through any
 /// clone keep it mapped after every clone is dropped.

@@ -18,7 +18,8 @@
 use cxlkv_core::hash::{mix64, Key};
 
 use crate::copy::PutItem;
-use crate::{Node, Result};
+use crate::error::Result;
+use crate::node::Node;
 
 /// The namespace route records live in (reserved: no engine namespace).
 pub const ROUTE_NS: u32 = u32::MAX;

@@ -1,6 +1,6 @@
 //! Sizes with units: `64M`, `2G`, `4096`, `1.5G`.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Parses a size: a number with an optional K/M/G/T suffix (binary units,
 /// optional trailing `B` or `iB`).

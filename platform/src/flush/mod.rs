@@ -37,7 +37,7 @@ use core::str::FromStr;
 use cxlkv_core::coherence::{line_span, Coherence, Site};
 use cxlkv_core::mem::{View, LINE};
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Which instructions carry flushes and invalidations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

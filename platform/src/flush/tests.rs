@@ -146,7 +146,7 @@ fn the_default_is_the_cheapest_correct_mode_with_streaming_payloads() {
     }
     assert!(!PayloadStores::Auto.streaming(FlushMode::Coherent));
     assert!(!PayloadStores::Plain.streaming(m));
-    assert!(crate::Options::default().payload == PayloadStores::Auto);
+    assert!(crate::node::Options::default().payload == PayloadStores::Auto);
 }
 
 struct Solo<'a, C: Coherence> {

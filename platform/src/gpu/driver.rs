@@ -12,7 +12,7 @@ use std::time::Instant;
 use cudarc::driver::sys;
 
 use super::{RegisteredRange, MAX_SEGMENTS_PER_LAUNCH};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// The segment-copy kernel, NUL-terminated for `cuModuleLoadData`.
 const COPY_PTX: &str = concat!(include_str!("copy.ptx"), "\0");

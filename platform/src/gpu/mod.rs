@@ -4,7 +4,7 @@
 //!
 //! Built with feature `cuda`, `libcuda` is loaded at run time; without the
 //! feature, without a driver, or with `CXLKV_CUDA=off`, every call returns
-//! [`Error::CudaUnavailable`](crate::Error::CudaUnavailable).
+//! [`Error::CudaUnavailable`](crate::error::Error::CudaUnavailable).
 //!
 //! Visibility rules (DESIGN.md, coherence rule 4 and "Tiers"):
 //! - a block written by DMA is published only after the copy completed:
@@ -28,15 +28,16 @@ mod driver;
 mod driver;
 
 pub use driver::{library_present, Cuda, Registration};
+pub(crate) mod state;
 #[cfg(feature = "cuda")]
 pub use driver::{DeviceBuffer, HostBuffer, Stream};
-
-use std::sync::Mutex;
 
 use cxlkv_core::coherence::{Coherence, Site};
 use cxlkv_core::index::Handle;
 
-use crate::{Error, Node, Result};
+use crate::error::{Error, Result};
+use crate::node::Node;
+use state::GpuState;
 
 /// True when the value of `CXLKV_CUDA` turns the GPU path off.
 pub(crate) fn disabled_by(value: Option<&std::ffi::OsStr>) -> bool {
@@ -97,40 +98,33 @@ pub struct CudaStats {
     pub launches: u64,
 }
 
-#[derive(Default)]
-struct CopyCounters {
-    to_device: u64,
-    to_region: u64,
-    copies: u64,
-    launches: u64,
-}
-
-/// A node's registration. Field order: unregistered before the device's
-/// context is released.
-pub(crate) struct GpuState {
-    reg: Registration,
-    cuda: Cuda,
-    counters: Mutex<CopyCounters>,
-}
-
-impl GpuState {
-    /// Registers the whole mapped region of `cache` with device `device`.
-    pub(crate) fn register(attached: &Node, device: u32) -> Result<GpuState> {
-        let cuda = Cuda::open(device)?;
-        let region = &attached.store().view;
-        let len = usize::try_from(region.len()).map_err(|_| Error::Core(cxlkv_core::Error::InvalidArgument))?;
-        // SAFETY: the region's mapping is owned by the node, which drops this
-        // state (unregistering) before it unmaps (`Node::shutdown`).
-        let reg = unsafe { cuda.register(region.base(), len, REGISTER_CHUNK) }?;
-        Ok(GpuState { reg, cuda, counters: Mutex::new(CopyCounters::default()) })
+impl Node {
+    /// Registers the whole region with CUDA device `device` (page-locked and
+    /// mapped for the device, in 1 GiB chunks) and returns its GPU path.
+    /// Registering again for the same device returns the same path; for
+    /// another device, `InvalidArgument`. Unregistered when the node closes:
+    /// every copy must have completed by then.
+    ///
+    /// `CudaUnavailable` without feature `cuda`, driver or device.
+    pub fn register_cuda(&self, device: u32) -> Result<CudaPath<'_>> {
+        let _g = self.gpu_init.lock().unwrap_or_else(|e| e.into_inner());
+        if self.gpu.get().is_none() {
+            let st = GpuState::register(&self.store().view, device)?;
+            let _ = self.gpu.set(st);
+        }
+        match self.gpu.get() {
+            Some(st) if st.device() == device => Ok(CudaPath::new(self, st)),
+            Some(_) => Err(Error::Core(cxlkv_core::Error::InvalidArgument)),
+            None => Err(Error::CudaUnavailable("registration failed")),
+        }
     }
 
-    /// Unregisters the region, then releases the device (fields drop in
-    /// declaration order).
-    pub(crate) fn close(self) {}
-
-    pub(crate) fn device(&self) -> u32 {
-        self.cuda.ordinal()
+    /// The GPU path, once [`Node::register_cuda`] succeeded.
+    pub fn cuda(&self) -> Result<CudaPath<'_>> {
+        match self.gpu.get() {
+            Some(st) => Ok(CudaPath::new(self, st)),
+            None => Err(Error::CudaUnavailable("the region is not registered with CUDA")),
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! `CudaUnavailable`. The handle types cannot exist.
 
 use super::RegisteredRange;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 const WHY: &str = "built without feature `cuda`";
 

@@ -5,7 +5,8 @@ use cxlkv_core::hash::Key;
 use cxlkv_core::layout::Capacities;
 
 use super::*;
-use crate::{Options, Region};
+use crate::node::Options;
+use crate::region::Region;
 
 /// CUDA can be missing for three reasons, each reported the same way.
 fn expect_unavailable() -> bool {

@@ -6,7 +6,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
 use super::{map_aligned, open_fd, Mapping, Source};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Size and alignment of a device-DAX device, from sysfs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

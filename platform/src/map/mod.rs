@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use cxlkv_core::mem::View;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Where a region lives.
 #[derive(Clone, Debug, PartialEq, Eq)]

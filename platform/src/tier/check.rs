@@ -18,7 +18,7 @@ use super::*;
 /// write, and every block the region records for a live tier of this host
 /// has a whole set of slots. Returns one line per finding.
 pub fn check_slots(
-    store: &cxlkv_core::store::Store<crate::Flush>,
+    store: &cxlkv_core::store::Store<crate::flush::Flush>,
     dirs: &[PathBuf],
     slot_bytes: u64,
 ) -> Result<Vec<String>> {

@@ -38,9 +38,9 @@ use cxlkv_core::index::ReserveItem;
 use cxlkv_core::layout::NodeInfo;
 use cxlkv_core::Error as CoreError;
 
+use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::sync::Flag;
-use crate::{Error, Result};
 
 mod check;
 mod promote;

@@ -13,7 +13,7 @@ use std::time::Duration;
 pub const KIND_TIER_PROMOTE: u32 = 0x7469_0001;
 
 /// The round trips of a node's last answered promotions: what the adaptive
-/// promotion wait follows ([`Options::promote_wait`](crate::Options)).
+/// promotion wait follows ([`Options::promote_wait`](crate::node::Options)).
 #[derive(Debug, Default)]
 pub(crate) struct RoundTrips {
     last: [Duration; 8],

@@ -157,7 +157,7 @@ impl State {
 
     /// Reads every slot header and records the blocks whole slot sets hold,
     /// under the ids their namespaces have in the region now.
-    fn rebuild(&mut self, node: &Node, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>) {
+    fn rebuild(&mut self, node: &Node, dir: &mut cxlkv_core::tier::TierDir<'_, crate::flush::Flush>) {
         let unit = self.geo.unit as usize;
         let mut found: Found = Vec::new();
         for d in 0..self.devs.len() {
@@ -213,7 +213,12 @@ impl State {
     /// once, never rewritten, and the tier writes what leaves the region's
     /// cold end, not more. `spill_all` copies every block, dropping the
     /// oldest held when full.
-    fn spill(&mut self, node: &Node, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>, max: usize) -> Result<u64> {
+    fn spill(
+        &mut self,
+        node: &Node,
+        dir: &mut cxlkv_core::tier::TierDir<'_, crate::flush::Flush>,
+        max: usize,
+    ) -> Result<u64> {
         let core = node.core();
         let stripes = node.store().layout.caps.n_stripes;
         let all = max == usize::MAX;
@@ -269,7 +274,7 @@ impl State {
     fn spill_batch(
         &mut self,
         node: &Node,
-        dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>,
+        dir: &mut cxlkv_core::tier::TierDir<'_, crate::flush::Flush>,
         batch: &[(u32, Key, u64)],
     ) -> u64 {
         let core = node.core();
@@ -414,7 +419,11 @@ impl State {
     /// `count` free slots, on the drives in turn (so a striped block's
     /// pieces land on different drives); when too few are free (or the
     /// directory is full), the oldest blocks held are dropped first.
-    fn take_slots(&mut self, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>, count: usize) -> Option<Vec<Slot>> {
+    fn take_slots(
+        &mut self,
+        dir: &mut cxlkv_core::tier::TierDir<'_, crate::flush::Flush>,
+        count: usize,
+    ) -> Option<Vec<Slot>> {
         loop {
             let full = dir.live() >= dir.capacity() / 2;
             if !full && self.free.iter().map(Vec::len).sum::<usize>() >= count {
@@ -467,7 +476,7 @@ impl State {
     fn promote_batch(
         &mut self,
         node: &Node,
-        dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>,
+        dir: &mut cxlkv_core::tier::TierDir<'_, crate::flush::Flush>,
         asks: &[(u32, Key)],
     ) -> Vec<bool> {
         let core = node.core();
@@ -651,7 +660,7 @@ impl State {
     }
 
     /// Forgets a block (its record removed, its slots freed for reuse).
-    fn forget(&mut self, dir: &mut cxlkv_core::tier::TierDir<'_, crate::Flush>, ns: u32, key: Key) {
+    fn forget(&mut self, dir: &mut cxlkv_core::tier::TierDir<'_, crate::flush::Flush>, ns: u32, key: Key) {
         let _ = dir.remove(ns, key);
         if let Some(l) = self.index.remove(&(ns, key)) {
             for (d, slot, _) in l.pieces {
