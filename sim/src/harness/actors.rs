@@ -17,15 +17,19 @@ use cxlkv_core::Error;
 
 use crate::harness::checks::{always_invariants, check_from};
 use crate::harness::feed::feed_tail;
-use crate::harness::model::{counted_insert, key, len_of, payload, pins_of, unpin_model, Pin, IN_ACQUIRE, WAIT_LIMIT};
-use crate::harness::ops::{adopt_unrooted, chan_attached, channel_end, channel_op, raw_free, raw_op, roots_op};
-use crate::harness::scenarios::{KEYS, LEASE, NS};
-use crate::harness::sched::{barrier, rnd, stall_here, stall_now};
-use crate::harness::sim_caps;
+use crate::harness::model::{key, len_of, payload, Pin, IN_ACQUIRE, WAIT_LIMIT};
+use crate::harness::ops::{
+    adopt_unrooted, chan_attached, channel_end, channel_op, raw_free, raw_op, revoked_ok, roots_op, write_payload,
+};
+use crate::harness::params::sim_caps;
+use crate::harness::params::{KEYS, LEASE, NS};
+use crate::harness::sched::rnd;
+use crate::harness::stalls::{barrier, stall_here, stall_now};
 use crate::harness::tier::{tier_find, tier_op, tier_release, TierState};
 use crate::harness::world::{
     attach_retry, identity, kill_scans, locks_awaiting_repair, locks_in_memory, log, recovers_here, Env, World,
 };
+use crate::harness::world::{counted_insert, pins_of, unpin_model};
 use crate::memory::SimCoherence;
 
 pub(crate) fn manager_actor(w: &World, h: usize) {
@@ -702,39 +706,6 @@ pub(crate) fn woken_pins_nothing<C: Coherence>(w: &World, node: &Node<'_, C>, h:
     match r {
         Err(Error::Revoked) | Ok(0) => {}
         r => w.violation(format!("host {h} woke declared dead, and acquire gave {r:?}")),
-    }
-}
-
-/// Stalls host `h` once, at an operation boundary with nothing pinned or
-/// being written: the op actor asks, and its manager actor (the heartbeat
-/// thread) parks all three of the host's actors between two steps, when it
-/// is not the active manager and no recovery is pending (a manager or a
-/// recovery stalled half way is outside what the protocol can fence).
-/// Returns true after the stall.
-/// A Revoked error is the right answer for the stalled host once it woke
-/// (its node was freed meanwhile); counted.
-pub(crate) fn revoked_ok(w: &World, h: usize, e: Error) -> bool {
-    let mut m = w.model.lock().unwrap();
-    let ok = e == Error::Revoked && m.stall == Some(h) && m.stalled;
-    m.revoked_ops += ok as u64;
-    ok
-}
-
-/// Writes payload bytes into a reserved block: through `Node::write` (which
-/// flushes), or by plain stores through the mapping as a user holding a
-/// pointer would (published later by `publish`, which flushes).
-pub(crate) fn write_payload<C: Coherence>(
-    w: &World,
-    node: &Node<'_, C>,
-    h: usize,
-    hd: &Handle,
-    at: usize,
-    data: &[u8],
-    raw: bool,
-) {
-    let r = if raw { node.store.view.copy_in(hd.off + at as u64, data) } else { node.write(hd, at as u64, data) };
-    if let Err(e) = r {
-        w.violation(format!("host {h} write (raw {raw}): {e:?}"));
     }
 }
 

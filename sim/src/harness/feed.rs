@@ -9,25 +9,11 @@ use std::collections::HashSet;
 
 use cxlkv_core::changes::{Change, Tail};
 use cxlkv_core::coherence::Coherence;
-use cxlkv_core::hash::Key;
 use cxlkv_core::store::{attach, Store};
 use cxlkv_core::Error;
 
+use crate::harness::model::Feed;
 use crate::harness::world::World;
-
-/// One host's reader of the change log.
-#[derive(Clone, Default)]
-pub(crate) struct Feed {
-    /// Per stripe: the last change applied.
-    pub(crate) cursors: Vec<u64>,
-    /// Per stripe: a rescan is owed (the last one met a changing entry).
-    pub(crate) rescan: Vec<bool>,
-    /// Per stripe: the (namespace, key)s stored, as the log says.
-    pub(crate) live: Vec<HashSet<(u32, Key)>>,
-    /// Changes applied, gaps met (for the run's report).
-    pub(crate) applied: u64,
-    pub(crate) gaps: u64,
-}
 
 /// Brings host `h`'s reader up to date through `st` (the host's view).
 pub(crate) fn feed_tail<C: Coherence>(w: &World, st: &Store<C>, h: usize) {

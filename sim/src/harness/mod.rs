@@ -13,9 +13,12 @@ pub(crate) mod debug;
 pub(crate) mod feed;
 pub(crate) mod model;
 pub(crate) mod ops;
+pub(crate) mod params;
 pub(crate) mod scenarios;
 pub(crate) mod sched;
+pub(crate) mod stalls;
 pub(crate) mod tier;
 pub(crate) mod world;
 
-pub use scenarios::{reformat_run, run, sim_caps, RunConfig, RunResult, SIM_BYTES};
+pub use params::{sim_caps, SIM_BYTES};
+pub use scenarios::{reformat_run, run, RunConfig, RunResult};

@@ -8,10 +8,7 @@ use cxlkv_core::channel::Message;
 use cxlkv_core::hash::{mix64, Key};
 use cxlkv_core::index::Handle;
 
-use crate::harness::feed::Feed;
-use crate::harness::sim_caps;
-use crate::harness::tier::TierModel;
-use crate::harness::world::World;
+use crate::harness::params::sim_caps;
 
 impl Model {
     /// A crash or a stall left a node that recovery has yet to free.
@@ -208,23 +205,6 @@ pub(crate) struct Pin {
     pub(crate) id: u64,
 }
 
-/// Each key's pin ids held now, with the count of recoveries begun (`None`
-/// while one runs).
-pub(crate) fn pins_of(w: &World, keys: &[Key]) -> Vec<Option<(u64, HashSet<u64>)>> {
-    let m = w.model.lock().unwrap();
-    keys.iter()
-        .map(|k| (m.recovering == 0).then(|| (m.recoveries, m.pinned.get(k).cloned().unwrap_or_default())))
-        .collect()
-}
-
-/// Takes a pin out of the model's `pinned` (before it is released).
-pub(crate) fn unpin_model(w: &World, p: &Pin) {
-    let mut m = w.model.lock().unwrap();
-    if let Some(ids) = m.pinned.get_mut(&p.h.key) {
-        ids.remove(&p.id);
-    }
-}
-
 pub(crate) fn raw_pattern(off: u64, len: u64) -> Vec<u8> {
     payload(Key { lo: off, hi: off ^ 0x7a }, len as usize)
 }
@@ -249,12 +229,6 @@ pub(crate) const ROOTED: usize = usize::MAX;
 /// over it later means it was freed.
 pub(crate) const IN_FREE: usize = usize::MAX - 1;
 
-pub(crate) fn counted_insert(w: &World, h: usize) {
-    let mut m = w.model.lock().unwrap();
-    m.inserts[h] += 1;
-    m.total_inserts += 1;
-}
-
 /// Channel messages: the keys of message `id`.
 pub(crate) fn msg_keys(id: u64, n: usize) -> Vec<Key> {
     (0..n as u64).map(|j| Key { lo: mix64(id << 8 | j), hi: id << 8 | j }).collect()
@@ -270,4 +244,38 @@ pub(crate) fn msg_of(id: u64, n: usize) -> Message {
         stamp: id.wrapping_mul(31),
         ..Message::default()
     }
+}
+
+/// One host's reader of the change log.
+#[derive(Clone, Default)]
+pub(crate) struct Feed {
+    /// Per stripe: the last change applied.
+    pub(crate) cursors: Vec<u64>,
+    /// Per stripe: a rescan is owed (the last one met a changing entry).
+    pub(crate) rescan: Vec<bool>,
+    /// Per stripe: the (namespace, key)s stored, as the log says.
+    pub(crate) live: Vec<HashSet<(u32, Key)>>,
+    /// Changes applied, gaps met (for the run's report).
+    pub(crate) applied: u64,
+    pub(crate) gaps: u64,
+}
+
+/// One record the tier wrote: when its write began and ended, and when its
+/// removal (or the directory's next claim) began and ended.
+#[derive(Clone, Copy)]
+pub(crate) struct TierRec {
+    pub(crate) key: Key,
+    pub(crate) put: (u64, Option<u64>),
+    pub(crate) gone: Option<(u64, Option<u64>)>,
+}
+
+/// What the model knows of the tier.
+#[derive(Default)]
+pub(crate) struct TierModel {
+    pub(crate) recs: Vec<TierRec>,
+    /// Record writes (begin, end): one may rewrite the directory without
+    /// its tombstones, when lookups meanwhile may miss.
+    pub(crate) puts: Vec<(u64, Option<u64>)>,
+    /// The directory was let go (begin): nothing is found after.
+    pub(crate) released: Option<(u64, Option<u64>)>,
 }

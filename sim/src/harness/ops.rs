@@ -4,12 +4,12 @@
 use cxlkv_core::channel::Message;
 use cxlkv_core::coherence::{Coherence, Site};
 use cxlkv_core::hash::Key;
+use cxlkv_core::index::Handle;
 use cxlkv_core::node::Node;
 use cxlkv_core::Error;
 
-use crate::harness::actors::revoked_ok;
 use crate::harness::model::{msg_keys, msg_of, raw_pattern, ChanMsg, IN_FREE, ROOTED};
-use crate::harness::sched::barrier;
+use crate::harness::stalls::barrier;
 use crate::harness::world::{log, World};
 
 /// Raw allocations, large ones spanning several chunks included: a block
@@ -540,5 +540,38 @@ pub(crate) fn channel_stream<C: Coherence>(w: &World, node: &Node<'_, C>, h: usi
             }
             w.yield_now(me, "stream-poll");
         }
+    }
+}
+
+/// Stalls host `h` once, at an operation boundary with nothing pinned or
+/// being written: the op actor asks, and its manager actor (the heartbeat
+/// thread) parks all three of the host's actors between two steps, when it
+/// is not the active manager and no recovery is pending (a manager or a
+/// recovery stalled half way is outside what the protocol can fence).
+/// Returns true after the stall.
+/// A Revoked error is the right answer for the stalled host once it woke
+/// (its node was freed meanwhile); counted.
+pub(crate) fn revoked_ok(w: &World, h: usize, e: Error) -> bool {
+    let mut m = w.model.lock().unwrap();
+    let ok = e == Error::Revoked && m.stall == Some(h) && m.stalled;
+    m.revoked_ops += ok as u64;
+    ok
+}
+
+/// Writes payload bytes into a reserved block: through `Node::write` (which
+/// flushes), or by plain stores through the mapping as a user holding a
+/// pointer would (published later by `publish`, which flushes).
+pub(crate) fn write_payload<C: Coherence>(
+    w: &World,
+    node: &Node<'_, C>,
+    h: usize,
+    hd: &Handle,
+    at: usize,
+    data: &[u8],
+    raw: bool,
+) {
+    let r = if raw { node.store.view.copy_in(hd.off + at as u64, data) } else { node.write(hd, at as u64, data) };
+    if let Err(e) = r {
+        w.violation(format!("host {h} write (raw {raw}): {e:?}"));
     }
 }

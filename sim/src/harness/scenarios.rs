@@ -8,14 +8,15 @@ use std::sync::{Arc, Condvar, Mutex};
 use cxlkv_core::format::format;
 use cxlkv_core::hash::mix64;
 use cxlkv_core::layout::Capacities;
-use cxlkv_core::lock::LeaseConfig;
 use cxlkv_core::store::attach;
 
 use crate::harness::actors::{manager_actor, op_actor, recovery_actor, FEED_AT};
 use crate::harness::checks::final_checks;
 use crate::harness::debug::watch;
 use crate::harness::model::{Model, RootModel, ACTOR, IN_ACQUIRE, MIXED};
-use crate::harness::sched::{rnd, stall_in_release, stall_zombie, Crashed, Killed, Sched};
+use crate::harness::params::{sim_caps, SIM_BYTES};
+use crate::harness::sched::{rnd, Crashed, Killed, Sched};
+use crate::harness::stalls::{stall_in_release, stall_zombie};
 use crate::harness::world::{kill_late, kill_scans, World};
 use crate::memory::{SimConfig, SimMemory};
 
@@ -66,23 +67,6 @@ pub struct RunResult {
     pub executed: Vec<(&'static str, u64)>,
 }
 
-/// Capacities of simulated regions: small, so tables fill and chunks recycle.
-pub fn sim_caps(hosts: usize) -> Capacities {
-    Capacities {
-        max_nodes: hosts as u32,
-        n_stripes: 2,
-        entries_per_stripe: 24,
-        n_roots: 8,
-        pin_slots: 16,
-        chunk_shift: 13,
-        inbox_slots: 4,
-        app_locks: 2,
-        tier_slots: 2,
-        tier_records: 16,
-        change_records: 8,
-    }
-}
-
 /// Cache behaviour: the default, or `CXLKV_SIM_CHAOS=early,samples,writeback,refill`
 /// (per mille, samples per call) to explore others.
 pub(crate) fn chaos() -> SimConfig {
@@ -97,13 +81,6 @@ pub(crate) fn chaos() -> SimConfig {
         _ => SimConfig::default(),
     }
 }
-
-/// Bytes of a simulated region.
-pub const SIM_BYTES: usize = 192 << 10;
-pub(crate) const NS: u32 = 3;
-pub(crate) const KEYS: u64 = 40;
-
-pub(crate) const LEASE: LeaseConfig = LeaseConfig { lease: 40_000, settle: 300 };
 
 /// Runs one simulation.
 pub fn run(cfg: &RunConfig) -> RunResult {

@@ -13,31 +13,12 @@ use cxlkv_core::node::Node;
 use cxlkv_core::tier::TierDir;
 use cxlkv_core::Error;
 
-use crate::harness::actors::{revoked_ok, write_payload};
-use crate::harness::model::{counted_insert, key, len_of, payload, IN_ACQUIRE};
-use crate::harness::scenarios::{KEYS, NS};
+use crate::harness::model::{key, len_of, payload, TierRec, IN_ACQUIRE};
+use crate::harness::ops::{revoked_ok, write_payload};
+use crate::harness::params::{KEYS, NS};
+use crate::harness::world::counted_insert;
 use crate::harness::world::{log, World};
 use crate::memory::SimCoherence;
-
-/// One record the tier wrote: when its write began and ended, and when its
-/// removal (or the directory's next claim) began and ended.
-#[derive(Clone, Copy)]
-pub(crate) struct TierRec {
-    pub(crate) key: Key,
-    pub(crate) put: (u64, Option<u64>),
-    pub(crate) gone: Option<(u64, Option<u64>)>,
-}
-
-/// What the model knows of the tier.
-#[derive(Default)]
-pub(crate) struct TierModel {
-    pub(crate) recs: Vec<TierRec>,
-    /// Record writes (begin, end): one may rewrite the directory without
-    /// its tombstones, when lookups meanwhile may miss.
-    pub(crate) puts: Vec<(u64, Option<u64>)>,
-    /// The directory was let go (begin): nothing is found after.
-    pub(crate) released: Option<(u64, Option<u64>)>,
-}
 
 /// The host whose op actor runs the tier: the last one (host 0 restarts
 /// mid-run).

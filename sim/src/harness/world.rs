@@ -1,15 +1,17 @@
 //! The world of one run: simulated memory, the hosts' stores and nodes,
 //! the scheduler and the model, and what a node needs from it (`Env`).
 
+use std::collections::HashSet;
 use std::sync::{Condvar, Mutex};
 
+use cxlkv_core::hash::Key;
 use cxlkv_core::layout::{Entry, Layout, NodeInfo};
 use cxlkv_core::node::Identity;
 use cxlkv_core::store::{attach, read_header, NodeEnv, Store};
 use cxlkv_core::Error;
 
-use crate::harness::model::{Model, ACTOR, WAIT_LIMIT};
-use crate::harness::scenarios::LEASE;
+use crate::harness::model::{Model, Pin, ACTOR, WAIT_LIMIT};
+use crate::harness::params::LEASE;
 use crate::harness::sched::{park, rnd, step_limit, tag_of, trace_len, watch_line, Crashed, Killed, Sched};
 use crate::memory::{SimCoherence, SimMemory};
 
@@ -592,4 +594,28 @@ fn dump_locks(w: &World) {
         );
     }
     eprintln!("at timeout: manager {:?} step {}", g.view.read::<ManagerLine>(l.manager.start), w.now());
+}
+
+/// Each key's pin ids held now, with the count of recoveries begun (`None`
+/// while one runs).
+pub(crate) fn pins_of(w: &World, keys: &[Key]) -> Vec<Option<(u64, HashSet<u64>)>> {
+    let m = w.model.lock().unwrap();
+    keys.iter()
+        .map(|k| (m.recovering == 0).then(|| (m.recoveries, m.pinned.get(k).cloned().unwrap_or_default())))
+        .collect()
+}
+
+/// Takes a pin out of the model's `pinned` (before it is released).
+pub(crate) fn unpin_model(w: &World, p: &Pin) {
+    let mut m = w.model.lock().unwrap();
+    if let Some(ids) = m.pinned.get_mut(&p.h.key) {
+        ids.remove(&p.id);
+    }
+}
+
+/// Counts an insert by host `h` in the model.
+pub(crate) fn counted_insert(w: &World, h: usize) {
+    let mut m = w.model.lock().unwrap();
+    m.inserts[h] += 1;
+    m.total_inserts += 1;
 }

@@ -1,0 +1,33 @@
+//! The simulated region's size and capacities, and the constants every
+//! part of the harness shares (the namespace and keys the hosts use, the
+//! lease). The bottom of the harness: it imports nothing of it.
+
+use cxlkv_core::layout::Capacities;
+use cxlkv_core::lock::LeaseConfig;
+
+/// Capacities of simulated regions: small, so tables fill and chunks recycle.
+pub fn sim_caps(hosts: usize) -> Capacities {
+    Capacities {
+        max_nodes: hosts as u32,
+        n_stripes: 2,
+        entries_per_stripe: 24,
+        n_roots: 8,
+        pin_slots: 16,
+        chunk_shift: 13,
+        inbox_slots: 4,
+        app_locks: 2,
+        tier_slots: 2,
+        tier_records: 16,
+        change_records: 8,
+    }
+}
+
+/// Bytes of a simulated region.
+pub const SIM_BYTES: usize = 192 << 10;
+/// The namespace of the hosts' keys.
+pub(crate) const NS: u32 = 3;
+/// Keys the hosts draw from.
+pub(crate) const KEYS: u64 = 40;
+
+/// The lease of simulated nodes, in scheduler steps.
+pub(crate) const LEASE: LeaseConfig = LeaseConfig { lease: 40_000, settle: 300 };
