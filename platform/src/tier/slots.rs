@@ -107,12 +107,36 @@ impl Geometry {
     }
 }
 
-/// Piece `j` of a block: its offset in the block, its bytes, and its
-/// offset in a tier buffer (header unit first).
-pub(super) fn piece(hdr: &Header, j: usize, unit: u64) -> (u64, usize, usize) {
+/// Where one piece of a block lies: in the block, and in a tier buffer
+/// (its header unit first, then its bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Piece {
+    /// Its offset in the block.
+    pub(super) at: u64,
+    /// Its bytes.
+    pub(super) len: usize,
+    /// The offset of its header unit in a tier buffer.
+    pub(super) buf_off: usize,
+}
+
+impl Piece {
+    /// Its header unit in a tier buffer.
+    pub(super) fn header(&self, unit: u64) -> std::ops::Range<usize> {
+        self.buf_off..self.buf_off.saturating_add(unit as usize)
+    }
+
+    /// Its bytes in a tier buffer (after the header unit).
+    pub(super) fn body(&self, unit: u64) -> std::ops::Range<usize> {
+        let start = self.buf_off.saturating_add(unit as usize);
+        start..start.saturating_add(self.len)
+    }
+}
+
+/// Piece `j` of a block whose first header is `hdr`.
+pub(super) fn piece(hdr: &Header, j: usize, unit: u64) -> Piece {
     let at = (j as u64).saturating_mul(hdr.plen);
     let len = hdr.len.saturating_sub(at).min(hdr.plen) as usize;
-    (at, len, (j as u64).saturating_mul(unit.saturating_add(hdr.plen)) as usize)
+    Piece { at, len, buf_off: (j as u64).saturating_mul(unit.saturating_add(hdr.plen)) as usize }
 }
 
 pub(super) fn round_up(n: usize, unit: u64) -> usize {
@@ -307,7 +331,18 @@ pub(super) fn payload_sum(b: &[u8]) -> u64 {
 #[derive(Clone, Debug)]
 pub(super) struct Loc {
     pub(super) hdr: Header,
-    pub(super) pieces: Vec<(usize, u32, u64)>,
+    pub(super) pieces: Vec<PieceAt>,
+}
+
+/// Where the tier wrote one piece of a block, and the checksum of its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct PieceAt {
+    /// The drive.
+    pub(super) dev: usize,
+    /// The slot on it.
+    pub(super) slot: u32,
+    /// XXH3-64 of the piece's bytes.
+    pub(super) sum: u64,
 }
 
 /// A slot: (drive, slot number).
@@ -348,7 +383,10 @@ pub(super) fn whole_blocks(found: &Found) -> (Held, Vec<(Slot, Slot)>) {
         if held.get(&(ns, key)).is_some_and(|l| l.hdr.seq > seq) {
             continue;
         }
-        let loc = Loc { hdr: first, pieces: pieces.iter().map(|&(d, s, h)| (d, s, h.sum)).collect() };
+        let loc = Loc {
+            hdr: first,
+            pieces: pieces.iter().map(|&(dev, slot, h)| PieceAt { dev, slot, sum: h.sum }).collect(),
+        };
         held.insert((ns, key), loc);
     }
     (held, twice)

@@ -27,7 +27,6 @@ struct State {
     slot_bytes: u64,
 }
 
-/// Counts an error and logs it.
 /// Header `h` (as a drive holds it) under the id its namespace has in the
 /// region now: a registered namespace is found, or registered, by its
 /// digest; an application's own id is kept. `None` when a registered one
@@ -42,6 +41,7 @@ fn here(node: &Node, mut h: Header) -> Option<Header> {
     Some(h)
 }
 
+/// Counts an error and logs it.
 fn log_error(counters: &TierCounters, what: std::fmt::Arguments<'_>) {
     counters.add(|c| c.errors += 1);
     eprintln!("cxlkv tier: {what}");
@@ -98,40 +98,12 @@ pub(super) fn run(
         counters: counters.clone(),
         slot_bytes: opts.slot_bytes,
     };
-    // The tier's buffers and the region (which drives read straight into)
-    // registered when the memlock limit allows; else the buffers alone;
-    // else nothing. The mapping outlives the engine: `node` is held until
-    // this thread ends, after `s`.
-    let bufs: Vec<(*mut u8, usize)> = s.bufs.iter().map(|b| (b.ptr, b.layout.size())).collect();
-    let mut all = bufs.clone();
-    all.push((st.view.base(), st.view.len() as usize));
-    if !s.io.register(&all) {
-        s.io.register(&bufs);
-    }
-    let registered = s.io.registered();
-    counters.add(|c| {
-        c.engine = Some(s.io.engine());
-        c.registered_bytes = registered;
-    });
+    s.register_io(st);
     s.rebuild(&node, &mut dir);
     ready.give(Ok(()));
     let mut last_spill = Instant::now() - Duration::from_secs(1);
     while !stop.get() {
-        let mut busy = false;
-        while let Some((m, keys)) = node.try_recv()? {
-            busy = true;
-            if m.kind == KIND_TIER_PROMOTE {
-                let asks: Vec<(u32, Key)> = keys.iter().map(|k| (m.ns, *k)).collect();
-                let mut there = Vec::with_capacity(keys.len());
-                for batch in asks.chunks(s.bufs.len()) {
-                    let ok = s.promote_batch(&node, &mut dir, batch);
-                    there.extend(batch.iter().zip(ok).filter(|(_, ok)| *ok).map(|((_, k), _)| *k));
-                }
-                let _ = node.reply(&m, 0, &there);
-            } else if m.kind & crate::node::KIND_RESPONSE == 0 {
-                let _ = node.reply(&m, CoreError::InvalidArgument as u32, &[]);
-            }
-        }
+        let mut busy = s.answer(&node, &mut dir)?;
         if let Ok(Command::SpillAll(done)) = cmd.try_recv() {
             done.give(s.spill(&node, &mut dir, usize::MAX));
             busy = true;
@@ -153,6 +125,46 @@ pub(super) fn run(
 impl State {
     fn log(&self, what: std::fmt::Arguments<'_>) {
         log_error(&self.counters, what);
+    }
+
+    /// Registers the tier's buffers and the region (which drives read
+    /// straight into) with the I/O engine when the memlock limit allows;
+    /// else the buffers alone; else nothing. The mapping outlives the
+    /// engine: the tier thread holds the node until it ends, after `self`.
+    fn register_io(&mut self, st: &cxlkv_core::store::Store<crate::flush::Flush>) {
+        let bufs: Vec<(*mut u8, usize)> = self.bufs.iter().map(|b| (b.ptr, b.layout.size())).collect();
+        let mut all = bufs.clone();
+        all.push((st.view.base(), st.view.len() as usize));
+        if !self.io.register(&all) {
+            self.io.register(&bufs);
+        }
+        let (engine, registered) = (self.io.engine(), self.io.registered());
+        self.counters.add(|c| {
+            c.engine = Some(engine);
+            c.registered_bytes = registered;
+        });
+    }
+
+    /// Answers every promotion request waiting in the node's inbox (the
+    /// blocks it put back into the region), and refuses any other request.
+    /// True when there was any.
+    fn answer(&mut self, node: &Node, dir: &mut cxlkv_core::tier::TierDir<'_, crate::flush::Flush>) -> Result<bool> {
+        let mut any = false;
+        while let Some((m, keys)) = node.try_recv()? {
+            any = true;
+            if m.kind == KIND_TIER_PROMOTE {
+                let asks: Vec<(u32, Key)> = keys.iter().map(|k| (m.ns, *k)).collect();
+                let mut there = Vec::with_capacity(keys.len());
+                for batch in asks.chunks(self.bufs.len()) {
+                    let ok = self.promote_batch(node, dir, batch);
+                    there.extend(batch.iter().zip(ok).filter(|(_, ok)| *ok).map(|((_, k), _)| *k));
+                }
+                let _ = node.reply(&m, 0, &there);
+            } else if m.kind & crate::node::KIND_RESPONSE == 0 {
+                let _ = node.reply(&m, CoreError::InvalidArgument as u32, &[]);
+            }
+        }
+        Ok(any)
     }
 
     /// Reads every slot header and records the blocks whole slot sets hold,
@@ -187,8 +199,8 @@ impl State {
         }
         let mut taken: Vec<Vec<bool>> = self.devs.iter().map(|d| vec![false; d.slots as usize]).collect();
         for l in self.index.values() {
-            for &(d, slot, _) in &l.pieces {
-                taken[d][slot as usize] = true;
+            for at in &l.pieces {
+                taken[at.dev][at.slot as usize] = true;
             }
         }
         for (d, t) in taken.iter().enumerate() {
@@ -277,137 +289,103 @@ impl State {
         dir: &mut cxlkv_core::tier::TierDir<'_, crate::flush::Flush>,
         batch: &[(u32, Key, u64)],
     ) -> u64 {
-        let core = node.core();
-        let mut plans: Vec<(u32, Key, u64, Vec<Slot>)> = Vec::new();
+        let mut plans: Vec<Plan> = Vec::new();
         for &(ns, key, len) in batch {
             let (count, _) = self.geo.cut(len);
             let Some(slots) = self.take_slots(dir, count as usize) else { break };
-            plans.push((ns, key, len, slots));
+            plans.push(Plan { ns, key, len, slots });
         }
         let State { devs, geo, bufs, io, counters, seq, .. } = self;
         let unit = geo.unit;
-        // Per plan: the write's first header, its pieces (with checksums),
-        // its I/O bytes, and whether every one of its writes succeeded so
-        // far.
-        type Made = (Header, Vec<(usize, u32, u64)>, u64, bool);
-        let mut made: Vec<Option<Made>> = vec![None; plans.len()];
+        let mut made: Vec<Option<Written>> = Vec::with_capacity(plans.len());
         let mut op_of: Vec<usize> = Vec::new();
         let mut b = io.batch();
-        for (i, (ns, key, len, slots)) in plans.iter().enumerate() {
-            let mut h = [Err(CoreError::InvalidArgument)];
-            let Ok(hd) = core.acquire(*ns, &[*key], &mut h).and(h[0]) else { continue };
-            let (count, plen) = geo.cut(hd.len);
-            if hd.len != *len || count as usize != slots.len() {
-                // Stored again with another length since it was chosen.
-                let _ = core.release(&[hd]);
-                continue;
-            }
-            // A registered namespace's digest goes with the block: on the
-            // drives it outlives this format of the region and its ids.
-            let digest = match node.namespace_digest(*ns) {
-                Ok(Some(d)) => d,
-                Ok(None) if *ns < cxlkv_core::namespaces::REGISTERED => [0; 16],
-                _ => {
-                    let _ = core.release(&[hd]);
+        for (i, plan) in plans.iter().enumerate() {
+            let w = match plan.copy_out(node, geo, &mut bufs[i], seq) {
+                Ok(Some(w)) => w,
+                Ok(None) => {
+                    made.push(None);
+                    continue;
+                }
+                Err(e) => {
+                    log_error(counters, format_args!("copy of a block out of the region failed: {e}"));
+                    made.push(None);
                     continue;
                 }
             };
-            *seq += 1;
-            let hdr = Header {
-                ns: *ns,
-                digest,
-                tokens: hd.tokens,
-                key: *key,
-                len: hd.len,
-                seq: *seq,
-                sum: 0,
-                piece: 0,
-                count,
-                plen,
-            };
-            let buf = bufs[i].bytes();
-            let mut pieces = Vec::with_capacity(slots.len());
-            let mut read = Ok(());
-            for (j, &(d, slot)) in slots.iter().enumerate() {
-                let (at, l, o) = piece(&hdr, j, unit);
-                let body = &mut buf[o + unit as usize..o + unit as usize + round_up(l, unit)];
-                body[l..].fill(0);
-                // The copy reads the payload fresh (it invalidates this
-                // host's lines first), under the pin.
-                read = read.and(core.read(&hd, at, &mut body[..l]));
-                pieces.push((d, slot, payload_sum(&body[..l])));
-            }
-            let _ = core.release(&[hd]);
-            if let Err(e) = read {
-                log_error(counters, format_args!("copy of a block out of the region failed: {e}"));
-                continue;
-            }
-            for (j, &(_, _, sum)) in pieces.iter().enumerate() {
-                let (_, _, o) = piece(&hdr, j, unit);
-                hdr.of_piece(j, sum).write(&mut buf[o..o + unit as usize]);
-            }
-            let mut io_bytes = 0;
-            for (j, &(d, slot, _)) in pieces.iter().enumerate() {
-                let (_, l, o) = piece(&hdr, j, unit);
-                let n = unit as usize + round_up(l, unit);
-                io_bytes += n as u64;
+            for (j, at) in w.pieces.iter().enumerate() {
+                let p = piece(&w.hdr, j, unit);
                 let op = crate::nvme::Op {
-                    file: &devs[d].file,
-                    offset: devs[d].at(slot),
-                    // Inside buffer `i` (`o + n` is at most its length).
-                    buf: bufs[i].ptr.wrapping_add(o),
-                    len: n,
+                    file: &devs[at.dev].file,
+                    offset: devs[at.dev].at(at.slot),
+                    // Inside buffer `i` (a piece and its header end within
+                    // its length).
+                    buf: bufs[i].ptr.wrapping_add(p.buf_off),
+                    len: unit as usize + round_up(p.len, unit),
                     write: true,
                 };
                 let k = b.push(op);
                 op_of.resize(k + 1, usize::MAX);
                 op_of[k] = i;
             }
-            made[i] = Some((hdr, pieces, io_bytes, true));
+            made.push(Some(w));
         }
         while let Some((k, r)) = b.wait_one() {
             let i = op_of.get(k).copied().unwrap_or(usize::MAX);
-            if let (Err(e), Some(Some(m))) = (r, made.get_mut(i)) {
-                if m.3 {
-                    let (d, _) = plans[i].3[0];
+            if let (Err(e), Some(Some(w))) = (r, made.get_mut(i)) {
+                if w.ok {
+                    let d = w.pieces[0].dev;
                     log_error(counters, format_args!("write of a block to {} failed: {e}", devs[d].path.display()));
                 }
-                m.3 = false;
+                w.ok = false;
             }
         }
         drop(b);
-        // The slots are durable on the drives before the rack learns of
-        // them (O_DIRECT bypasses the page cache; fdatasync flushes the
-        // drive's own cache).
+        self.record(dir, &plans, made)
+    }
+
+    /// Records the blocks of a spilled batch whose writes all succeeded,
+    /// once their drives are synced: the slots are durable on the drives
+    /// before the rack learns of them (O_DIRECT bypasses the page cache;
+    /// fdatasync flushes the drive's own cache). The slots of the others
+    /// are free again. Returns the blocks recorded.
+    fn record(
+        &mut self,
+        dir: &mut cxlkv_core::tier::TierDir<'_, crate::flush::Flush>,
+        plans: &[Plan],
+        made: Vec<Option<Written>>,
+    ) -> u64 {
         let mut synced: Vec<Option<bool>> = vec![None; self.devs.len()];
         let mut n = 0;
         for (plan, m) in plans.iter().zip(made) {
             let ok = match &m {
-                Some((_, pieces, _, true)) => pieces
+                Some(w) if w.ok => w
+                    .pieces
                     .iter()
-                    .all(|&(d, _, _)| *synced[d].get_or_insert_with(|| self.devs[d].file.sync_data().is_ok())),
+                    .all(|at| *synced[at.dev].get_or_insert_with(|| self.devs[at.dev].file.sync_data().is_ok())),
                 _ => false,
             };
-            let Some((hdr, pieces, io_bytes, _)) = m.filter(|_| ok) else {
-                for &(d, slot) in &plan.3 {
+            let Some(w) = m.filter(|_| ok) else {
+                for &(d, slot) in &plan.slots {
                     self.free[d].push(slot);
                 }
                 continue;
             };
+            let hdr = w.hdr;
             if dir.put(hdr.ns, hdr.key, hdr.len).is_err() {
-                for &(d, slot, _) in &pieces {
-                    self.free[d].push(slot);
+                for at in &w.pieces {
+                    self.free[at.dev].push(at.slot);
                 }
                 continue;
             }
-            self.index.insert((hdr.ns, hdr.key), Loc { hdr, pieces });
+            self.index.insert((hdr.ns, hdr.key), Loc { hdr, pieces: w.pieces });
             self.order.push_back((hdr.ns, hdr.key, hdr.seq));
             n += 1;
             let held = self.index.len() as u64;
             self.counters.add(|c| {
                 c.spills += 1;
                 c.held = held;
-                c.bytes_written += io_bytes;
+                c.bytes_written += w.io_bytes;
             });
         }
         if synced.contains(&Some(false)) {
@@ -485,15 +463,6 @@ impl State {
         let mut bad: Vec<(u32, Key)> = Vec::new();
         let State { devs, geo, bufs, io, counters, index, .. } = self;
         let unit = geo.unit;
-        struct Staged {
-            r: usize,
-            loc: Loc,
-            h: cxlkv_core::index::Handle,
-            direct: bool,
-            left: usize,
-            failed: Option<std::io::Error>,
-            io_bytes: u64,
-        }
         let mut staged: Vec<Staged> = Vec::new();
         let mut op_of: Vec<usize> = Vec::new();
         let mut b = io.batch();
@@ -515,59 +484,18 @@ impl State {
                     continue;
                 }
             };
-            let direct = h.off % unit == 0
-                && h.len % unit == 0
-                && st.view.ptr(h.off, h.len, unit).is_ok()
-                // SYNC: this host's lines of the block leave its caches
-                // before the drives write it.
-                && st.co.flush(&st.view, h.off, h.len, Site("tier.promote.dma")).is_ok();
             let i = staged.len();
-            let mut s = Staged { r, loc, h, direct, left: 0, failed: None, io_bytes: 0 };
-            for (j, &(d, slot, _)) in s.loc.pieces.iter().enumerate() {
-                let (at, l, o) = piece(&s.loc.hdr, j, unit);
-                let (dev, body) = (&devs[d], round_up(l, unit));
-                // Inside buffer `i` (`o` plus a piece and its header is at
-                // most its length).
-                let hbuf = bufs[i].ptr.wrapping_add(o);
-                let mut ops = Vec::with_capacity(2);
-                if direct {
-                    // Inside the reservation: checked by `ptr` above.
-                    let region = st.view.base().wrapping_add((h.off + at) as usize);
-                    ops.push(crate::nvme::Op {
-                        file: &dev.file,
-                        offset: dev.at(slot),
-                        buf: hbuf,
-                        len: unit as usize,
-                        write: false,
-                    });
-                    ops.push(crate::nvme::Op {
-                        file: &dev.file,
-                        offset: dev.at(slot) + unit,
-                        buf: region,
-                        len: body,
-                        write: false,
-                    });
-                } else {
-                    ops.push(crate::nvme::Op {
-                        file: &dev.file,
-                        offset: dev.at(slot),
-                        buf: hbuf,
-                        len: unit as usize + body,
-                        write: false,
-                    });
-                }
-                for op in ops {
-                    s.io_bytes += op.len as u64;
-                    s.left += 1;
-                    let k = b.push(op);
-                    op_of.resize(k + 1, usize::MAX);
-                    op_of[k] = i;
-                }
+            let mut s = Staged { r, loc, h, direct: false, left: 0, failed: None, io_bytes: 0 };
+            for op in s.reads(st, devs, &bufs[i], unit) {
+                let k = b.push(op);
+                op_of.resize(k + 1, usize::MAX);
+                op_of[k] = i;
             }
             staged.push(s);
         }
         while let Some((k, res)) = b.wait_one() {
-            let Some(s) = op_of.get(k).and_then(|&i| staged.get_mut(i)) else { continue };
+            let Some(&i) = op_of.get(k) else { continue };
+            let Some(s) = staged.get_mut(i) else { continue };
             s.left -= 1;
             if let Err(e) = res {
                 s.failed.get_or_insert(e);
@@ -575,68 +503,27 @@ impl State {
             if s.left > 0 {
                 continue;
             }
-            let (h, hdr) = (s.h, s.loc.hdr);
-            if s.direct && s.failed.is_none() {
-                // SYNC: the drive's bytes, fresh in this host's cache.
-                if let Err(e) = st.co.invalidate(&st.view, h.off, h.len, Site("tier.promote.fresh")) {
-                    s.failed = Some(std::io::Error::other(format!("region invalidate: {e}")));
-                }
-            }
-            let i = op_of[k];
             let buf = bufs[i].view();
-            let mut verified = s.failed.is_none();
-            for (j, &(_, _, sum)) in s.loc.pieces.iter().enumerate() {
-                if !verified {
-                    break;
-                }
-                let (at, l, o) = piece(&hdr, j, unit);
-                let body: &[u8] = if s.direct {
-                    match st.view.ptr(h.off + at, l as u64, 1) {
-                        Ok(p) => {
-                            // `p` names `l` bytes inside the mapping (checked by
-                            // `ptr`) of this node's reservation (WRITING: no
-                            // other node reads or writes it); the drive's write
-                            // to it completed, and it is only read until published.
-                            // SAFETY: in bounds, unshared and complete, as above.
-                            unsafe { std::slice::from_raw_parts(p, l) }
-                        }
-                        Err(_) => &[],
-                    }
-                } else {
-                    &buf[o + unit as usize..o + unit as usize + l]
-                };
-                verified = Header::read(&buf[o..o + unit as usize]).is_some_and(|r| hdr.of_piece(j, sum).matches(&r))
-                    && body.len() == l
-                    && payload_sum(body) == sum;
-            }
-            if !verified {
-                let _ = core.abort(&h);
+            if !s.verify(st, buf, unit) {
+                let _ = core.abort(&s.h);
                 let what = match &s.failed {
                     Some(e) => format!("read failed: {e}"),
                     None => "a header or checksum does not match".to_string(),
                 };
-                let (d, slot, _) = s.loc.pieces[0];
+                let first = &s.loc.pieces[0];
                 log_error(
                     counters,
-                    format_args!("block in slot {slot} of {} unusable ({what}): a miss", devs[d].path.display()),
+                    format_args!(
+                        "block in slot {} of {} unusable ({what}): a miss",
+                        first.slot,
+                        devs[first.dev].path.display()
+                    ),
                 );
-                bad.push((hdr.ns, hdr.key));
+                bad.push((s.loc.hdr.ns, s.loc.hdr.key));
                 counters.add(|c| c.misses += 1);
                 continue;
             }
-            let mut put = Ok(());
-            if !s.direct {
-                for j in 0..s.loc.pieces.len() {
-                    let (at, l, o) = piece(&hdr, j, unit);
-                    put = put.and_then(|()| core.write(&h, at, &buf[o + unit as usize..o + unit as usize + l]));
-                }
-            }
-            let put = put.and_then(|()| {
-                let mut done = [Ok(())];
-                core.publish_flushed(&[h], &mut done)?;
-                done[0]
-            });
-            match put {
+            match s.put_back(&core, buf, unit) {
                 Ok(()) => {
                     there[s.r] = true;
                     let (io_bytes, direct) = (s.io_bytes, s.direct);
@@ -647,7 +534,7 @@ impl State {
                     });
                 }
                 Err(e) => {
-                    let _ = core.abort(&h);
+                    let _ = core.abort(&s.h);
                     log_error(counters, format_args!("a block read back could not be published: {e}"));
                 }
             }
@@ -663,11 +550,220 @@ impl State {
     fn forget(&mut self, dir: &mut cxlkv_core::tier::TierDir<'_, crate::flush::Flush>, ns: u32, key: Key) {
         let _ = dir.remove(ns, key);
         if let Some(l) = self.index.remove(&(ns, key)) {
-            for (d, slot, _) in l.pieces {
-                self.free[d].push(slot);
+            for at in l.pieces {
+                self.free[at.dev].push(at.slot);
             }
         }
         let held = self.index.len() as u64;
         self.counters.add(|c| c.held = held);
+    }
+}
+
+/// A block chosen to be copied out, and the slots taken for it.
+struct Plan {
+    ns: u32,
+    key: Key,
+    len: u64,
+    slots: Vec<Slot>,
+}
+
+/// A block copied into a tier buffer, its writes queued.
+struct Written {
+    /// Its first piece's header.
+    hdr: Header,
+    /// Its pieces, with their checksums.
+    pieces: Vec<PieceAt>,
+    /// Bytes its writes move.
+    io_bytes: u64,
+    /// Every one of its writes succeeded so far.
+    ok: bool,
+}
+
+impl Plan {
+    /// Copies the block, pinned, into `buf` piece by piece, each after its
+    /// header (with the piece's checksum). `None` when the block is gone,
+    /// stored again with another length, or of a registered namespace whose
+    /// digest cannot be read.
+    fn copy_out(
+        &self,
+        node: &Node,
+        geo: &Geometry,
+        buf: &mut Aligned,
+        seq: &mut u64,
+    ) -> cxlkv_core::Result<Option<Written>> {
+        let core = node.core();
+        let unit = geo.unit;
+        let mut h = [Err(CoreError::InvalidArgument)];
+        let Ok(hd) = core.acquire(self.ns, &[self.key], &mut h).and(h[0]) else { return Ok(None) };
+        let (count, plen) = geo.cut(hd.len);
+        // A registered namespace's digest goes with the block: on the
+        // drives it outlives this format of the region and its ids.
+        let digest = match node.namespace_digest(self.ns) {
+            Ok(Some(d)) => Some(d),
+            Ok(None) if self.ns < cxlkv_core::namespaces::REGISTERED => Some([0; 16]),
+            _ => None,
+        };
+        let (Some(digest), true) = (digest, hd.len == self.len && count as usize == self.slots.len()) else {
+            // Stored again with another length since it was chosen, or no
+            // digest.
+            let _ = core.release(&[hd]);
+            return Ok(None);
+        };
+        *seq += 1;
+        let hdr = Header {
+            ns: self.ns,
+            digest,
+            tokens: hd.tokens,
+            key: self.key,
+            len: hd.len,
+            seq: *seq,
+            sum: 0,
+            piece: 0,
+            count,
+            plen,
+        };
+        let buf = buf.bytes();
+        let mut pieces = Vec::with_capacity(self.slots.len());
+        let mut read = Ok(());
+        let mut io_bytes = 0;
+        for (j, &(dev, slot)) in self.slots.iter().enumerate() {
+            let p = piece(&hdr, j, unit);
+            let padded = round_up(p.len, unit);
+            let body = &mut buf[p.body(unit).start..p.body(unit).start + padded];
+            body[p.len..].fill(0);
+            // The copy reads the payload fresh (it invalidates this host's
+            // lines first), under the pin.
+            read = read.and(core.read(&hd, p.at, &mut body[..p.len]));
+            pieces.push(PieceAt { dev, slot, sum: payload_sum(&body[..p.len]) });
+            io_bytes += (unit as usize + padded) as u64;
+        }
+        let _ = core.release(&[hd]);
+        read?;
+        for (j, at) in pieces.iter().enumerate() {
+            hdr.of_piece(j, at.sum).write(&mut buf[piece(&hdr, j, unit).header(unit)]);
+        }
+        Ok(Some(Written { hdr, pieces, io_bytes, ok: true }))
+    }
+}
+
+/// A block being read back into the region: its reservation, and its
+/// reads in flight.
+struct Staged {
+    /// Its place among the blocks asked for.
+    r: usize,
+    loc: Loc,
+    h: cxlkv_core::index::Handle,
+    /// The drives read the payload straight into the reservation.
+    direct: bool,
+    /// Reads not completed yet.
+    left: usize,
+    /// The first read that failed.
+    failed: Option<std::io::Error>,
+    io_bytes: u64,
+}
+
+impl Staged {
+    /// The reads of the block's pieces (each with its piece number): into
+    /// buffer `buf` for the headers, and for the payload too unless it is
+    /// aligned for the drives, when they read straight into the
+    /// reservation (this host's lines of it flushed first). Counts them.
+    fn reads<'a>(
+        &mut self,
+        st: &cxlkv_core::store::Store<crate::flush::Flush>,
+        devs: &'a [Dev],
+        buf: &Aligned,
+        unit: u64,
+    ) -> Vec<crate::nvme::Op<'a>> {
+        let h = self.h;
+        self.direct = h.off.is_multiple_of(unit)
+            && h.len.is_multiple_of(unit)
+            && st.view.ptr(h.off, h.len, unit).is_ok()
+            // SYNC: this host's lines of the block leave its caches
+            // before the drives write it.
+            && st.co.flush(&st.view, h.off, h.len, Site("tier.promote.dma")).is_ok();
+        let mut ops = Vec::with_capacity(2 * self.loc.pieces.len());
+        for (j, at) in self.loc.pieces.iter().enumerate() {
+            let p = piece(&self.loc.hdr, j, unit);
+            let (dev, body) = (&devs[at.dev], round_up(p.len, unit));
+            // Inside the buffer (a piece and its header end within its
+            // length).
+            let hbuf = buf.ptr.wrapping_add(p.buf_off);
+            if self.direct {
+                // Inside the reservation: checked by `ptr` above.
+                let region = st.view.base().wrapping_add((h.off + p.at) as usize);
+                let offset = dev.at(at.slot);
+                ops.push(crate::nvme::Op { file: &dev.file, offset, buf: hbuf, len: unit as usize, write: false });
+                ops.push(crate::nvme::Op {
+                    file: &dev.file,
+                    offset: offset + unit,
+                    buf: region,
+                    len: body,
+                    write: false,
+                });
+            } else {
+                let len = unit as usize + body;
+                ops.push(crate::nvme::Op { file: &dev.file, offset: dev.at(at.slot), buf: hbuf, len, write: false });
+            }
+        }
+        self.io_bytes += ops.iter().map(|op| op.len as u64).sum::<u64>();
+        self.left += ops.len();
+        ops
+    }
+
+    /// True when every read completed and every piece's header and
+    /// checksum match what the tier wrote (the payload read fresh first
+    /// when the drives wrote it into the region).
+    fn verify(&mut self, st: &cxlkv_core::store::Store<crate::flush::Flush>, buf: &[u8], unit: u64) -> bool {
+        let (h, hdr) = (self.h, self.loc.hdr);
+        if self.direct && self.failed.is_none() {
+            // SYNC: the drive's bytes, fresh in this host's cache.
+            if let Err(e) = st.co.invalidate(&st.view, h.off, h.len, Site("tier.promote.fresh")) {
+                self.failed = Some(std::io::Error::other(format!("region invalidate: {e}")));
+            }
+        }
+        if self.failed.is_some() {
+            return false;
+        }
+        self.loc.pieces.iter().enumerate().all(|(j, at)| {
+            let p = piece(&hdr, j, unit);
+            let body: &[u8] = if self.direct {
+                match st.view.ptr(h.off + p.at, p.len as u64, 1) {
+                    Ok(ptr) => {
+                        // `ptr` names `p.len` bytes inside the mapping
+                        // (checked by `ptr`) of this node's reservation
+                        // (WRITING: no other node reads or writes it); the
+                        // drive's write to it completed, and it is only read
+                        // until published.
+                        // SAFETY: in bounds, unshared and complete, as above.
+                        unsafe { std::slice::from_raw_parts(ptr, p.len) }
+                    }
+                    Err(_) => &[],
+                }
+            } else {
+                buf.get(p.body(unit)).unwrap_or_default()
+            };
+            buf.get(p.header(unit)).and_then(Header::read).is_some_and(|r| hdr.of_piece(j, at.sum).matches(&r))
+                && body.len() == p.len
+                && payload_sum(body) == at.sum
+        })
+    }
+
+    /// Copies the payload in from buffer `buf` (unless the drives wrote it
+    /// into the region) and publishes the block.
+    fn put_back(
+        &self,
+        core: &cxlkv_core::node::Node<'_, crate::flush::Flush>,
+        buf: &[u8],
+        unit: u64,
+    ) -> cxlkv_core::Result<()> {
+        if !self.direct {
+            for j in 0..self.loc.pieces.len() {
+                let p = piece(&self.loc.hdr, j, unit);
+                core.write(&self.h, p.at, buf.get(p.body(unit)).ok_or(CoreError::InvalidArgument)?)?;
+            }
+        }
+        let mut done = [Ok(())];
+        core.publish_flushed(&[self.h], &mut done)?;
+        done[0]
     }
 }
