@@ -8,28 +8,32 @@ use std::collections::HashMap;
 use cxlkv_core::coherence::{Coherence, Site};
 use cxlkv_core::format::format;
 use cxlkv_core::hash::{mix64, Key};
-use cxlkv_core::index::{Handle, Lru, ReserveItem};
+use cxlkv_core::index::Lru;
 use cxlkv_core::layout::NodeInfo;
 use cxlkv_core::lock::Manager;
-use cxlkv_core::node::{attach_node, Node, NodeLocal};
+use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
 use cxlkv_core::store::{attach, Store};
 use cxlkv_core::Error;
 
+use crate::harness::blocks::{
+    acquire_op, check, finish_write, get_op, lookup_op, release_pins, reserve_batch_op, reserve_op,
+    stale_handle_misuse, verify_pinned, Writing,
+};
 use crate::harness::checks::{always_invariants, check_from};
 use crate::harness::feed::feed_tail;
-use crate::harness::model::{key, len_of, payload, Pin, IN_ACQUIRE, WAIT_LIMIT};
+use crate::harness::model::{key, Pin, WAIT_LIMIT};
 use crate::harness::ops::{
-    adopt_unrooted, chan_attached, channel_end, channel_op, raw_free, raw_op, revoked_ok, roots_op, write_payload,
+    adopt_unrooted, chan_attached, channel_end, channel_op, raw_free, raw_op, revoked_ok, roots_op,
 };
 use crate::harness::params::sim_caps;
 use crate::harness::params::{KEYS, LEASE, NS};
 use crate::harness::sched::rnd;
 use crate::harness::stalls::{barrier, stall_here, stall_now};
-use crate::harness::tier::{tier_find, tier_op, tier_release, TierState};
+use crate::harness::tier::{tier_op, tier_release, TierState};
+use crate::harness::world::unpin_model;
 use crate::harness::world::{
-    attach_retry, identity, kill_scans, locks_awaiting_repair, locks_in_memory, log, recovers_here, Env, World,
+    attach_retry, identity, kill_scans, locks_awaiting_repair, locks_in_memory, recovers_here, Env, World,
 };
-use crate::harness::world::{counted_insert, pins_of, unpin_model};
 use crate::memory::SimCoherence;
 
 pub(crate) fn manager_actor(w: &World, h: usize) {
@@ -295,30 +299,8 @@ thread_local! {
 }
 
 pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool) {
-    if h == 0 && !restarted {
-        if let Err(e) = format(w.mem.view(0), w.mem.host(0), sim_caps(w.hosts), seed) {
-            return w.violation(format!("format: {e}"));
-        }
-        w.published_all(0, "format", None);
-    }
-    let Some(store) = attach_retry(w, h) else { return };
-    let who = identity(w, h);
-    let attached = if restarted {
-        bury_predecessor(w, &store, h, kill_scans(seed)).ok_or(Error::Revoked)
-    } else {
-        attach_node(&store, Some(h as u32), who)
-    };
-    let id = match attached {
-        Ok(id) => id,
-        Err(e) => return w.violation(format!("attach node {h}: {e}")),
-    };
-    chan_attached(w, id);
-    if restarted {
-        w.model.lock().unwrap().inserts[h] = 0;
-    }
+    let Some((store, id, who)) = start_process(w, h, seed, restarted) else { return };
     let me = 3 * h;
-    w.model.lock().unwrap().attached[h] = true;
-    w.published_all(me, "attach_node", None);
     let env = Env { w };
     let local = NodeLocal::default();
     let node = Node::attached(&store, id, &env, &local);
@@ -326,82 +308,23 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
     let mut pins: Vec<Pin> = Vec::new();
     // The block being written: its handle, the op that finishes it, and
     // whether its payload goes in by plain stores (flushed by `publish`).
-    let mut writing: Option<(Handle, u32, bool)> = None;
+    let mut writing: Option<Writing> = None;
     let mut tier = TierState { dir: None, ssd: HashMap::new() };
-    let check_err = |what: &str, e: Error, ok: &[Error]| {
-        if !ok.contains(&e) && !revoked_ok(w, h, e) {
-            w.violation(format!("host {h} {what}: unexpected {e:?}"));
-        }
-    };
+    let check_err = |what: &str, e: Error, ok: &[Error]| check(w, h, what, e, ok);
     if h == 0 && !restarted {
-        // The lock-counter word, published as a named root.
-        // (Recovering: a crashed host holds the allocator; retry once it is
-        // repaired.)
-        let mut a = node.alloc(64);
-        while a == Err(Error::Recovering) {
-            w.yield_now(me, "alloc-retry");
-            a = node.alloc(64);
-        }
-        match a {
-            Ok(off) => {
-                let r = cxlkv_core::roots::Root { offset: off, size: 64, tag: 1 };
-                if let Err(e) = node.root_put(b"counter", r) {
-                    w.violation(format!("root_put: {e}"));
-                }
-                w.model.lock().unwrap().counter_root = off;
-            }
-            Err(e) => w.violation(format!("alloc counter: {e}")),
-        }
-        let mut l = node.lock_alloc();
-        while l == Err(Error::Recovering) {
-            w.yield_now(me, "lock-alloc-retry");
-            l = node.lock_alloc();
-        }
-        match l {
-            Ok(i) => w.model.lock().unwrap().counter_lock = Some(i),
-            Err(e) => w.violation(format!("lock_alloc: {e}")),
-        }
-        w.published_all(me, "root_put", None);
+        make_counter(w, &node, me);
     }
     let first = w.model.lock().unwrap().op_at[h];
     for op in first..ops {
-        {
-            let mut m = w.model.lock().unwrap();
-            m.op_at[h] = op;
-            m.raw_writing[h] = writing.is_some_and(|(_, _, raw)| raw);
-        }
-        let fenced = {
-            let m = w.model.lock().unwrap();
-            m.stall == Some(h) && (m.fenced || m.revoked_ops > 0)
-        };
+        let fenced = op_begins(w, h, op, writing);
         if h == 0 && op == ops / 2 && ops >= 8 && !fenced {
-            // A restart: the process detaches cleanly, stays away for longer
-            // than a lease (managers must not take its silence for death; if
-            // it was the manager, another takes over), then attaches again.
-            // (Not for a process that learnt it was declared dead: it stops.)
             if let Some((hd, _, raw)) = writing.take() {
                 finish_write(w, &node, h, hd, raw, rnd(&mut x));
             }
             release_pins(w, &node, h, &mut pins, &check_err);
-            let mine: Vec<u64> = w.model.lock().unwrap().raw.iter().filter(|b| b.2 == h).map(|b| b.0).collect();
-            for off in mine {
-                raw_free(w, &node, h, off);
-            }
-            close_process(w, me, h, &node, &check_err);
-            let t = w.now();
-            while w.now() < t + LEASE.lease + 5_000 {
-                w.yield_now(me, "restart");
-            }
-            if let Err(e) = attach_node(&store, Some(h as u32), identity(w, h)) {
+            if let Err(e) = restart_process(w, &store, &node, h, &check_err) {
                 return w.violation(format!("host {h} re-attach: {e}"));
             }
-            chan_attached(w, h as u32);
-            {
-                let mut m = w.model.lock().unwrap();
-                m.inserts[h] = 0;
-                m.attached[h] = true;
-            }
-            w.published_all(me, "attach_node again", None);
         }
         // Woken from a stall, the node was declared dead and recovered
         // meanwhile: operations taking a lock fail with Revoked until its
@@ -409,14 +332,8 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
         if stall_now(w, h, op, ops, pins.is_empty() && writing.is_none()) {
             woken_pins_nothing(w, &node, h);
         }
-        {
-            let mut m = w.model.lock().unwrap();
-            if m.stall == Some(h) && (m.fenced || m.revoked_ops > 0) {
-                m.raw.retain(|b| b.2 != h);
-                if m.fenced {
-                    return;
-                }
-            }
+        if stops_fenced(w, h) {
+            return;
         }
         // (A restarted process skips a barrier its predecessor passed.)
         if op == ops / 4 && w.model.lock().unwrap().barrier[1] & (1 << h) == 0 {
@@ -429,219 +346,25 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
             check_from(w, &store, h, "at the mid-run barrier");
             barrier(w, me, 1);
         }
-        // Verify and drop pins whose time has come.
-        let mut k = 0;
-        while k < pins.len() {
-            if pins[k].until <= op {
-                let p = pins.swap_remove(k);
-                unpin_model(w, &p);
-                verify_pinned(w, &node, h, &p.h);
-                if let Err(e) = node.release(&[p.h]) {
-                    check_err("release", e, &[]);
-                }
-            } else {
-                k += 1;
-            }
-        }
+        expire_pins(w, &node, h, op, &mut pins);
         if let Some((hd, due, raw)) = writing {
             if due <= op {
                 writing = None;
                 finish_write(w, &node, h, hd, raw, rnd(&mut x));
             }
         }
-        let r = rnd(&mut x);
-        let mut i = r % KEYS;
-        let hot = {
-            let mut m = w.model.lock().unwrap();
-            match m.hot {
-                Some((k, by)) if by != h => m.hot.take().map(|_| k),
-                _ => None,
-            }
-        };
-        let r = match hot {
-            // An acquire of the key an evictor elsewhere is deciding on.
-            Some(k) => {
-                i = k;
-                (r & 0xf_ffff) | 5 << 20
-            }
-            None => r,
-        };
+        let (r, i) = draw(w, h, &mut x);
         match (r >> 20) % 18 {
-            0..=4 if writing.is_none() => {
-                let k = key(i);
-                match node.reserve(NS, k, len_of(k), 16) {
-                    Ok(hd) => {
-                        counted_insert(w, h);
-                        log(w, hd.off, format!("host {h} reserve key {} len {}", k.hi, hd.len));
-                        // Write half now, the rest (and publish) a few ops later,
-                        // so readers run while the block is WRITING.
-                        let p = payload(k, hd.len as usize);
-                        let half = p.len() / 2;
-                        let raw = (r >> 44) % 2 == 0;
-                        write_payload(w, &node, h, &hd, 0, &p[..half], raw);
-                        writing = Some((hd, op + 1 + (r >> 40) as u32 % 3, raw));
-                    }
-                    Err(e) => check_err(
-                        "reserve",
-                        e,
-                        &[Error::Exists, Error::OutOfSpace, Error::TableFull, Error::Recovering],
-                    ),
-                }
-            }
-            5..=7 => {
-                let keys: Vec<Key> = (i..i + 3).map(key).collect();
-                let mut out = vec![Err(Error::InvalidArgument); keys.len()];
-                IN_ACQUIRE.with(|c| c.set(true));
-                let got = node.acquire(NS, &keys, &mut out);
-                IN_ACQUIRE.with(|c| c.set(false));
-                match got {
-                    Ok(_) => {
-                        for (k, r) in keys.iter().zip(out) {
-                            match r {
-                                Ok(hd) => {
-                                    if !w.model.lock().unwrap().published.contains(k) {
-                                        w.violation(format!("host {h} acquired key {} never published", k.hi));
-                                    }
-                                    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
-                                        let line = node.store.layout.entry(hd.stripe, hd.entry) / 64;
-                                        eprintln!(
-                                            "step {}: host {h} pinned key {} entry {}/{} gen {} line {line}",
-                                            w.now(),
-                                            k.hi,
-                                            hd.stripe,
-                                            hd.entry,
-                                            hd.gen
-                                        );
-                                    }
-                                    verify_pinned(w, &node, h, &hd);
-                                    let id = {
-                                        let mut m = w.model.lock().unwrap();
-                                        m.pin_ids += 1;
-                                        let id = m.pin_ids;
-                                        m.pinned.entry(*k).or_default().insert(id);
-                                        id
-                                    };
-                                    pins.push(Pin { h: hd, until: op + 1 + (rnd(&mut x) % 4) as u32, id });
-                                }
-                                Err(Error::NotFound) => {}
-                                Err(e) => check_err("acquire item", e, &[Error::JournalFull]),
-                            }
-                        }
-                    }
-                    Err(e) => check_err("acquire", e, &[]),
-                }
-            }
-            8..=10 => {
-                let k = key(i);
-                let mut buf = vec![0u8; (2 << sim_caps(2).chunk_shift) + 64];
-                match node.get(NS, k, &mut buf) {
-                    Ok(n) => {
-                        if !w.model.lock().unwrap().published.contains(&k) {
-                            w.violation(format!("host {h} got key {} never published", k.hi));
-                        } else if buf[..n] != payload(k, n)[..] || n as u64 != len_of(k) {
-                            w.violation(format!("host {h} get key {}: wrong payload", k.hi));
-                        }
-                    }
-                    // A miss looks in the SSD tiers next, as the platform's get does.
-                    Err(Error::NotFound) => tier_find(w, &node, h, k),
-                    Err(e) => check_err("get", e, &[Error::Changed]),
-                }
-            }
-            11 => {
-                let keys: Vec<Key> = (i..i + 4).map(key).collect();
-                let pinned_before = pins_of(w, &keys);
-                let mut present = vec![false; keys.len()];
-                let got = if r % 2 == 0 {
-                    node.lookup(NS, &keys).map(|n| present[..n].fill(true))
-                } else {
-                    node.presence(NS, &keys, &mut present).map(|_| ())
-                };
-                match got {
-                    Ok(()) => {
-                        let m = w.model.lock().unwrap();
-                        if let Some(k) = keys.iter().zip(&present).find(|(k, p)| **p && !m.published.contains(k)) {
-                            let k = k.0.hi;
-                            drop(m);
-                            w.violation(format!("host {h} lookup hit key {k} never published"));
-                        } else {
-                            drop(m);
-                            // A key pinned by the same pin from before to after
-                            // the call was READY all along: a miss is a stale
-                            // read. Lookup reports a prefix: only the pinned
-                            // keys before its first unpinned one count.
-                            let pinned_after = pins_of(w, &keys);
-                            let held = |j: usize| match (&pinned_before[j], &pinned_after[j]) {
-                                (Some((r0, a)), Some((r1, b))) => r0 == r1 && !a.is_disjoint(b),
-                                _ => false,
-                            };
-                            let upto =
-                                if r % 2 == 0 { (0..keys.len()).take_while(|&j| held(j)).count() } else { keys.len() };
-                            if let Some(j) = (0..upto).find(|&j| held(j) && !present[j]) {
-                                w.violation(format!("host {h} lookup missed key {} pinned all along", keys[j].hi));
-                            }
-                        }
-                    }
-                    Err(e) => check_err("lookup", e, &[]),
-                }
-            }
+            0..=4 if writing.is_none() => writing = reserve_op(w, &node, h, op, r, key(i)),
+            5..=7 => acquire_op(w, &node, h, op, i, &mut x, &mut pins),
+            8..=10 => get_op(w, &node, h, key(i)),
+            11 => lookup_op(w, &node, h, r, i),
             12 => match node.evict(2048 + r % 8192, &mut Lru) {
                 Ok(_) => {}
                 Err(e) => check_err("evict", e, &[]),
             },
             13 if (r >> 50) % 4 == 0 && writing.is_none() => stale_handle_misuse(w, &node, h, key(i)),
-            13 => {
-                let items: Vec<ReserveItem> =
-                    (i..i + 3).map(|j| ReserveItem { key: key(j), len: len_of(key(j)), tokens: 16 }).collect();
-                let mut out = vec![Err(Error::InvalidArgument); items.len()];
-                if let Err(e) = node.reserve_batch(NS, &items, &mut out) {
-                    check_err("reserve_batch", e, &[]);
-                    // Items a failed call did not reach keep their placeholder.
-                    out.iter_mut().for_each(|r| {
-                        if *r == Err(Error::InvalidArgument) {
-                            *r = Err(e);
-                        }
-                    });
-                }
-                let mut done = Vec::new();
-                for (it, r) in items.iter().zip(out) {
-                    match r {
-                        Ok(hd) => {
-                            counted_insert(w, h);
-                            log(w, hd.off, format!("host {h} batch-reserve key {} len {}", hd.key.hi, hd.len));
-                            if let Err(e) = node.write(&hd, 0, &payload(it.key, hd.len as usize)) {
-                                check_err("write", e, &[]);
-                            }
-                            done.push(hd);
-                        }
-                        Err(e) => check_err(
-                            "reserve batch item",
-                            e,
-                            &[
-                                Error::Exists,
-                                Error::OutOfSpace,
-                                Error::TableFull,
-                                Error::JournalFull,
-                                Error::Recovering,
-                            ],
-                        ),
-                    }
-                }
-                let mut st = vec![Ok(()); done.len()];
-                {
-                    let mut m = w.model.lock().unwrap();
-                    for hd in &done {
-                        m.published.insert(hd.key);
-                    }
-                }
-                if let Err(e) = node.publish_flushed(&done, &mut st) {
-                    check_err("publish batch", e, &[]);
-                }
-                for s in st {
-                    if let Err(e) = s {
-                        check_err("publish batch item", e, &[]);
-                    }
-                }
-            }
+            13 => reserve_batch_op(w, &node, h, i),
             14 if (r >> 50) % 4 == 0 => app_lock_churn(w, &node, h),
             14 => lock_counter(w, &node, h, r),
             15 if (r >> 52) % 4 != 0 => tier_op(w, &node, h, r, &mut tier),
@@ -649,32 +372,13 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
             _ if (r >> 56) % 2 == 0 => roots_op(w, &node, h, r),
             _ => raw_op(w, &node, h, r),
         }
-        {
-            let mut m = w.model.lock().unwrap();
-            m.ops += 1;
-            m.release_armed = false;
-            if m.stall == Some(h) && m.stalled_in_release && m.revoked_ops == 0 {
-                m.revoked_ops = 1;
-                drop(m);
-                w.violation(format!(
-                    "host {h}: an unlock interrupted by a stall past the lease (its lock revoked) did not fail with Revoked"
-                ));
-            }
-        }
-        w.published_all(me, "an operation", writing.map(|(hd, _, _)| (hd.off, hd.len)));
-        always_invariants(w, h, op);
-        if op % 4 == FEED_AT.with(|c| c.get()) {
-            feed_tail(w, node.store, h);
-        }
+        op_done(w, &node, h, op, writing);
     }
     w.model.lock().unwrap().op_at[h] = ops;
     if let Some((hd, _, raw)) = writing {
         finish_write(w, &node, h, hd, raw, rnd(&mut x));
     }
-    let mine: Vec<u64> = w.model.lock().unwrap().raw.iter().filter(|b| b.2 == h).map(|b| b.0).collect();
-    for off in mine {
-        raw_free(w, &node, h, off);
-    }
+    free_own_raw(w, &node, h);
     maintenance_recovery(w, &node, h);
     // Quiescent, with pins still held: every host checks the region through
     // its own cache (stale copies of others' lines included).
@@ -686,6 +390,188 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
     tier_release(w, h, &mut tier);
     release_pins(w, &node, h, &mut pins, &check_err);
     close_process(w, me, h, &node, &check_err);
+}
+
+/// The process of host `h` starts: host 0 formats the region first (not
+/// when restarted); it attaches its node (a restarted one buries its
+/// killed predecessor and takes its slot). `None` after a violation.
+fn start_process(w: &World, h: usize, seed: u64, restarted: bool) -> Option<(Store<SimCoherence<'_>>, u32, Identity)> {
+    if h == 0 && !restarted {
+        if let Err(e) = format(w.mem.view(0), w.mem.host(0), sim_caps(w.hosts), seed) {
+            w.violation(format!("format: {e}"));
+            return None;
+        }
+        w.published_all(0, "format", None);
+    }
+    let store = attach_retry(w, h)?;
+    let who = identity(w, h);
+    let attached = if restarted {
+        bury_predecessor(w, &store, h, kill_scans(seed)).ok_or(Error::Revoked)
+    } else {
+        attach_node(&store, Some(h as u32), who)
+    };
+    let id = match attached {
+        Ok(id) => id,
+        Err(e) => {
+            w.violation(format!("attach node {h}: {e}"));
+            return None;
+        }
+    };
+    chan_attached(w, id);
+    if restarted {
+        w.model.lock().unwrap().inserts[h] = 0;
+    }
+    w.model.lock().unwrap().attached[h] = true;
+    w.published_all(3 * h, "attach_node", None);
+    Some((store, id, who))
+}
+
+/// Operation `op` of host `h` begins (the model learns it, and whether a
+/// block is being written by plain stores). True when the host learnt it
+/// was declared dead (it restarts no more).
+fn op_begins(w: &World, h: usize, op: u32, writing: Option<Writing>) -> bool {
+    let mut m = w.model.lock().unwrap();
+    m.op_at[h] = op;
+    m.raw_writing[h] = writing.is_some_and(|(_, _, raw)| raw);
+    m.stall == Some(h) && (m.fenced || m.revoked_ops > 0)
+}
+
+/// Host `h` learnt it was declared dead: recovery freed its raw blocks. True
+/// when it is fenced: the process stops.
+fn stops_fenced(w: &World, h: usize) -> bool {
+    let mut m = w.model.lock().unwrap();
+    if m.stall == Some(h) && (m.fenced || m.revoked_ops > 0) {
+        m.raw.retain(|b| b.2 != h);
+        return m.fenced;
+    }
+    false
+}
+
+/// Verifies and releases the pins whose time has come at operation `op`.
+fn expire_pins<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, op: u32, pins: &mut Vec<Pin>) {
+    let mut k = 0;
+    while k < pins.len() {
+        if pins[k].until <= op {
+            let p = pins.swap_remove(k);
+            unpin_model(w, &p);
+            verify_pinned(w, node, h, &p.h);
+            if let Err(e) = node.release(&[p.h]) {
+                check(w, h, "release", e, &[]);
+            }
+        } else {
+            k += 1;
+        }
+    }
+}
+
+/// The next operation of host `h`: its random word and key index. An
+/// acquire of the key an evictor elsewhere is deciding on comes first.
+fn draw(w: &World, h: usize, x: &mut u64) -> (u64, u64) {
+    let r = rnd(x);
+    let hot = {
+        let mut m = w.model.lock().unwrap();
+        match m.hot {
+            Some((k, by)) if by != h => m.hot.take().map(|_| k),
+            _ => None,
+        }
+    };
+    match hot {
+        Some(k) => ((r & 0xf_ffff) | 5 << 20, k),
+        None => (r, r % KEYS),
+    }
+}
+
+/// After operation `op` of host `h`: counted; an unlock a stall past the
+/// lease interrupted must have failed with Revoked; everything published
+/// is in memory; the invariants hold; now and then the host follows the
+/// change log.
+fn op_done<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, op: u32, writing: Option<Writing>) {
+    {
+        let mut m = w.model.lock().unwrap();
+        m.ops += 1;
+        m.release_armed = false;
+        if m.stall == Some(h) && m.stalled_in_release && m.revoked_ops == 0 {
+            m.revoked_ops = 1;
+            drop(m);
+            w.violation(format!(
+                "host {h}: an unlock interrupted by a stall past the lease (its lock revoked) did not fail with Revoked"
+            ));
+        }
+    }
+    w.published_all(3 * h, "an operation", writing.map(|(hd, _, _)| (hd.off, hd.len)));
+    always_invariants(w, h, op);
+    if op % 4 == FEED_AT.with(|c| c.get()) {
+        feed_tail(w, node.store, h);
+    }
+}
+
+/// Frees every raw block the model says host `h` allocated.
+fn free_own_raw<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
+    let mine: Vec<u64> = w.model.lock().unwrap().raw.iter().filter(|b| b.2 == h).map(|b| b.0).collect();
+    for off in mine {
+        raw_free(w, node, h, off);
+    }
+}
+
+/// The lock-counter word, published as a named root, and the application
+/// lock that guards it (host 0, once). Recovering: a crashed host holds the
+/// allocator; each is retried once it is repaired.
+fn make_counter<C: Coherence>(w: &World, node: &Node<'_, C>, me: usize) {
+    let mut a = node.alloc(64);
+    while a == Err(Error::Recovering) {
+        w.yield_now(me, "alloc-retry");
+        a = node.alloc(64);
+    }
+    match a {
+        Ok(off) => {
+            let r = cxlkv_core::roots::Root { offset: off, size: 64, tag: 1 };
+            if let Err(e) = node.root_put(b"counter", r) {
+                w.violation(format!("root_put: {e}"));
+            }
+            w.model.lock().unwrap().counter_root = off;
+        }
+        Err(e) => w.violation(format!("alloc counter: {e}")),
+    }
+    let mut l = node.lock_alloc();
+    while l == Err(Error::Recovering) {
+        w.yield_now(me, "lock-alloc-retry");
+        l = node.lock_alloc();
+    }
+    match l {
+        Ok(i) => w.model.lock().unwrap().counter_lock = Some(i),
+        Err(e) => w.violation(format!("lock_alloc: {e}")),
+    }
+    w.published_all(me, "root_put", None);
+}
+
+/// A restart: the process detaches cleanly, stays away for longer
+/// than a lease (managers must not take its silence for death; if
+/// it was the manager, another takes over), then attaches again.
+/// (Not for a process that learnt it was declared dead: it stops.)
+/// Its raw blocks are freed first (its pins and writes the caller ended).
+fn restart_process<C: Coherence>(
+    w: &World,
+    store: &Store<C>,
+    node: &Node<'_, C>,
+    h: usize,
+    check_err: &dyn Fn(&str, Error, &[Error]),
+) -> Result<(), Error> {
+    let me = 3 * h;
+    free_own_raw(w, node, h);
+    close_process(w, me, h, node, check_err);
+    let t = w.now();
+    while w.now() < t + LEASE.lease + 5_000 {
+        w.yield_now(me, "restart");
+    }
+    attach_node(store, Some(h as u32), identity(w, h))?;
+    chan_attached(w, h as u32);
+    {
+        let mut m = w.model.lock().unwrap();
+        m.inserts[h] = 0;
+        m.attached[h] = true;
+    }
+    w.published_all(me, "attach_node again", None);
+    Ok(())
 }
 
 /// Host `h` woke from a stall: if it was declared dead meanwhile (as memory
@@ -736,91 +622,6 @@ pub(crate) fn maintenance_recovery<C: Coherence>(w: &World, node: &Node<'_, C>, 
         Ok(_) => w.published_all(3 * h, "maintenance recovery", None),
         Err(e) if revoked_ok(w, h, e) => {}
         Err(e) => w.violation(format!("host {h} maintenance recovery: {e:?}")),
-    }
-}
-
-pub(crate) fn finish_write<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: Handle, raw: bool, r: u64) {
-    let p = payload(hd.key, hd.len as usize);
-    let half = p.len() / 2;
-    write_payload(w, node, h, &hd, half, &p[half..], raw);
-    log(w, hd.off, format!("host {h} finish-write key {} (abort: {})", hd.key.hi, r.is_multiple_of(7)));
-    if r.is_multiple_of(7) {
-        match node.abort(&hd) {
-            Err(e) if !revoked_ok(w, h, e) => w.violation(format!("host {h} abort: {e:?}")),
-            _ => {}
-        }
-        return;
-    }
-    w.model.lock().unwrap().published.insert(hd.key);
-    let r = if raw && r % 4 == 1 {
-        // The batch form, as the C and Python doors publish.
-        let mut out = [Ok(())];
-        node.publish_batch(&[hd], &mut out).and(out[0])
-    } else if raw || r.is_multiple_of(2) {
-        node.publish(&hd)
-    } else {
-        node.publish_flushed(&[hd], &mut [Ok(())])
-    };
-    match r {
-        Err(e) if !revoked_ok(w, h, e) => w.violation(format!("host {h} publish: {e:?}")),
-        _ => {}
-    }
-}
-
-pub(crate) fn verify_pinned<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: &Handle) {
-    let mut buf = vec![0u8; hd.len as usize];
-    // Half the pins are read through a pointer, as the C and Python doors'
-    // zero-copy views are: made fresh once, then plain loads.
-    let by_pointer = hd.gen.is_multiple_of(2);
-    let read = if by_pointer {
-        node.fresh_payload(hd).and_then(|_| node.store.view.copy_out(hd.off, &mut buf))
-    } else {
-        node.read(hd, 0, &mut buf)
-    };
-    match read {
-        Ok(()) => {
-            if hd.len != len_of(hd.key) || buf != payload(hd.key, buf.len()) {
-                let want = payload(hd.key, buf.len());
-                let at = buf.iter().zip(&want).position(|(a, b)| a != b);
-                let mut mem = vec![0u8; buf.len()];
-                let _ = w.mem.shared_region().copy_out(hd.off, &mut mem);
-                let mem_ok = mem == want;
-                let mut who = String::new();
-                if let Some(at) = at {
-                    let a = at & !63;
-                    let end = (a + 64).min(mem.len());
-                    for j in 0..KEYS {
-                        let pj = payload(key(j), 4096);
-                        for o in (0..4096 - 64).step_by(64) {
-                            if pj[o..o + (end - a)] == mem[a..end] {
-                                who += &format!(" key {j}@{o}");
-                            }
-                        }
-                    }
-                    if mem[a..end].iter().all(|&b| b == 0) {
-                        who += " zeros";
-                    }
-                    let (wh, how) = w.mem.provenance(((hd.off as usize) + a) / 64);
-                    who += &format!("; last written back by host {wh} ({how})");
-                }
-                let mut hist = String::new();
-                let logged = w.model.lock().unwrap().log.clone();
-                for (o, st, what) in &logged {
-                    if (*o & !4095) == (hd.off & !4095) {
-                        hist += &format!("\n      step {st} off {o}: {what}");
-                    }
-                }
-                who += &hist;
-                let e: Result<cxlkv_core::layout::Entry, _> =
-                    w.mem.shared_region().read(node.store.layout.entry(hd.stripe, hd.entry));
-                let counter_at = w.model.lock().unwrap().counter_root;
-                w.violation(format!(
-                    "host {h} pinned key {} (off {} len {}; counter at {}): payload differs at byte {at:?}; memory holds the right bytes: {mem_ok} (line there matches:{who}); entry in memory {e:?}; step {}",
-                    hd.key.hi, hd.off, hd.len, counter_at, w.now()
-                ));
-            }
-        }
-        Err(e) => w.violation(format!("host {h} read pinned: {e:?}")),
     }
 }
 
@@ -879,44 +680,6 @@ pub(crate) fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize
     }
 }
 
-/// A caller's mistake: reserves `k`, aborts it, reserves it again, and
-/// publishes the first (stale) handle. Refused; the new reservation is then
-/// written and published as usual.
-pub(crate) fn stale_handle_misuse<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, k: Key) {
-    let ok = [Error::Exists, Error::OutOfSpace, Error::TableFull, Error::Recovering];
-    let old = match node.reserve(NS, k, len_of(k), 16) {
-        Ok(hd) => hd,
-        Err(e) if ok.contains(&e) || revoked_ok(w, h, e) => return,
-        Err(e) => return w.violation(format!("host {h} reserve (misuse): {e:?}")),
-    };
-    counted_insert(w, h);
-    if let Err(e) = node.abort(&old) {
-        if !revoked_ok(w, h, e) {
-            w.violation(format!("host {h} abort (misuse): {e:?}"));
-        }
-        return;
-    }
-    let new = match node.reserve(NS, k, len_of(k), 16) {
-        Ok(hd) => hd,
-        Err(e) if ok.contains(&e) || revoked_ok(w, h, e) => return,
-        Err(e) => return w.violation(format!("host {h} reserve again (misuse): {e:?}")),
-    };
-    counted_insert(w, h);
-    let mut out = [Ok(())];
-    match node.publish_flushed(&[old], &mut out).and(out[0]) {
-        Err(Error::StaleHandle) => {}
-        Err(e) if revoked_ok(w, h, e) => return,
-        r => return w.violation(format!("host {h}: publishing a stale handle of key {} gave {r:?}", k.hi)),
-    }
-    write_payload(w, node, h, &new, 0, &payload(k, new.len as usize), false);
-    w.model.lock().unwrap().published.insert(k);
-    if let Err(e) = node.publish_flushed(&[new], &mut [Ok(())]) {
-        if !revoked_ok(w, h, e) {
-            w.violation(format!("host {h} publish (misuse): {e:?}"));
-        }
-    }
-}
-
 /// Allocates an application lock and frees it again: never one allocated
 /// already (TableFull when every one is), freed exactly once.
 pub(crate) fn app_lock_churn<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
@@ -940,23 +703,6 @@ pub(crate) fn app_lock_churn<C: Coherence>(w: &World, node: &Node<'_, C>, h: usi
         Err(Error::TableFull | Error::RootsFull | Error::Recovering) => {}
         Err(e) if revoked_ok(w, h, e) => {}
         Err(e) => w.violation(format!("host {h} lock_alloc: {e:?}")),
-    }
-}
-
-/// Releases every pin the op actor holds, each verified first.
-fn release_pins<C: Coherence>(
-    w: &World,
-    node: &Node<'_, C>,
-    h: usize,
-    pins: &mut Vec<Pin>,
-    check_err: &dyn Fn(&str, Error, &[Error]),
-) {
-    for p in pins.drain(..) {
-        unpin_model(w, &p);
-        verify_pinned(w, node, h, &p.h);
-        if let Err(e) = node.release(&[p.h]) {
-            check_err("release", e, &[]);
-        }
     }
 }
 

@@ -8,6 +8,7 @@
 //! the lock manager. The same seed replays the same interleaving exactly.
 
 pub(crate) mod actors;
+pub(crate) mod blocks;
 pub(crate) mod checks;
 pub(crate) mod debug;
 pub(crate) mod feed;

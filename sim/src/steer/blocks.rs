@@ -1,0 +1,231 @@
+//! Scenarios of blocks, roots and raw allocations: a free, an eviction or an
+//! eviction's claim cut by a death, a root put from another host.
+
+use cxlkv_core::node::{Node, NodeLocal};
+use cxlkv_core::{Error, Result};
+
+use super::{declare_dead, Died, Rig, StepEnv};
+
+/// Host 1 looks for root `r` and finds none (its cache keeps the empty
+/// record); host 0 puts `r` naming a block; host 1 then frees `r` with
+/// `root_free`, which must find it (the scan reads each record afresh).
+pub(super) fn root_put_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let mut out = Vec::new();
+    if cxlkv_core::roots::get(&s1, b"r") != Err(Error::NotFound) {
+        out.push("root-put-elsewhere: a root named before any put".to_string());
+    }
+    let off = n0.alloc(256)?;
+    n0.root_put(b"r", cxlkv_core::roots::Root { offset: off, size: 256, tag: 0 })?;
+    match n1.root_free(b"r") {
+        Ok(root) if root.offset == off => {}
+        other => out.push(format!("root-put-elsewhere: host 1's root_free of a root host 0 put gave {other:?}")),
+    }
+    if cxlkv_core::roots::get(&s0, b"r") != Err(Error::NotFound) {
+        out.push("root-put-elsewhere: the root is still there after root_free".to_string());
+    }
+    Ok(out)
+}
+
+/// Node 0 allocates two raw blocks; node 1, on another host, frees one of
+/// them (under node 0's heap lock) and dies inside the free: the chunk's
+/// map words reached memory, its record's new counts did not (they stay in
+/// host 1's cache, which nothing writes back). Node 1 is declared dead, its
+/// locks revoked; node 0 recovers. Node 0 lives, so its raw chunk is not
+/// re-derived: but the map is the state of record, and the record must be
+/// made to agree with it (`check` clean), not trusted.
+pub(super) fn free_cut_after_its_map(disable: Option<&'static str>) -> Result<Vec<String>> {
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let a = n0.alloc(1000)?;
+    let _b = n0.alloc(1000)?;
+    let mem = rig.mem.clone();
+    rig.at_calls(move |h, site| {
+        if (h, site) != (1, "alloc.free.publish") {
+            return false;
+        }
+        // The map's write-back (queued at its flush) lands; the record,
+        // stored just now, stays in host 1's cache; node 1 dies here.
+        mem.drain(1);
+        std::panic::resume_unwind(Box::new(Died));
+    });
+    let cut = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n1.free(a)));
+    let mut out = Vec::new();
+    match cut {
+        Err(p) if p.is::<Died>() => {}
+        other => {
+            out.push(format!("free-cut-after-its-map: node 1's free was not cut where intended: {:?}", other.ok()));
+            return Ok(out);
+        }
+    }
+    // Node 1 is declared dead; the manager revokes what it held.
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    let rep = n0.recover(0)?;
+    if rep.nodes_freed != 1 << 1 {
+        out.push(format!("free-cut-after-its-map: recovery freed nodes {:b}, not node 1", rep.nodes_freed));
+    }
+    let left = rig.memory_findings()?;
+    if !left.is_empty() {
+        out.push(format!(
+            "free-cut-after-its-map: after recovery the region has findings {left:?}: the chunk record was trusted \
+             over its map"
+        ));
+    }
+    Ok(out)
+}
+
+/// Node 1 (host 1) publishes a block; a router-like reader on host 0 reads
+/// the change log and holds it as stored. Node 1 then evicts it and dies
+/// after the index dropped it (entry EVICTING and bucket deleted, written
+/// back) and before its removal record reached memory. Recovery empties
+/// the entry without logging it; the reader, reading on, must meet a gap
+/// (and rescan), never go on believing the block is stored.
+pub(super) fn eviction_cut_before_its_record(disable: Option<&'static str>) -> Result<Vec<String>> {
+    use cxlkv_core::changes::{Change, Tail};
+    use cxlkv_core::hash::Key;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let key = Key { lo: 0x1234_5678_9abc_def1, hi: 7 };
+    let h = n1.reserve(1, key, 256, 16)?;
+    n1.publish(&h)?;
+    // The reader: every stripe's log from the start, into a replica.
+    let stripes = s0.layout.caps.n_stripes;
+    let mut cursor = vec![0u64; stripes as usize];
+    let mut replica: Vec<Vec<Key>> = vec![Vec::new(); stripes as usize];
+    let mut buf = [Change::default(); 16];
+    let mut out = Vec::new();
+    let mut read_all = |cursor: &mut Vec<u64>, replica: &mut Vec<Vec<Key>>, out: &mut Vec<String>| -> Result<()> {
+        for st in 0..stripes {
+            match s0.read_changes(st, cursor[st as usize], &mut buf)? {
+                Tail::Read { n } => {
+                    for c in &buf[..n] {
+                        cursor[st as usize] = c.seq;
+                        let r = &mut replica[st as usize];
+                        if c.stored {
+                            r.push(c.key);
+                        } else {
+                            r.retain(|k| *k != c.key);
+                        }
+                    }
+                }
+                Tail::Gap { resume } => {
+                    // Rescan the stripe, then read on from `resume`.
+                    let mut now = Vec::new();
+                    s0.scan_stored(st, |_, k, _, _| now.push(k))?;
+                    replica[st as usize] = now;
+                    cursor[st as usize] = resume;
+                    out.push(String::new());
+                }
+            }
+        }
+        Ok(())
+    };
+    read_all(&mut cursor, &mut replica, &mut out)?;
+    out.clear();
+    if !replica.iter().any(|r| r.contains(&key)) {
+        return Ok(vec!["eviction-cut-before-its-record: the reader never saw the block stored".to_string()]);
+    }
+    let mem = rig.mem.clone();
+    rig.at_calls(move |h, site| {
+        if (h, site) != (1, "changes.record.write") {
+            return false;
+        }
+        // What the eviction wrote back so far lands; the removal record
+        // does not; node 1 dies here.
+        mem.drain(1);
+        std::panic::resume_unwind(Box::new(Died));
+    });
+    let cut =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n1.evict(u64::MAX, &mut cxlkv_core::index::Lru)));
+    if !matches!(cut, Err(ref p) if p.is::<Died>()) {
+        return Ok(vec!["eviction-cut-before-its-record: the eviction was not cut where intended".to_string()]);
+    }
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    read_all(&mut cursor, &mut replica, &mut out)?;
+    let mut stored = Vec::new();
+    for st in 0..stripes {
+        s0.scan_stored(st, |_, k, _, _| stored.push(k))?;
+    }
+    let mut v = Vec::new();
+    if replica.iter().any(|r| r.contains(&key)) && !stored.contains(&key) {
+        v.push(format!(
+            "eviction-cut-before-its-record: after recovery the reader still holds the block as stored (gaps met: \
+             {}), though the index dropped it",
+            out.len()
+        ));
+    }
+    Ok(v)
+}
+
+/// Node 0 (host 0) publishes a block and pins it. Node 1 (host 1) evicts:
+/// it marks the block CLAIMED to look for pins, and dies right there, its
+/// CLAIMED in memory. Recovery of node 1 must put the block back (READY):
+/// the pin holds it, so the index keeps it, a reader finds it, and its bytes
+/// stay the pinned ones (never freed and reused).
+pub(super) fn evictor_dies_claiming_a_pinned_block(disable: Option<&'static str>) -> Result<Vec<String>> {
+    use cxlkv_core::hash::Key;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let key = Key { lo: 0x0bad_cafe_1234_5678, hi: 11 };
+    let bytes: Vec<u8> = (0..256u32).map(|i| (i * 7 + 3) as u8).collect();
+    let h = n0.reserve(1, key, bytes.len() as u64, 16)?;
+    n0.write(&h, 0, &bytes)?;
+    n0.publish(&h)?;
+    let mut pin = [Err(Error::InvalidArgument)];
+    n0.acquire(1, &[key], &mut pin)?;
+    let pin = pin[0]?;
+    let mem = rig.mem.clone();
+    rig.at_calls(move |h, site| {
+        if (h, site) != (1, "evict.announce.fence") {
+            return false;
+        }
+        // The CLAIMED entry reaches memory; node 1 dies before it looks
+        // for pins.
+        mem.drain(1);
+        std::panic::resume_unwind(Box::new(Died));
+    });
+    let cut =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n1.evict(u64::MAX, &mut cxlkv_core::index::Lru)));
+    if !matches!(cut, Err(ref p) if p.is::<Died>()) {
+        return Ok(vec!["evictor-dies-claiming-a-pinned-block: the eviction was not cut where intended".to_string()]);
+    }
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    let mut v = Vec::new();
+    if n0.lookup(1, &[key])? != 1 {
+        v.push("evictor-dies-claiming-a-pinned-block: recovery dropped a block a live node pins".to_string());
+    }
+    // Another block, reserved now, must not land on the pinned one's bytes.
+    let other = Key { lo: 0x0bad_cafe_8765_4321, hi: 12 };
+    if let Ok(o) = n0.reserve(1, other, bytes.len() as u64, 16) {
+        n0.write(&o, 0, &[0xee; 256])?;
+        n0.publish(&o)?;
+    }
+    let mut now = vec![0u8; bytes.len()];
+    n0.read(&pin, 0, &mut now)?;
+    if now != bytes {
+        v.push("evictor-dies-claiming-a-pinned-block: the pinned block's bytes changed under its pin".to_string());
+    }
+    n0.release(&[pin])?;
+    for f in rig.memory_findings()? {
+        v.push(format!("evictor-dies-claiming-a-pinned-block: after recovery: {f:?}"));
+    }
+    Ok(v)
+}

@@ -1,0 +1,297 @@
+//! Scenarios of liveness and the lock manager's role: incarnations, detaches
+//! during recovery, claims and lines that land late, a zombie manager.
+
+use cxlkv_core::check::FindingKind;
+use cxlkv_core::coherence::Coherent;
+use cxlkv_core::layout::NodeInfo;
+use cxlkv_core::lock::{LeaseConfig, Manager};
+use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
+use cxlkv_core::store::attach;
+use cxlkv_core::{Error, Result};
+use std::sync::{Arc, Mutex};
+
+use super::{attach_as, declare_dead, Rig, StepEnv};
+
+/// Host 0 runs the manager; node 1 on host 1 beats, is seen, detaches and
+/// attaches again (a restarted process), all between two liveness scans,
+/// the second more than a lease after the last beat it saw. Attach writes
+/// the heartbeat line before ALIVE with no fence between, so the scan may
+/// read the new ALIVE while memory still holds the predecessor's last beat
+/// (steered here by putting that line back in memory until the scan has
+/// run). The successor is live: it must not be declared dead (seed 40027 of
+/// `run --hosts 4 --ops 80 --lazy` found this: a killed process's
+/// successor, declared dead 1,200 steps after it attached).
+pub(super) fn new_incarnation_old_beat(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LEASE: u64 = 10;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let cfg = LeaseConfig { lease: LEASE, settle: 0 };
+    let probe = |_: u32, _: &NodeInfo| None;
+    let mut mgr = Manager::new(0);
+    let env = StepEnv::new(&s1, 1);
+    let local = NodeLocal::default();
+    let n1 = Node::attached(&s1, 1, &env, &local);
+    // Claim the role, then a scan that sees node 1 beat.
+    mgr.step(&s0, 1, cfg, &probe)?;
+    n1.heartbeat(2)?;
+    n1.heartbeat(2)?;
+    let r = mgr.step(&s0, 2, cfg, &probe)?;
+    let mut out = Vec::new();
+    if !r.active {
+        out.push("new-incarnation-old-beat: node 0 did not become the manager".to_string());
+        return Ok(out);
+    }
+    let hb_off = s1.layout.heartbeat(1);
+    let memory = rig.mem.shared_region();
+    let last: cxlkv_core::layout::Heartbeat = memory.read(hb_off)?;
+    n1.detach()?;
+    attach_as(&s1, 1, 1)?;
+    let fresh: cxlkv_core::layout::Heartbeat = memory.read(hb_off)?;
+    memory.write(hb_off, &last)?;
+    let r = mgr.step(&s0, 2 + LEASE + 1, cfg, &probe)?;
+    memory.write(hb_off, &fresh)?;
+    if r.newly_dead & 1 << 1 != 0 {
+        out.push(format!(
+            "new-incarnation-old-beat: the manager declared node 1 dead at its first scan of a new incarnation \
+             (the predecessor's beat {} still in memory)",
+            last.beat
+        ));
+    }
+    Ok(out)
+}
+
+/// Node 1's process runs a recovery (which holds stripe lock 0 in node 1's
+/// name) while another of its threads detaches the node. The detach must
+/// refuse: a free slot holding a lock is one no manager ever revokes (the
+/// crash loop once hung on exactly that: a FREE slot holding locks 0-3 for
+/// recovery). Once the recovery unlocked, the detach goes through.
+pub(super) fn detach_while_recovery_holds(disable: Option<&'static str>) -> Result<Vec<String>> {
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let local = NodeLocal::default();
+    let n1 = Node::new(&s1, 1, &env, &local)?;
+    let held = n1.lock_recovery(0)?;
+    let mut out = Vec::new();
+    match n1.detach() {
+        Err(Error::Busy) => {}
+        r => {
+            out.push(format!("detach-while-recovery-holds: detach with a lock held returned {r:?}"));
+            if rig.memory_findings()?.contains(&FindingKind::HeldByDead) {
+                out.push(
+                    "detach-while-recovery-holds: memory shows a free node holding stripe lock 0: no manager will \
+                     revoke it"
+                        .to_string(),
+                );
+            }
+            return Ok(out);
+        }
+    }
+    n1.unlock(held)?;
+    n1.detach()?;
+    let left = rig.memory_findings()?;
+    if !left.is_empty() {
+        out.push(format!("detach-while-recovery-holds: findings after the detach: {left:?}"));
+    }
+    Ok(out)
+}
+
+/// The manager line as memory holds it.
+fn manager_line(rig: &Rig) -> Result<cxlkv_core::layout::ManagerLine> {
+    let st = attach(rig.mem.shared_region(), Coherent)?;
+    rig.mem.shared_region().read(st.layout.manager.start)
+}
+
+/// Writes the manager line straight into memory (a write-back landing).
+fn land_manager_line(rig: &Rig, ml: &cxlkv_core::layout::ManagerLine) -> Result<()> {
+    let st = attach(rig.mem.shared_region(), Coherent)?;
+    rig.mem.shared_region().write(st.layout.manager.start, ml)
+}
+
+/// Node 0 (host 0) manages; it stops for a lease, so node 1 (host 1) finds
+/// the lease stale, claims the role, settles and grants. Then node 0's
+/// renewal, written before it stopped, lands over node 1's line in memory
+/// (the late write-back behind seeds 61048, 63013 and 63024 of the sweep):
+/// the line names node 0 again. Node 0 must not step as manager: node 1's
+/// claim, in node 1's own line, is newer than its own. And node 0's
+/// withdrawn claim must reach memory.
+pub(super) fn late_line_over_a_newer_claim(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LEASE: u64 = 20;
+    const SETTLE: u64 = 3;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let cfg = LeaseConfig { lease: LEASE, settle: SETTLE };
+    let probe = |_: u32, _: &NodeInfo| None;
+    let (mut m0, mut m1) = (Manager::new(0), Manager::new(1));
+    let mut out = Vec::new();
+    m0.step(&s0, 1, cfg, &probe)?;
+    m1.step(&s1, 1, cfg, &probe)?;
+    if !m0.step(&s0, 1 + SETTLE, cfg, &probe)?.active {
+        out.push("late-line-over-a-newer-claim: node 0 did not become the manager".to_string());
+        return Ok(out);
+    }
+    let old = manager_line(&rig)?;
+    // Node 0 stops; node 1 sees the lease stand still for a whole lease.
+    m1.step(&s1, 2 + SETTLE, cfg, &probe)?;
+    let t = 3 + SETTLE + LEASE;
+    m1.step(&s1, t, cfg, &probe)?;
+    if !m1.step(&s1, t + SETTLE, cfg, &probe)?.active {
+        out.push("late-line-over-a-newer-claim: node 1 did not take the role over".to_string());
+        return Ok(out);
+    }
+    land_manager_line(&rig, &old)?;
+    if m0.step(&s0, t + SETTLE + 1, cfg, &probe)?.active {
+        out.push(
+            "late-line-over-a-newer-claim: node 0 stepped as manager beside node 1 (its old line landed over node 1's \
+             newer claim)"
+                .to_string(),
+        );
+    }
+    let claim: u64 = rig.mem.shared_region().load_u64(s0.layout.requests(0) + 32)?;
+    if claim != 0 {
+        out.push(format!("late-line-over-a-newer-claim: node 0's withdrawn claim {claim:#x} is still in memory"));
+    }
+    Ok(out)
+}
+
+/// Two managers that hold no claim (each withdrew its own) and a manager
+/// line that names node 0, then node 1 (a late write-back flipping it).
+/// Each must claim and settle before granting; then only the larger claim
+/// steps as manager.
+pub(super) fn named_without_a_claim(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const SETTLE: u64 = 3;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let cfg = LeaseConfig { lease: 1000, settle: SETTLE };
+    let probe = |_: u32, _: &NodeInfo| None;
+    let (mut m0, mut m1) = (Manager::new(0), Manager::new(1));
+    let mut out = Vec::new();
+    // Node 0 claims the role, then the line is made to name each in turn.
+    m0.step(&s0, 1, cfg, &probe)?;
+    let mut ml = manager_line(&rig)?;
+    m0.resign(&s0)?;
+    let mut active = [false; 2];
+    for t in 2..2 + 3 * SETTLE {
+        for (n, m, s) in [(0u32, &mut m0, &s0), (1u32, &mut m1, &s1)] {
+            ml.manager = n + 1;
+            land_manager_line(&rig, &ml)?;
+            if m.step(s, t, cfg, &probe)?.active {
+                active[n as usize] = true;
+            }
+        }
+    }
+    if active == [true, true] {
+        out.push("named-without-a-claim: nodes 0 and 1 both stepped as manager".to_string());
+    }
+    if active == [false, false] {
+        out.push("named-without-a-claim: neither node became the manager".to_string());
+    }
+    Ok(out)
+}
+
+/// Node 0 (host 0) manages and grants lock 0 to node 2 (host 0); it stops
+/// after it wrote the lock line, before the grant itself. Meanwhile node 1
+/// (host 1) asks for the lock, finds the manager's lease stale, claims the
+/// role, settles and is granted the lock by its own manager. Node 0 wakes
+/// and writes its grant to node 2: node 2 must not take it while node 1
+/// holds the lock (the grant carries node 0's claim, older than node 1's).
+pub(super) fn zombie_manager_grants_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LOCK: u32 = 0;
+    // Node 1's manager finds a lease stale after 20 steps of its own; node
+    // 0's declares nobody dead within the scenario (no heartbeat moves).
+    let cfg = LeaseConfig { lease: 20, settle: 3 };
+    let cfg0 = LeaseConfig { lease: 1 << 40, settle: 3 };
+    let rig = Rig::new(2, 3, disable)?;
+    let s0 = rig.store(0)?;
+    attach_as(&s0, 0, 0)?;
+    attach_as(&rig.store(1)?, 1, 1)?;
+    attach_as(&s0, 2, 0)?;
+    // Node 1's lock, taken while node 0 is stopped: its ticket, or the error.
+    let got: Arc<Mutex<Option<Result<u64>>>> = Arc::new(Mutex::new(None));
+    let g2 = got.clone();
+    let mem = rig.mem.clone();
+    rig.at_calls(move |h, site| {
+        if (h, site) != (0, "mgr.grant.line") {
+            return false;
+        }
+        let r = (|| {
+            let s1 = attach(mem.view(1), mem.host(1))?;
+            let env1 = StepEnv::with_lease(&s1, 1, cfg);
+            let l1 = NodeLocal::default();
+            let n1 = Node::new(&s1, 1, &env1, &l1)?;
+            // Held on: node 1 never releases it in this scenario.
+            let held = n1.lock(LOCK)?;
+            Ok(held.seq)
+        })();
+        *g2.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        true
+    });
+    let env0 = StepEnv::with_lease(&s0, 0, cfg0);
+    let l2 = NodeLocal::default();
+    let n2 = Node::new(&s0, 2, &env0, &l2)?;
+    let r2 = n2.lock(LOCK);
+    let mut out = Vec::new();
+    let n1 = match got.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        None => {
+            out.push("zombie-manager-grants-late: node 0 never granted the lock to node 2".to_string());
+            return Ok(out);
+        }
+        Some(Err(e)) => {
+            out.push(format!("zombie-manager-grants-late: node 1 was not granted the lock while node 0 stopped: {e}"));
+            return Ok(out);
+        }
+        Some(Ok(seq)) => seq,
+    };
+    match r2 {
+        Ok(held) => out.push(format!(
+            "zombie-manager-grants-late: node 2 took the stopped manager's grant (seq {}) while node 1 holds the \
+             lock (seq {n1}): two holders",
+            held.seq
+        )),
+        Err(Error::Timeout) => {}
+        Err(e) => out.push(format!("zombie-manager-grants-late: node 2's request ended with {e}, not a timeout")),
+    }
+    Ok(out)
+}
+
+/// Node 0 (host 0) is granted lock 0 by its own manager: host 0's cache
+/// holds the LOCKED slot. Its process dies holding it; node 1's manager
+/// (host 1) takes the role over, revokes the grant in memory and node 1's
+/// recovery frees node 0. A successor process on host 0 attaches as node 0:
+/// it holds nothing, and its detach must say so (not `Busy` from the old
+/// grant its host's cache still shows).
+pub(super) fn successor_reads_a_revoked_grant(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LOCK: u32 = 0;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env0 = StepEnv::new(&s0, 0);
+    let env1 = StepEnv::new(&s1, 1);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let n0 = Node::new(&s0, 0, &env0, &l0)?;
+    let held = n0.lock(LOCK)?;
+    // The process dies holding the lock (node 0's handle is not used again).
+    drop(held);
+    declare_dead(&s1, 0)?;
+    let n1 = Node::new(&s1, 1, &env1, &l1)?;
+    let rep = n1.recover(0)?;
+    let mut out = Vec::new();
+    if rep.nodes_freed != 1 {
+        out.push(format!("successor-reads-a-revoked-grant: recovery freed nodes {:b}, not node 0", rep.nodes_freed));
+        return Ok(out);
+    }
+    let who = Identity { pid: 300, host_id: 1, pid_ns: 0, nonce: 77, now: 0 };
+    attach_node(&s0, Some(0), who)?;
+    let l0b = NodeLocal::default();
+    let n0b = Node::new(&s0, 0, &env1, &l0b)?;
+    match n0b.held_lock()? {
+        None => {}
+        Some(lock) => out.push(format!(
+            "successor-reads-a-revoked-grant: the new node 0 counts lock {lock} as held (its predecessor's revoked \
+             grant, still in its host's cache)"
+        )),
+    }
+    if let Err(e) = n0b.detach() {
+        out.push(format!("successor-reads-a-revoked-grant: the new node 0 cannot detach: {e}"));
+    }
+    Ok(out)
+}

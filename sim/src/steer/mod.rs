@@ -1,0 +1,306 @@
+//! Steered scenarios: short, deterministic runs that put the protocol into
+//! one named interleaving on purpose — a process stopped between two
+//! instructions, a sibling's store seen through the shared cache before it
+//! lands, a host declared dead that wakes up — instead of hoping a seed
+//! reaches it. Each scenario drives core's real code over [`SimMemory`]
+//! with lazy caches (nothing moves unless the protocol moves it) and a yield
+//! hook that acts at a named coherence call; it reports violations of the
+//! invariants it checks, so a disabled site (`--disable`) or a logic mutant
+//! it covers makes it fail. `cxlkv-sim scenario` runs them; the mutant
+//! checks run them before any seed.
+
+use std::sync::{Arc, Mutex};
+
+use cxlkv_core::check::{check, scratch_words, FindingKind};
+use cxlkv_core::coherence::{Coherence, Coherent, Site};
+use cxlkv_core::format::format;
+use cxlkv_core::layout::NodeInfo;
+use cxlkv_core::lock::{LeaseConfig, Manager};
+use cxlkv_core::mem::View;
+use cxlkv_core::node::{attach_node, Identity};
+use cxlkv_core::store::{attach, NodeEnv, Store};
+use cxlkv_core::{Error, Result};
+
+use crate::harness::{sim_caps, SIM_BYTES};
+use crate::memory::{SimCoherence, SimConfig, SimMemory};
+
+mod blocks;
+mod locks;
+mod managers;
+
+/// One named scenario.
+pub struct Scenario {
+    /// Its name (`cxlkv-sim scenario NAME`).
+    pub name: &'static str,
+    /// The interleaving it steers into, in a line.
+    pub what: &'static str,
+    run: fn(Option<&'static str>) -> Result<Vec<String>>,
+}
+
+impl Scenario {
+    /// Runs the scenario with coherence site `disable` switched off (a
+    /// mutant; logic mutants are switched globally). Returns the violations
+    /// found; an error of the run itself is one.
+    ///
+    /// A scenario that gives no verdict within [`SCENARIO_DEADLINE`] is a
+    /// violation too (a wait that never ends); its thread is left behind.
+    pub fn run(&self, disable: Option<&'static str>) -> Vec<String> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (f, name) = (self.run, self.name);
+        let spawned = std::thread::Builder::new().name(format!("scenario {name}")).spawn(move || {
+            let _ = tx.send(f(disable));
+        });
+        if let Err(e) = spawned {
+            return vec![format!("{name}: could not start: {e}")];
+        }
+        match rx.recv_timeout(SCENARIO_DEADLINE) {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => vec![format!("{name}: the run failed: {e}")],
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                vec![format!("{name}: no verdict within {}s: a wait that never ends", SCENARIO_DEADLINE.as_secs())]
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => vec![format!("{name}: the run panicked")],
+        }
+    }
+}
+
+/// How long a scenario may run (each takes milliseconds).
+pub const SCENARIO_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Every steered scenario.
+pub fn scenarios() -> &'static [Scenario] {
+    &[
+        Scenario {
+            name: "release-seen-early",
+            what: "a holder's IDLE sits in its host's cache, unwritten, when that host's manager reads it and grants \
+                   the lock to another host",
+            run: locks::release_seen_early,
+        },
+        Scenario {
+            name: "fenced-withdrawal",
+            what: "a node gives up waiting for a lock, is declared dead and freed while it withdraws, and no live \
+                   node runs a manager to answer its withdrawal",
+            run: locks::fenced_withdrawal,
+        },
+        Scenario {
+            name: "fenced-request",
+            what: "a node waiting for a lock is declared dead and freed; no manager step drops its request",
+            run: locks::fenced_request,
+        },
+        Scenario {
+            name: "waiter-attached-mid-step",
+            what: "a node attaches and asks for a lock after a full manager step read it FREE, before that step \
+                   reads its request",
+            run: locks::waiter_attached_mid_step,
+        },
+        Scenario {
+            name: "grant-seen-before-its-line",
+            what: "a grant to recovery lands before the lock line it rewrote, recovery repairs the line meanwhile, \
+                   and the manager's line lands after",
+            run: locks::grant_seen_before_its_line,
+        },
+        Scenario {
+            name: "free-cut-after-its-map",
+            what: "a process freeing another live node's raw block dies after the chunk's map reached memory, \
+                   before its record did; recovery must take the map's word",
+            run: blocks::free_cut_after_its_map,
+        },
+        Scenario {
+            name: "eviction-cut-before-its-record",
+            what: "an evictor dies after removing a block from the index and before logging the removal; a \
+                   reader of the change log must learn of it after recovery",
+            run: blocks::eviction_cut_before_its_record,
+        },
+        Scenario {
+            name: "evictor-dies-claiming-a-pinned-block",
+            what: "an evictor dies with a block another node pins CLAIMED (looking for pins); recovery must put \
+                   it back, and the pin, its bytes and the index keep it",
+            run: blocks::evictor_dies_claiming_a_pinned_block,
+        },
+        Scenario {
+            name: "new-incarnation-old-beat",
+            what: "a node detaches and its successor attaches between two liveness scans of a manager, whose next \
+                   scan reads the new ALIVE beside the predecessor's last heartbeat, not yet overwritten",
+            run: managers::new_incarnation_old_beat,
+        },
+        Scenario {
+            name: "detach-while-recovery-holds",
+            what: "a process detaches its node while another of its threads (an automatic recovery) holds a \
+                   stripe lock in the node's name",
+            run: managers::detach_while_recovery_holds,
+        },
+        Scenario {
+            name: "root-put-elsewhere",
+            what: "a host that read a root missing frees it after another host put it",
+            run: blocks::root_put_elsewhere,
+        },
+        Scenario {
+            name: "late-line-over-a-newer-claim",
+            what: "a stalled manager's renewal lands over a newer claimant's line: only the newer claim grants",
+            run: managers::late_line_over_a_newer_claim,
+        },
+        Scenario {
+            name: "zombie-manager-grants-late",
+            what: "a manager stops in the middle of a grant, a newer claimant takes the role over and grants the \
+                   lock elsewhere, and the stopped manager wakes and writes its grant",
+            run: managers::zombie_manager_grants_late,
+        },
+        Scenario {
+            name: "successor-reads-a-revoked-grant",
+            what: "a process dies holding a lock; a manager on another host revokes it and recovery frees the \
+                   node; a successor on the same host attaches as that node, its host's cache still holding the \
+                   old grant",
+            run: managers::successor_reads_a_revoked_grant,
+        },
+        Scenario {
+            name: "named-without-a-claim",
+            what: "the manager line names two nodes in turn, neither holding a claim: each claims and settles first",
+            run: managers::named_without_a_claim,
+        },
+    ]
+}
+
+/// What an action at a coherence call gets: the call's host and site.
+type Action = Box<dyn FnMut(usize, &'static str) -> bool + Send>;
+
+/// A simulated memory with `hosts` hosts and lazy caches, its region formatted
+/// by host 0 with room for `nodes` nodes, and a hook that runs the current
+/// action (if any) at every coherence call until the action returns true.
+pub(super) struct Rig {
+    mem: Arc<SimMemory>,
+    action: Arc<Mutex<Option<Action>>>,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        // An action may hold the memory (whose hook holds the action).
+        *self.action.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+impl Rig {
+    fn new(hosts: usize, nodes: usize, disable: Option<&'static str>) -> Result<Rig> {
+        let mem = Arc::new(SimMemory::new(SIM_BYTES, hosts, 1, SimConfig::lazy()));
+        format(mem.view(0), mem.host(0), sim_caps(nodes), 1)?;
+        mem.drain(0);
+        mem.disable(disable);
+        let action: Arc<Mutex<Option<Action>>> = Arc::new(Mutex::new(None));
+        let a = action.clone();
+        mem.set_yield_hook(Box::new(move |h, site| {
+            // Taken out while it runs: what it calls makes coherence calls
+            // of its own, which pass by it.
+            let taken = a.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(mut f) = taken {
+                if !f(h, site) {
+                    let mut slot = a.lock().unwrap_or_else(|p| p.into_inner());
+                    if slot.is_none() {
+                        *slot = Some(f);
+                    }
+                }
+            }
+        }));
+        Ok(Rig { mem, action })
+    }
+
+    fn store(&self, h: usize) -> Result<Store<SimCoherence<'_>>> {
+        attach(self.mem.view(h), self.mem.host(h))
+    }
+
+    /// Host 0's and host 1's stores, with node 0 attached on host 0 and
+    /// node 1 on host 1.
+    fn two_hosts_one_node_each(&self) -> Result<(Store<SimCoherence<'_>>, Store<SimCoherence<'_>>)> {
+        let (s0, s1) = (self.store(0)?, self.store(1)?);
+        attach_as(&s0, 0, 0)?;
+        attach_as(&s1, 1, 1)?;
+        Ok((s0, s1))
+    }
+
+    /// Host `h`'s cache as a view (stores there are that host's stores).
+    fn cache(&self, h: usize) -> View {
+        self.mem.view(h)
+    }
+
+    /// Runs `f` at coherence calls from now on, until it returns true.
+    fn at_calls(&self, f: impl FnMut(usize, &'static str) -> bool + Send + 'static) {
+        *self.action.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(f));
+    }
+
+    /// Findings of `check` on memory itself (what a host reads after
+    /// invalidating everything; what a crash of every host would leave).
+    fn memory_findings(&self) -> Result<Vec<FindingKind>> {
+        let st = attach(self.mem.shared_region(), Coherent)?;
+        let mut scratch = vec![0u64; scratch_words(&st)];
+        let mut out = Vec::new();
+        check(&st, &mut scratch, &mut |f| out.push(f.kind))?;
+        Ok(out)
+    }
+}
+
+/// Attaches node `id` through `store` (a host's view), as a process of host
+/// `host` would.
+pub(super) fn attach_as<C: Coherence>(store: &Store<C>, id: u32, host: u64) -> Result<u32> {
+    attach_node(store, Some(id), Identity { pid: 100 + id, host_id: host + 1, pid_ns: 0, nonce: 1 + id as u64, now: 0 })
+}
+
+/// Declares node `n` dead through `store` (its info DEAD, as the manager's
+/// liveness scan writes it); the manager's next step revokes its locks.
+pub(super) fn declare_dead(store: &Store<SimCoherence<'_>>, n: u32) -> Result<()> {
+    let off = store.layout.node_info(n);
+    let mut info: NodeInfo = store.fresh_state_first(off, Site("steer.info"))?;
+    info.state = cxlkv_core::layout::NODE_DEAD;
+    store.publish_state_last(off, &info, Site("steer.dead"))?;
+    store.co.store_fence(Site("steer.dead.fence"));
+    Ok(())
+}
+
+/// A node environment whose waits step one lock manager inline (running on
+/// its own host's view), so one thread plays every process; nobody is ever
+/// declared dead unless a scenario says so.
+pub(super) struct StepEnv<'a> {
+    store: &'a Store<SimCoherence<'a>>,
+    mgr: spin::Mutex<Manager>,
+    now: spin::Mutex<u64>,
+    cfg: LeaseConfig,
+}
+
+impl<'a> StepEnv<'a> {
+    fn new(store: &'a Store<SimCoherence<'a>>, me: u32) -> StepEnv<'a> {
+        StepEnv::with_lease(store, me, LeaseConfig { lease: u64::MAX / 4, settle: 0 })
+    }
+
+    /// Steps node `me`'s manager with this lease and settle, one tick a
+    /// step (a manager whose lease stands still for `lease` steps takes
+    /// the role over).
+    fn with_lease(store: &'a Store<SimCoherence<'a>>, me: u32, cfg: LeaseConfig) -> StepEnv<'a> {
+        StepEnv { store, mgr: spin::Mutex::new(Manager::new(me)), now: spin::Mutex::new(0), cfg }
+    }
+
+    fn step(&self) -> Result<()> {
+        let now = {
+            let mut t = self.now.lock();
+            *t += 1;
+            *t
+        };
+        let probe = |_: u32, _: &NodeInfo| None;
+        self.mgr.lock().step(self.store, now, self.cfg, &probe).map(|_| ())
+    }
+}
+
+impl NodeEnv for StepEnv<'_> {
+    fn local_lock(&self, _lock: u32) -> Result<()> {
+        Ok(())
+    }
+    fn local_unlock(&self, _lock: u32) {}
+    fn wait(&self, iteration: u32) -> Result<()> {
+        if iteration > 10_000 {
+            return Err(Error::Timeout);
+        }
+        self.step()
+    }
+    fn withdrawal_expired(&self, iteration: u32) -> bool {
+        iteration > 10_000
+    }
+}
+
+/// Unwinds a process stopped for good inside a call (a crash).
+pub(super) struct Died;
