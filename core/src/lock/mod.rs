@@ -1,0 +1,365 @@
+//! The two-level lock (TraCT §3.3): a host-local level (the `NodeEnv`) so at most
+//! one node per host contends, and a global level of one slot line per node per
+//! lock, granted by a lock manager.
+//!
+//! Slot protocol: the node writes WAITING; the manager writes LOCKED with a
+//! grant sequence number; the holder writes IDLE. The writers of a slot line
+//! take turns, so no two ever write it at once. The manager runs under a
+//! lease (its line's counter); any node may take over a stale lease and
+//! rebuilds everything it needs from the region. A dead holder's slot is
+//! reset by the manager with `repair` set: such a lock is then granted only
+//! to recovery, which repairs what the lock guards.
+//!
+//! A ticket ([`Held`]) is the lock and its grant's sequence number. A
+//! node's tickets of a lock only grow: the count lives in the lock line, and
+//! whoever bumps or writes it back (the manager granting, recovery holding
+//! the lock) starts from at least the largest ticket a slot shows, so even a
+//! line lost with a crashed manager cannot hand a node its old ticket again.
+//! That is all a ticket needs, so there is no epoch beside it: a revoked
+//! holder's ticket fails because its slot is no longer LOCKED, and any later
+//! grant to that slot (a new incarnation) carries a larger number.
+
+mod manager;
+
+pub use manager::{LeaseConfig, LivenessProbe, Manager, StepReport};
+
+use crate::coherence::{Coherence, Site};
+use crate::layout::{
+    LockLine, LockSlot, RequestLine, MAX_NODES, SLOT_CANCEL, SLOT_IDLE, SLOT_LOCKED, SLOT_RECOVERY, SLOT_WAITING,
+};
+use crate::mutant::mutant;
+use crate::node::Node;
+use crate::{Error, Result};
+
+/// A held global lock. Release it with [`Node::unlock`]; dropping it without
+/// releasing leaves the lock held until the node is declared dead.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a held lock must be released with Node::unlock"]
+pub struct Held {
+    /// Lock id.
+    pub lock: u32,
+    /// Grant sequence number: this grant's alone.
+    pub seq: u64,
+}
+
+impl<C: Coherence> Node<'_, C> {
+    /// Takes lock `lock`: host-local lock, then the global slot. Taking a
+    /// lock fences before the request becomes visible: every flush this
+    /// thread issued earlier has reached memory before the grant (callers
+    /// rely on this to order, e.g., a payload before its READY entry).
+    pub fn lock(&self, lock: u32) -> Result<Held> {
+        self.lock_with(lock, 0, false)
+    }
+
+    /// Takes lock `lock` as recovery (granted even while the lock awaits repair).
+    pub fn lock_recovery(&self, lock: u32) -> Result<Held> {
+        self.lock_with(lock, SLOT_RECOVERY, false)
+    }
+
+    fn lock_with(&self, lock: u32, flags: u32, nested: bool) -> Result<Held> {
+        let l = &self.store.layout;
+        if lock >= l.n_locks {
+            return Err(Error::InvalidArgument);
+        }
+        let mut i = 0u32;
+        let t0 = self.env.now_ns();
+        loop {
+            match self.try_request(lock, flags, &mut i)? {
+                Some(held) => {
+                    let waited = self.env.now_ns().saturating_sub(t0);
+                    self.local.beat_counters.add(|c| {
+                        c.lock_grants = c.lock_grants.wrapping_add(1);
+                        c.lock_wait_ns = c.lock_wait_ns.wrapping_add(waited);
+                    });
+                    return Ok(held);
+                }
+                None if nested => return Err(Error::Recovering),
+                None => {
+                    // The lock awaits repair after a revocation; only recovery
+                    // is granted it. Step aside, host-local lock included (a
+                    // recovery on this host may need it), until it is repaired.
+                    loop {
+                        let ll: LockLine = self.store.fresh(l.lock_line(lock), Site("lock.repair.poll"))?;
+                        if ll.repair == 0 {
+                            break;
+                        }
+                        self.env.wait(i)?;
+                        i = i.wrapping_add(1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One request for `lock`: `Some` when granted, `None` when withdrawn
+    /// because the lock awaits repair (and this is not recovery).
+    fn try_request(&self, lock: u32, flags: u32, i: &mut u32) -> Result<Option<Held>> {
+        let l = &self.store.layout;
+        self.env.local_lock(lock)?;
+        let slot_off = l.lock_slot(lock, self.id);
+        let req = LockSlot { state: SLOT_WAITING, flags, ..LockSlot::default() };
+        // SYNC: no flush: the first poll below invalidates this slot, which
+        // writes the WAITING request back (reader: the manager's scan).
+        if let Err(e) = self.store.write_state_last(slot_off, &req) {
+            self.env.local_unlock(lock);
+            return Err(e);
+        }
+        if let Err(e) = self.bell(lock, true) {
+            self.env.local_unlock(lock);
+            return Err(e);
+        }
+        let withdraw = |e: Option<Error>| {
+            // A fenced node does not wait for an answer: the manager drops a
+            // dead node's requests itself.
+            let r = if e == Some(Error::Revoked) { Ok(()) } else { self.cancel(lock, flags, slot_off) };
+            self.env.local_unlock(lock);
+            match (e, r) {
+                // Learnt while withdrawing: fencing outranks a deadline.
+                (_, Err(Error::Revoked)) => Err(Error::Revoked),
+                (Some(e), _) | (None, Err(e)) => Err(e),
+                (None, Ok(())) => Ok(None),
+            }
+        };
+        loop {
+            // SYNC: fresh slot each poll (writer: manager grant).
+            let s: LockSlot = match self.store.fresh_state_first(slot_off, Site("lock.poll")) {
+                Ok(s) => s,
+                Err(e) => return withdraw(Some(e)),
+            };
+            if s.state == SLOT_LOCKED {
+                match self.grant_is_current(&s) {
+                    Ok(true) => {
+                        let _ = self.bell(lock, false);
+                        return Ok(Some(Held { lock, seq: s.seq }));
+                    }
+                    Ok(false) => {
+                        // A grant by a manager that a newer claimant has
+                        // replaced (stopped mid-step, it granted from what it
+                        // read before the newer claim): the newer manager
+                        // may have granted the lock elsewhere. Ask again;
+                        // the current manager answers.
+                        // SYNC: no flush: the next poll invalidates this slot,
+                        // which writes the request back (reader: the manager's
+                        // scan; the bell still rings).
+                        if let Err(e) = self.store.write_state_last(slot_off, &req) {
+                            return withdraw(Some(e));
+                        }
+                    }
+                    Err(e) => return withdraw(Some(e)),
+                }
+            }
+            if s.state == SLOT_IDLE {
+                // The manager reset our request: we were declared dead.
+                let _ = self.bell(lock, false);
+                self.env.local_unlock(lock);
+                return Err(Error::Revoked);
+            }
+            // A node declared dead or freed meanwhile (stopped past its
+            // lease, woken) learns it here even when no heartbeat tells it
+            // and no live node runs a manager to drop its request.
+            if *i % 64 == 63 && !mutant!("lock.wait_ignores_fencing") {
+                if let Err(e) = self.owns_slot() {
+                    return withdraw(Some(e));
+                }
+            }
+            if flags & SLOT_RECOVERY == 0 && *i % 16 == 15 {
+                let ll: LockLine = match self.store.fresh(l.lock_line(lock), Site("lock.repair.check")) {
+                    Ok(x) => x,
+                    Err(e) => return withdraw(Some(e)),
+                };
+                if ll.repair != 0 {
+                    return withdraw(None);
+                }
+            }
+            if let Err(e) = self.env.wait(*i) {
+                return withdraw(Some(e));
+            }
+            *i = i.wrapping_add(1);
+        }
+    }
+
+    /// Whether grant `s` (LOCKED) comes from the current manager: no node's
+    /// claim word in memory is larger than the claim the grant carries.
+    ///
+    /// A manager stopped in the middle of a step (after it read the slots,
+    /// before it wrote the grant) can wake after a newer claimant settled
+    /// and granted the lock elsewhere; its grant then lands late. The newer
+    /// claimant published its claim and fenced before its settle, and reads
+    /// every slot after it: so either this read (after the LOCKED one) sees
+    /// the newer claim, or the LOCKED slot was in memory before that claim
+    /// and the newer manager's scan finds this node holding the lock.
+    fn grant_is_current(&self, s: &LockSlot) -> Result<bool> {
+        let l = &self.store.layout;
+        let nn = l.caps.max_nodes.min(MAX_NODES);
+        let mut lines = [0u64; MAX_NODES as usize];
+        for (n, x) in lines.iter_mut().enumerate().take(nn as usize) {
+            *x = l.requests(n as u32);
+        }
+        // SYNC: every node's claim word fresh, read after the grant was
+        // (writers: managers claiming the role).
+        let lines = lines.get(..nn as usize).unwrap_or(&[]);
+        self.store.co.invalidate_lines(&self.store.view, lines, Site("lock.grant.claims"))?;
+        let stamp = s.reserved[GRANT_CLAIM];
+        for &off in lines {
+            let claim = self.store.view.load_u64(off.wrapping_add(CLAIM_AT))?;
+            if claim > stamp && !mutant!("lock.accept_stale_grant") {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Withdraws this node's WAITING request for `lock`: writes CANCEL into
+    /// the slot and waits for the manager's answer there: IDLE (dropped), or
+    /// LOCKED (a grant that landed after the CANCEL, or that the CANCEL
+    /// overwrote and the manager then answered): given back here, which is a
+    /// release. Either way no grant is left in flight to strand the lock with
+    /// this node. Only this withdrawal writes a slot while the request is
+    /// the manager's to answer; whichever write lands last, the poll below
+    /// sees an answer the manager will not change.
+    fn cancel(&self, lock: u32, flags: u32, slot_off: u64) -> Result<()> {
+        let c = LockSlot { state: SLOT_CANCEL, flags, ..LockSlot::default() };
+        // SYNC: no flush: the first poll below invalidates this slot, which
+        // writes CANCEL back (reader: the manager's scan; the bell still
+        // rings).
+        self.store.write_state_last(slot_off, &c)?;
+        let mut j = 0u32;
+        let answer = loop {
+            // SYNC: fresh slot each poll (writer: the manager's answer).
+            let s: LockSlot = match self.store.fresh_state_first(slot_off, Site("lock.withdraw.poll")) {
+                Ok(s) => s,
+                Err(e) => break Err(e),
+            };
+            if s.state == SLOT_LOCKED && mutant!("lock.withdraw_keeps_grant") {
+                break Ok(());
+            }
+            if s.state == SLOT_LOCKED {
+                // SYNC: the release reaches memory before we give up the
+                // lock (left dirty, it could land over a later grant); the
+                // doorbell's fence below completes it.
+                break self.store.publish_state_last(slot_off, &LockSlot::default(), Site("lock.withdraw"));
+            }
+            if s.state == SLOT_IDLE {
+                break Ok(());
+            }
+            // A manager answers within a lease (another takes over a dead
+            // one); only fencing ends the wait early, and the environment's
+            // watchdog when no manager answers at all (a grant that raced
+            // the CANCEL then stays with this node's slot until its next
+            // request of the lock, or its death).
+            if self.env.wait(j) == Err(Error::Revoked) {
+                break Err(Error::Revoked);
+            }
+            // Fencing is learnt here too, not only from the environment (whose
+            // heartbeat thread may be gone): a node declared dead or freed
+            // gets no answer once no live node runs a manager.
+            if j % 16 == 15 && !mutant!("lock.withdraw_ignores_fencing") {
+                if let Err(e) = self.owns_slot() {
+                    break Err(e);
+                }
+            }
+            if self.env.withdrawal_expired(j) {
+                break Err(Error::Timeout);
+            }
+            j = j.wrapping_add(1);
+        };
+        let quiet = self.bell(lock, false);
+        answer.and(quiet)
+    }
+
+    /// Sets or clears this node's request bit for `lock` and publishes the
+    /// request line (reader: the manager's doorbell scan).
+    fn bell(&self, lock: u32, on: bool) -> Result<()> {
+        let off = self.store.layout.requests(self.id).saturating_add(((lock / 64) as u64).saturating_mul(8));
+        let bit = 1u64 << (lock % 64);
+        if on {
+            self.store.view.fetch_or_u64(off, bit)?;
+        } else {
+            self.store.view.fetch_and_u64(off, !bit)?;
+        }
+        self.store.co.flush(&self.store.view, off, 8, Site("lock.doorbell"))?;
+        // SYNC: the doorbell (and the request slot flushed before it) reach
+        // memory now, not whenever the write-back completes (reader: the
+        // manager's doorbell scan).
+        self.store.co.store_fence(Site("lock.doorbell.fence"));
+        Ok(())
+    }
+
+    /// Releases a held lock. Everything written under it must already be
+    /// flushed; the fence here orders those flushes before the release.
+    ///
+    /// A ticket that is not the slot's current grant changes nothing in the
+    /// region and fails with `Revoked`: the grant was revoked (this node was
+    /// declared dead; the host-local locks is given back), or the ticket is an
+    /// old one of a lock held again since (the current grant stays held).
+    pub fn unlock(&self, held: Held) -> Result<()> {
+        let l = &self.store.layout;
+        if held.lock >= l.n_locks {
+            return Err(Error::InvalidArgument);
+        }
+        let slot_off = l.lock_slot(held.lock, self.id);
+        // SYNC: every flush made under the lock completes before IDLE is seen.
+        self.store.co.store_fence(Site("lock.release.fence"));
+        let mine: LockSlot = self.store.fresh_state_first(slot_off, Site("lock.release.check"))?;
+        if mine.state == SLOT_LOCKED && mine.seq != held.seq && !mutant!("unlock.stale_ticket") {
+            // A stale ticket: the slot carries a later grant, which whoever
+            // holds it releases with its own ticket.
+            return Err(Error::Revoked);
+        }
+        if mine.state != SLOT_LOCKED {
+            // Revoked (the manager reset the slot), or released already. The
+            // slot is not ours to write: a request of another thread of this
+            // node, or of the slot's next owner, may be in it. Only this
+            // thread's host-local hold, if any, goes.
+            self.env.local_unlock(held.lock);
+            return Err(Error::Revoked);
+        }
+        // SYNC(release-landed): a manager of this host may see this IDLE in
+        // the shared cache before it lands; it writes the line back itself
+        // before its next grant of the lock.
+        let r = self.store.publish_state_last(slot_off, &LockSlot::default(), Site("lock.release"));
+        self.store.co.store_fence(Site("lock.release.done"));
+        self.env.local_unlock(held.lock);
+        r
+    }
+
+    /// Runs `f` holding lock `lock`, releasing it afterwards whatever `f`
+    /// returns. The release fence orders `f`'s flushes before the release. Fails
+    /// with `Revoked` when the lock was revoked meanwhile, whatever `f` returned.
+    pub fn with_lock<T>(&self, lock: u32, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.with_lock_mode(lock, false, f)
+    }
+
+    /// [`Node::with_lock`] for a lock taken while another is held: if it
+    /// awaits repair, fails at once with `Recovering` instead of waiting,
+    /// because the recovery that would repair it may need the lock already
+    /// held (waiting there deadlocks against recovery).
+    pub(crate) fn with_lock_nested<T>(&self, lock: u32, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.with_lock_mode(lock, true, f)
+    }
+
+    pub(crate) fn with_lock_mode<T>(&self, lock: u32, nested: bool, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let held = self.lock_with(lock, 0, nested)?;
+        let r = f();
+        // A revoked lock outranks what ran under it: recovery may have
+        // rebuilt the structure meanwhile, so neither its result nor its
+        // error can be trusted.
+        match self.unlock(held) {
+            Err(Error::Revoked) => Err(Error::Revoked),
+            u => {
+                let v = r?;
+                u?;
+                Ok(v)
+            }
+        }
+    }
+}
+
+// A doorbell step loads the request bitmap word by word from the line's start.
+const _: () = assert!(core::mem::offset_of!(RequestLine, want) == 0);
+
+/// Where a node's manager claim lies in its request line (`reserved[0]`).
+pub(super) const CLAIM_AT: u64 = core::mem::offset_of!(RequestLine, reserved) as u64;
+
+/// Where a grant carries its manager's claim word (`LockSlot::reserved`).
+pub(super) const GRANT_CLAIM: usize = 0;
