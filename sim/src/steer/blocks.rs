@@ -4,7 +4,7 @@
 use cxlkv_core::node::{Node, NodeLocal};
 use cxlkv_core::{Error, Result};
 
-use super::{declare_dead, Died, Rig, StepEnv};
+use super::{attach_as, declare_dead, Died, Rig, StepEnv};
 
 /// Host 1 looks for root `r` and finds none (its cache keeps the empty
 /// record); host 0 puts `r` naming a block; host 1 then frees `r` with
@@ -227,5 +227,102 @@ pub(super) fn evictor_dies_claiming_a_pinned_block(disable: Option<&'static str>
     for f in rig.memory_findings()? {
         v.push(format!("evictor-dies-claiming-a-pinned-block: after recovery: {f:?}"));
     }
+    Ok(v)
+}
+
+/// Node 1 (host 1) looks key K up while node 0 (host 0) has it reserved:
+/// host 1's cache keeps the WRITING entry. Node 0 publishes K and pins it.
+/// Node 1's next lookup must find K: it reads the candidate entry fresh,
+/// not the WRITING copy its cache kept (the bucket line, fresh, still names
+/// the same entry).
+pub(super) fn lookup_after_a_publish_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
+    use cxlkv_core::hash::Key;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let key = Key { lo: 0x5eed_0000_1111_2222, hi: 21 };
+    let h = n0.reserve(1, key, 512, 16)?;
+    if n1.lookup(1, &[key])? != 0 {
+        return Ok(vec!["lookup-after-a-publish-elsewhere: a reserved block was found before its publish".to_string()]);
+    }
+    n0.write(&h, 0, &[0x5a; 512])?;
+    n0.publish(&h)?;
+    let mut pin = [Err(Error::InvalidArgument)];
+    n0.acquire(1, &[key], &mut pin)?;
+    let pin = pin[0]?;
+    let mut v = Vec::new();
+    if n1.lookup(1, &[key])? != 1 {
+        v.push("lookup-after-a-publish-elsewhere: a lookup after the publish missed a block pinned all along".into());
+    }
+    n0.release(&[pin])?;
+    Ok(v)
+}
+
+/// Host 0 runs node 0 and node 1; node 2 runs on host 1. Node 1 reserves a
+/// block and stores its payload through the mapping (as a zero-copy writer
+/// does), unflushed, and its process dies. Node 0 buries it (writing back
+/// what it left dirty in the host's cache), the manager declares it dead,
+/// recovery (node 2's) aborts the block and frees it, and node 2 reserves, writes and
+/// publishes a block of the same size, likely the same one. When host 0's
+/// cache later writes back everything it holds, no line of the dead
+/// process may land: node 2's block keeps its bytes, and the freed one the
+/// bytes memory had after recovery.
+pub(super) fn buried_writer_payload_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    use cxlkv_core::hash::Key;
+    const LEN: usize = 1024;
+    let rig = Rig::new(2, 3, disable)?;
+    let (s0, s1) = (rig.store(0)?, rig.store(1)?);
+    attach_as(&s0, 0, 0)?;
+    attach_as(&s0, 1, 0)?;
+    attach_as(&s1, 2, 1)?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s0, 1, &env, &l1)?, Node::new(&s1, 2, &env, &l2)?);
+    let dead = n1.reserve(1, Key { lo: 0xdead_0000_0000_0001, hi: 31 }, LEN as u64, 16)?;
+    s0.view.copy_in(dead.off, &[0xd1; LEN])?;
+    // Node 1's process is gone; its sibling finds it so and buries it.
+    if !cxlkv_core::node::bury(&s0, 1)? {
+        return Ok(vec!["buried-writer-payload-lands-late: the bury found node 1 not alive".to_string()]);
+    }
+    env.step()?;
+    // Recovery runs on the other host: nothing of host 0 touches the
+    // block's lines until its cache writes them back below.
+    n2.recover(0)?;
+    let mut after = vec![0u8; LEN];
+    rig.mem.shared_region().copy_out(dead.off, &mut after)?;
+    let key = Key { lo: 0x0a11_0000_0000_0002, hi: 32 };
+    let h = n2.reserve(1, key, LEN as u64, 16)?;
+    n2.write(&h, 0, &[0x22; LEN])?;
+    n2.publish(&h)?;
+    // Host 0's cache writes back the block's lines it still holds dirty,
+    // as it may at any moment.
+    rig.mem.drain(0);
+    for line in (dead.off as usize / 64)..(dead.off as usize + LEN).div_ceil(64) {
+        rig.mem.evict_line(0, line);
+    }
+    let mut v = Vec::new();
+    let mut got = vec![0u8; LEN];
+    let mut pin = [Err(Error::InvalidArgument)];
+    n2.acquire(1, &[key], &mut pin)?;
+    let pin = pin[0]?;
+    n2.read(&pin, 0, &mut got)?;
+    n2.release(&[pin])?;
+    if got != [0x22; LEN] {
+        v.push(format!(
+            "buried-writer-payload-lands-late: a block another host published lost its bytes to the dead process's \
+             (same block: {})",
+            h.off == dead.off
+        ));
+    }
+    if h.off != dead.off {
+        let mut now = vec![0u8; LEN];
+        rig.mem.shared_region().copy_out(dead.off, &mut now)?;
+        if now != after {
+            v.push("buried-writer-payload-lands-late: the dead process's payload landed in a freed block".into());
+        }
+    }
+    let _ = (n0, n1);
     Ok(v)
 }

@@ -118,6 +118,19 @@ pub fn scenarios() -> &'static [Scenario] {
             run: blocks::evictor_dies_claiming_a_pinned_block,
         },
         Scenario {
+            name: "lookup-after-a-publish-elsewhere",
+            what: "a host looks a key up while another writes it (its cache keeps the WRITING entry); after the \
+                   publish, with the block pinned, its next lookup must find it",
+            run: blocks::lookup_after_a_publish_elsewhere,
+        },
+        Scenario {
+            name: "buried-writer-payload-lands-late",
+            what: "a process dies with payload stored, unflushed, into a block it was writing; its sibling buries \
+                   it, recovery frees the block and another host reuses it; the dead process's lines must not land \
+                   over it later",
+            run: blocks::buried_writer_payload_lands_late,
+        },
+        Scenario {
             name: "new-incarnation-old-beat",
             what: "a node detaches and its successor attaches between two liveness scans of a manager, whose next \
                    scan reads the new ALIVE beside the predecessor's last heartbeat, not yet overwritten",
