@@ -2,6 +2,11 @@
 //! reads, echoes and locks while this one measures; gets over a working set
 //! larger than the last-level cache, cold and warm, beside same-run memcpys.
 
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
 use cxlkv_platform::host_locks::HostLocks;
 use cxlkv_platform::kv::Capacities;
 use cxlkv_platform::kv::Message;
@@ -11,10 +16,6 @@ use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::de::DeserializeOwned;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
 
 use super::report::{Contended, CopyRow, CrossProcess, Echo, GetReport, GetRow, LockPeer, LockRun, Quantiles};
 

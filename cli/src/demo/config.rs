@@ -1,12 +1,13 @@
 //! What a demo run is: its settings, the region's capacities and each
 //! worker's options they imply, and the protocol's constants.
 
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
 use cxlkv_platform::kv::Capacities;
 use cxlkv_platform::kv::{mix64, Key};
 use cxlkv_platform::{pattern, FlushMode, Options};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 pub(super) const NS: u32 = 1;
 

@@ -3,6 +3,10 @@
 //! (acquire, verify every byte, release, answer), and the synthetic
 //! requests they replay.
 
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+
 use cxlkv_platform::kv::CoreError;
 use cxlkv_platform::kv::Handle;
 use cxlkv_platform::kv::Message;
@@ -12,9 +16,6 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::LogNormal;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-use std::path::Path;
-use std::time::{Duration, Instant, SystemTime};
 
 use super::config::{len_of, worker_opts, Config, HANDOFF, MAX_TOKENS, NS, STOP, TOKENS_PER_BLOCK};
 use super::report::Hist;

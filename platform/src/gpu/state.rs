@@ -6,9 +6,10 @@ use std::sync::Mutex;
 
 use cxlkv_core::mem::View;
 
+use crate::error::{Error, Result};
+
 use super::driver::{Cuda, Registration};
 use super::REGISTER_CHUNK;
-use crate::error::{Error, Result};
 
 /// What a node's GPU path queued.
 #[derive(Default)]

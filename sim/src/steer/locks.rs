@@ -1,6 +1,8 @@
 //! Scenarios of the lock protocol: releases, grants and requests seen through
 //! shared caches, fenced requesters and withdrawals.
 
+use std::sync::{Arc, Mutex};
+
 use cxlkv_core::check::FindingKind;
 use cxlkv_core::coherence::{Coherence, Coherent, Site};
 use cxlkv_core::layout::{LockSlot, NodeInfo, NODE_ALIVE};
@@ -8,7 +10,6 @@ use cxlkv_core::lock::Manager;
 use cxlkv_core::node::{Node, NodeLocal};
 use cxlkv_core::store::{attach, NodeEnv};
 use cxlkv_core::{Error, Result};
-use std::sync::{Arc, Mutex};
 
 use super::{attach_as, declare_dead, Rig, StepEnv};
 

@@ -1,6 +1,8 @@
 //! Scenarios of liveness and the lock manager's role: incarnations, detaches
 //! during recovery, claims and lines that land late, a zombie manager.
 
+use std::sync::{Arc, Mutex};
+
 use cxlkv_core::check::FindingKind;
 use cxlkv_core::coherence::Coherent;
 use cxlkv_core::layout::NodeInfo;
@@ -8,7 +10,6 @@ use cxlkv_core::lock::{LeaseConfig, Manager};
 use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
 use cxlkv_core::store::attach;
 use cxlkv_core::{Error, Result};
-use std::sync::{Arc, Mutex};
 
 use super::{attach_as, declare_dead, Rig, StepEnv};
 

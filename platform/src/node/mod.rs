@@ -2,6 +2,9 @@
 //! and one background thread that beats the node's heartbeat and runs the
 //! lock manager step (active only in the node that holds the manager lease).
 
+mod inbox;
+mod threads;
+
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -18,6 +21,7 @@ use cxlkv_core::lock::{LeaseConfig, Manager, StepReport};
 use cxlkv_core::node::{attach_node, bury, Identity, Node as CoreNode, NodeLocal};
 use cxlkv_core::recover::RecoverReport;
 use cxlkv_core::store::{attach, NodeEnv, Store};
+use threads::{background, beat};
 
 use crate::error::{Error, Result};
 use crate::flush::{Flush, FlushMode, PayloadStores};
@@ -27,7 +31,7 @@ use crate::host_locks::{HostLocks, Owner};
 use crate::map::{Mapping, Populate};
 use crate::region::{Attachment, Region};
 use crate::sync::Flag;
-use crate::tier::wire::{RoundTrips, KIND_TIER_PROMOTE};
+use crate::tier::wire::RoundTrips;
 
 /// How a node attaches and behaves.
 #[derive(Clone, Debug)]
@@ -330,109 +334,6 @@ struct InboxLocal {
 /// application kinds stay below it.
 pub const KIND_RESPONSE: u32 = 1 << 31;
 
-/// True for an answer to one of platform's own requests (a tier promotion):
-/// only the call that made the request takes it; none reaches an
-/// application's receive.
-fn internal_answer(m: &Message) -> bool {
-    m.kind == KIND_TIER_PROMOTE | KIND_RESPONSE
-}
-
-/// The heartbeat's own thread: it beats every eighth of the lease and does
-/// nothing else, at a raised CPU priority where allowed, so that neither
-/// the lock manager's work nor a lock an operation thread holds can delay
-/// it. Learning that the node was declared dead, it marks the node fenced
-/// (every call then fails with `Revoked`) and ends.
-///
-/// It starts before the node attaches and waits for it: a thread started
-/// after would first have to be scheduled, which on an overloaded host took
-/// longer than the lease (the node was declared dead before its first beat;
-/// a waiting thread that wakes is scheduled at once).
-fn beat(attached: std::sync::mpsc::Receiver<Arc<Inner>>) {
-    let raised = crate::host::raise_cpu_priority();
-    let Ok(inner) = attached.recv() else { return };
-    inner.raised_priority.set(raised);
-    let beat_every = (inner.opts.lease / 8).max(Duration::from_millis(1));
-    while !inner.stop.get() {
-        let t = Instant::now();
-        if inner.core().heartbeat(inner.nonce) == Err(cxlkv_core::Error::Revoked) {
-            inner.fenced.set(true);
-            eprintln!(
-                "cxlkv: node {} learnt it was declared dead (silent for a lease of {:?}: stopped, or starved of \
-                 CPU) and recovered; every call now fails with REVOKED: attach again to go on",
-                inner.id, inner.opts.lease
-            );
-            return;
-        }
-        // Parked, so that a close wakes it at once (`shutdown` unparks it);
-        // a spurious wake-up only goes round the loop again.
-        while !inner.stop.get() && t.elapsed() < beat_every {
-            std::thread::park_timeout(beat_every - t.elapsed().min(beat_every));
-        }
-    }
-}
-
-/// The lock manager's steps, automatic recovery and the burial of this
-/// host's gone siblings, until the node closes or is fenced.
-fn background(inner: Arc<Inner>) {
-    let beat_every = (inner.opts.lease / 8).max(Duration::from_millis(1));
-    let mut last_bury = Instant::now();
-    let mut idle = 0u32;
-    while !inner.stop.get() && !inner.fenced.get() {
-        if last_bury.elapsed() >= beat_every {
-            last_bury = Instant::now();
-            // Siblings gone from this host are buried long before the manager
-            // (maybe on another host) could take their silence for death.
-            let _ = inner.bury_siblings();
-        }
-        let bell = inner.host_locks.bell_count();
-        let rep = match inner.mgr.lock() {
-            Ok(mut m) => inner.step(&mut m).unwrap_or_default(),
-            Err(_) => return,
-        };
-        // A dead node's bit stays in the manager's mask until its next
-        // liveness scan: one that ran before the last recovery ended names
-        // nodes that recovery freed already (recovering again would rebuild
-        // every stripe for nothing, under readers' feet).
-        let fresh = inner.recovered_at.lock().is_ok_and(|at| at.is_none_or(|at| rep.scanned_at > at));
-        if rep.dead != 0 && fresh && inner.opts.auto_recover && !inner.recovering.claim() {
-            let i2 = inner.clone();
-            let t = std::thread::spawn(move || {
-                let _ = i2.core().recover(0);
-                if let Ok(mut at) = i2.recovered_at.lock() {
-                    *at = Some(i2.now_ms());
-                }
-                i2.recovering.release();
-            });
-            // The last one has ended (`recovering` was free): joined now.
-            if let Some(done) = inner.recovery.lock().ok().and_then(|mut r| r.replace(t)) {
-                let _ = done.join();
-            }
-        }
-        if rep.grants > 0 {
-            idle = 0;
-            std::thread::yield_now();
-            continue;
-        }
-        idle = idle.saturating_add(1);
-        let pause = if !rep.active {
-            Duration::from_millis(5).min(beat_every)
-        } else if idle < 16 {
-            Duration::from_micros(0)
-        } else if idle < 2000 {
-            Duration::from_micros(50)
-        } else {
-            Duration::from_micros(500)
-        };
-        if pause.is_zero() {
-            std::thread::yield_now();
-        } else {
-            // Woken early by a request of any process of this host (a ring
-            // since `bell` was read returns at once), or to stop.
-            inner.host_locks.sleep(bell, pause);
-        }
-    }
-}
-
 impl Node {
     /// Creates (or overwrites) a region file of `size` bytes at `path`
     /// (owner-only), formats it with `caps` and attaches to it.
@@ -637,144 +538,6 @@ impl Node {
         check_store(&self.inner.store)
     }
 
-    /// Sends `msg` with `keys` to node `to`'s inbox, waiting (up to the lock
-    /// timeout) while the inbox is full. `BadNode` when `to` is not attached.
-    pub fn send(&self, to: u32, msg: &Message, keys: &[Key]) -> Result<()> {
-        let start = Instant::now();
-        let mut i = 0u32;
-        loop {
-            match self.core().send(to, msg, keys) {
-                Err(cxlkv_core::Error::InboxFull) if start.elapsed() < self.inner.opts.lock_timeout => {
-                    backoff(i);
-                    i = i.saturating_add(1);
-                }
-                r => return Ok(r?),
-            }
-        }
-    }
-
-    /// Takes the next message of this node's inbox, if one is there.
-    /// Thread-safe: the node's threads take turns.
-    ///
-    /// Answers to this node's own internal requests (an SSD tier's answer
-    /// to a promotion) never come out here: one that arrives after its
-    /// caller stopped waiting is dropped.
-    pub fn try_recv(&self) -> Result<Option<(Message, Vec<Key>)>> {
-        let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
-        let InboxLocal { stash, keys, awaited } = &mut *inbox;
-        // Stashed: the first application message; internal answers stay
-        // for their callers.
-        if let Some(at) = stash.iter().position(|(m, _)| !internal_answer(m)) {
-            return Ok(stash.remove(at));
-        }
-        while let Some((m, k)) = self.recv_core(keys)? {
-            if !internal_answer(&m) {
-                return Ok(Some((m, k)));
-            }
-            if awaited.contains(&m.request_id) {
-                stash.push_back((m, k));
-            }
-            // Else a late answer: its caller gave up; dropped.
-        }
-        Ok(None)
-    }
-
-    /// One receive from the ring into `buf` (sized on first use); only a
-    /// message that came allocates its key list.
-    fn recv_core(&self, buf: &mut Vec<Key>) -> Result<Option<(Message, Vec<Key>)>> {
-        let cap = self.store().layout.caps.inbox_slots as usize * cxlkv_core::layout::KEYS_PER_SLOT;
-        buf.resize(cap, Key::default());
-        Ok(self.core().try_recv(buf)?.map(|m| (m, buf[..m.n_keys as usize].to_vec())))
-    }
-
-    /// Waits up to `timeout` for the next message; `Timeout` when none came.
-    /// The owner polls its inbox: spinning, then yielding the CPU between
-    /// polls for a few milliseconds, then sleeping 50 µs between polls.
-    pub fn recv(&self, timeout: Duration) -> Result<(Message, Vec<Key>)> {
-        let start = Instant::now();
-        let mut i = 0u32;
-        loop {
-            if let Some(m) = self.try_recv()? {
-                return Ok(m);
-            }
-            if start.elapsed() >= timeout {
-                return Err(Error::Core(cxlkv_core::Error::Timeout));
-            }
-            backoff(i);
-            i = i.saturating_add(1);
-        }
-    }
-
-    /// A request/response round trip: sends `msg` (its `request_id` is set
-    /// to a fresh one) to node `to` and waits up to `timeout` for the answer
-    /// made by [`Node::reply`]. Messages arriving meanwhile stay queued for
-    /// `recv`.
-    pub fn call(&self, to: u32, msg: &Message, keys: &[Key], timeout: Duration) -> Result<(Message, Vec<Key>)> {
-        if msg.kind & KIND_RESPONSE != 0 {
-            return Err(Error::Core(cxlkv_core::Error::InvalidArgument));
-        }
-        let id = {
-            let mut n = self.next_call.lock().unwrap_or_else(|e| e.into_inner());
-            *n = n.wrapping_add(1);
-            *n
-        };
-        let internal = internal_answer(&Message { kind: msg.kind | KIND_RESPONSE, ..*msg });
-        if internal {
-            self.inbox.lock().unwrap_or_else(|e| e.into_inner()).awaited.insert(id);
-        }
-        let r = self.call_wait(to, id, msg, keys, timeout);
-        if internal {
-            let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
-            inbox.awaited.remove(&id);
-            // An answer another receive stashed for it after all: gone too.
-            inbox.stash.retain(|(m, _)| !(internal_answer(m) && m.request_id == id));
-        }
-        r
-    }
-
-    /// [`Node::call`] after the request id was chosen: sends, then waits.
-    fn call_wait(
-        &self,
-        to: u32,
-        id: u64,
-        msg: &Message,
-        keys: &[Key],
-        timeout: Duration,
-    ) -> Result<(Message, Vec<Key>)> {
-        self.send(to, &Message { request_id: id, ..*msg }, keys)?;
-        let start = Instant::now();
-        let mut i = 0u32;
-        loop {
-            {
-                let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
-                let InboxLocal { stash, keys, .. } = &mut *inbox;
-                let answer = |m: &Message| m.kind & KIND_RESPONSE != 0 && m.request_id == id && m.from == to;
-                if let Some(at) = stash.iter().position(|(m, _)| answer(m)) {
-                    if let Some(r) = stash.remove(at) {
-                        return Ok(r);
-                    }
-                }
-                while let Some((m, k)) = self.recv_core(keys)? {
-                    if answer(&m) {
-                        return Ok((m, k));
-                    }
-                    stash.push_back((m, k));
-                }
-            }
-            if start.elapsed() >= timeout {
-                return Err(Error::Core(cxlkv_core::Error::Timeout));
-            }
-            backoff(i);
-            i = i.saturating_add(1);
-        }
-    }
-
-    /// Answers request `req` (received by `recv`) with `status` and `keys`.
-    pub fn reply(&self, req: &Message, status: u32, keys: &[Key]) -> Result<()> {
-        let m = Message { kind: req.kind | KIND_RESPONSE, status, ..*req };
-        self.send(req.from, &m, keys)
-    }
-
     /// Stops the thread and detaches (drops every pin this node holds).
     ///
     /// A node that holds an application lock cannot detach (the lock would
@@ -831,18 +594,6 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         let _ = self.shutdown();
-    }
-}
-
-/// One poll back-off step: spin, then yield (a few milliseconds of polling
-/// in all, for handoff latency in microseconds), then sleep 50 µs at a time.
-fn backoff(i: u32) {
-    if i < 128 {
-        core::hint::spin_loop();
-    } else if i < 8192 {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(Duration::from_micros(50));
     }
 }
 
