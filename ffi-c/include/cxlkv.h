@@ -170,35 +170,6 @@ typedef struct cxlkv_key {
   uint64_t hi;
 } cxlkv_key;
 
-// One change of a region's index.
-typedef struct cxlkv_change {
-  // The block's key.
-  struct cxlkv_key key;
-  // Its payload bytes.
-  uint64_t len;
-  // Its namespace.
-  uint32_t ns;
-  // Tokens it covers.
-  uint32_t tokens;
-  // The node that made the change.
-  uint32_t node;
-  // True: the block was stored (published); false: removed (evicted or
-  // removed).
-  bool stored;
-} cxlkv_change;
-
-// One piece to move: `len` bytes at region offset `region_offset` (inside
-// a block: `block.offset` plus a position) and at device address
-// `device_ptr` (a `CUdeviceptr` from the engine's allocator).
-typedef struct cxlkv_cuda_segment {
-  // Region offset.
-  uint64_t region_offset;
-  // Device address.
-  uint64_t device_ptr;
-  // Bytes.
-  uint64_t len;
-} cxlkv_cuda_segment;
-
 // A pinned (acquired) or reserved block: where its payload lies in this
 // process. `data` is NULL in an empty slot (a key that was not acquired or
 // reserved). The other fields identify the block to the library: pass the
@@ -226,42 +197,6 @@ typedef struct cxlkv_block {
   // Payload offset in the region.
   uint64_t offset;
 } cxlkv_block;
-
-// What tells KV caches apart, as fields. Fill what the engine has, leave
-// the rest 0 (NULL); `cxlkv_namespace_register` registers it in a node's region and
-// gives the id every KV call takes.
-typedef struct cxlkv_namespace {
-  // Model name or path, NUL-terminated (NULL: empty).
-  const char *model;
-  // Engine-defined KV layout code.
-  uint32_t kv_layout;
-  // Element type code.
-  uint32_t dtype;
-  // Tensor-parallel rank.
-  uint32_t tp_rank;
-  // Tensor-parallel size.
-  uint32_t tp_size;
-  // Pipeline-parallel rank.
-  uint32_t pp_rank;
-  // Tokens per block.
-  uint32_t block_tokens;
-  // Anything else that must separate caches, as a number.
-  uint64_t extra;
-  // Anything else that must separate caches, as `salt_len` bytes of any
-  // value (an engine's description of its blocks, a salt, a LoRA name);
-  // NULL when `salt_len` is 0.
-  const uint8_t *salt;
-  // Bytes at `salt`.
-  size_t salt_len;
-} cxlkv_namespace;
-
-// What `cxlkv_evict` freed.
-typedef struct cxlkv_evict_report {
-  // Blocks evicted.
-  uint64_t blocks;
-  // Payload bytes freed.
-  uint64_t bytes;
-} cxlkv_evict_report;
 
 // One block to reserve.
 typedef struct cxlkv_reserve_item {
@@ -307,6 +242,71 @@ typedef struct cxlkv_get_item {
   // How many.
   size_t n_parts;
 } cxlkv_get_item;
+
+// One change of a region's index.
+typedef struct cxlkv_change {
+  // The block's key.
+  struct cxlkv_key key;
+  // Its payload bytes.
+  uint64_t len;
+  // Its namespace.
+  uint32_t ns;
+  // Tokens it covers.
+  uint32_t tokens;
+  // The node that made the change.
+  uint32_t node;
+  // True: the block was stored (published); false: removed (evicted or
+  // removed).
+  bool stored;
+} cxlkv_change;
+
+// One piece to move: `len` bytes at region offset `region_offset` (inside
+// a block: `block.offset` plus a position) and at device address
+// `device_ptr` (a `CUdeviceptr` from the engine's allocator).
+typedef struct cxlkv_cuda_segment {
+  // Region offset.
+  uint64_t region_offset;
+  // Device address.
+  uint64_t device_ptr;
+  // Bytes.
+  uint64_t len;
+} cxlkv_cuda_segment;
+
+// What tells KV caches apart, as fields. Fill what the engine has, leave
+// the rest 0 (NULL); `cxlkv_namespace_register` registers it in a node's region and
+// gives the id every KV call takes.
+typedef struct cxlkv_namespace {
+  // Model name or path, NUL-terminated (NULL: empty).
+  const char *model;
+  // Engine-defined KV layout code.
+  uint32_t kv_layout;
+  // Element type code.
+  uint32_t dtype;
+  // Tensor-parallel rank.
+  uint32_t tp_rank;
+  // Tensor-parallel size.
+  uint32_t tp_size;
+  // Pipeline-parallel rank.
+  uint32_t pp_rank;
+  // Tokens per block.
+  uint32_t block_tokens;
+  // Anything else that must separate caches, as a number.
+  uint64_t extra;
+  // Anything else that must separate caches, as `salt_len` bytes of any
+  // value (an engine's description of its blocks, a salt, a LoRA name);
+  // NULL when `salt_len` is 0.
+  const uint8_t *salt;
+  // Bytes at `salt`.
+  size_t salt_len;
+} cxlkv_namespace;
+
+// What `cxlkv_evict` freed.
+typedef struct cxlkv_evict_report {
+  // Blocks evicted.
+  uint64_t blocks;
+  // Payload bytes freed.
+  uint64_t bytes;
+} cxlkv_evict_report;
 
 // Capacities of a region, chosen when it is formatted. Start from
 // `cxlkv_capacities_default`. The fields are core's table of capacities
@@ -517,6 +517,116 @@ cxlkv_result cxlkv_last_error(char *buf, size_t len, size_t *written);
 // The library's version, "MAJOR.MINOR.PATCH" (static; compare with
 // `CXLKV_VERSION_STRING` to detect a header/library mismatch).
 const char *cxlkv_version(void);
+
+// Pins the published blocks of `keys[0..n]` in namespace `ns` for
+// zero-copy reads: `blocks[i]` points at key `i`'s payload (read-only) and
+// `status[i]` is CXLKV_RESULT_OK, or CXLKV_RESULT_NOT_FOUND with an empty
+// block. The payload is fresh in this host's cache when this returns, and
+// stays valid and unchanged until `cxlkv_release`: a pinned block is never
+// evicted. `*n_acquired` (NULL allowed) gets how many were pinned.
+//
+// # Safety
+// `node` is a handle from this library or NULL; `keys` is valid for `n`
+// reads; `blocks` and `status` for `n` writes; `n_acquired` is NULL or
+// valid for one write.
+cxlkv_result cxlkv_acquire(const struct cxlkv_node *node,
+                           uint32_t ns,
+                           const struct cxlkv_key *keys,
+                           size_t n,
+                           struct cxlkv_block *blocks,
+                           cxlkv_result *status,
+                           size_t *n_acquired);
+
+// Drops one pin of each non-empty block of `blocks[0..n]` (from
+// `cxlkv_acquire`); empty slots are skipped, so the array acquire filled
+// can be passed as it is. Their `data` pointers must not be used after.
+// Returns the first failure (CXLKV_RESULT_STALE_HANDLE for a block this
+// node does not hold); the other blocks are released all the same.
+//
+// # Safety
+// `node` is a handle from this library or NULL; `blocks` is valid for `n`
+// reads.
+cxlkv_result cxlkv_release(const struct cxlkv_node *node,
+                           const struct cxlkv_block *blocks,
+                           size_t n);
+
+// Reserves writable blocks for zero-copy writes: `blocks[i]` points at
+// `items[i].len` writable bytes in the region, and `status[i]` is
+// CXLKV_RESULT_OK, CXLKV_RESULT_EXISTS (stored or being written by
+// someone: nothing reserved), CXLKV_RESULT_OUT_OF_SPACE (everything
+// evictable is pinned) or another failure. Evicts least-recently-used
+// blocks as needed. Fill the payloads with plain stores (or DMA), then
+// `cxlkv_publish` or `cxlkv_abort` each. `*n_reserved` (NULL allowed) gets
+// how many were reserved.
+//
+// # Safety
+// `node` is a handle from this library or NULL; `items` is valid for `n`
+// reads; `blocks` and `status` for `n` writes; `n_reserved` is NULL or
+// valid for one write.
+cxlkv_result cxlkv_reserve(const struct cxlkv_node *node,
+                           uint32_t ns,
+                           const struct cxlkv_reserve_item *items,
+                           size_t n,
+                           struct cxlkv_block *blocks,
+                           cxlkv_result *status,
+                           size_t *n_reserved);
+
+// Publishes reserved blocks: flushes each payload, then turns it visible
+// to every node at once (its entry turns READY after the payload reached
+// memory). `status[i]` is CXLKV_RESULT_OK or why block `i` was not
+// published (CXLKV_RESULT_STALE_HANDLE: not reserved by this node). The
+// `data` pointers must not be written after.
+//
+// # Safety
+// `node` is a handle from this library or NULL; `blocks` is valid for `n`
+// reads; `status` for `n` writes.
+cxlkv_result cxlkv_publish(const struct cxlkv_node *node,
+                           const struct cxlkv_block *blocks,
+                           size_t n,
+                           cxlkv_result *status);
+
+// Abandons reserved blocks: their entries and payload space are freed and
+// the keys can be reserved again. `status[i]` reports each.
+//
+// # Safety
+// `node` is a handle from this library or NULL; `blocks` is valid for `n`
+// reads; `status` for `n` writes.
+cxlkv_result cxlkv_abort(const struct cxlkv_node *node,
+                         const struct cxlkv_block *blocks,
+                         size_t n,
+                         cxlkv_result *status);
+
+// Copies blocks into the region: item `i`'s payload is its parts
+// concatenated. `status[i]` is CXLKV_RESULT_OK (published),
+// CXLKV_RESULT_EXISTS (the key is stored already: nothing written), or why
+// it failed; the other items are stored all the same.
+//
+// # Safety
+// `node` is a handle from this library or NULL; `items` is valid for `n`
+// reads, each part for `len` bytes of reads; `status` for `n` writes.
+cxlkv_result cxlkv_put(const struct cxlkv_node *node,
+                       uint32_t ns,
+                       const struct cxlkv_put_item *items,
+                       size_t n,
+                       cxlkv_result *status);
+
+// Copies blocks out of the region into each item's parts, in order:
+// `lens[i]` gets block `i`'s payload length when it is stored, `status[i]`
+// is CXLKV_RESULT_OK (the first `lens[i]` bytes of the parts are filled),
+// CXLKV_RESULT_NOT_FOUND, or CXLKV_RESULT_TOO_LARGE when the parts are
+// shorter than the payload (nothing copied; `lens[i]` says what is
+// needed).
+//
+// # Safety
+// `node` is a handle from this library or NULL; `items` is valid for `n`
+// reads, each part for `len` bytes of writes, no two overlapping; `lens`
+// and `status` for `n` writes.
+cxlkv_result cxlkv_get(const struct cxlkv_node *node,
+                       uint32_t ns,
+                       const struct cxlkv_get_item *items,
+                       size_t n,
+                       uint64_t *lens,
+                       cxlkv_result *status);
 
 // Opens a cursor at the head of the change log of `node`'s region: its
 // polls report the changes any node makes from now on. Close it with
@@ -729,116 +839,6 @@ cxlkv_result cxlkv_clear_namespaces(const struct cxlkv_node *node,
                                     const uint32_t *namespaces,
                                     size_t n,
                                     struct cxlkv_evict_report *out);
-
-// Pins the published blocks of `keys[0..n]` in namespace `ns` for
-// zero-copy reads: `blocks[i]` points at key `i`'s payload (read-only) and
-// `status[i]` is CXLKV_RESULT_OK, or CXLKV_RESULT_NOT_FOUND with an empty
-// block. The payload is fresh in this host's cache when this returns, and
-// stays valid and unchanged until `cxlkv_release`: a pinned block is never
-// evicted. `*n_acquired` (NULL allowed) gets how many were pinned.
-//
-// # Safety
-// `node` is a handle from this library or NULL; `keys` is valid for `n`
-// reads; `blocks` and `status` for `n` writes; `n_acquired` is NULL or
-// valid for one write.
-cxlkv_result cxlkv_acquire(const struct cxlkv_node *node,
-                           uint32_t ns,
-                           const struct cxlkv_key *keys,
-                           size_t n,
-                           struct cxlkv_block *blocks,
-                           cxlkv_result *status,
-                           size_t *n_acquired);
-
-// Drops one pin of each non-empty block of `blocks[0..n]` (from
-// `cxlkv_acquire`); empty slots are skipped, so the array acquire filled
-// can be passed as it is. Their `data` pointers must not be used after.
-// Returns the first failure (CXLKV_RESULT_STALE_HANDLE for a block this
-// node does not hold); the other blocks are released all the same.
-//
-// # Safety
-// `node` is a handle from this library or NULL; `blocks` is valid for `n`
-// reads.
-cxlkv_result cxlkv_release(const struct cxlkv_node *node,
-                           const struct cxlkv_block *blocks,
-                           size_t n);
-
-// Reserves writable blocks for zero-copy writes: `blocks[i]` points at
-// `items[i].len` writable bytes in the region, and `status[i]` is
-// CXLKV_RESULT_OK, CXLKV_RESULT_EXISTS (stored or being written by
-// someone: nothing reserved), CXLKV_RESULT_OUT_OF_SPACE (everything
-// evictable is pinned) or another failure. Evicts least-recently-used
-// blocks as needed. Fill the payloads with plain stores (or DMA), then
-// `cxlkv_publish` or `cxlkv_abort` each. `*n_reserved` (NULL allowed) gets
-// how many were reserved.
-//
-// # Safety
-// `node` is a handle from this library or NULL; `items` is valid for `n`
-// reads; `blocks` and `status` for `n` writes; `n_reserved` is NULL or
-// valid for one write.
-cxlkv_result cxlkv_reserve(const struct cxlkv_node *node,
-                           uint32_t ns,
-                           const struct cxlkv_reserve_item *items,
-                           size_t n,
-                           struct cxlkv_block *blocks,
-                           cxlkv_result *status,
-                           size_t *n_reserved);
-
-// Publishes reserved blocks: flushes each payload, then turns it visible
-// to every node at once (its entry turns READY after the payload reached
-// memory). `status[i]` is CXLKV_RESULT_OK or why block `i` was not
-// published (CXLKV_RESULT_STALE_HANDLE: not reserved by this node). The
-// `data` pointers must not be written after.
-//
-// # Safety
-// `node` is a handle from this library or NULL; `blocks` is valid for `n`
-// reads; `status` for `n` writes.
-cxlkv_result cxlkv_publish(const struct cxlkv_node *node,
-                           const struct cxlkv_block *blocks,
-                           size_t n,
-                           cxlkv_result *status);
-
-// Abandons reserved blocks: their entries and payload space are freed and
-// the keys can be reserved again. `status[i]` reports each.
-//
-// # Safety
-// `node` is a handle from this library or NULL; `blocks` is valid for `n`
-// reads; `status` for `n` writes.
-cxlkv_result cxlkv_abort(const struct cxlkv_node *node,
-                         const struct cxlkv_block *blocks,
-                         size_t n,
-                         cxlkv_result *status);
-
-// Copies blocks into the region: item `i`'s payload is its parts
-// concatenated. `status[i]` is CXLKV_RESULT_OK (published),
-// CXLKV_RESULT_EXISTS (the key is stored already: nothing written), or why
-// it failed; the other items are stored all the same.
-//
-// # Safety
-// `node` is a handle from this library or NULL; `items` is valid for `n`
-// reads, each part for `len` bytes of reads; `status` for `n` writes.
-cxlkv_result cxlkv_put(const struct cxlkv_node *node,
-                       uint32_t ns,
-                       const struct cxlkv_put_item *items,
-                       size_t n,
-                       cxlkv_result *status);
-
-// Copies blocks out of the region into each item's parts, in order:
-// `lens[i]` gets block `i`'s payload length when it is stored, `status[i]`
-// is CXLKV_RESULT_OK (the first `lens[i]` bytes of the parts are filled),
-// CXLKV_RESULT_NOT_FOUND, or CXLKV_RESULT_TOO_LARGE when the parts are
-// shorter than the payload (nothing copied; `lens[i]` says what is
-// needed).
-//
-// # Safety
-// `node` is a handle from this library or NULL; `items` is valid for `n`
-// reads, each part for `len` bytes of writes, no two overlapping; `lens`
-// and `status` for `n` writes.
-cxlkv_result cxlkv_get(const struct cxlkv_node *node,
-                       uint32_t ns,
-                       const struct cxlkv_get_item *items,
-                       size_t n,
-                       uint64_t *lens,
-                       cxlkv_result *status);
 
 // Writes the default capacities (16 nodes, 16 stripes of 4096 entries, 1024
 // roots, 512 pins, 2 MiB chunks, 64 inbox slots, 64 application locks).

@@ -7,7 +7,7 @@ use core::ffi::c_void;
 
 use cxlkv_platform::gpu::Segment;
 
-use crate::kv::{cxlkv_block, finish};
+use crate::blocks::{cxlkv_block, finish};
 use crate::region::{cxlkv_node, live};
 use crate::{cxlkv_result, guard, slice};
 

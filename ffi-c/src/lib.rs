@@ -16,6 +16,8 @@ use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard};
 
+pub mod blocks;
+pub mod copy;
 pub mod events;
 pub mod gpu;
 pub mod kv;
