@@ -19,6 +19,8 @@ use cxlkv_platform::{Code as R, Family};
 
 mod blocks;
 mod events;
+mod message;
+mod node;
 mod region;
 mod shm;
 mod tier;
@@ -213,8 +215,8 @@ fn _cxlkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(chain_keys, m)?)?;
     m.add_function(wrap_pyfunction!(namespace_digest, m)?)?;
     m.add_class::<region::Region>()?;
-    m.add_class::<region::Node>()?;
-    m.add_class::<region::Message>()?;
+    m.add_class::<node::Node>()?;
+    m.add_class::<message::Message>()?;
     m.add_class::<tier::Tier>()?;
     m.add_class::<events::EventPublisher>()?;
     m.add_class::<events::ChangeCursor>()?;
