@@ -76,16 +76,7 @@ pub(crate) fn manager_actor(w: &World, h: usize) {
                 let m = w.model.lock().unwrap();
                 m.stall == Some(h) && m.stalled
             };
-            // What memory says of the slot before the beat: once it is not
-            // ours any more, a heartbeat (which reads the slot fresh) must
-            // say so.
-            let before: Result<NodeInfo, _> = w.mem.shared_region().read(store.layout.node_info(id));
-            let beat = node.heartbeat(nonce);
-            if let (Ok(b), Ok(_)) = (&before, &beat) {
-                if b.state != cxlkv_core::layout::NODE_ALIVE || b.nonce != nonce {
-                    w.violation(format!("host {h}: heartbeat passed although its slot was no longer its own: {b:?}"));
-                }
-            }
+            let beat = beat_checked(w, h, &node, nonce);
             if stalled && std::env::var("CXLKV_SIM_DEBUG").is_ok() {
                 let mem: Result<NodeInfo, _> = w.mem.shared_region().read(store.layout.node_info(id));
                 eprintln!("step {}: host {h} beats after the stall: {beat:?}; memory {mem:?}", w.now());
@@ -116,17 +107,7 @@ pub(crate) fn manager_actor(w: &World, h: usize) {
                 Ok(r) => {
                     active = r.active;
                     if r.newly_dead != 0 {
-                        let now = w.now();
-                        let (stalled, killed) = {
-                            let m = w.model.lock().unwrap();
-                            // (A killed process's node is silent once it died.)
-                            let killed = (0..w.hosts).filter(|&x| m.killed && !m.attached[x]);
-                            (m.stall.map_or(0, |s| 1u64 << s), killed.fold(0u64, |k, x| k | 1 << x))
-                        };
-                        let crashed = w.crashed().map_or(0, |c| 1u64 << c) | stalled | killed;
-                        if r.newly_dead & !crashed != 0 {
-                            w.violation(format!("step {now}: manager {h} declared live nodes {:b} dead", r.newly_dead));
-                        }
+                        only_silent_declared_dead(w, h, r.newly_dead);
                     }
                     if r.dead != 0 {
                         w.model.lock().unwrap().need_recovery = true;
@@ -141,6 +122,36 @@ pub(crate) fn manager_actor(w: &World, h: usize) {
         w.model.lock().unwrap().mgr_idle[h] = !active;
         w.yield_now(3 * h + 1, "mgr");
         w.model.lock().unwrap().mgr_idle[h] = false;
+    }
+}
+
+/// Node `h` beats. What memory says of its slot before the beat: once it
+/// is not its own any more, a heartbeat (which reads the slot fresh) must
+/// say so.
+fn beat_checked<C: Coherence>(w: &World, h: usize, node: &Node<'_, C>, nonce: u64) -> Result<u64, Error> {
+    let before: Result<NodeInfo, _> = w.mem.shared_region().read(node.store.layout.node_info(h as u32));
+    let beat = node.heartbeat(nonce);
+    if let (Ok(b), Ok(_)) = (&before, &beat) {
+        if b.state != cxlkv_core::layout::NODE_ALIVE || b.nonce != nonce {
+            w.violation(format!("host {h}: heartbeat passed although its slot was no longer its own: {b:?}"));
+        }
+    }
+    beat
+}
+
+/// The manager of host `h` declared `newly_dead` dead: only nodes that were
+/// silent may be (a crashed host's, a stalled one's, a killed process's).
+fn only_silent_declared_dead(w: &World, h: usize, newly_dead: u64) {
+    let now = w.now();
+    let (stalled, killed) = {
+        let m = w.model.lock().unwrap();
+        // (A killed process's node is silent once it died.)
+        let killed = (0..w.hosts).filter(|&x| m.killed && !m.attached[x]);
+        (m.stall.map_or(0, |s| 1u64 << s), killed.fold(0u64, |k, x| k | 1 << x))
+    };
+    let crashed = w.crashed().map_or(0, |c| 1u64 << c) | stalled | killed;
+    if newly_dead & !crashed != 0 {
+        w.violation(format!("step {now}: manager {h} declared live nodes {newly_dead:b} dead"));
     }
 }
 

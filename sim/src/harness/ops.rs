@@ -129,56 +129,64 @@ pub(crate) fn raw_free<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, of
 pub(crate) fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64) {
     let g = (r >> 50) as usize % w.hosts;
     let name = format!("r{g}");
-    let begin = |write: bool| {
+    if !(r >> 40).is_multiple_of(2) {
+        root_read(w, node, h, g, &name);
+    } else {
+        root_change(w, node, h, g, &name, r);
+    }
+}
+
+/// Reads root `name` (host `g`'s) and the block it names: both must be as
+/// the model says while no put or destroy of it runs.
+fn root_read<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, g: usize, name: &str) {
+    let before = w.model.lock().unwrap().roots[g];
+    let got = cxlkv_core::roots::get(node.store, name.as_bytes());
+    // The block it names, read while no put or destroy of it runs.
+    let mut bytes = Vec::new();
+    if let Ok(root) = got {
+        let st = node.store;
+        bytes = vec![0u8; root.size as usize];
+        let r = st
+            .co
+            .invalidate(&st.view, root.offset, root.size, Site("harness.root.read"))
+            .and_then(|_| st.view.copy_out(root.offset, &mut bytes));
+        if r.is_err() {
+            bytes.clear();
+        }
+    }
+    let after = w.model.lock().unwrap().roots[g];
+    let alone = before.inflight == 0 && after.inflight == 0 && before.begun == after.begun;
+    if let (Ok(root), true) = (got, alone) {
+        if bytes != raw_pattern(root.offset, root.size) {
+            w.violation(format!("host {h} root {name} names block {}+{} whose bytes changed", root.offset, root.size));
+        }
+    }
+    let got = match got {
+        Ok(root) => Some(root.size),
+        Err(Error::NotFound) => None,
+        Err(e) => return w.violation(format!("host {h} get root {name}: {e:?}")),
+    };
+    if let (Some(want), true) = (before.state, alone) {
+        if got != want {
+            w.violation(format!("host {h} read root {name} as {got:?}; it is {want:?}"));
+        }
+    }
+}
+
+/// Puts root `name` (host `g`'s) naming a fresh block, or destroys it and
+/// frees its block (`root_free`); the result must agree with the model
+/// when nothing else touched the root meanwhile.
+fn root_change<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, g: usize, name: &str, r: u64) {
+    let begin = || {
         let mut m = w.model.lock().unwrap();
         let x = m.roots[g];
-        if write {
-            m.roots[g].inflight += 1;
-            m.roots[g].begun += 1;
-        }
+        m.roots[g].inflight += 1;
+        m.roots[g].begun += 1;
         x
     };
-    if !(r >> 40).is_multiple_of(2) {
-        let before = begin(false);
-        let got = cxlkv_core::roots::get(node.store, name.as_bytes());
-        // The block it names, read while no put or destroy of it runs.
-        let mut bytes = Vec::new();
-        if let Ok(root) = got {
-            let st = node.store;
-            bytes = vec![0u8; root.size as usize];
-            let r = st
-                .co
-                .invalidate(&st.view, root.offset, root.size, Site("harness.root.read"))
-                .and_then(|_| st.view.copy_out(root.offset, &mut bytes));
-            if r.is_err() {
-                bytes.clear();
-            }
-        }
-        let after = w.model.lock().unwrap().roots[g];
-        let alone = before.inflight == 0 && after.inflight == 0 && before.begun == after.begun;
-        if let (Ok(root), true) = (got, alone) {
-            if bytes != raw_pattern(root.offset, root.size) {
-                w.violation(format!(
-                    "host {h} root {name} names block {}+{} whose bytes changed",
-                    root.offset, root.size
-                ));
-            }
-        }
-        let got = match got {
-            Ok(root) => Some(root.size),
-            Err(Error::NotFound) => None,
-            Err(e) => return w.violation(format!("host {h} get root {name}: {e:?}")),
-        };
-        if let (Some(want), true) = (before.state, alone) {
-            if got != want {
-                w.violation(format!("host {h} read root {name} as {got:?}; it is {want:?}"));
-            }
-        }
-        return;
-    }
     let put = (r >> 20).is_multiple_of(2);
     let size = 64 + r % 1000;
-    let before = begin(true);
+    let before = begin();
     // A put names a raw block of its own, which the root then keeps alive
     // (its allocator may die: recovery must not reclaim it); a destroy
     // frees the block its root named, in the same step (`root_free`).
@@ -190,7 +198,7 @@ pub(crate) fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r:
     let res = if let Some(off) = block {
         node.root_put(name.as_bytes(), cxlkv_core::roots::Root { offset: off, size, tag: h as u32 })
     } else {
-        root_free(w, node, h, &name)
+        root_free(w, node, h, name)
     };
     if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
         eprintln!(

@@ -85,8 +85,38 @@ pub(crate) fn chaos() -> SimConfig {
 /// Runs one simulation.
 pub fn run(cfg: &RunConfig) -> RunResult {
     MIXED.with(|m| m.set(cfg.mixed));
+    let w = new_world(cfg);
+    install_hook(&w);
+    arm_faults(&w, cfg);
+    let threads = spawn_actors(&w, cfg);
+    if let Some(stalled) = await_actors(&w, &threads) {
+        return stalled;
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    // Quiescent: every live node detached. Land what a crashed host left in
+    // flight, then check the region through a fresh host's eyes.
+    w.mem.drain_zombies();
+    ACTOR.with(|a| a.set(usize::MAX));
+    final_checks(&w);
+    let s = w.sched.lock().unwrap();
+    let m = w.model.lock().unwrap();
+    RunResult {
+        violations: m.violations.clone(),
+        ops: m.ops,
+        steps: s.steps,
+        trace: s.trace.iter().cloned().collect(),
+        crashed: s.crashed,
+        executed: w.mem.executed().into_iter().collect(),
+    }
+}
+
+/// The world of a run: its memory, scheduler and model, for at least two
+/// hosts of three actors each.
+fn new_world(cfg: &RunConfig) -> Arc<World> {
     let hosts = cfg.hosts.max(2);
-    let w = Arc::new(World {
+    Arc::new(World {
         mem: SimMemory::new(SIM_BYTES, hosts, cfg.seed, if cfg.lazy { SimConfig::lazy() } else { chaos() }),
         sched: Mutex::new(Sched {
             runnable: vec![true; 3 * hosts],
@@ -110,7 +140,13 @@ pub fn run(cfg: &RunConfig) -> RunResult {
             ..Model::default()
         }),
         hosts,
-    });
+    })
+}
+
+/// The hook every coherence call of an actor passes through: the watch
+/// line, burials in order, slow readers and pinners, stalls, then the
+/// scheduler's yield.
+fn install_hook(w: &Arc<World>) {
     let w2 = w.clone();
     w.mem.set_yield_hook(Box::new(move |_h, site| {
         let a = ACTOR.with(|a| a.get());
@@ -154,6 +190,12 @@ pub fn run(cfg: &RunConfig) -> RunResult {
             w2.yield_maybe(a, site, stall);
         }
     }));
+}
+
+/// The run's faults, chosen by its seed and configuration: the cut sites
+/// switched off, a stall (or a zombie), a killed process, a crashed host.
+fn arm_faults(w: &World, cfg: &RunConfig) {
+    let hosts = w.hosts;
     // Host 0's op actor formats the region while the others wait to attach.
     w.mem.disable(cfg.disable);
     {
@@ -196,6 +238,13 @@ pub fn run(cfg: &RunConfig) -> RunResult {
         let at = 2000 + rnd(&mut s.rng) % (cfg.ops as u64 * 300 * hosts as u64).max(1);
         s.crash_at = Some((h, at));
     }
+}
+
+/// Starts every actor's thread: each waits for its turn, runs its part
+/// (a killed process's threads start again as the next process's), and
+/// reports a panic as a violation.
+fn spawn_actors(w: &Arc<World>, cfg: &RunConfig) -> Vec<std::thread::JoinHandle<()>> {
+    let hosts = w.hosts;
     let mut threads = Vec::new();
     for actor in 0..3 * hosts {
         let w = w.clone();
@@ -249,6 +298,12 @@ pub fn run(cfg: &RunConfig) -> RunResult {
             w.finish(actor);
         }));
     }
+    threads
+}
+
+/// Waits for every actor's thread to end. A run whose scheduler makes no
+/// step for 20 s has deadlocked: its result then, its threads left behind.
+fn await_actors(w: &World, threads: &[std::thread::JoinHandle<()>]) -> Option<RunResult> {
     // The baton starts with actor 0 (Sched::turn defaults to 0). Watchdog:
     // a run whose scheduler makes no step for 20 s has deadlocked.
     let mut last = (0u64, std::time::Instant::now());
@@ -269,27 +324,10 @@ pub fn run(cfg: &RunConfig) -> RunResult {
             let trace: Vec<String> = s.trace.iter().cloned().collect();
             drop(s);
             // Leave the stuck threads behind; report.
-            return RunResult { violations: vec![msg], trace, ..RunResult::default() };
+            return Some(RunResult { violations: vec![msg], trace, ..RunResult::default() });
         }
     }
-    for t in threads {
-        let _ = t.join();
-    }
-    // Quiescent: every live node detached. Land what a crashed host left in
-    // flight, then check the region through a fresh host's eyes.
-    w.mem.drain_zombies();
-    ACTOR.with(|a| a.set(usize::MAX));
-    final_checks(&w);
-    let s = w.sched.lock().unwrap();
-    let m = w.model.lock().unwrap();
-    RunResult {
-        violations: m.violations.clone(),
-        ops: m.ops,
-        steps: s.steps,
-        trace: s.trace.iter().cloned().collect(),
-        crashed: s.crashed,
-        executed: w.mem.executed().into_iter().collect(),
-    }
+    None
 }
 
 /// Re-formats a region, crashing the formatting host at a random coherence

@@ -76,6 +76,38 @@ impl World {
             drop(s);
             std::panic::resume_unwind(Box::new(Crashed));
         }
+        self.note_watched_line(&mut s, actor, &what);
+        let steps = s.steps;
+        let due = |x: Option<(usize, u64)>| x.is_some_and(|(h, at)| actor / 3 == h && steps >= at);
+        let pending = due(s.crash_at) || due(s.kill_at);
+        if !force && !rnd(&mut s.rng).is_multiple_of(3) && !pending {
+            return;
+        }
+        let step = s.steps;
+        if s.trace.len() >= trace_len() {
+            s.trace.pop_front();
+        }
+        s.trace.push_back(format!("{step}: actor {actor} {what}"));
+        let s = self.maybe_kill(s, actor, step, &what);
+        let mut s = self.maybe_crash(s, actor, step, &what);
+        self.pass(&mut s);
+        while s.turn != actor && !s.stop {
+            s = self.cvs[actor].wait(s).unwrap();
+        }
+        self.mem.set_tag(tag_of(&s, actor));
+        if s.host_crashed[actor / 3] || s.steps > step_limit() {
+            drop(s);
+            std::panic::resume_unwind(Box::new(Crashed));
+        }
+        if s.actor_gen[actor] != s.gen[actor / 3] {
+            drop(s);
+            std::panic::resume_unwind(Box::new(Killed));
+        }
+    }
+
+    /// With `CXLKV_SIM_WATCH_LINE` set: reports each change of whether the
+    /// actor's host holds the watched line dirty.
+    fn note_watched_line(&self, s: &mut Sched, actor: usize, what: &impl std::fmt::Display) {
         if let Some(line) = watch_line() {
             let d = self.mem.is_dirty(actor / 3, line);
             let was = s.watch_dirty.get(actor / 3).copied().unwrap_or(false);
@@ -88,17 +120,17 @@ impl World {
                 s.watch_dirty[actor / 3] = d;
             }
         }
-        let steps = s.steps;
-        let due = |x: Option<(usize, u64)>| x.is_some_and(|(h, at)| actor / 3 == h && steps >= at);
-        let pending = due(s.crash_at) || due(s.kill_at);
-        if !force && !rnd(&mut s.rng).is_multiple_of(3) && !pending {
-            return;
-        }
-        let step = s.steps;
-        if s.trace.len() >= trace_len() {
-            s.trace.pop_front();
-        }
-        s.trace.push_back(format!("{step}: actor {actor} {what}"));
+    }
+
+    /// Kills the process of the host chosen to be killed (unwinding the
+    /// actor) when its moment has come at `step`; else hands the guard back.
+    fn maybe_kill<'a>(
+        &'a self,
+        mut s: std::sync::MutexGuard<'a, Sched>,
+        actor: usize,
+        step: u64,
+        what: &impl std::fmt::Display,
+    ) -> std::sync::MutexGuard<'a, Sched> {
         if let Some((h, at)) = s.kill_at {
             // The op actor's process is killed, preferably while it holds a
             // lock; never while its recovery thread rebuilds (the model
@@ -150,6 +182,18 @@ impl World {
                 std::panic::resume_unwind(Box::new(Killed));
             }
         }
+        s
+    }
+
+    /// Crashes the host chosen to crash (unwinding the actor) when its
+    /// moment has come at `step`; else hands the guard back.
+    fn maybe_crash<'a>(
+        &'a self,
+        mut s: std::sync::MutexGuard<'a, Sched>,
+        actor: usize,
+        step: u64,
+        what: &impl std::fmt::Display,
+    ) -> std::sync::MutexGuard<'a, Sched> {
         if let Some((h, at)) = s.crash_at {
             // Prefer a moment when the host holds a lock (its host-local
             // tier): revocation, repair and recovery of half-done critical
@@ -163,11 +207,11 @@ impl World {
             };
             let due = step >= at
                 && (step >= at + 50_000
-                    // Between a free's map and its record (often another
-                    // host's chunk, whose owner lives on).
-                    || in_free && actor / 3 == h && what.to_string() == "alloc.free.publish"
-                    || app && actor / 3 == h && self.holds_app_lock(h)
-                    || !app && holding && (step >= at + 30_000 || actor / 3 == h && self.contended_holder(h)));
+                // Between a free's map and its record (often another
+                // host's chunk, whose owner lives on).
+                || in_free && actor / 3 == h && what.to_string() == "alloc.free.publish"
+                || app && actor / 3 == h && self.holds_app_lock(h)
+                || !app && holding && (step >= at + 30_000 || actor / 3 == h && self.contended_holder(h)));
             if actor / 3 == h && due && s.crashed.is_none() && !s.finished[3 * h] {
                 s.crashed = Some(h);
                 s.crash_at = None;
@@ -191,19 +235,7 @@ impl World {
                 std::panic::resume_unwind(Box::new(Crashed));
             }
         }
-        self.pass(&mut s);
-        while s.turn != actor && !s.stop {
-            s = self.cvs[actor].wait(s).unwrap();
-        }
-        self.mem.set_tag(tag_of(&s, actor));
-        if s.host_crashed[actor / 3] || s.steps > step_limit() {
-            drop(s);
-            std::panic::resume_unwind(Box::new(Crashed));
-        }
-        if s.actor_gen[actor] != s.gen[actor / 3] {
-            drop(s);
-            std::panic::resume_unwind(Box::new(Killed));
-        }
+        s
     }
 
     /// Lines host `h`'s killed processes stored that are not in memory yet.
