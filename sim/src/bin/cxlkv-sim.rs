@@ -401,21 +401,7 @@ fn cmd_sweep(a: SweepArgs) -> Result<u8, String> {
                 results.push((c, s, Verdict::Livelock, format!("no verdict within {}s", a.time_limit)));
                 continue;
             }
-            let mut out = String::new();
-            if let Some(mut o) = child.stdout.take() {
-                let _ = o.read_to_string(&mut out);
-            }
-            let code = done.and_then(|d| d.code());
-            let first = out.lines().nth(1).unwrap_or("").trim().to_string();
-            let v = match code {
-                Some(0) => Verdict::Pass,
-                Some(1) if out.contains("livelock") || out.contains("scheduler stalled") => Verdict::Livelock,
-                Some(1) => Verdict::Violation,
-                other => {
-                    results.push((c, s, Verdict::Violation, format!("the run ended without a verdict ({other:?})")));
-                    continue;
-                }
-            };
+            let (v, first) = verdict_of(child, done);
             results.push((c, s, v, first));
         }
         if results.len() >= shown + 50 {
@@ -423,6 +409,33 @@ fn cmd_sweep(a: SweepArgs) -> Result<u8, String> {
             eprintln!("sweep: {shown}/{total} runs");
         }
     }
+    let (viol, live) = print_sweep(&a, &configs, &results, t0);
+    Ok(if viol + live == 0 { 0 } else { VIOLATION })
+}
+
+/// The verdict of a finished run and the first line of its report.
+fn verdict_of(mut child: std::process::Child, done: Option<std::process::ExitStatus>) -> (Verdict, String) {
+    let mut out = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    let first = out.lines().nth(1).unwrap_or("").trim().to_string();
+    match done.and_then(|d| d.code()) {
+        Some(0) => (Verdict::Pass, first),
+        Some(1) if out.contains("livelock") || out.contains("scheduler stalled") => (Verdict::Livelock, first),
+        Some(1) => (Verdict::Violation, first),
+        other => (Verdict::Violation, format!("the run ended without a verdict ({other:?})")),
+    }
+}
+
+/// Prints each configuration's counts and first failing seeds, then the
+/// totals; returns (violations, livelocks).
+fn print_sweep(
+    a: &SweepArgs,
+    configs: &[&SweepConfig],
+    results: &[(usize, u64, Verdict, String)],
+    t0: Instant,
+) -> (usize, usize) {
     let count = |v: Verdict| results.iter().filter(|r| r.2 == v).count();
     let (viol, live) = (count(Verdict::Violation), count(Verdict::Livelock));
     for (ci, c) in configs.iter().enumerate() {
@@ -449,5 +462,5 @@ fn cmd_sweep(a: SweepArgs) -> Result<u8, String> {
         a.from.saturating_add(a.seeds),
         t0.elapsed().as_secs_f64()
     );
-    Ok(if viol + live == 0 { 0 } else { VIOLATION })
+    (viol, live)
 }
