@@ -353,6 +353,25 @@ fn bench(a: &Args, cuda: &Cuda) -> Result<()> {
     }
     println!("  path = the cxlkv API (H2D: invalidate, then DMA; D2H: DMA); region = raw DMA on the registered region");
 
+    block_pieces(a, cuda, &path, &attached, Block { stream: s, base_off, dev_ptr: dev.ptr(), host_region })?;
+    drop(pinned);
+    drop(dev);
+    drop(stream);
+    attached.close()
+}
+
+/// Where the bench's 2 MiB block lies: its stream, its place in the
+/// registered region (offset and pointer) and on the device.
+struct Block {
+    stream: usize,
+    base_off: u64,
+    dev_ptr: u64,
+    host_region: *mut u8,
+}
+
+/// A 2 MiB block moved as 128 scattered pieces (one kernel launch against
+/// 128 copies) beside one contiguous DMA and a host invalidation.
+fn block_pieces(a: &Args, cuda: &Cuda, path: &CudaPath<'_>, attached: &Node, at: Block) -> Result<()> {
     // A 2 MiB block in 128 pieces of 16 KiB, each to its own device page.
     let pieces = 128;
     let piece = 2 * MIB / pieces;
@@ -360,25 +379,26 @@ fn bench(a: &Args, cuda: &Cuda) -> Result<()> {
         .map(|i| {
             let page = (i * 37) % pieces;
             Segment {
-                region_off: base_off + (i * piece) as u64,
-                device_ptr: dev.ptr() + (page * 4 * piece) as u64,
+                region_off: at.base_off + (i * piece) as u64,
+                device_ptr: at.dev_ptr + (page * 4 * piece) as u64,
                 len: piece as u64,
             }
         })
         .collect();
     let iters = if a.quick { 50 } else { 500 };
-    let sync = || cuda.synchronize(s);
-    let g = time(iters, || path.gather(&segs, s).and_then(|_| sync()))?;
-    let g_copies = time(iters, || path.to_device(&segs, s).and_then(|_| sync()))?;
-    let sc = time(iters, || path.scatter(&segs, s).and_then(|_| sync()))?;
-    let sc_copies = time(iters, || path.from_device(&segs, s).and_then(|_| sync()))?;
-    let whole = [Segment { region_off: base_off, device_ptr: dev.ptr(), len: 2 * MIB as u64 }];
-    // SAFETY: the registered region range and the device buffer hold 2 MiB
-    // and outlive the synchronised copy.
-    let contiguous =
-        time(iters, || unsafe { cuda.copy_to_device(dev.ptr(), host_region, 2 * MIB, s) }.and_then(|_| sync()))?;
-    let contiguous_path = time(iters, || path.to_device(&whole, s).and_then(|_| sync()))?;
-    let inval = time(iters, || attached.invalidate_range(base_off, 2 * MIB as u64))?;
+    let sync = || cuda.synchronize(at.stream);
+    let g = time(iters, || path.gather(&segs, at.stream).and_then(|_| sync()))?;
+    let g_copies = time(iters, || path.to_device(&segs, at.stream).and_then(|_| sync()))?;
+    let sc = time(iters, || path.scatter(&segs, at.stream).and_then(|_| sync()))?;
+    let sc_copies = time(iters, || path.from_device(&segs, at.stream).and_then(|_| sync()))?;
+    let whole = [Segment { region_off: at.base_off, device_ptr: at.dev_ptr, len: 2 * MIB as u64 }];
+    let contiguous = time(iters, || {
+        // SAFETY: the registered region range and the device buffer hold
+        // 2 MiB and outlive the synchronised copy (the caller's).
+        unsafe { cuda.copy_to_device(at.dev_ptr, at.host_region, 2 * MIB, at.stream) }.and_then(|_| sync())
+    })?;
+    let contiguous_path = time(iters, || path.to_device(&whole, at.stream).and_then(|_| sync()))?;
+    let inval = time(iters, || attached.invalidate_range(at.base_off, 2 * MIB as u64))?;
     println!();
     println!("2 MiB block in {pieces} pieces of {} KiB (scattered device pages), per block", piece / KIB);
     println!("{:>28} | {:>10} {:>8}", "", "us", "GB/s");
@@ -393,10 +413,7 @@ fn bench(a: &Args, cuda: &Cuda) -> Result<()> {
     ] {
         println!("{what:>28} | {:>10.1} {}", t * 1e6, gbps(2 * MIB, t));
     }
-    drop(pinned);
-    drop(dev);
-    drop(stream);
-    attached.close()
+    Ok(())
 }
 
 fn registration(cuda: &Cuda, size: usize) -> Result<()> {
