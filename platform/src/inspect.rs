@@ -316,16 +316,7 @@ impl Observed {
                 chunk_bytes += l.chunk_size();
             }
         }
-        let mut locks = Vec::new();
-        for lock in 0..l.n_locks {
-            for n in 0..l.caps.max_nodes {
-                let s: LockSlot = store.view.read(l.lock_slot(lock, n))?;
-                if s.state == SLOT_LOCKED || s.state == SLOT_WAITING {
-                    let st = if s.state == SLOT_LOCKED { "held" } else { "waiting" };
-                    locks.push(LockReport { lock, node: n, state: st, seq: s.seq });
-                }
-            }
-        }
+        let locks = self.lock_reports()?;
         Ok(Inspection {
             region_size: l.region_size,
             creation_id: format!("{:016x}", store.creation_id),
@@ -362,5 +353,22 @@ impl Observed {
             nodes,
             locks,
         })
+    }
+
+    /// Every lock slot that holds or waits for its lock.
+    fn lock_reports(&self) -> Result<Vec<LockReport>> {
+        let store = &self.store;
+        let l = &store.layout;
+        let mut locks = Vec::new();
+        for lock in 0..l.n_locks {
+            for n in 0..l.caps.max_nodes {
+                let s: LockSlot = store.view.read(l.lock_slot(lock, n))?;
+                if s.state == SLOT_LOCKED || s.state == SLOT_WAITING {
+                    let st = if s.state == SLOT_LOCKED { "held" } else { "waiting" };
+                    locks.push(LockReport { lock, node: n, state: st, seq: s.seq });
+                }
+            }
+        }
+        Ok(locks)
     }
 }
