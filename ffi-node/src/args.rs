@@ -332,3 +332,20 @@ impl<'e> Opts<'e> {
         self.field(name)
     }
 }
+
+/// `snake_case` as `camelCase`.
+pub(crate) fn camel(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut up = false;
+    for c in name.chars() {
+        if c == '_' {
+            up = true;
+        } else if up {
+            out.extend(c.to_uppercase());
+            up = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -55,7 +55,7 @@ pub fn codes() -> HashMap<String, u32> {
 /// `Region.format` option name (camelCase of the C and Python name).
 #[napi(catch_unwind)]
 pub fn capacity_defaults() -> HashMap<String, u32> {
-    cxlkv_platform::kv::Capacities::FIELDS.iter().map(|f| (region::camel(f.name), f.default)).collect()
+    cxlkv_platform::kv::Capacities::FIELDS.iter().map(|f| (args::camel(f.name), f.default)).collect()
 }
 
 /// Chained 128-bit block keys of `tokens`: key `i` covers tokens

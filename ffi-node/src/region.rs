@@ -11,7 +11,7 @@ use napi::bindgen_prelude::AsyncTask;
 use napi::{Env, Unknown};
 use napi_derive::napi;
 
-use crate::args::{self, u64_of, Opts};
+use crate::args::{self, camel, u64_of, Opts};
 use crate::error::{coded, range_error, OrThrow};
 use crate::node::Node;
 use crate::tasks::{Job, Pending};
@@ -37,23 +37,6 @@ pub struct CreateOptions {
 pub struct MemfdOptions {
     /// Back the region with 2 MiB huge pages.
     pub hugetlb: Option<bool>,
-}
-
-/// `snake_case` as `camelCase`.
-pub(crate) fn camel(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut up = false;
-    for c in name.chars() {
-        if c == '_' {
-            up = true;
-        } else if up {
-            out.extend(c.to_uppercase());
-            up = false;
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Options of `Region.format`: capacities left out keep their defaults.
