@@ -4,7 +4,7 @@
 use cxlkv_core::node::{Node, NodeLocal};
 use cxlkv_core::{Error, Result};
 
-use super::{attach_as, declare_dead, Died, Rig, StepEnv};
+use super::{attach_as, declare_dead, Rig, StepEnv};
 
 /// Host 1 looks for root `r` and finds none (its cache keeps the empty
 /// record); host 0 puts `r` naming a block; host 1 then frees `r` with
@@ -46,24 +46,12 @@ pub(super) fn free_cut_after_its_map(disable: Option<&'static str>) -> Result<Ve
     let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
     let a = n0.alloc(1000)?;
     let _b = n0.alloc(1000)?;
-    let mem = rig.mem.clone();
-    rig.at_calls(move |h, site| {
-        if (h, site) != (1, "alloc.free.publish") {
-            return false;
-        }
-        // The map's write-back (queued at its flush) lands; the record,
-        // stored just now, stays in host 1's cache; node 1 dies here.
-        mem.drain(1);
-        std::panic::resume_unwind(Box::new(Died));
-    });
-    let cut = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n1.free(a)));
+    // The map's write-back (queued at its flush) lands; the record, stored
+    // just now, stays in host 1's cache; node 1 dies here.
     let mut out = Vec::new();
-    match cut {
-        Err(p) if p.is::<Died>() => {}
-        other => {
-            out.push(format!("free-cut-after-its-map: node 1's free was not cut where intended: {:?}", other.ok()));
-            return Ok(out);
-        }
+    if !rig.dies_at(1, "alloc.free.publish", || n1.free(a)) {
+        out.push("free-cut-after-its-map: node 1's free was not cut where intended".to_string());
+        return Ok(out);
     }
     // Node 1 is declared dead; the manager revokes what it held.
     declare_dead(&s0, 1)?;
@@ -136,19 +124,9 @@ pub(super) fn eviction_cut_before_its_record(disable: Option<&'static str>) -> R
     if !replica.iter().any(|r| r.contains(&key)) {
         return Ok(vec!["eviction-cut-before-its-record: the reader never saw the block stored".to_string()]);
     }
-    let mem = rig.mem.clone();
-    rig.at_calls(move |h, site| {
-        if (h, site) != (1, "changes.record.write") {
-            return false;
-        }
-        // What the eviction wrote back so far lands; the removal record
-        // does not; node 1 dies here.
-        mem.drain(1);
-        std::panic::resume_unwind(Box::new(Died));
-    });
-    let cut =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n1.evict(u64::MAX, &mut cxlkv_core::index::Lru)));
-    if !matches!(cut, Err(ref p) if p.is::<Died>()) {
+    // What the eviction wrote back so far lands; the removal record does
+    // not; node 1 dies here.
+    if !rig.dies_at(1, "changes.record.write", || n1.evict(u64::MAX, &mut cxlkv_core::index::Lru)) {
         return Ok(vec!["eviction-cut-before-its-record: the eviction was not cut where intended".to_string()]);
     }
     declare_dead(&s0, 1)?;
@@ -190,19 +168,9 @@ pub(super) fn evictor_dies_claiming_a_pinned_block(disable: Option<&'static str>
     let mut pin = [Err(Error::InvalidArgument)];
     n0.acquire(1, &[key], &mut pin)?;
     let pin = pin[0]?;
-    let mem = rig.mem.clone();
-    rig.at_calls(move |h, site| {
-        if (h, site) != (1, "evict.announce.fence") {
-            return false;
-        }
-        // The CLAIMED entry reaches memory; node 1 dies before it looks
-        // for pins.
-        mem.drain(1);
-        std::panic::resume_unwind(Box::new(Died));
-    });
-    let cut =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n1.evict(u64::MAX, &mut cxlkv_core::index::Lru)));
-    if !matches!(cut, Err(ref p) if p.is::<Died>()) {
+    // The CLAIMED entry reaches memory; node 1 dies before it looks for
+    // pins.
+    if !rig.dies_at(1, "evict.announce.fence", || n1.evict(u64::MAX, &mut cxlkv_core::index::Lru)) {
         return Ok(vec!["evictor-dies-claiming-a-pinned-block: the eviction was not cut where intended".to_string()]);
     }
     declare_dead(&s0, 1)?;

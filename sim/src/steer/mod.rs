@@ -238,6 +238,22 @@ impl Rig {
         *self.action.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(f));
     }
 
+    /// Runs `f` as host `h`'s process, which dies at its coherence call
+    /// `site`: what the host queued for write-back lands first, what it
+    /// stored since stays in its cache. True when it died there.
+    fn dies_at<T>(&self, h: usize, site: &'static str, f: impl FnOnce() -> T) -> bool {
+        let mem = self.mem.clone();
+        self.at_calls(move |host, at| {
+            if (host, at) != (h, site) {
+                return false;
+            }
+            mem.drain(h);
+            std::panic::resume_unwind(Box::new(Died));
+        });
+        let cut = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        matches!(cut, Err(ref p) if p.is::<Died>())
+    }
+
     /// Findings of `check` on memory itself (what a host reads after
     /// invalidating everything; what a crash of every host would leave).
     fn memory_findings(&self) -> Result<Vec<FindingKind>> {
