@@ -10,6 +10,8 @@
 
 use core::ffi::{c_char, c_void};
 
+use cxlkv::blocks::*;
+use cxlkv::copy::*;
 use cxlkv::cxlkv_result as R;
 use cxlkv::kv::*;
 use cxlkv::region::*;
