@@ -114,7 +114,7 @@ export declare class Node {
    * itself: its inbox serves the rack's requests): slot files of
    * `capacity` bytes in each of `dirs` (one per drive, on a real disk
    * file system), holding blocks up to `slotBytes`; cold blocks are
-   * copied out once the region is `highWater` full.
+   * copied out, `batch` at a time, once the region is `highWater` full.
    */
   startTier(dirs: string[], options?: TierOptions): Tier
   /**
@@ -666,7 +666,17 @@ export interface TierCounters {
   cpuPriority: boolean
 }
 
-/** Options of `Node.startTier`: left out, each keeps its default. */
+/**
+ * Platform's table of a tier's options: each one's default by its
+ * `Node.startTier` option name (camelCase of the C and Python name).
+ */
+export declare function tierOptionDefaults(): Record<string, number>
+
+/**
+ * Options of `Node.startTier`: left out, each keeps its default. They are
+ * the tier's table (`TierOptions::FIELDS`) in camelCase; a test holds these
+ * typings to it.
+ */
 export interface TierOptions {
   /** Largest block a slot holds, in bytes (2 MiB). */
   slotBytes?: number
@@ -677,6 +687,8 @@ export interface TierOptions {
    * (0.7).
    */
   highWater?: number
+  /** Blocks copied out per round at most (64). */
+  batch?: number
 }
 
 /** The package's version. */

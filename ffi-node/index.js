@@ -789,4 +789,5 @@ module.exports.capacityDefaults = nativeBinding.capacityDefaults
 module.exports.chainKeys = nativeBinding.chainKeys
 module.exports.codes = nativeBinding.codes
 module.exports.namespaceDigest = nativeBinding.namespaceDigest
+module.exports.tierOptionDefaults = nativeBinding.tierOptionDefaults
 module.exports.version = nativeBinding.version

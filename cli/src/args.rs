@@ -235,6 +235,9 @@ pub(crate) struct TierArgs {
     /// Copy cold blocks out once the region is this full (0 to 1).
     #[arg(long, default_value_t = 0.7)]
     pub(crate) high_water: f64,
+    /// Blocks copied out per round at most.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) batch: usize,
     /// Stop after this many seconds.
     #[arg(long)]
     pub(crate) seconds: Option<u64>,

@@ -459,7 +459,7 @@ fn cmd_tier(a: &TierArgs) -> Result<(), Fail> {
         slot_bytes: a.slot_size,
         capacity: a.capacity,
         high_water: a.high_water,
-        ..Default::default()
+        batch: a.batch,
     };
     let tier = cxlkv_platform::Tier::start(node.clone(), topts)?;
     let start = std::time::Instant::now();
@@ -632,6 +632,28 @@ mod capacity_flags {
         let longs: Vec<&str> = format.get_arguments().filter_map(|a| a.get_long()).collect();
         for (name, flag) in FLAGS {
             assert!(longs.contains(flag), "capacity {name}: no --{flag} in {longs:?}");
+        }
+    }
+
+    /// Each option of the tier's table and the `cxlkv tier` flag that sets
+    /// it, with the flag's default the table's.
+    const TIER_FLAGS: &[(&str, &str)] =
+        &[("slot_bytes", "slot-size"), ("capacity", "capacity"), ("high_water", "high-water"), ("batch", "batch")];
+
+    /// Adding an option to the tier's table fails here until `cxlkv tier`
+    /// has a flag for it (its struct literal there fails to build too).
+    #[test]
+    fn tier_has_a_flag_for_every_option() {
+        let names: Vec<&str> = TIER_FLAGS.iter().map(|f| f.0).collect();
+        let table: Vec<&str> = cxlkv_platform::TierOptions::FIELDS.iter().map(|f| f.name).collect();
+        assert_eq!(names, table);
+        let cmd = Cli::command();
+        let tier = cmd.find_subcommand("tier").expect("a tier command");
+        for (f, (_, flag)) in cxlkv_platform::TierOptions::FIELDS.iter().zip(TIER_FLAGS) {
+            let arg = tier.get_arguments().find(|a| a.get_long() == Some(flag)).unwrap_or_else(|| panic!("--{flag}"));
+            let default = arg.get_default_values().first().and_then(|v| v.to_str()).expect("a default");
+            let value = if f.integer { crate::args::size(default).unwrap() as f64 } else { default.parse().unwrap() };
+            assert_eq!(value, f.default, "--{flag}");
         }
     }
 }

@@ -465,6 +465,8 @@ typedef struct cxlkv_tier_options {
   uint64_t capacity;
   // Copy cold blocks out once the region's payload is this full (0 to 1).
   double high_water;
+  // Blocks copied out per round at most (each with a buffer of its own).
+  uint64_t batch;
 } cxlkv_tier_options;
 
 // A tier's counters.

@@ -31,6 +31,21 @@ pub struct cxlkv_tier_options {
     pub capacity: u64,
     /// Copy cold blocks out once the region's payload is this full (0 to 1).
     pub high_water: f64,
+    /// Blocks copied out per round at most (each with a buffer of its own).
+    pub batch: u64,
+}
+
+impl cxlkv_tier_options {
+    /// The options `o` sets besides the directories, by the table's names
+    /// (`TierOptions::FIELDS`; a test holds this struct to it).
+    fn numbers(&self) -> [(&'static str, f64); 4] {
+        [
+            ("slot_bytes", self.slot_bytes as f64),
+            ("capacity", self.capacity as f64),
+            ("high_water", self.high_water),
+            ("batch", self.batch as f64),
+        ]
+    }
 }
 
 /// A tier's counters.
@@ -82,6 +97,7 @@ pub unsafe extern "C" fn cxlkv_tier_options_default(out: *mut cxlkv_tier_options
             slot_bytes: d.slot_bytes,
             capacity: d.capacity,
             high_water: d.high_water,
+            batch: d.batch as u64,
         });
         Ok(())
     })
@@ -128,13 +144,10 @@ pub unsafe extern "C" fn cxlkv_tier_start(
         // - `node_opts` as for `cxlkv_node_attach` by the contract.
         let o = unsafe { node_options(node_opts) }?;
         let node = Arc::new(r.attach(o)?);
-        let topts = TierOptions {
-            dirs: paths,
-            slot_bytes: c.slot_bytes,
-            capacity: c.capacity,
-            high_water: c.high_water,
-            ..TierOptions::default()
-        };
+        let mut topts = TierOptions { dirs: paths, ..TierOptions::default() };
+        for (name, v) in c.numbers() {
+            topts.set(name, v)?;
+        }
         let t = Tier::start(node, topts)?;
         out.write(Box::into_raw(Box::new(cxlkv_tier(Shell::new(TIER_MAGIC, t)))));
         Ok(())
@@ -215,4 +228,37 @@ pub unsafe extern "C" fn cxlkv_tier_stop(tier: *mut cxlkv_tier) -> cxlkv_result 
             None => Ok(()),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cxlkv_tier_options`, as the header declares it, is the directories
+    /// then the table of tier options, name by name, in order; its default
+    /// is the table's.
+    #[test]
+    fn tier_options_struct_is_the_table() {
+        let header = include_str!("../include/cxlkv.h");
+        let body = header.split("struct cxlkv_tier_options {").nth(1).and_then(|r| r.split('}').next()).unwrap();
+        let fields: Vec<&str> = body
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.ends_with(';'))
+            .filter_map(|l| l.trim_end_matches(';').rsplit([' ', '*']).next())
+            .collect();
+        let mut want = vec!["dirs", "n_dirs"];
+        want.extend(TierOptions::FIELDS.iter().map(|f| f.name));
+        assert_eq!(fields, want);
+        let mut c = core::mem::MaybeUninit::<cxlkv_tier_options>::uninit();
+        // SAFETY: `c` is valid for one write.
+        assert_eq!(unsafe { cxlkv_tier_options_default(c.as_mut_ptr()) }, cxlkv_result::Ok);
+        // SAFETY: written just above.
+        let c = unsafe { c.assume_init() };
+        let names: Vec<&str> = c.numbers().iter().map(|n| n.0).collect();
+        assert_eq!(names, want[2..]);
+        for ((_, v), f) in c.numbers().iter().zip(TierOptions::FIELDS) {
+            assert_eq!(*v, f.default, "{}", f.name);
+        }
+    }
 }

@@ -527,6 +527,11 @@ static void test_tier(cxlkv_region *r, cxlkv_node *user) {
   to.slot_bytes = 64u << 10;
   to.capacity = 8u << 20;
   to.high_water = 1.0;
+  CHECK(to.batch == 64); /* the table's default */
+  to.batch = 4;
+  to.high_water = 1.5; /* refused by the tier: a fraction from 0 to 1 */
+  EXPECT(cxlkv_tier_start(r, &to, NULL, &t), CXLKV_RESULT_INVALID_ARGUMENT);
+  to.high_water = 1.0;
   OK(cxlkv_tier_start(r, &to, NULL, &t));
   enum { N = 8, LEN = 20000 };
   static unsigned char data[N][LEN], back[N][LEN];

@@ -58,6 +58,13 @@ pub fn capacity_defaults() -> HashMap<String, u32> {
     cxlkv_platform::kv::Capacities::FIELDS.iter().map(|f| (args::camel(f.name), f.default)).collect()
 }
 
+/// Platform's table of a tier's options: each one's default by its
+/// `Node.startTier` option name (camelCase of the C and Python name).
+#[napi(catch_unwind)]
+pub fn tier_option_defaults() -> HashMap<String, f64> {
+    cxlkv_platform::TierOptions::FIELDS.iter().map(|f| (args::camel(f.name), f.default)).collect()
+}
+
 /// Chained 128-bit block keys of `tokens`: key `i` covers tokens
 /// `0 .. (i+1)*blockTokens`, derived from key `i-1` (or `parent`). A partial
 /// last block gets no key. Equal prefixes give equal chains in every

@@ -496,7 +496,7 @@ impl Node {
     /// itself: its inbox serves the rack's requests): slot files of
     /// `capacity` bytes in each of `dirs` (one per drive, on a real disk
     /// file system), holding blocks up to `slotBytes`; cold blocks are
-    /// copied out once the region is `highWater` full.
+    /// copied out, `batch` at a time, once the region is `highWater` full.
     #[napi(catch_unwind, ts_args_type = "dirs: string[], options?: TierOptions")]
     pub fn start_tier(&self, env: Env, dirs: Unknown<'_>, options: Unknown<'_>) -> napi::Result<crate::tier::Tier> {
         let dirs = elements(&env, &dirs, "dirs")?
@@ -504,8 +504,10 @@ impl Node {
             .enumerate()
             .map(|(i, d)| args::string_of(&env, d, At("dirs", i)))
             .collect::<napi::Result<Vec<String>>>()?;
-        let o = Opts::of(&env, &options, "options", crate::tier::TIER_FIELDS)?;
-        let opts = crate::tier::options(dirs, o.u64("slotBytes")?, o.u64("capacity")?, o.f64("highWater")?);
+        let names = crate::tier::option_names();
+        let known: Vec<&str> = names.iter().map(String::as_str).collect();
+        let o = Opts::of(&env, &options, "options", &known)?;
+        let opts = crate::tier::options(&env, dirs, &o)?;
         let c = self.attached(&env)?;
         let t = cxlkv_platform::Tier::start(c, opts).or_throw(&env)?;
         Ok(crate::tier::Tier::new(t))

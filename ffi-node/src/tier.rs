@@ -9,9 +9,12 @@ use napi_derive::napi;
 
 use cxlkv_platform::{Code, Tier as Running, TierOptions as Options};
 
-use crate::error::{coded, OrThrow};
+use crate::args::{camel, Opts};
+use crate::error::{coded, range_error, OrThrow};
 
-/// Options of `Node.startTier`: left out, each keeps its default.
+/// Options of `Node.startTier`: left out, each keeps its default. They are
+/// the tier's table (`TierOptions::FIELDS`) in camelCase; a test holds these
+/// typings to it.
 #[napi(object)]
 #[allow(dead_code)] // declares the TypeScript type; `Opts` reads the values
 pub struct TierOptions {
@@ -22,10 +25,9 @@ pub struct TierOptions {
     /// How full the region is (0 to 1) before cold blocks are copied out
     /// (0.7).
     pub high_water: Option<f64>,
+    /// Blocks copied out per round at most (64).
+    pub batch: Option<f64>,
 }
-
-/// The options fields `startTier` knows.
-pub(crate) const TIER_FIELDS: &[&str] = &["slotBytes", "capacity", "highWater"];
 
 /// The tier's counters.
 #[napi(object)]
@@ -66,20 +68,22 @@ pub struct Tier {
 }
 
 /// The platform options from `startTier`'s arguments.
-pub(crate) fn options(
-    dirs: Vec<String>,
-    slot_bytes: Option<u64>,
-    capacity: Option<u64>,
-    high_water: Option<f64>,
-) -> Options {
-    let d = Options::default();
-    Options {
-        dirs: dirs.into_iter().map(PathBuf::from).collect(),
-        slot_bytes: slot_bytes.unwrap_or(d.slot_bytes),
-        capacity: capacity.unwrap_or(d.capacity),
-        high_water: high_water.unwrap_or(d.high_water),
-        ..d
+/// The options of `startTier`: the directories, and each option of the
+/// tier's table given in `o` (by its camelCase name).
+pub(crate) fn options(env: &Env, dirs: Vec<String>, o: &Opts<'_>) -> napi::Result<Options> {
+    let mut opts = Options { dirs: dirs.into_iter().map(PathBuf::from).collect(), ..Options::default() };
+    for f in Options::FIELDS {
+        let name = camel(f.name);
+        if let Some(v) = o.f64(&name)? {
+            opts.set(f.name, v).map_err(|_| range_error(env, &format!("options.{name} cannot be {v}")))?;
+        }
     }
+    Ok(opts)
+}
+
+/// The option names `startTier` knows: the table's, in camelCase.
+pub(crate) fn option_names() -> Vec<String> {
+    Options::FIELDS.iter().map(|f| camel(f.name)).collect()
 }
 
 impl Tier {

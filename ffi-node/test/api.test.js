@@ -491,7 +491,15 @@ test('an SSD tier started from Node brings evicted blocks back', () => {
     throwsCode(() => owner.startTier('x'), TypeError, 'INVALID_ARGUMENT')
     throwsCode(() => owner.startTier([drive], { highWater: 'x' }), TypeError, 'INVALID_ARGUMENT')
     throwsCode(() => owner.startTier([drive], { slotByte: 1 }), TypeError, 'INVALID_ARGUMENT')
-    const tier = owner.startTier([drive], { slotBytes: 64 << 10, capacity: 8 << 20, highWater: 1.0 })
+    throwsCode(() => owner.startTier([drive], { batch: -1 }), RangeError, 'INVALID_ARGUMENT')
+    // Every option of the tier's table, by name, and its typings list them.
+    const defaults = cxlkv.tierOptionDefaults()
+    assert.deepEqual(defaults, { slotBytes: 2 << 20, capacity: 1 << 30, highWater: 0.7, batch: 64 })
+    const dts = fs.readFileSync(path.join(__dirname, '..', 'index.d.ts'), 'utf8')
+    const body = dts.split('export interface TierOptions {')[1].split('}')[0]
+    const declared = [...body.matchAll(/^\s*(\w+)\?:/gm)].map((m) => m[1])
+    assert.deepEqual(declared.sort(), Object.keys(defaults).sort())
+    const tier = owner.startTier([drive], { slotBytes: 64 << 10, capacity: 8 << 20, highWater: 1.0, batch: 4 })
     const keys = Array.from({ length: 48 }, (_, i) => BigInt(i + 1))
     const blocks = keys.map((_, i) => Buffer.alloc(30000, i))
     assert.ok(user.put(NS, keys, blocks).every((r) => r === 'OK'))

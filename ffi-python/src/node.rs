@@ -183,18 +183,19 @@ impl Node {
     /// itself: its inbox serves the rack's requests): slot files of
     /// `capacity` bytes in each of `dirs` (one per drive, on a real disk
     /// file system), holding blocks up to `slot_bytes`; cold blocks are
-    /// copied out once the region is `high_water` full.
-    #[pyo3(signature = (dirs, *, slot_bytes=2 << 20, capacity=1 << 30, high_water=0.7))]
+    /// copied out, `batch` at a time, once the region is `high_water` full.
+    /// Options (keywords named as `TierOptions::FIELDS` lists them) left out
+    /// keep their defaults; an unknown one, or a value it cannot take, is an
+    /// `InvalidArgumentError`.
+    #[pyo3(signature = (dirs, **options))]
     fn start_tier(
         &self,
         py: Python<'_>,
         dirs: Vec<PathBuf>,
-        slot_bytes: u64,
-        capacity: u64,
-        high_water: f64,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<crate::tier::Tier> {
         let c = self.attached(py)?;
-        let opts = crate::tier::options(dirs, slot_bytes, capacity, high_water);
+        let opts = crate::tier::options(py, dirs, options)?;
         let t = py.detach(|| cxlkv_platform::Tier::start(c, opts)).or_raise(py)?;
         Ok(crate::tier::Tier::new(t))
     }

@@ -33,14 +33,28 @@ impl Tier {
     }
 }
 
-/// The options of `Node.start_tier`.
+/// The options of `Node.start_tier`: the table's (`TierOptions::FIELDS`)
+/// by name; None keeps a default.
 pub(crate) fn options(
+    py: Python<'_>,
     dirs: Vec<PathBuf>,
-    slot_bytes: u64,
-    capacity: u64,
-    high_water: f64,
-) -> cxlkv_platform::TierOptions {
-    cxlkv_platform::TierOptions { dirs, slot_bytes, capacity, high_water, ..Default::default() }
+    given: Option<&Bound<'_, PyDict>>,
+) -> PyResult<cxlkv_platform::TierOptions> {
+    let mut opts = cxlkv_platform::TierOptions { dirs, ..Default::default() };
+    for (k, v) in given.into_iter().flatten() {
+        let name: String = k.extract()?;
+        if cxlkv_platform::TierOptions::FIELDS.iter().all(|f| f.name != name) {
+            return Err(raise(py, R::InvalidArgument, &format!("no tier option is called {name}")));
+        }
+        if v.is_none() {
+            continue; // the default
+        }
+        let value: f64 =
+            v.extract().map_err(|_| raise(py, R::InvalidArgument, &format!("tier option {name} is a number")))?;
+        opts.set(&name, value)
+            .map_err(|_| raise(py, R::InvalidArgument, &format!("tier option {name} cannot be {value}")))?;
+    }
+    Ok(opts)
 }
 
 #[pymethods]

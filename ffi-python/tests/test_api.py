@@ -350,7 +350,13 @@ def test_an_ssd_tier_started_from_python_brings_evicted_blocks_back(region: cxlk
         user = region.attach(local_dir=local_dir)
         with pytest.raises(cxlkv.InvalidArgumentError):
             owner.start_tier([])
-        with owner.start_tier([drive], slot_bytes=64 << 10, capacity=8 << 20, high_water=1.0) as tier:
+        # Every option of the tier's table is a keyword; others, and values
+        # an option cannot take, are refused before anything starts.
+        with pytest.raises(cxlkv.InvalidArgumentError, match="no tier option is called batches"):
+            owner.start_tier([drive], batches=4)
+        with pytest.raises(cxlkv.InvalidArgumentError):
+            owner.start_tier([drive], batch=-1)
+        with owner.start_tier([drive], slot_bytes=64 << 10, capacity=8 << 20, high_water=1.0, batch=4) as tier:
             keys = cxlkv.chain_keys(range(16 * 12), 16)
             blocks = [bytes([i]) * 30_000 for i in range(len(keys))]
             user.put(7, list(zip(keys, blocks)))

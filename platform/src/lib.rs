@@ -45,7 +45,7 @@ pub use flush::{Flush, FlushMode, PayloadStores};
 pub use map::{Mapping, Populate, Source};
 pub use node::{Node, Options, Stats, KIND_RESPONSE};
 pub use region::Region;
-pub use tier::{Tier, TierOptions, TierStats, KIND_TIER_PROMOTE};
+pub use tier::{Tier, TierOptionField, TierOptions, TierStats, KIND_TIER_PROMOTE};
 pub use user::ReserveRefused;
 
 /// The protocol's values a binding passes in and gets back, defined by core:

@@ -1,7 +1,8 @@
 //! `cargo xtask gen`: writes the files generated from the code —
 //! `ffi-c/include/cxlkv.h` (cbindgen over ffi-c, with the result-code enum
 //! from platform's table), the `Result` list of the Python stub and its
-//! `Region.format` keywords (core's capacity table). The test
+//! `Region.format` keywords (core's capacity table) and `Node.start_tier`
+//! keywords (platform's tier option table). The test
 //! command runs it and fails when a committed file differs.
 
 use std::path::{Path, PathBuf};
@@ -34,6 +35,19 @@ fn stub_format(text: &str) -> Result<String, String> {
     let params: String = cxlkv_platform::kv::Capacities::FIELDS
         .iter()
         .map(|f| format!("        {}: Optional[int] = None,\n", f.name))
+        .collect();
+    Ok(format!("{}{}{}", &text[..start], params, &text[end..]))
+}
+
+/// The stub's `Node.start_tier` signature: a keyword per option of the
+/// tier's table (`TierOptions::FIELDS`), in its order.
+fn stub_start_tier(text: &str) -> Result<String, String> {
+    let head = "    def start_tier(\n        self,\n        dirs: Sequence[_Path],\n        *,\n";
+    let start = text.find(head).ok_or("the stub has no Node.start_tier")? + head.len();
+    let end = text[start..].find("    ) -> Tier: ...").map(|i| start + i).ok_or("Node.start_tier does not end")?;
+    let params: String = cxlkv_platform::TierOptions::FIELDS
+        .iter()
+        .map(|f| format!("        {}: Optional[{}] = None,\n", f.name, if f.integer { "int" } else { "float" }))
         .collect();
     Ok(format!("{}{}{}", &text[..start], params, &text[end..]))
 }
@@ -106,6 +120,7 @@ fn stub(root: &Path) -> Result<(), String> {
     let members: Vec<String> = Code::ALL.iter().map(|&c| format!("    {} = {}", c.name(), c as u32)).collect();
     let out = format!("{}{}{}", &text[..start], members.join("\n"), &text[end..]);
     let out = stub_format(&out)?;
+    let out = stub_start_tier(&out)?;
     if out != text {
         std::fs::write(&path, out).map_err(|e| format!("{}: {e}", path.display()))?;
     }

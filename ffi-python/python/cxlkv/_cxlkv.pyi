@@ -232,9 +232,10 @@ class Node:
         self,
         dirs: Sequence[_Path],
         *,
-        slot_bytes: int = ...,
-        capacity: int = ...,
-        high_water: float = ...,
+        slot_bytes: Optional[int] = None,
+        capacity: Optional[int] = None,
+        high_water: Optional[float] = None,
+        batch: Optional[int] = None,
     ) -> Tier: ...
     @property
     def id(self) -> int: ...

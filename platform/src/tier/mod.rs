@@ -53,26 +53,91 @@ use slots::*;
 pub use wire::KIND_TIER_PROMOTE;
 use worker::run;
 
-/// How a tier runs.
-#[derive(Clone, Debug)]
-pub struct TierOptions {
-    /// One directory per drive; a slot file is made in each.
-    pub dirs: Vec<PathBuf>,
-    /// Largest block a slot holds (blocks larger stay in the region only).
-    pub slot_bytes: u64,
-    /// Bytes of slot file per directory.
-    pub capacity: u64,
-    /// Copy cold blocks out once the region's payload is this full (0 to 1):
-    /// ahead of eviction, which starts when it is full.
-    pub high_water: f64,
-    /// Blocks copied out per round at most.
-    pub batch: usize,
+/// One numeric option of a tier, as [`TierOptions::FIELDS`] lists it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TierOptionField {
+    /// Its name: the field of [`TierOptions`], of C's `cxlkv_tier_options`,
+    /// Python's `Node.start_tier` keyword (Node's option is its camelCase).
+    pub name: &'static str,
+    /// What it sets, and its limits.
+    pub doc: &'static str,
+    /// Its default.
+    pub default: f64,
+    /// A whole number (bytes, blocks), else a fraction.
+    pub integer: bool,
 }
 
-impl Default for TierOptions {
-    fn default() -> Self {
-        TierOptions { dirs: Vec::new(), slot_bytes: 2 << 20, capacity: 1 << 30, high_water: 0.7, batch: 64 }
-    }
+/// The one table of a tier's options (besides its directories): the
+/// struct, its defaults and the list every door reads (C's struct, checked
+/// against it; Python's keywords and stub; Node's options and typings; the
+/// CLI's flags). Adding an option is a line here, plus the C struct's field,
+/// which a test holds to this order.
+macro_rules! tier_options {
+    ($($(#[doc = $doc:literal])+ $name:ident: $ty:ident = $default:expr;)+) => {
+        /// How a tier runs (see [`TierOptions::FIELDS`]).
+        #[derive(Clone, Debug)]
+        pub struct TierOptions {
+            /// One directory per drive; a slot file is made in each.
+            pub dirs: Vec<PathBuf>,
+            $($(#[doc = $doc])+ pub $name: $ty,)+
+        }
+
+        impl Default for TierOptions {
+            fn default() -> Self {
+                TierOptions { dirs: Vec::new(), $($name: $default,)+ }
+            }
+        }
+
+        impl TierOptions {
+            /// Every numeric option, in order.
+            pub const FIELDS: &'static [TierOptionField] = &[$(TierOptionField {
+                name: stringify!($name),
+                doc: concat!($($doc),+),
+                default: $default as f64,
+                integer: tier_options!(@integer $ty),
+            },)+];
+
+            /// Option `name`'s value.
+            pub fn get(&self, name: &str) -> Option<f64> {
+                match name {
+                    $(stringify!($name) => Some(self.$name as f64),)+
+                    _ => None,
+                }
+            }
+
+            /// Sets option `name` to `v`: `InvalidArgument` for a name not
+            /// in the table, or a value it cannot take (an integer option
+            /// takes a whole number from 0 up).
+            pub fn set(&mut self, name: &str, v: f64) -> Result<()> {
+                let bad = || Error::Core(cxlkv_core::Error::InvalidArgument);
+                match name {
+                    $(stringify!($name) => {
+                        if !v.is_finite() || tier_options!(@integer $ty) && (v < 0.0 || v.fract() != 0.0 || v > u64::MAX as f64) {
+                            return Err(bad());
+                        }
+                        self.$name = v as $ty;
+                    })+
+                    _ => return Err(bad()),
+                }
+                Ok(())
+            }
+        }
+    };
+    (@integer f64) => { false };
+    (@integer $ty:ident) => { true };
+}
+
+tier_options! {
+    /// Largest block a slot holds, in bytes (blocks larger stay in the
+    /// region only).
+    slot_bytes: u64 = 2 << 20;
+    /// Bytes of slot file per directory.
+    capacity: u64 = 1 << 30;
+    /// Copy cold blocks out once the region's payload is this full (0 to
+    /// 1): ahead of eviction, which starts when it is full.
+    high_water: f64 = 0.7;
+    /// Blocks copied out per round at most (each with a buffer of its own).
+    batch: usize = 64;
 }
 
 /// A tier's counters.
@@ -305,5 +370,34 @@ impl Tier {
 impl Drop for Tier {
     fn drop(&mut self) {
         let _ = self.stop_thread();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table names every numeric option once, with the defaults the
+    /// struct has; `set` and `get` cross by name and refuse what does not fit.
+    #[test]
+    fn tier_options_are_one_table() {
+        let d = TierOptions::default();
+        let names: Vec<&str> = TierOptions::FIELDS.iter().map(|f| f.name).collect();
+        assert_eq!(names, ["slot_bytes", "capacity", "high_water", "batch"]);
+        for f in TierOptions::FIELDS {
+            assert_eq!(d.get(f.name), Some(f.default), "{}", f.name);
+        }
+        assert_eq!(TierOptions::FIELDS.iter().filter(|f| !f.integer).count(), 1);
+        let mut o = TierOptions::default();
+        o.set("batch", 8.0).unwrap();
+        o.set("high_water", 0.25).unwrap();
+        o.set("slot_bytes", (256 << 10) as f64).unwrap();
+        assert_eq!((o.batch, o.high_water, o.slot_bytes), (8, 0.25, 256 << 10));
+        for (name, v) in [("batch", -1.0), ("capacity", 1.5), ("slot_bytes", f64::NAN), ("high_water", f64::INFINITY)] {
+            assert!(o.set(name, v).is_err(), "{name} = {v}");
+        }
+        assert!(o.set("batches", 1.0).is_err());
+        assert_eq!(o.get("batches"), None);
+        assert_eq!((o.batch, o.high_water), (8, 0.25), "a refused value changes nothing");
     }
 }
