@@ -331,6 +331,10 @@ pub(crate) struct DemoArgs {
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
+    /// No progress on stderr (a terminal gets a line rewritten every
+    /// second, a log a line every five seconds): the summary only.
+    #[arg(long, short)]
+    pub(crate) quiet: bool,
 }
 
 #[derive(Args)]

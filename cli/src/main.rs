@@ -503,7 +503,7 @@ fn cmd_demo(a: &DemoArgs) -> ExitCode {
         }
     };
     let json_out = a.json;
-    match demo::run(&cfg, !json_out) {
+    match demo::run(&cfg, !json_out && !a.quiet) {
         Ok((report, ok)) => {
             if json_out {
                 println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());

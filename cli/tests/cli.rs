@@ -345,3 +345,21 @@ fn demo_ssd_reports_write_amplification_and_leaves_nothing_behind() {
     assert!(made.is_dir() && left.is_empty(), "a directory given stays, emptied of the slot file: {left:?}");
     std::fs::remove_dir(&made).unwrap();
 }
+
+/// Progress goes to stderr a line at a time when it is not a terminal (a
+/// line every five seconds, no carriage returns), and `--quiet` prints
+/// none; the summary is on stdout either way.
+#[test]
+fn demo_progress_is_lines_in_a_log_and_nothing_when_quiet() {
+    let args = ["demo", "--duration", "6", "--block-size", "256K", "--region", "512M"];
+    let o = run(&args);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{out}{err}");
+    assert!(err.lines().any(|l| l.contains("requests") && l.contains("handed off")), "a progress line: {err}");
+    assert!(!err.contains('\r'), "no carriage return in a log: {err:?}");
+    let o = run(&[&args[..], &["--quiet"]].concat());
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{out}{err}");
+    assert!(!err.contains("handed off"), "no progress with --quiet: {err}");
+    assert!(out.contains("result             PASS"), "{out}");
+}

@@ -671,6 +671,25 @@ mod capacity_table {
             .collect()
     }
 
+    /// Every flush mode of platform's table (`FlushMode::ALL`) has its
+    /// `CXLKV_FLUSH_<NAME>` in the header, and the C door reads that number
+    /// as that mode; `CXLKV_FLUSH_AUTO` is the architecture's choice.
+    #[test]
+    fn every_flush_mode_has_its_c_constant() {
+        let header = include_str!("../include/cxlkv.h");
+        let number = |name: &str| -> u32 {
+            let prefix = format!("#define {name} ");
+            let line = header.lines().find_map(|l| l.strip_prefix(prefix.as_str()));
+            line.and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| panic!("cxlkv.h defines {name} as a number"))
+        };
+        for m in FlushMode::ALL {
+            let name = format!("CXLKV_FLUSH_{}", m.name().to_uppercase().replace('-', "_"));
+            assert_eq!(mode(number(&name)).ok(), Some(m), "{name}");
+        }
+        assert_eq!(mode(number("CXLKV_FLUSH_AUTO")).ok(), Some(FlushMode::default_for_arch()));
+        assert!(mode(6).is_err());
+    }
+
     /// The C structs (as the header declares them) list core's tables of
     /// capacities and counters, name by name, in order; values cross.
     #[test]

@@ -174,6 +174,8 @@ fn watch(mut children: Workers, latest: &Latest, progress: bool) -> Vec<String> 
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut failed = Vec::new();
     let mut running = children.len();
+    let every = Duration::from_secs(if tty { 1 } else { 5 });
+    let mut next_line = every;
     while running > 0 {
         std::thread::sleep(Duration::from_millis(250));
         running = 0;
@@ -184,8 +186,10 @@ fn watch(mut children: Workers, latest: &Latest, progress: bool) -> Vec<String> 
                 _ => {}
             }
         }
-        let every = if tty { 1000 } else { 5000 };
-        if progress && start.elapsed().as_millis() % every < 250 {
+        // Due by the clock, not by a window of it: a loaded machine's
+        // sleeps overshoot, and a window could be missed every time.
+        if progress && start.elapsed() >= next_line {
+            next_line += every;
             let m = latest.lock().map(|m| m.clone()).unwrap_or_default();
             let (p, d) = partition(&m);
             eprint!(
