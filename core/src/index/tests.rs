@@ -343,6 +343,17 @@ impl crate::store::NodeEnv for ResumingWriter<'_> {
     }
 }
 
+/// Node 0 publishes 1000 bytes under key 5 (namespace 1): its handle, the
+/// offset of its entry, and the entry's first word as published.
+fn published_key_5(f: &Fixture, inline: &InlineEnv<'_>, local: &NodeLocal) -> (crate::index::Handle, u64, u64) {
+    let sut = node(f, inline, local, 0);
+    let h = sut.reserve(1, key(5), 1000, 1).unwrap();
+    sut.write(&h, 0, &payload(key(5), 1000)).unwrap();
+    sut.publish(&h).unwrap();
+    let off = f.store.layout.entry(h.stripe, h.entry);
+    (h, off, f.store.view.load_u64(off).unwrap())
+}
+
 /// A lock-free read that meets an entry in the middle of a locked rewrite
 /// (another thread's LRU relink, descheduled) waits for it or takes the
 /// lock; it never reports the key as missing or fails the call: an acquire
@@ -353,13 +364,7 @@ fn reads_that_meet_an_entry_mid_rewrite_wait_for_the_writer() {
     f.attach(0);
     let inline = InlineEnv::new(&f.store);
     let local = NodeLocal::default();
-    let (h, off, word) = {
-        let sut = node(&f, &inline, &local, 0);
-        let h = sut.reserve(1, key(5), 1000, 1).unwrap();
-        sut.publish(&h).unwrap();
-        let off = f.store.layout.entry(h.stripe, h.entry);
-        (h, off, f.store.view.load_u64(off).unwrap())
-    };
+    let (h, off, word) = published_key_5(&f, &inline, &local);
     let tear = || f.store.view.store_u64(off, word.wrapping_add(1)).unwrap();
 
     tear();
@@ -388,14 +393,7 @@ fn reads_that_meet_an_evictors_claim_wait_for_its_answer() {
     f.attach(0);
     let inline = InlineEnv::new(&f.store);
     let local = NodeLocal::default();
-    let (h, off, word) = {
-        let sut = node(&f, &inline, &local, 0);
-        let h = sut.reserve(1, key(5), 1000, 1).unwrap();
-        sut.write(&h, 0, &payload(key(5), 1000)).unwrap();
-        sut.publish(&h).unwrap();
-        let off = f.store.layout.entry(h.stripe, h.entry);
-        (h, off, f.store.view.load_u64(off).unwrap())
-    };
+    let (h, off, word) = published_key_5(&f, &inline, &local);
     let claim = || {
         let mut e = f.store.ent(h.stripe, h.entry).unwrap();
         e.state = crate::layout::state::CLAIMED;
