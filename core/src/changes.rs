@@ -27,6 +27,7 @@
 use crate::coherence::{Coherence, Site};
 use crate::hash::{mix64, Key};
 use crate::layout::{ChangeRecord, Entry, StripeHeader, CHANGE_REMOVED, CHANGE_STORED};
+use crate::mutant::mutant;
 use crate::store::Store;
 use crate::{Error, Result};
 
@@ -75,7 +76,7 @@ pub fn record_check(r: &ChangeRecord) -> u64 {
         r.key_hi,
         r.len,
         r.tokens as u64 | (r.node as u64) << 32,
-        r.reserved,
+        r.ticket,
     ];
     words.iter().fold(0x6368_616e_6765_7321, |h, &w| mix64(h ^ mix64(w)))
 }
@@ -113,7 +114,7 @@ impl<C: Coherence> Store<C> {
             len: ent.payload_len as u64,
             tokens: ent.tokens,
             node,
-            reserved: 0,
+            ticket: h.ticket,
             check: 0,
         };
         r.check = record_check(&r);
@@ -128,6 +129,33 @@ impl<C: Coherence> Store<C> {
         // say) leaves no record beyond the count, which a later change
         // would number again while readers took the first for real.
         self.put_hdr(s, h)
+    }
+
+    /// The largest change number stripe `s`'s log holds a sound record of
+    /// (each record read fresh; 0 for none). Recovery's count when the
+    /// header is void.
+    pub(crate) fn changes_logged(&self, s: u32) -> Result<u64> {
+        let n = self.layout.caps.change_records as u64;
+        let mut most = 0u64;
+        for i in 0..n {
+            let r: ChangeRecord = self.fresh(self.layout.change(s, i), Site("changes.logged"))?;
+            if r.seq & n.wrapping_sub(1) == i && decode(&r, r.seq).is_some() {
+                most = most.max(r.seq);
+            }
+        }
+        Ok(most)
+    }
+
+    /// Whether record `r` of stripe `s`'s log is a revoked holder's: well
+    /// formed, stamped below the stripe lock's repair floor.
+    fn record_void(&self, s: u32, r: &ChangeRecord) -> Result<bool> {
+        if decode(r, r.seq).is_none() || mutant!("changes.void_record_corrupt") {
+            return Ok(false);
+        }
+        let l = &self.layout;
+        // SYNC: fresh floor (writers: the manager, recovery).
+        let ll: crate::layout::LockLine = self.fresh(l.lock_line(l.locks().stripe(s)), Site("changes.record.floor"))?;
+        Ok(r.ticket < ll.floor)
     }
 
     /// Reads stripe `s`'s changes after number `cursor` into `out`, oldest
@@ -170,10 +198,12 @@ impl<C: Coherence> Store<C> {
             // hang on this read, never what a reader is told of a sound one.
             let again: StripeHeader = self.fresh(l.stripe(s), Site("changes.head.reread.hint"))?;
             let newer = decode(&r, r.seq).is_some() && r.seq > seq;
-            if newer
-                || again.changes_floor != h.changes_floor
-                || again.changes.saturating_add(1) >= seq.saturating_add(ring)
-            {
+            if newer || self.record_void(s, &r)? {
+                // Overwritten by a newer change, or by a revoked holder's
+                // late write (see `lock.rs`, "Zombies").
+                return Ok(Tail::Gap { resume: again.changes });
+            }
+            if again.changes_floor != h.changes_floor || again.changes.saturating_add(1) >= seq.saturating_add(ring) {
                 return Ok(Tail::Gap { resume: again.changes });
             }
             return Err(Error::Corrupt);

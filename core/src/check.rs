@@ -59,6 +59,10 @@ pub enum FindingKind {
     FreeList,
     /// Stripe header counters differ from its entries (a = stripe).
     StripeCounters,
+    /// A stripe header is void: stamped below its lock's repair floor, so
+    /// written back late by a revoked holder; the stripe's next holder has it
+    /// repaired before using it (a = stripe, b = the header's ticket).
+    VoidStripe,
     /// A journal record names a bad entry, or one neither published at its
     /// generation nor reserved by its node (a = node, b = entry).
     Journal,
@@ -112,6 +116,7 @@ impl FindingKind {
             FindingKind::LruList => "LRU list broken",
             FindingKind::FreeList => "free list broken",
             FindingKind::StripeCounters => "stripe counters wrong",
+            FindingKind::VoidStripe => "stripe header void (a revoked holder's, awaiting repair)",
             FindingKind::Journal => "journal record inconsistent",
             FindingKind::Unjournaled => "reservation without journal record",
             FindingKind::ChunkRecord => "chunk record malformed",
@@ -165,7 +170,8 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
     if track {
         scratch.iter_mut().for_each(|w| *w = 0);
     }
-    let mut c = Checker { st: store, scratch, track, alive: 0, dead: 0, n: 0, report };
+    let floors = [0; crate::layout::MAX_LOCKS as usize];
+    let mut c = Checker { st: store, scratch, track, alive: 0, dead: 0, n: 0, report, floors };
     c.nodes()?;
     c.locks()?;
     c.chunks()?;
@@ -194,6 +200,8 @@ struct Checker<'a, C: Coherence> {
     /// Findings so far.
     n: u64,
     report: &'a mut dyn FnMut(Finding),
+    /// Each lock's repair floor, as the lock pass read it.
+    floors: [u64; crate::layout::MAX_LOCKS as usize],
 }
 
 /// Whether granule `i` of chunk `c` is marked in `scratch` (`mw` words a
@@ -301,6 +309,9 @@ impl<C: Coherence> Checker<'_, C> {
             let span = (l.caps.max_nodes as u64).saturating_add(1).saturating_mul(64);
             st.co.invalidate(&st.view, l.lock_line(lock), span, Site("check.lock"))?;
             let ll: crate::layout::LockLine = st.view.read(l.lock_line(lock))?;
+            if let Some(f) = self.floors.get_mut(lock as usize) {
+                *f = ll.floor;
+            }
             if ll.repair != 0 {
                 self.rep(FindingKind::NeedsRepair, lock as u64, 0);
             }
@@ -309,7 +320,12 @@ impl<C: Coherence> Checker<'_, C> {
                 let s: LockSlot = st.view.read(l.lock_slot(lock, node))?;
                 match s.state {
                     SLOT_LOCKED => {
-                        holders = holders.saturating_add(1);
+                        // A free node's LOCKED slot is a grant that landed
+                        // after its recovery (a replaced manager's, woken
+                        // late): no process holds it; the manager drops it.
+                        if self.alive(node) || self.dead & (1 << node) != 0 {
+                            holders = holders.saturating_add(1);
+                        }
                         if !self.alive(node) {
                             self.rep(FindingKind::HeldByDead, lock as u64, node as u64);
                         }
@@ -376,9 +392,17 @@ impl<C: Coherence> Checker<'_, C> {
 
     /// One stripe: its entries, buckets, lists and counters.
     fn stripe(&mut self, s: u32) -> Result<()> {
-        let h: StripeHeader = self.st.fresh(self.st.layout.stripe(s), Site("check.stripe"))?;
+        let l = &self.st.layout;
+        let h: StripeHeader = self.st.fresh(l.stripe(s), Site("check.stripe"))?;
+        let floor = self.floors.get(l.locks().stripe(s) as usize).copied().unwrap_or(0);
         let counts = self.entries(s)?;
         self.buckets(s, counts.live)?;
+        if h.ticket < floor {
+            // Its lists and counts are a revoked holder's: what the repair
+            // will rebuild, not what the stripe holds.
+            self.rep(FindingKind::VoidStripe, s as u64, h.ticket);
+            return Ok(());
+        }
         self.lists(s, &h, &counts);
         if h.live != counts.ready || h.bytes != counts.bytes {
             self.rep(FindingKind::StripeCounters, s as u64, 0);

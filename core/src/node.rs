@@ -24,6 +24,27 @@ pub struct NodeLocal {
     pub(crate) touched: spin::Mutex<Touched>,
     /// Counters published with the heartbeat (see [`Heartbeat`]).
     pub(crate) beat_counters: BeatCounters,
+    /// Per lock: the largest ticket of it this node was granted. The node's
+    /// slot shows it in every state (see `lock.rs`), so a manager that takes
+    /// over from a lock line written back late still counts on from it.
+    pub(crate) tickets: Tickets,
+}
+
+/// The largest ticket of each lock a node was granted (see
+/// [`NodeLocal::tickets`]).
+pub(crate) struct Tickets(spin::Mutex<[u64; crate::layout::MAX_LOCKS as usize]>);
+
+impl Tickets {
+    /// The largest ticket of `lock` seen (0 for none).
+    pub(crate) fn get(&self, lock: u32) -> u64 {
+        self.0.lock().get(lock as usize).copied().unwrap_or(0)
+    }
+    /// Records a ticket of `lock`.
+    pub(crate) fn saw(&self, lock: u32, seq: u64) {
+        if let Some(t) = self.0.lock().get_mut(lock as usize) {
+            *t = (*t).max(seq);
+        }
+    }
 }
 
 /// Counters a node keeps in host-local memory and publishes with each
@@ -71,6 +92,7 @@ impl Default for NodeLocal {
             stats: spin::Mutex::new(()),
             touched: spin::Mutex::new(Touched { at: [(0, 0); TOUCHED], n: 0 }),
             beat_counters: BeatCounters::default(),
+            tickets: Tickets(spin::Mutex::new([0; crate::layout::MAX_LOCKS as usize])),
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::layout::{
     state, Bucket, ChunkRecord, Entry, LockLine, LockSlot, NodeInfo, PinRecord, RootRecord, StripeHeader, CHUNK_CONT,
     CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD,
 };
-use crate::lock::Held;
+use crate::lock::{Held, GRANT_FLOOR};
 use crate::mutant::mutant;
 use crate::node::Node;
 use crate::roots::record_valid;
@@ -73,7 +73,10 @@ impl<C: Coherence> Node<'_, C> {
                 }
             }
         }
-        let out = res.and_then(|_| self.recover_locked(dead));
+        // (The logic mutant: a recovery that raises no floor, in the line
+        // nor in its release.)
+        let raise = !mutant!("recover.keep_floor");
+        let out = res.and_then(|_| self.recover_locked(dead, raise));
         let mut flushed = Ok(());
         if taken == n_core {
             // SYNC: the chunk records recovery rewrote (even if it failed half
@@ -83,9 +86,12 @@ impl<C: Coherence> Node<'_, C> {
             flushed = st.co.flush(&st.view, l.chunks.start, l.chunks.len(), Site("recover.chunks.publish"));
         }
         let mut rel = Ok(());
+        // A recovery that ran through raised each lock's floor to its ticket
+        // (step 7); its release says so too (see `Node::unlock`).
+        let raised = out.is_ok() && raise;
         for lock in (0..taken).rev() {
             let seq = grants.get(lock as usize).copied().unwrap_or(0);
-            let r = self.unlock(Held { lock, seq });
+            let r = self.unlock(Held { lock, seq, floor: if raised { seq } else { 0 } });
             if rel.is_ok() {
                 rel = r;
             }
@@ -120,22 +126,28 @@ impl<C: Coherence> Node<'_, C> {
             // recovery's grant changed it (count, holder, last), and the
             // count is taken as at least this grant's below.
             let mut ll: LockLine = st.view.read(l.lock_line(lock))?;
-            let r = if ll.repair != 0 {
+            let repaired = ll.repair != 0;
+            let r = if repaired {
                 ll.repair = 0;
-                // Never behind the ticket this recovery holds (see lock.rs).
+                // Never behind the ticket this recovery holds (see lock.rs),
+                // and the floor at it: the manager takes the clear only with
+                // a floor past the grant it revoked.
                 ll.grant_seq = ll.grant_seq.max(held.seq);
+                ll.floor = ll.floor.max(held.seq);
                 n = n.saturating_add(1);
                 st.publish(l.lock_line(lock), &ll, Site("recover.app_lock.repaired"))
             } else {
                 Ok(())
             };
-            self.unlock(held)?;
+            // The release carries the floor raised (see `Node::unlock`).
+            let floor = if repaired { held.seq } else { held.floor };
+            self.unlock(Held { floor, ..held })?;
             r?;
         }
         Ok(n)
     }
 
-    fn recover_locked(&self, dead_in: u64) -> Result<RecoverReport> {
+    fn recover_locked(&self, dead_in: u64, raise: bool) -> Result<RecoverReport> {
         let l = &self.store.layout;
         let mut rep = RecoverReport::default();
         let (dead, alive) = self.census(dead_in)?;
@@ -154,7 +166,7 @@ impl<C: Coherence> Node<'_, C> {
         // record; a record naming no pin (only corruption leaves one) holds
         // a journal slot until its node detaches, and `check` reports it.
         self.free_dead(dead, &mut rep)?;
-        self.repair_core_locks(&mut rep)?;
+        self.repair_core_locks(&mut rep, raise)?;
         Ok(rep)
     }
 
@@ -310,23 +322,52 @@ impl<C: Coherence> Node<'_, C> {
         Ok(())
     }
 
-    /// Step 7: Every lock of core is repaired now.
-    fn repair_core_locks(&self, rep: &mut RecoverReport) -> Result<()> {
+    /// Step 7: Every lock of core is repaired now, and its floor is this
+    /// recovery's ticket: every stripe header was stamped with it, so one
+    /// stamped below it was written by a revoked holder after this repair.
+    fn repair_core_locks(&self, rep: &mut RecoverReport, raise: bool) -> Result<()> {
         let st = self.store;
         let l = &st.layout;
         for lock in 0..l.locks().n_core() {
-            let mut ll: LockLine = st.fresh(l.lock_line(lock), Site("recover.lock.read"))?;
+            // The line as this host last saw it: nothing written below needs
+            // it current. The manager takes from the line only a larger
+            // count and floor (both raised to this recovery's ticket here)
+            // and, by that floor, the clear of `repair` (see `LockMemo`);
+            // the holder and round-robin fields are its own to rewrite.
+            let mut ll: LockLine = st.view.read(l.lock_line(lock))?;
+            let before = ll;
+            let ticket = self.ticket(lock)?;
             if ll.repair != 0 {
                 ll.repair = 0;
-                // Never behind the ticket this recovery holds (see lock.rs):
-                // its own slot, as its poll read it.
-                let mine: LockSlot = st.view.read(l.lock_slot(lock, self.id))?;
-                ll.grant_seq = ll.grant_seq.max(mine.seq);
                 rep.locks_repaired = rep.locks_repaired.saturating_add(1);
+            }
+            // Never behind the ticket this recovery holds (see lock.rs).
+            ll.grant_seq = ll.grant_seq.max(ticket);
+            if raise {
+                ll.floor = ll.floor.max(ticket);
+            }
+            if ll != before {
                 st.publish(l.lock_line(lock), &ll, Site("recover.lock.repaired"))?;
             }
         }
         Ok(())
+    }
+
+    /// Stripe `s`'s repair floor as this recovery's grant carried it (its
+    /// own slot, as its poll read it): the manager's, which it learns from
+    /// every recovery's release as well as from the line.
+    fn stripe_floor(&self, s: u32) -> Result<u64> {
+        let l = &self.store.layout;
+        let mine: LockSlot = self.store.view.read(l.lock_slot(l.locks().stripe(s), self.id))?;
+        Ok(mine.reserved.get(GRANT_FLOOR).copied().unwrap_or(0))
+    }
+
+    /// The ticket this recovery holds `lock` under: its own slot, as its
+    /// poll read it.
+    fn ticket(&self, lock: u32) -> Result<u64> {
+        let l = &self.store.layout;
+        let mine: LockSlot = self.store.view.read(l.lock_slot(lock, self.id))?;
+        Ok(mine.seq)
     }
 
     /// Marks the block of `len` bytes at `off` in use. Caller holds every
@@ -411,13 +452,20 @@ impl<C: Coherence> Node<'_, C> {
                 }
             }
         }
+        let ticket = self.ticket(l.locks().stripe(s))?;
         let lru_ok = self.lru_consistent(s, &old, ready)?;
         // What the rebuild dropped is not logged one by one: a new change
         // number that no record carries becomes the floor, so every reader
-        // of the stripe's change log meets a gap and rescans.
+        // of the stripe's change log meets a gap and rescans. The header
+        // may be void (a revoked holder's, written after the last repair):
+        // the log's records then count too, and the number skips a whole
+        // log, past any record that holder's writes may have hidden.
         let skip = mutant!("changes.no_recovery_gap");
-        let changes = if skip { old.changes } else { old.changes.max(old.changes_floor).wrapping_add(1) };
+        let void = old.ticket < self.stripe_floor(s)?;
+        let logged = if void { self.store.changes_logged(s)?.saturating_add(l.caps.change_records as u64) } else { 0 };
+        let changes = if skip { old.changes } else { old.changes.max(old.changes_floor).max(logged).wrapping_add(1) };
         let mut h = StripeHeader {
+            ticket,
             live: ready,
             bytes,
             inserts: old.inserts,

@@ -50,6 +50,10 @@ pub trait NodeEnv: Sync {
     fn now_ns(&self) -> u64 {
         0
     }
+    /// A recovery that an operation of this node runs itself starts (`true`)
+    /// or ends (`false`): one that repairs a structure found void (see
+    /// `Node::with_stripe`). Nothing by default.
+    fn recovering(&self, _on: bool) {}
 }
 
 impl<C: Coherence> Store<C> {

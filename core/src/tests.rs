@@ -373,12 +373,12 @@ fn a_dead_holders_app_lock_is_repaired_though_no_manager_saw_it_held() {
 fn stale_ticket_release_changes_nothing() {
     with_two_nodes(|f, _, a, b| {
         let old = a.lock(2).unwrap();
-        let stale = crate::lock::Held { lock: old.lock, seq: old.seq };
+        let stale = crate::lock::Held { lock: old.lock, seq: old.seq, floor: 0 };
         a.unlock(old).unwrap();
         let current = a.lock(2).unwrap();
         assert_eq!(a.unlock(stale), Err(Error::Revoked), "an old ticket is refused");
         assert_eq!(b.lock(2), Err(Error::Timeout), "the current grant is still held");
-        let again = crate::lock::Held { lock: current.lock, seq: current.seq };
+        let again = crate::lock::Held { lock: current.lock, seq: current.seq, floor: 0 };
         a.unlock(current).unwrap();
         assert_eq!(a.unlock(again), Err(Error::Revoked), "a second release is refused");
         let gb = b.lock(2).unwrap();
@@ -549,4 +549,86 @@ fn out_of_space_only_when_everything_evictable_is_pinned() {
     let h = ns[1].reserve(1, key(99_999), 1 << 20, 16).unwrap();
     ns[1].publish(&h).unwrap();
     assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
+
+/// Two keys of namespace 1 in one stripe, and that stripe.
+fn keys_in_one_stripe(f: &Fixture) -> (Key, Key, u32) {
+    let s = f.store.stripe_of(1, key(1));
+    let other = (2..).map(key).find(|k| f.store.stripe_of(1, *k) == s).unwrap();
+    (key(1), other, s)
+}
+
+#[test]
+fn a_revoked_holders_late_header_is_void_and_the_next_holder_has_it_repaired() {
+    use crate::layout::StripeHeader;
+    with_two_nodes(|f, env, a, b| {
+        let l = &f.store.layout;
+        let (k1, k2, s) = keys_in_one_stripe(f);
+        let h = a.reserve(1, k1, 3000, 1).unwrap();
+        a.publish(&h).unwrap();
+        // Node 1 takes the stripe's lock and changes the header (as its
+        // critical section would), then stops past its lease holding it.
+        let held = b.lock(l.locks().stripe(s)).unwrap();
+        let mut late: StripeHeader = f.store.view.read(l.stripe(s)).unwrap();
+        late.ticket = held.seq;
+        late.changes = late.changes.wrapping_add(1);
+        *env.killed.lock() = 1 << 1;
+        env.step().unwrap();
+        a.recover(0).unwrap();
+        let h = a.reserve(1, k2, 3000, 1).unwrap();
+        a.publish(&h).unwrap();
+        let before: StripeHeader = f.store.view.read(l.stripe(s)).unwrap();
+        assert!(before.ticket >= held.seq, "holders after the repair stamp their own tickets");
+        // It wakes and its write lands over what the rack did since.
+        f.store.view.write(l.stripe(s), &late).unwrap();
+        assert!(findings(f).iter().any(|x| x.kind == FindingKind::VoidStripe), "{:?}", findings(f));
+        // The next holder of the stripe finds the header void and has the
+        // stripe repaired before it uses it: both blocks stay stored.
+        let mut out = [(0u32, Key::default(), 0u64); 4];
+        assert_eq!(a.coldest(s, &mut out).unwrap(), 2);
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+        assert_eq!(a.lookup(1, &[k1, k2]).unwrap(), 2);
+        let after: StripeHeader = f.store.view.read(l.stripe(s)).unwrap();
+        assert!(after.changes > before.changes, "the change count never goes back");
+        assert_eq!(b.unlock(held), Err(Error::Revoked));
+    });
+}
+
+#[test]
+fn a_replaced_managers_late_lock_line_turns_nothing_back() {
+    use crate::layout::LockLine;
+    with_two_nodes(|f, env, a, b| {
+        let l = &f.store.layout;
+        let lock = 2;
+        for _ in 0..3 {
+            let g = a.lock(lock).unwrap();
+            a.unlock(g).unwrap();
+        }
+        // The line as a manager that stopped now would write it back later.
+        let late: LockLine = f.store.view.read(l.lock_line(lock)).unwrap();
+        let held = b.lock(lock).unwrap();
+        *env.killed.lock() = 1 << 1;
+        env.step().unwrap();
+        // The late line lands: count back, no repair pending.
+        f.store.view.write(l.lock_line(lock), &late).unwrap();
+        // The manager still refuses a plain request (the lock awaits repair)
+        // and writes its own line again.
+        assert_eq!(a.lock(lock), Err(Error::Timeout));
+        let now: LockLine = f.store.view.read(l.lock_line(lock)).unwrap();
+        assert!(now.repair != 0 && now.grant_seq >= held.seq, "{now:?}");
+        let rep = a.recover(0).unwrap();
+        assert_eq!(rep.locks_repaired, 1);
+        let g = a.lock(lock).unwrap();
+        assert!(g.seq > held.seq, "no ticket is handed out twice");
+        assert!(g.floor > held.seq, "the grant carries the repair's floor");
+        let (seq, floor) = (g.seq, g.floor);
+        a.unlock(g).unwrap();
+        // The late line lands again, after the repair: the count, the floor
+        // and the cleared repair stay as they were.
+        f.store.view.write(l.lock_line(lock), &late).unwrap();
+        let g2 = a.lock(lock).unwrap();
+        assert!(g2.seq > seq && g2.floor == floor, "{g2:?} after ticket {seq}, floor {floor}");
+        a.unlock(g2).unwrap();
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+    });
 }

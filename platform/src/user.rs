@@ -124,7 +124,7 @@ impl Node {
         if i >= l.caps.app_locks {
             return Err(CoreError::InvalidArgument.into());
         }
-        Ok(self.core().unlock_app(Held { lock: l.locks().app(i), seq })?)
+        Ok(self.core().unlock_app(Held { lock: l.locks().app(i), seq, floor: 0 })?)
     }
 
     /// The id of namespace `ns` in this region: registered on first use

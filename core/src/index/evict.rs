@@ -80,12 +80,11 @@ impl<C: Coherence> Node<'_, C> {
                 // `ns` is a power of two (the layout checks it); `k < ns`.
                 let s = (start.wrapping_add(k)) & ns.wrapping_sub(1);
                 let share = bytes.saturating_sub(rep.bytes).div_ceil(ns.saturating_sub(k).max(1) as u64);
-                self.with_lock(st.layout.locks().stripe(s), || {
-                    let mut h = st.hdr(s)?;
-                    self.refresh_touched_locked(s, &mut h)?;
+                self.with_stripe(s, |h| {
+                    self.refresh_touched_locked(s, h)?;
                     let mut got = 0u64;
                     while got < share {
-                        match self.evict_one_locked(s, &mut h, policy)? {
+                        match self.evict_one_locked(s, h, policy)? {
                             Some(ev) => {
                                 got = got.saturating_add(ev.len);
                                 rep.entries = rep.entries.saturating_add(1);
@@ -95,7 +94,7 @@ impl<C: Coherence> Node<'_, C> {
                             None => break,
                         }
                     }
-                    st.put_hdr(s, &h)
+                    st.put_hdr(s, h)
                 })?;
             }
             if rep.bytes >= bytes || rep.entries == before {
@@ -117,8 +116,7 @@ impl<C: Coherence> Node<'_, C> {
         if s >= st.layout.caps.n_stripes {
             return Err(Error::InvalidArgument);
         }
-        self.with_lock(st.layout.locks().stripe(s), || {
-            let h = st.hdr(s)?;
+        self.with_stripe(s, |h| {
             let (mut e, mut n) = (h.lru_head, 0usize);
             for _ in 0..st.layout.caps.entries_per_stripe {
                 if e == NIL || n >= out.len() {
@@ -254,10 +252,9 @@ impl<C: Coherence> Node<'_, C> {
                 self.take_touched(s, |_| Ok(()))?;
                 continue;
             }
-            self.with_lock(st.layout.locks().stripe(s), || {
-                let mut h = st.hdr(s)?;
-                self.refresh_touched_locked(s, &mut h)?;
-                st.put_hdr(s, &h)
+            self.with_stripe(s, |h| {
+                self.refresh_touched_locked(s, h)?;
+                st.put_hdr(s, h)
             })?;
         }
     }

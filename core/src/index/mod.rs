@@ -289,6 +289,20 @@ impl<C: Coherence> Store<C> {
         Ok(())
     }
 
+    /// Stripe `s`'s header read under its lock, `Ok(None)` when void: stamped
+    /// below the floor grant `held` carries (written by a revoked holder
+    /// after the last repair; see `lock.rs`, "Zombies"). Stamped with the
+    /// grant's ticket otherwise, so that what the holder publishes of it
+    /// carries the ticket.
+    pub(crate) fn hdr_held(&self, s: u32, held: &crate::lock::Held) -> Result<Option<StripeHeader>> {
+        let mut h = self.hdr(s)?;
+        if h.ticket < held.floor && !mutant!("stripe.trust_void_header") {
+            return Ok(None);
+        }
+        h.ticket = held.seq;
+        Ok(Some(h))
+    }
+
     pub(crate) fn hdr(&self, s: u32) -> Result<StripeHeader> {
         self.fresh(self.layout.stripe(s), Site("index.hdr.read"))
     }
@@ -385,7 +399,39 @@ impl<C: Coherence> Store<C> {
     }
 }
 
+/// Repairs of a stripe found void that one operation asks for before it
+/// gives up (one is enough unless the header keeps coming back void).
+const VOID_REPAIRS: u32 = 3;
+
 impl<C: Coherence> Node<'_, C> {
+    /// Runs `f` holding stripe `s`'s lock, with the stripe's header read
+    /// under it (see [`Store::hdr_held`]): what `f` publishes of the header
+    /// carries this grant's ticket. A void header (a revoked holder's,
+    /// written back after the last repair) is never used: the lock goes
+    /// back, a recovery repairs the stripe and raises its floor, and the
+    /// lock is taken again.
+    pub(crate) fn with_stripe<T>(&self, s: u32, f: impl FnOnce(&mut StripeHeader) -> Result<T>) -> Result<T> {
+        let st = self.store;
+        let lock = st.layout.locks().stripe(s);
+        let mut f = Some(f);
+        for _ in 0..VOID_REPAIRS {
+            let r = self.with_held(lock, false, |held| match st.hdr_held(s, held)? {
+                Some(mut h) => f.take().ok_or(Error::Corrupt)?(&mut h).map(Some),
+                None => Ok(None),
+            })?;
+            if let Some(v) = r {
+                return Ok(v);
+            }
+            self.env.recovering(true);
+            let r = self.recover(0);
+            self.env.recovering(false);
+            r?;
+        }
+        // Void after every repair: something other than a late write-back
+        // breaks the stripe.
+        Err(Error::Corrupt)
+    }
+
     pub(super) fn me(&self) -> u64 {
         1 << self.id
     }
@@ -456,20 +502,19 @@ impl<C: Coherence> Node<'_, C> {
                     if attempt > 0 && !idx.iter().any(|&i| out.get(i).is_some_and(retry)) {
                         return Ok(());
                     }
-                    let r = self.with_lock(st.layout.locks().stripe(s), || {
-                        let mut h = st.hdr(s)?;
-                        self.refresh_touched_locked(s, &mut h)?;
+                    let r = self.with_stripe(s, |h| {
+                        self.refresh_touched_locked(s, h)?;
                         for &i in idx {
                             let (Some(o), Some(item)) = (out.get_mut(i), items.get(i)) else { continue };
                             if attempt > 0 && !retry(o) {
                                 continue;
                             }
-                            *o = self.reserve_locked(ns, s, &mut h, *item);
+                            *o = self.reserve_locked(ns, s, h, *item);
                             if retry(o) {
                                 short = short.saturating_add(item.len);
                             }
                         }
-                        st.put_hdr(s, &h)
+                        st.put_hdr(s, h)
                     });
                     void_if_revoked(&r, idx, out);
                     r
@@ -611,14 +656,13 @@ impl<C: Coherence> Node<'_, C> {
             hs.len(),
             |i| hs.get(i).map_or(0, |h| h.stripe.min(st.layout.caps.n_stripes.saturating_sub(1))),
             |s, idx| {
-                let r = self.with_lock(st.layout.locks().stripe(s), || {
-                    let mut hdr = st.hdr(s)?;
+                let r = self.with_stripe(s, |hdr| {
                     for &i in idx {
                         if let (Some(o), Some(h)) = (out.get_mut(i), hs.get(i)) {
-                            *o = self.publish_locked(s, &mut hdr, h);
+                            *o = self.publish_locked(s, hdr, h);
                         }
                     }
-                    st.put_hdr(s, &hdr)
+                    st.put_hdr(s, hdr)
                 });
                 void_if_revoked(&r, idx, out);
                 r
@@ -676,7 +720,7 @@ impl<C: Coherence> Node<'_, C> {
         if s >= st.layout.caps.n_stripes {
             return Err(Error::StaleHandle);
         }
-        self.with_lock(st.layout.locks().stripe(s), || {
+        self.with_stripe(s, |hdr| {
             let mut e = self.writing_entry(s, h)?;
             // SYNC: payload bytes the caller stored through a pointer land
             // before the block can be handed out again (a dirty line written
@@ -688,9 +732,8 @@ impl<C: Coherence> Node<'_, C> {
             st.co.flush(&st.view, e.payload_off, e.payload_len as u64, Site("index.abort.payload"))?;
             let tag = place(h.ns, h.key);
             let f = probe::find(st, s, tag, h.ns, h.key)?.ok_or(Error::Corrupt)?;
-            let mut hdr = st.hdr(s)?;
-            let (off, _) = st.remove_locked(s, &mut hdr, h.entry, f.bucket, &mut e, self.id)?;
-            st.put_hdr(s, &hdr)?;
+            let (off, _) = st.remove_locked(s, hdr, h.entry, f.bucket, &mut e, self.id)?;
+            st.put_hdr(s, hdr)?;
             {
                 let mut j = self.local.journal.lock();
                 self.journal_sub(&mut j, self.global(s, h.entry), h.gen)?;

@@ -104,7 +104,7 @@ impl<C: Coherence> Node<'_, C> {
             let s = st.stripe_of(ns, *k);
             let Some(o) = out.get_mut(i) else { continue };
             *o = Err(Error::NotFound);
-            let r = self.with_lock(st.layout.locks().stripe(s), || {
+            let r = self.with_stripe(s, |_| {
                 *o = self.acquire_locked(ns, s, *k);
                 Ok(())
             });

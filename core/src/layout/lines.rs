@@ -9,10 +9,11 @@ use crate::mem::LINE;
 
 /// "CXLKV\0\0\1" little-endian: the region magic.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
-/// Format version; bumped with every incompatible change (9: namespace ids
-/// from 2^31 up name registered namespaces, so a region whose blocks carry
-/// the hashed ids of version 8 is refused rather than read under them).
-pub const FORMAT_VERSION: u32 = 9;
+/// Format version; bumped with every incompatible change (10: a lock's
+/// repair floor and a stripe header's ticket, so a region whose headers
+/// carry no ticket is refused rather than read as void; 9: namespace ids
+/// from 2^31 up name registered namespaces).
+pub const FORMAT_VERSION: u32 = 10;
 /// Largest number of nodes (pinner bitmask is one u64).
 pub const MAX_NODES: u32 = 64;
 /// Most granules a chunk is cut into (two maps of 4096 bits follow its
@@ -299,7 +300,10 @@ shared_struct! {
 
 shared_struct! {
     /// Per-lock state, written by the manager when it grants or revokes, and
-    /// by the holder (while holding) to clear `repair`.
+    /// by recovery (holding the lock) to clear `repair` and raise `floor`.
+    /// The manager keeps its own copy of the count, `repair` and `floor`
+    /// and never takes a smaller value from memory: a line written back late
+    /// by a manager that stopped and was replaced cannot turn them back.
     pub struct LockLine {
         /// Grants made so far: a grant carries the count after it, so no
         /// two grants of the lock carry the same (see `lock.rs`).
@@ -311,7 +315,12 @@ shared_struct! {
         /// Node id of the last grant, for round robin.
         pub last: u32,
         pub reserved0: u32,
-        pub reserved: [u64; 5],
+        /// The ticket of the last recovery that repaired what the lock
+        /// guards: a guarded line stamped with a smaller ticket was written
+        /// before that repair and not rewritten by it, i.e. by a revoked
+        /// holder woken late (see `lock.rs`, "Zombies"). Only grows.
+        pub floor: u64,
+        pub reserved: [u64; 4],
     } size 64
 }
 
@@ -324,6 +333,8 @@ shared_struct! {
         pub flags: u32,
         /// The grant's sequence number (LOCKED).
         pub seq: u64,
+        /// A grant's manager claim (`reserved[0]`) and the lock's repair
+        /// floor (`reserved[1]`) as that manager knows it.
         pub reserved: [u64; 6],
     } size 64
 }
@@ -392,7 +403,11 @@ shared_struct! {
         /// Changes at or below this number are not in the log (recovery
         /// raises it: what it rebuilt is known only by a scan).
         pub changes_floor: u64,
-        pub reserved: u64,
+        /// The grant sequence of the stripe lock under which this header
+        /// was written. Below the lock's repair floor (which the grant
+        /// carries), the header is void: a revoked holder wrote it after the
+        /// repair, and the next holder has the stripe repaired again.
+        pub ticket: u64,
     } size 64
 }
 
@@ -413,7 +428,9 @@ shared_struct! {
         pub tokens: u32,
         /// The node that made the change.
         pub node: u32,
-        pub reserved: u64,
+        /// The stripe lock's ticket it was written under: below the lock's
+        /// repair floor, a revoked holder's late write over a newer record.
+        pub ticket: u64,
         /// Over every field but itself (see `changes::record_check`).
         pub check: u64,
     } size 64

@@ -11,7 +11,7 @@ use crate::mutant::mutant;
 use crate::store::Store;
 use crate::Result;
 
-use super::{CLAIM_AT, GRANT_CLAIM};
+use super::{CLAIM_AT, GRANT_CLAIM, GRANT_FLOOR};
 
 /// Liveness verdict from the platform for a node it can check directly (a
 /// process of this host and PID namespace): `Some(false)` = certainly dead,
@@ -78,6 +78,8 @@ pub struct Manager {
     /// LOCKED), `u64::MAX` when unknown: while the line's count still
     /// equals it, the last grant's holder needs no reading.
     released: [u64; MAX_LOCKS as usize],
+    /// Per lock: what this manager knows of its line (see `LockMemo`).
+    memo: [LockMemo; MAX_LOCKS as usize],
     /// Scan every slot of every lock next step (after start or takeover).
     full_scan: bool,
     /// When the last full step was.
@@ -89,6 +91,54 @@ pub struct Manager {
     /// Nodes not FREE at the last liveness scan: whose doorbells a step
     /// reads (all nodes' in a full step).
     listed: u64,
+}
+
+/// A manager's own copy of a lock line's count, `repair` and floor: the
+/// line in memory may be a late write-back of a replaced manager (a zombie),
+/// so the manager never takes a smaller count or floor from it, nor a
+/// `repair` cleared by anyone but a recovery (whose clear raises the floor
+/// to its ticket, past the revoked grant).
+#[derive(Clone, Copy, Debug, Default)]
+struct LockMemo {
+    /// The largest grant sequence written or read.
+    seq: u64,
+    /// The largest repair floor read.
+    floor: u64,
+    /// The grant this manager revoked (or found awaiting repair), until a
+    /// recovery's floor reaches it; 0 none.
+    revoked: u64,
+    /// The line was read since this manager's claim: until then, memory's
+    /// `repair` is taken as it is (another manager may have revoked).
+    known: bool,
+}
+
+impl LockMemo {
+    /// Folds line `ll` as read from memory into the memo and `ll` into what
+    /// the memo says. True when the line in memory differs from that.
+    fn merge(&mut self, ll: &mut LockLine) -> bool {
+        let read = *ll;
+        if !self.known {
+            self.known = true;
+            if ll.repair != 0 {
+                self.revoked = self.revoked.max(ll.grant_seq).max(1);
+            }
+        }
+        self.seq = self.seq.max(ll.grant_seq);
+        self.floor = self.floor.max(ll.floor);
+        if mutant!("mgr.trust_line_repair") {
+            self.revoked = if ll.repair != 0 { self.revoked.max(1) } else { 0 };
+        } else if self.revoked != 0 && self.floor >= self.revoked {
+            // A recovery repaired it: its ticket (the floor, from the line or
+            // its released slot) is past the revoked grant. A late line from
+            // before the revocation, `repair` clear or not, has a smaller
+            // floor and changes nothing.
+            self.revoked = 0;
+        }
+        ll.grant_seq = self.seq;
+        ll.floor = self.floor;
+        ll.repair = u32::from(self.revoked != 0);
+        *ll != read
+    }
 }
 
 /// What one manager step learned before it walks the locks.
@@ -124,6 +174,7 @@ impl Manager {
             held: [0; 4],
             last_holder: [0; MAX_LOCKS as usize],
             released: [u64::MAX; MAX_LOCKS as usize],
+            memo: [LockMemo::default(); MAX_LOCKS as usize],
             full_scan: true,
             full_at: 0,
             steps: 0,
@@ -317,21 +368,28 @@ impl Manager {
         let (wi, bit) = ((lock / 64) as usize, 1u64 << (lock % 64));
         let loff = l.lock_line(lock);
         let (mut ll, mask) = self.read_lock(store, cx, lock)?;
+        let mut memo = self.memo.at(lock as usize);
+        // A line that a replaced manager wrote back late is written again
+        // from the memo (with this step's changes, if any).
+        let mut changed = memo.merge(&mut ll);
         let mut holder = None;
-        let mut changed = false;
         // Each slot's (state, flags) as this step read it; the grant below
         // works from this snapshot (and the bells read before it). A
         // withdrawing node writes CANCEL and waits for the answer in its
         // slot, so a grant racing its withdrawal is seen by it and given
         // back.
         let mut seen = [(SLOT_IDLE, 0u32); MAX_NODES as usize];
-        // The largest ticket a slot shows (granted, or being given back).
+        // The largest ticket a slot shows: granted, being given back, or (in
+        // any other state) the largest its node was granted.
         let mut max_seq = 0u64;
         for n in bits(mask) {
             let soff = l.lock_slot(lock, n);
             let s: LockSlot = store.state_first_invalidated(soff)?;
             seen.set(n as usize, (s.state, s.flags));
-            if s.state == SLOT_LOCKED {
+            // A released slot carries its holder's floor: a recovery's is
+            // the floor it raised (whatever the line in memory shows now).
+            memo.floor = memo.floor.max(s.reserved.at(GRANT_FLOOR));
+            if s.state == SLOT_LOCKED || !mutant!("mgr.count_from_locked_only") {
                 max_seq = max_seq.max(s.seq);
             }
             // A LOCKED slot of a node dead at this step's liveness scan is
@@ -341,34 +399,61 @@ impl Manager {
             let is_dead = cx.dead & (1 << n) != 0;
             match s.state {
                 SLOT_LOCKED if is_dead => {
-                    store.publish_state_last(soff, &LockSlot::default(), Site("mgr.revoke"))?;
-                    ll.repair = if mutant!("revoke.no_repair") { 0 } else { 1 };
+                    // (Each reset keeps the slot's ticket, see above.)
+                    store.publish_state_last(
+                        soff,
+                        &LockSlot { seq: s.seq, ..LockSlot::default() },
+                        Site("mgr.revoke"),
+                    )?;
+                    if !mutant!("revoke.no_repair") {
+                        memo.revoked = memo.revoked.max(s.seq).max(1);
+                    }
+                    ll.repair = u32::from(memo.revoked != 0);
                     ll.holder = 0;
                     changed = true;
                     rep.revoked = rep.revoked.saturating_add(1);
                 }
+                SLOT_LOCKED if self.alive & (1 << n) == 0 && !mutant!("lock.keep_grant_to_gone") => {
+                    // Not ALIVE at the last scan, nor dead: attached since
+                    // (holding it), or freed by recovery, its slot showing a
+                    // grant that a replaced manager wrote back late. A free
+                    // node holds nothing: its slot goes IDLE (else the lock
+                    // would wait for it forever). One declared dead since is
+                    // the next liveness scan's to revoke.
+                    if self.drop_stranger(store, n, soff, &s, |st| st == NODE_FREE)? {
+                        seen.set(n as usize, (SLOT_IDLE, 0));
+                    } else {
+                        holder = Some(n);
+                    }
+                }
                 SLOT_LOCKED => holder = Some(n),
                 SLOT_CANCEL if !mutant!("lock.manager_ignores_cancel") => {
                     // SYNC: the answer to a withdrawal (reader: its poll).
-                    store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_withdrawn"))?;
+                    store.publish_state_last(
+                        soff,
+                        &LockSlot { seq: s.seq, ..LockSlot::default() },
+                        Site("mgr.drop_withdrawn"),
+                    )?;
                 }
-                SLOT_WAITING if self.alive & (1 << n) == 0 && !mutant!("lock.grant_to_stranger") => {
+                SLOT_WAITING
+                    if self.alive & (1 << n) == 0
+                        && !mutant!("lock.grant_to_stranger")
+                        && self.drop_stranger(store, n, soff, &s, |st| st != NODE_ALIVE)? =>
+                {
                     // Not ALIVE at the last scan: dead, attached since
                     // (maybe as a dead one's successor, after recovery
                     // freed it), or a node recovery already freed (it
                     // stalled, was declared dead, and woke up). Read
                     // fresh: drop all but the newly attached.
-                    let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("mgr.waiter.info"))?;
-                    if info.state == NODE_ALIVE {
-                        self.alive |= 1 << n;
-                    } else {
-                        store.publish_state_last(soff, &LockSlot::default(), Site("mgr.drop_stranger"))?;
-                        seen.set(n as usize, (SLOT_IDLE, 0));
-                    }
+                    seen.set(n as usize, (SLOT_IDLE, 0));
                 }
                 _ => {}
             }
         }
+        // With what the slots told: revocations, a recovery's floor, the
+        // largest ticket out there (a line written back late may show less).
+        memo.seq = memo.seq.max(max_seq);
+        changed |= memo.merge(&mut ll);
         self.held.update(wi, |h| *h &= !bit);
         if let Some(n) = holder {
             self.last_holder.set(lock as usize, n.wrapping_add(1));
@@ -382,12 +467,38 @@ impl Manager {
             self.held.update(wi, |h| *h |= bit);
         } else if self.grant(store, cx, lock, &mut ll, &seen, max_seq)? {
             rep.grants = rep.grants.saturating_add(1);
+            memo.seq = memo.seq.max(ll.grant_seq);
             changed = false;
         }
+        self.memo.set(lock as usize, memo);
         if changed {
             store.publish(loff, &ll, Site("mgr.lock.update"))?;
         }
         Ok(())
+    }
+
+    /// Slot `s` (at `soff`) of node `n`, which was not ALIVE at the last
+    /// liveness scan: reads the node's info fresh and, when `gone` says so
+    /// of its state, resets the slot (keeping its ticket). True when reset;
+    /// a node found ALIVE is counted alive from now on.
+    fn drop_stranger<C: Coherence>(
+        &mut self,
+        store: &Store<C>,
+        n: u32,
+        soff: u64,
+        s: &LockSlot,
+        gone: impl Fn(u32) -> bool,
+    ) -> Result<bool> {
+        let info: NodeInfo = store.fresh_state_first(store.layout.node_info(n), Site("mgr.waiter.info"))?;
+        if info.state == NODE_ALIVE {
+            self.alive |= 1 << n;
+        }
+        if !gone(info.state) {
+            return Ok(false);
+        }
+        let idle = LockSlot { seq: s.seq, ..LockSlot::default() };
+        store.publish_state_last(soff, &idle, Site("mgr.drop_stranger"))?;
+        Ok(true)
     }
 
     /// Reads lock `lock`'s line and, in the same batch, the slots this step
@@ -494,6 +605,8 @@ impl Manager {
             // The grant carries the claim it was made under (the grantee
             // checks it is still the largest).
             g.reserved[GRANT_CLAIM] = self.claim;
+            // And the floor below which what the lock guards is void.
+            g.reserved[GRANT_FLOOR] = ll.floor;
             // SYNC: LOCKED visible to the polling node (reader: lock_with).
             store.publish_state_last(soff, &g, Site("mgr.grant"))?;
             self.held.update(wi, |h| *h |= bit);
@@ -627,6 +740,11 @@ impl Manager {
     fn publish_claim<C: Coherence>(&mut self, store: &Store<C>, epoch: u64) -> Result<()> {
         let off = store.layout.requests(self.me).wrapping_add(CLAIM_AT);
         self.claim = claim_word(epoch, self.me);
+        // Another manager may have revoked locks since this one last read
+        // their lines: each line's `repair` is learnt afresh.
+        for m in self.memo.iter_mut() {
+            m.known = false;
+        }
         store.view.store_u64(off, self.claim)?;
         // SYNC: the claim on its way to memory (reader: every other
         // manager's doorbell scan; completed by the caller's fence).

@@ -18,6 +18,25 @@
 //! That is all a ticket needs, so there is no epoch beside it: a revoked
 //! holder's ticket fails because its slot is no longer LOCKED, and any later
 //! grant to that slot (a new incarnation) carries a larger number.
+//!
+//! Zombies. A holder (or a manager) that stopped past its lease, was
+//! declared dead and replaced, and then woke, runs on until it learns it is
+//! fenced, and its cache writes back what it dirtied whenever it likes: no
+//! check it makes can keep its stores out of memory. So the rack does not
+//! trust what such a node writes, on the readers' side:
+//! - The manager keeps its own copy of each lock's count, `repair` and
+//!   repair floor (`LockMemo`) and takes from memory only what can be
+//!   trusted there: a larger count (a recovery's ticket), a recovery's clear
+//!   of `repair` (which raises the floor past the revoked grant), and, when
+//!   it starts managing, the line as it finds it. A lock line written back
+//!   late by a replaced manager cannot turn the count, `repair` or the
+//!   floor back; the manager writes the line again from its copy.
+//! - Recovery raises each lock's floor to its own ticket and stamps what it
+//!   rebuilt with that ticket (a stripe header carries the ticket it was
+//!   written under). A grant carries the floor, so the holder knows that a
+//!   guarded line stamped below the floor was written by a revoked holder
+//!   after the repair: the line is void, and the holder has the structure
+//!   repaired again before it uses it (see `Node::with_stripe`).
 
 mod manager;
 
@@ -40,6 +59,10 @@ pub struct Held {
     pub lock: u32,
     /// Grant sequence number: this grant's alone.
     pub seq: u64,
+    /// The lock's repair floor as the grant carried it (0 when unknown, as
+    /// in a ticket rebuilt from its sequence number alone): lines the lock
+    /// guards stamped with a smaller ticket are void.
+    pub floor: u64,
 }
 
 impl<C: Coherence> Node<'_, C> {
@@ -56,7 +79,7 @@ impl<C: Coherence> Node<'_, C> {
         self.lock_with(lock, SLOT_RECOVERY, false)
     }
 
-    fn lock_with(&self, lock: u32, flags: u32, nested: bool) -> Result<Held> {
+    pub(crate) fn lock_with(&self, lock: u32, flags: u32, nested: bool) -> Result<Held> {
         let l = &self.store.layout;
         if lock >= l.n_locks {
             return Err(Error::InvalidArgument);
@@ -97,7 +120,9 @@ impl<C: Coherence> Node<'_, C> {
         let l = &self.store.layout;
         self.env.local_lock(lock)?;
         let slot_off = l.lock_slot(lock, self.id);
-        let req = LockSlot { state: SLOT_WAITING, flags, ..LockSlot::default() };
+        // Every state of the slot shows the largest ticket this node holds
+        // or held (see `Manager::step_lock`).
+        let req = LockSlot { state: SLOT_WAITING, flags, seq: self.local.tickets.get(lock), ..LockSlot::default() };
         // SYNC: no flush: the first poll below invalidates this slot, which
         // writes the WAITING request back (reader: the manager's scan).
         if let Err(e) = self.store.write_state_last(slot_off, &req) {
@@ -129,8 +154,9 @@ impl<C: Coherence> Node<'_, C> {
             if s.state == SLOT_LOCKED {
                 match self.grant_is_current(&s) {
                     Ok(true) => {
+                        self.local.tickets.saw(lock, s.seq);
                         let _ = self.bell(lock, false);
-                        return Ok(Some(Held { lock, seq: s.seq }));
+                        return Ok(Some(Held { lock, seq: s.seq, floor: s.reserved[GRANT_FLOOR] }));
                     }
                     Ok(false) => {
                         // A grant by a manager that a newer claimant has
@@ -218,7 +244,7 @@ impl<C: Coherence> Node<'_, C> {
     /// the manager's to answer; whichever write lands last, the poll below
     /// sees an answer the manager will not change.
     fn cancel(&self, lock: u32, flags: u32, slot_off: u64) -> Result<()> {
-        let c = LockSlot { state: SLOT_CANCEL, flags, ..LockSlot::default() };
+        let c = LockSlot { state: SLOT_CANCEL, flags, seq: self.local.tickets.get(lock), ..LockSlot::default() };
         // SYNC: no flush: the first poll below invalidates this slot, which
         // writes CANCEL back (reader: the manager's scan; the bell still
         // rings).
@@ -234,10 +260,12 @@ impl<C: Coherence> Node<'_, C> {
                 break Ok(());
             }
             if s.state == SLOT_LOCKED {
+                self.local.tickets.saw(lock, s.seq);
+                let idle = LockSlot { seq: self.local.tickets.get(lock), ..LockSlot::default() };
                 // SYNC: the release reaches memory before we give up the
                 // lock (left dirty, it could land over a later grant); the
                 // doorbell's fence below completes it.
-                break self.store.publish_state_last(slot_off, &LockSlot::default(), Site("lock.withdraw"));
+                break self.store.publish_state_last(slot_off, &idle, Site("lock.withdraw"));
             }
             if s.state == SLOT_IDLE {
                 break Ok(());
@@ -317,7 +345,14 @@ impl<C: Coherence> Node<'_, C> {
         // SYNC(release-landed): a manager of this host may see this IDLE in
         // the shared cache before it lands; it writes the line back itself
         // before its next grant of the lock.
-        let r = self.store.publish_state_last(slot_off, &LockSlot::default(), Site("lock.release"));
+        // The IDLE slot carries the floor the holder knows: a recovery's
+        // release tells the manager the floor it raised even when a late
+        // lock line of a replaced manager hides it in the line.
+        let mut idle = LockSlot { seq: self.local.tickets.get(held.lock).max(held.seq), ..LockSlot::default() };
+        if let Some(f) = idle.reserved.get_mut(GRANT_FLOOR) {
+            *f = held.floor;
+        }
+        let r = self.store.publish_state_last(slot_off, &idle, Site("lock.release"));
         self.store.co.store_fence(Site("lock.release.done"));
         self.env.local_unlock(held.lock);
         r
@@ -339,8 +374,13 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     pub(crate) fn with_lock_mode<T>(&self, lock: u32, nested: bool, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.with_held(lock, nested, |_| f())
+    }
+
+    /// [`Node::with_lock_mode`] whose `f` is shown the grant it runs under.
+    pub(crate) fn with_held<T>(&self, lock: u32, nested: bool, f: impl FnOnce(&Held) -> Result<T>) -> Result<T> {
         let held = self.lock_with(lock, 0, nested)?;
-        let r = f();
+        let r = f(&held);
         // A revoked lock outranks what ran under it: recovery may have
         // rebuilt the structure meanwhile, so neither its result nor its
         // error can be trusted.
@@ -363,3 +403,6 @@ pub(super) const CLAIM_AT: u64 = core::mem::offset_of!(RequestLine, reserved) as
 
 /// Where a grant carries its manager's claim word (`LockSlot::reserved`).
 pub(super) const GRANT_CLAIM: usize = 0;
+
+/// Where a grant carries the lock's repair floor (`LockSlot::reserved`).
+pub(crate) const GRANT_FLOOR: usize = 1;

@@ -28,7 +28,7 @@ use crate::harness::ops::{
 use crate::harness::params::sim_caps;
 use crate::harness::params::{KEYS, LEASE, NS};
 use crate::harness::sched::rnd;
-use crate::harness::stalls::{barrier, stall_here, stall_now};
+use crate::harness::stalls::{await_stalled_quiet, barrier, stall_here, stall_now};
 use crate::harness::tier::{tier_op, tier_release, TierState};
 use crate::harness::world::unpin_model;
 use crate::harness::world::{
@@ -385,15 +385,30 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
         }
         op_done(w, &node, h, op, writing);
     }
-    w.model.lock().unwrap().op_at[h] = ops;
+    {
+        let mut m = w.model.lock().unwrap();
+        m.op_at[h] = ops;
+        m.quiet |= 1 << h;
+    }
     if let Some((hd, _, raw)) = writing {
         finish_write(w, &node, h, hd, raw, rnd(&mut x));
     }
     free_own_raw(w, &node, h);
     maintenance_recovery(w, &node, h);
+    barrier(w, me, 2);
+    // A host that stopped and woke writes on until its heartbeat finds it
+    // fenced: once it is quiet, every stripe has a holder once more, and
+    // one whose header its late write made void has it repaired (see
+    // `Node::with_stripe`).
+    await_stalled_quiet(w, me);
+    for s in 0..store.layout.caps.n_stripes {
+        if let Err(e) = node.coldest(s, &mut []) {
+            check_err("coldest", e, &[]);
+        }
+    }
     // Quiescent, with pins still held: every host checks the region through
     // its own cache (stale copies of others' lines included).
-    barrier(w, me, 2);
+    barrier(w, me, 6);
     check_from(w, &store, h, "at the end barrier");
     barrier(w, me, 3);
     adopt_unrooted(w, &node, h);
@@ -453,6 +468,9 @@ fn stops_fenced(w: &World, h: usize) -> bool {
     let mut m = w.model.lock().unwrap();
     if m.stall == Some(h) && (m.fenced || m.revoked_ops > 0) {
         m.raw.retain(|b| b.2 != h);
+        if m.fenced {
+            m.quiet |= 1 << h;
+        }
         return m.fenced;
     }
     false
@@ -509,7 +527,16 @@ fn op_done<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, op: u32, writi
             ));
         }
     }
-    w.published_all(3 * h, "an operation", writing.map(|(hd, _, _)| (hd.off, hd.len)));
+    // A zombie's operations (it stopped past its lease and woke) need not
+    // write back what they stored: the node is fenced, and what its cache
+    // writes back whenever is what readers must tell from current state.
+    let zombie = {
+        let m = w.model.lock().unwrap();
+        m.zombie && m.stall == Some(h) && m.stalled
+    };
+    if !zombie {
+        w.published_all(3 * h, "an operation", writing.map(|(hd, _, _)| (hd.off, hd.len)));
+    }
     always_invariants(w, h, op);
     if op % 4 == FEED_AT.with(|c| c.get()) {
         feed_tail(w, node.store, h);
@@ -665,7 +692,7 @@ pub(crate) fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize
         if let Some(seq) = stale.filter(|&s| s != held.seq) {
             // An old ticket of this lock, presented while holding a newer
             // grant: refused, and the grant stays held.
-            match node.unlock_app(cxlkv_core::lock::Held { lock: held.lock, seq }) {
+            match node.unlock_app(cxlkv_core::lock::Held { lock: held.lock, seq, floor: 0 }) {
                 Err(Error::Revoked) => {}
                 r => w.violation(format!("host {h}: releasing a stale ticket of lock {} gave {r:?}", held.lock)),
             }

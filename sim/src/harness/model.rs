@@ -11,6 +11,10 @@ use cxlkv_core::index::Handle;
 use crate::harness::params::sim_caps;
 
 impl Model {
+    /// The largest repair floor of `lock` seen in memory so far.
+    pub(crate) fn floor_seen(&self, lock: u32) -> u64 {
+        self.floors_seen.get(&lock).copied().unwrap_or(0)
+    }
     /// A crash or a stall left a node that recovery has yet to free.
     pub(crate) fn awaits_recovery(&self) -> bool {
         (self.crash_needs_recovery || (self.stall.is_some() && self.stalled) || self.killed) && !self.recovered
@@ -27,11 +31,18 @@ pub(crate) struct Model {
     pub(crate) pin_ids: u64,
     /// Recoveries begun (they may drop pins).
     pub(crate) recoveries: u64,
+    /// Of `recoveries`, those an operation ran to repair a void stripe
+    /// header (a zombie's, written back after the last repair).
+    pub(crate) void_repairs: u64,
     pub(crate) violations: Vec<String>,
     pub(crate) counter: u64,
     pub(crate) inserts: Vec<u64>,
     /// Reserves that succeeded, all hosts, never reset.
     pub(crate) total_inserts: u64,
+    /// `total_inserts` when the zombie stopped: a void header's repair keeps
+    /// the counts that zombie saw, and loses the inserts other holders
+    /// counted in the header after the stop (statistics, not state).
+    pub(crate) inserts_at_stall: u64,
     pub(crate) ops: u64,
     pub(crate) need_recovery: bool,
     pub(crate) recovered: bool,
@@ -71,13 +82,18 @@ pub(crate) struct Model {
     /// The highest grant sequence memory has shown for each lock: it never
     /// goes back (a ticket is unique by it).
     pub(crate) grants_seen: BTreeMap<u32, u64>,
+    /// Per lock: the largest repair floor seen in its line in memory.
+    pub(crate) floors_seen: BTreeMap<u32, u64>,
     pub(crate) log: Vec<(u64, u64, String)>,
     /// Named root `r<g>` for each g.
     pub(crate) roots: Vec<RootModel>,
     /// Hosts whose op actor reached each barrier phase (bit masks): 0 and 1
     /// mid-run (arrived, checked), 2 and 3 at the end, 4 and 5 around the
     /// channel fill at the end.
-    pub(crate) barrier: [u64; 6],
+    pub(crate) barrier: [u64; 7],
+    /// Hosts whose op actor issues no more operations (done, or stopped
+    /// fenced): a stalled host's late writes are over once its bit is set.
+    pub(crate) quiet: u64,
     /// Live raw allocations: (offset, length, host).
     pub(crate) raw: Vec<(u64, u64, usize)>,
     /// Each host's op actor holds an attached node.

@@ -95,6 +95,7 @@ pub(crate) fn stall_zombie(w: &World, a: usize, site: &str) -> bool {
             return false;
         }
         m.stalled = true;
+        m.inserts_at_stall = m.total_inserts;
         // Recovery will reclaim the stalled node's raw blocks.
         m.raw.retain(|b| b.2 != h);
     }
@@ -158,6 +159,21 @@ pub(crate) fn barrier(w: &World, me: usize, phase: usize) {
             return;
         }
         drop(m);
+        w.yield_now(me, "barrier");
+    }
+}
+
+/// Waits until the stalled host, if one stalled, issues no more operations
+/// (see `Model::quiet`).
+pub(crate) fn await_stalled_quiet(w: &World, me: usize) {
+    loop {
+        {
+            let m = w.model.lock().unwrap();
+            match m.stall {
+                Some(z) if m.stalled && m.quiet & (1 << z) == 0 && z != me / 3 => {}
+                _ => return,
+            }
+        }
         w.yield_now(me, "barrier");
     }
 }

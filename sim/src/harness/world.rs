@@ -303,19 +303,39 @@ impl World {
         st.view.read::<LockSlot>(l.lock_slot(l.locks().app(i), h as u32)).is_ok_and(|s| s.state == SLOT_LOCKED)
     }
 
-    /// Checks that no lock's grant sequence went back in memory.
+    /// Checks that no lock's grant sequence (nor its repair floor) went back
+    /// in memory, but in a line the stopped host (a zombie) wrote back after
+    /// it stopped: managers keep their own count and floor and write the
+    /// line again from them (`LockMemo` in core), so such a line only shows
+    /// what no manager takes from it.
     pub(crate) fn grants_monotonic(&self, who: usize) {
         use cxlkv_core::layout::LockLine;
         let Ok(st) = attach(self.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return };
         let l = &st.layout;
         let mut m = self.model.lock().unwrap();
+        let zombie = m.stall.filter(|_| m.zombie && m.stalled);
         for lock in 0..l.n_locks {
             let Ok(ll) = st.view.read::<LockLine>(l.lock_line(lock)) else { continue };
+            if zombie.is_some_and(|z| self.mem.provenance((l.lock_line(lock) / 64) as usize).0 as usize == z) {
+                continue;
+            }
+            let floor = m.floors_seen.entry(lock).or_insert(ll.floor);
+            if ll.floor < *floor {
+                let msg = format!(
+                    "lock {lock}: repair floor went back from {floor} to {} in memory (seen after actor {who})",
+                    ll.floor
+                );
+                drop(m);
+                return self.violation(msg);
+            }
+            *floor = ll.floor;
             let now = ll.grant_seq;
             let seen = m.grants_seen.entry(lock).or_insert(now);
             if now < *seen {
+                let line = (l.lock_line(lock) / 64) as usize;
                 let msg = format!(
-                    "lock {lock}: grant sequence went back from {seen} to {now} in memory (seen after actor {who})"
+                    "lock {lock}: grant sequence went back from {seen} to {now} in memory (seen after actor {who}; line {line} last written by {:?})",
+                    self.mem.provenance(line)
                 );
                 drop(m);
                 return self.violation(msg);
@@ -436,6 +456,28 @@ pub(crate) struct Env<'w> {
 }
 
 impl NodeEnv for Env<'_> {
+    /// An operation repairs a void stripe: the model's bookkeeping of a
+    /// recovery, as the recovery actor keeps it.
+    fn recovering(&self, on: bool) {
+        let me = ACTOR.with(|a| a.get());
+        let h = me / 3;
+        {
+            let mut m = self.w.model.lock().unwrap();
+            if on {
+                m.recovering += 1;
+                m.recoveries += 1;
+                m.void_repairs += 1;
+                m.pinned.clear();
+                m.recovering_on |= 1 << h;
+            } else {
+                m.recovering -= 1;
+                m.recovering_on &= !(1 << h);
+            }
+        }
+        if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+            eprintln!("step {}: host {h} {} a void stripe's repair", self.w.now(), if on { "starts" } else { "ends" });
+        }
+    }
     /// The host-local locks: actors of one host take turns on each lock.
     fn local_lock(&self, lock: u32) -> cxlkv_core::Result<()> {
         let me = ACTOR.with(|a| a.get());

@@ -1,9 +1,13 @@
 //! Scenarios of blocks, roots and raw allocations: a free, an eviction or an
-//! eviction's claim cut by a death, a root put from another host.
+//! eviction's claim cut by a death, a root put from another host, a pin
+//! racing an eviction.
+use std::sync::{mpsc, Mutex};
 
+use cxlkv_core::hash::Key;
 use cxlkv_core::node::{Node, NodeLocal};
 use cxlkv_core::{Error, Result};
 
+use super::zombies::{put, NS};
 use super::{attach_as, declare_dead, Rig, StepEnv};
 
 /// Host 1 looks for root `r` and finds none (its cache keeps the empty
@@ -293,4 +297,64 @@ pub(super) fn buried_writer_payload_lands_late(disable: Option<&'static str>) ->
     }
     let _ = (n0, n1);
     Ok(v)
+}
+
+/// Node 1 (host 1) pins a block and stops after it journaled the pin, before
+/// the fence that publishes it; node 0 (host 0) evicts the block meanwhile
+/// (it sees no pin in memory) and publishes another one in its place. Node
+/// 1 goes on: it must read the entry again and find the block gone, never
+/// hand out a pin of bytes that are no longer the key's.
+pub(super) fn pin_races_an_eviction(disable: Option<&'static str>) -> Result<Vec<String>> {
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let l0 = NodeLocal::default();
+    let n0 = Node::new(&s0, 0, &env, &l0)?;
+    let (k, k2) = (Key { lo: 11, hi: 11 }, Key { lo: 12, hi: 12 });
+    put(&n0, k)?;
+    let (stopped_tx, stopped_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let parked = Mutex::new((stopped_tx, go_rx));
+    rig.at_calls(move |h, site| {
+        if (h, site) != (1, "pins.announce.fence") {
+            return false;
+        }
+        let p = parked.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = p.0.send(());
+        let _ = p.1.recv();
+        true
+    });
+    let mut out = Vec::new();
+    let got = std::thread::scope(|sc| -> Result<(Result<usize>, Vec<u8>)> {
+        let t = sc.spawn(|| -> Result<(Result<usize>, Vec<u8>)> {
+            let l1 = NodeLocal::default();
+            let n1 = Node::new(&s1, 1, &env, &l1)?;
+            let mut h = [Err(Error::NotFound)];
+            let r = n1.acquire(NS, &[k], &mut h);
+            let mut bytes = vec![0u8; 256];
+            if let [Ok(h)] = &h {
+                n1.read(h, 0, &mut bytes)?;
+            }
+            Ok((r, bytes))
+        });
+        if stopped_rx.recv().is_err() {
+            return t.join().unwrap_or(Err(Error::Corrupt));
+        }
+        let ev = n0.evict(256, &mut cxlkv_core::index::Lru)?;
+        if ev.entries != 1 {
+            out.push(format!("pin-races-an-eviction: the eviction took {} blocks, not the one", ev.entries));
+        }
+        put(&n0, k2)?;
+        let _ = go_tx.send(());
+        t.join().unwrap_or(Err(Error::Corrupt))
+    })?;
+    match got {
+        (Ok(0), _) => {}
+        (Ok(_), bytes) if bytes.iter().all(|&b| b == k.hi as u8) => {}
+        (r, bytes) => out.push(format!(
+            "pin-races-an-eviction: a pin of an evicted block was handed out ({r:?}); its bytes are {:?}, not the key's",
+            &bytes[..4]
+        )),
+    }
+    Ok(out)
 }

@@ -27,6 +27,7 @@ use crate::memory::{SimCoherence, SimConfig, SimMemory};
 mod blocks;
 mod locks;
 mod managers;
+mod zombies;
 
 /// One named scenario.
 pub struct Scenario {
@@ -164,6 +165,31 @@ pub fn scenarios() -> &'static [Scenario] {
                    node; a successor on the same host attaches as that node, its host's cache still holding the \
                    old grant",
             run: managers::successor_reads_a_revoked_grant,
+        },
+        Scenario {
+            name: "zombie-stripe-holder-lands-late",
+            what: "a node stopped inside the stripe lock is declared dead and recovered, then wakes: its change \
+                   record lands over a newer one and its header over the stripe's; readers and the next holder \
+                   must take both as void and repair",
+            run: zombies::zombie_stripe_holder_lands_late,
+        },
+        Scenario {
+            name: "replaced-manager-line-lands-late",
+            what: "a replaced manager's lock line (count back, no repair) and grant land late: the lock still \
+                   awaits its repair, no ticket is handed out twice, and a stale grant to a free node is dropped",
+            run: zombies::replaced_manager_line_lands_late,
+        },
+        Scenario {
+            name: "woken-node-pins-after-its-recovery",
+            what: "a node declared dead and recovered while stopped wakes and pins a block, its own cache still \
+                   showing its slot ALIVE: the pins fail with Revoked",
+            run: zombies::woken_node_pins_after_its_recovery,
+        },
+        Scenario {
+            name: "pin-races-an-eviction",
+            what: "a reader stops between journaling a pin and its fence; an evictor (seeing no pin) evicts the \
+                   block and another is published in its place: the pin must not be handed out",
+            run: blocks::pin_races_an_eviction,
         },
         Scenario {
             name: "named-without-a-claim",

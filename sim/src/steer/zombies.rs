@@ -1,0 +1,277 @@
+//! Zombie scenarios: a node stopped past its lease, declared dead and
+//! recovered, that wakes and runs on (or whose cache writes back late) —
+//! what it writes must be void to every reader, never current state.
+
+use std::sync::mpsc;
+use std::sync::Mutex;
+
+use cxlkv_core::changes::{Change, Tail};
+use cxlkv_core::hash::Key;
+use cxlkv_core::layout::{LockLine, LockSlot, StripeHeader, SLOT_LOCKED};
+use cxlkv_core::node::{Node, NodeLocal};
+use cxlkv_core::store::Store;
+use cxlkv_core::{Error, Result};
+
+use super::{attach_as, declare_dead, Rig, StepEnv};
+use crate::memory::SimCoherence;
+
+pub(super) const NS: u32 = 1;
+
+/// The `n` first keys of namespace [`NS`] that fall in stripe `s`.
+fn keys_in(st: &Store<SimCoherence<'_>>, s: u32, skip: u64, n: usize) -> Vec<Key> {
+    (skip..)
+        .map(|i| Key { lo: i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, hi: i })
+        .filter(|k| st.stripe_of(NS, *k) == s)
+        .take(n)
+        .collect()
+}
+
+/// Reserves, writes and publishes a small block of `key`.
+pub(super) fn put<C: cxlkv_core::coherence::Coherence>(n: &Node<'_, C>, key: Key) -> Result<()> {
+    let h = n.reserve(NS, key, 256, 1)?;
+    n.write(&h, 0, &[key.hi as u8; 256])?;
+    n.publish_flushed(core::slice::from_ref(&h), &mut [Ok(())])
+}
+
+/// Node 1 (host 1) evicts the stripe's coldest block and stops inside the
+/// stripe lock, its removal record written and not yet flushed. It is
+/// declared dead and recovered; node 0 (host 0) publishes as many blocks as
+/// the change log holds, so a newer record takes the stopped one's place;
+/// then node 1's record is written back over it, and a reader on host 3
+/// (whose cache still holds the lock line from before the repair) reads the
+/// log across it. Node 1 wakes, writes its header over the stripe's and
+/// fails with Revoked. Node 2 (host 2, which read the log before the new
+/// records) publishes next in that stripe. The reader must meet a gap, not
+/// corruption; node 2 must find the header void and have the stripe
+/// repaired (its change count going on, never back) before using it; every
+/// block but the evicted one stays stored and the region checks clean.
+pub(super) fn zombie_stripe_holder_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    let rig = Rig::new(4, 3, disable)?;
+    let (s0, s1, s2, s3) = (rig.store(0)?, rig.store(1)?, rig.store(2)?, rig.store(3)?);
+    attach_as(&s0, 0, 0)?;
+    attach_as(&s1, 1, 1)?;
+    attach_as(&s2, 2, 2)?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l2) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s2, 2, &env, &l2)?);
+    let ring = s0.layout.caps.change_records as usize;
+    let s = 0u32;
+    let keys = keys_in(&s0, s, 0, 2 * ring + 1);
+    let (before, after) = keys.split_at(ring);
+    let rk = after[ring];
+    let mut out = Vec::new();
+    for &k in before {
+        put(&n0, k)?;
+    }
+    // Node 0 pins all but the coldest: evictions take that one, then the
+    // blocks node 0 publishes below.
+    let mut pins = vec![Err(Error::NotFound); ring - 1];
+    n0.acquire(NS, &before[1..], &mut pins)?;
+    // Host 2 reads the whole log (its cache keeps every record); host 3
+    // checks the region (its cache keeps every lock line).
+    let count = s2.changes_head(s)?.0;
+    let mut buf = vec![Change::default(); ring];
+    s2.read_changes(s, count.saturating_sub(ring as u64), &mut buf)?;
+    let mut scratch = vec![0u64; cxlkv_core::check::scratch_words(&s3)];
+    cxlkv_core::check::check(&s3, &mut scratch, &mut |_| {})?;
+
+    // Node 1's removal record will be the stripe's next change.
+    let rec = (s0.layout.change(s, s0.changes_head(s)?.0 + 1) / 64) as usize;
+    // Node 1 stops at its record's flush, until told to go on.
+    let (stopped_tx, stopped_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let parked = Mutex::new((stopped_tx, go_rx));
+    rig.at_calls(move |h, site| {
+        if (h, site) != (1, "changes.record.write") {
+            return false;
+        }
+        let p = parked.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = p.0.send(());
+        let _ = p.1.recv();
+        true
+    });
+    // The stripe's change count before the woken node's header lands.
+    let mut head = 0u64;
+    let zombie = std::thread::scope(|sc| -> Result<Result<()>> {
+        let t = sc.spawn(|| {
+            // Its waits step node 0's manager too (as the main thread does).
+            let l1 = NodeLocal::default();
+            let n1 = Node::new(&s1, 1, &env, &l1)?;
+            n1.evict(1, &mut cxlkv_core::index::Lru).map(|_| ())
+        });
+        // Grants come from node 0's manager until node 1 stops.
+        while stopped_rx.try_recv().is_err() {
+            if t.is_finished() {
+                let r = t.join().unwrap_or(Err(Error::Corrupt));
+                out.push(format!("zombie-stripe-holder-lands-late: node 1's eviction ended ({r:?}) without stopping"));
+                return Ok(r);
+            }
+            env.step()?;
+        }
+        declare_dead(&s0, 1)?;
+        env.step()?;
+        n0.recover(0)?;
+        // Two logs' worth of changes: each block published, then evicted.
+        for &k in &after[..ring] {
+            put(&n0, k)?;
+            n0.evict(1, &mut cxlkv_core::index::Lru)?;
+        }
+        // Node 1's record is written back, over a newer one.
+        rig.mem.evict_line(1, rec);
+        head = s3.changes_head(s)?.0;
+        let mut one = vec![Change::default(); ring];
+        match s3.read_changes(s, head - ring as u64, &mut one) {
+            Ok(Tail::Gap { .. }) => {}
+            r => out.push(format!(
+                "zombie-stripe-holder-lands-late: a reader meeting a revoked holder's record got {r:?}, not a gap"
+            )),
+        }
+        let _ = go_tx.send(());
+        Ok(t.join().unwrap_or(Err(Error::Corrupt)))
+    })?;
+    if zombie != Err(Error::Revoked) {
+        out.push(format!("zombie-stripe-holder-lands-late: the woken node's publish gave {zombie:?}, not Revoked"));
+    }
+    let hdr: StripeHeader = s0.fresh(s0.layout.stripe(s), cxlkv_core::coherence::Site("steer.hdr"))?;
+    let floor: LockLine =
+        s0.fresh(s0.layout.lock_line(s0.layout.locks().stripe(s)), cxlkv_core::coherence::Site("steer.ll"))?;
+    if hdr.ticket >= floor.floor {
+        out.push("zombie-stripe-holder-lands-late: the woken node's header is not void".to_string());
+    }
+    // The next holder, on host 2.
+    if let Err(e) = put(&n2, rk) {
+        out.push(format!("zombie-stripe-holder-lands-late: the next holder's publish failed: {e}"));
+    }
+    let now = s2.changes_head(s)?.0;
+    if now <= head {
+        out.push(format!("zombie-stripe-holder-lands-late: the change count went from {head} to {now}, not on"));
+    }
+    // The pinned blocks and the next holder's are stored (the others were
+    // evicted, one of them by the woken node's late write).
+    let all: Vec<Key> = before[1..].iter().copied().chain([rk]).collect();
+    match n2.lookup(NS, &all) {
+        Ok(n) if n == all.len() => {}
+        r => out.push(format!("zombie-stripe-holder-lands-late: {r:?} of {} blocks found after the repair", all.len())),
+    }
+    let left = rig.memory_findings()?;
+    if !left.is_empty() {
+        out.push(format!("zombie-stripe-holder-lands-late: the region has findings {left:?} after the repair"));
+    }
+    Ok(out)
+}
+
+/// Node 0's manager (host 0) has granted lock 2 a few times when node 1
+/// (host 1), holding it, is declared dead: the lock awaits repair. A lock
+/// line of a replaced manager, from before the revocation, is written back
+/// late (count back, no repair pending): node 0's plain request must still
+/// wait for the repair. Node 2 (host 2) recovers; the late line lands again;
+/// a manager that takes the role over afresh must count on from the largest
+/// ticket any slot shows, not from the line. Last, a grant of the replaced
+/// manager lands in node 1's slot (node 1 is free now): node 0 must still be
+/// granted the lock, and the stale grant dropped.
+pub(super) fn replaced_manager_line_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LOCK: u32 = 2;
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = (rig.store(0)?, rig.store(1)?, rig.store(2)?);
+    attach_as(&s0, 0, 0)?;
+    attach_as(&s1, 1, 1)?;
+    attach_as(&s2, 2, 2)?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    let l = &s0.layout;
+    let line = (l.lock_line(LOCK) / 64) as usize;
+    // What a replaced manager would write back: the line as it read it.
+    let land_late = |v: &LockLine| -> Result<()> {
+        rig.cache(1).write(l.lock_line(LOCK), v)?;
+        rig.mem.evict_line(1, line);
+        Ok(())
+    };
+    let mut out = Vec::new();
+    for _ in 0..3 {
+        let g = n0.lock(LOCK)?;
+        n0.unlock(g)?;
+    }
+    let late: LockLine = s0.fresh(l.lock_line(LOCK), cxlkv_core::coherence::Site("steer.ll"))?;
+    let dead = n1.lock(LOCK)?;
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    land_late(&late)?;
+    match n0.lock(LOCK) {
+        Err(Error::Timeout) => {}
+        Ok(g) => {
+            out.push(format!(
+                "replaced-manager-line-lands-late: a plain request was granted (ticket {}) before the repair of a \
+                 revoked holder's lock",
+                g.seq
+            ));
+            n0.unlock(g)?;
+        }
+        Err(e) => out.push(format!("replaced-manager-line-lands-late: the request before the repair gave {e}")),
+    }
+    n2.recover(0)?;
+    let g = n0.lock(LOCK)?;
+    if g.seq <= dead.seq || g.floor <= dead.seq {
+        out.push(format!(
+            "replaced-manager-line-lands-late: after the repair, ticket {} floor {} (the revoked one was {})",
+            g.seq, g.floor, dead.seq
+        ));
+    }
+    let last = g.seq;
+    n0.unlock(g)?;
+    // A manager afresh, on host 0, meets the late line again.
+    land_late(&late)?;
+    let env2 = StepEnv::new(&s0, 0);
+    let n0b = Node::new(&s0, 0, &env2, &l0)?;
+    let g = n0b.lock(LOCK)?;
+    if g.seq <= last {
+        out.push(format!(
+            "replaced-manager-line-lands-late: a new manager handed out ticket {} again (or less: {} was out)",
+            g.seq, last
+        ));
+    }
+    let stale = LockSlot { state: SLOT_LOCKED, seq: dead.seq, ..LockSlot::default() };
+    n0b.unlock(g)?;
+    // The replaced manager's grant to node 1 lands, its line naming node 1
+    // the holder; node 1 is free.
+    land_late(&LockLine { holder: 2, grant_seq: dead.seq, ..late })?;
+    rig.cache(1).write(l.lock_slot(LOCK, 1), &stale)?;
+    rig.mem.evict_line(1, (l.lock_slot(LOCK, 1) / 64) as usize);
+    match n0b.lock(LOCK) {
+        Ok(g) => n0b.unlock(g)?,
+        Err(e) => out.push(format!(
+            "replaced-manager-line-lands-late: a stale grant in a free node's slot kept the lock from node 0 ({e})"
+        )),
+    }
+    let left = rig.memory_findings()?;
+    if !left.is_empty() {
+        out.push(format!("replaced-manager-line-lands-late: the region has findings {left:?}"));
+    }
+    Ok(out)
+}
+
+/// Node 1 (host 1) is declared dead and recovered (by node 0, host 0) while
+/// it is stopped; it wakes and pins a block. Its own cache still shows its
+/// slot ALIVE, but recovery dropped its pins and freed the slot (its
+/// journal may be another node's now): the pins must fail with Revoked.
+pub(super) fn woken_node_pins_after_its_recovery(disable: Option<&'static str>) -> Result<Vec<String>> {
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let k = Key { lo: 7, hi: 7 };
+    put(&n0, k)?;
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    let mut got = [Err(Error::NotFound)];
+    let mut out = Vec::new();
+    match n1.acquire(NS, &[k], &mut got) {
+        Err(Error::Revoked) if got[0] == Err(Error::Revoked) => {}
+        r => out.push(format!(
+            "woken-node-pins-after-its-recovery: a node recovery freed pinned a block: {r:?}, {got:?}, not Revoked"
+        )),
+    }
+    Ok(out)
+}
