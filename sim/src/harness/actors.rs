@@ -212,6 +212,7 @@ pub(crate) fn recovery_actor(w: &World, h: usize) {
                 // pins taken later count as held.
                 m.pinned.clear();
                 m.recovering_on |= 1 << h;
+                m.recovering_per[h] += 1;
             }
             // A dead host's write-backs in flight complete (or are lost)
             // within the lease that had to pass before it was declared dead:
@@ -225,6 +226,7 @@ pub(crate) fn recovery_actor(w: &World, h: usize) {
                 let mut m = w.model.lock().unwrap();
                 m.recovering -= 1;
                 m.recovering_on &= !(1 << h);
+                m.recovering_per[h] = m.recovering_per[h].saturating_sub(1);
             }
             match r {
                 Ok(_) => {
@@ -649,12 +651,14 @@ pub(crate) fn maintenance_recovery<C: Coherence>(w: &World, node: &Node<'_, C>, 
         // pins taken later count as held.
         m.pinned.clear();
         m.recovering_on |= 1 << h;
+        m.recovering_per[h] += 1;
     }
     let r = node.recover(0);
     {
         let mut m = w.model.lock().unwrap();
         m.recovering -= 1;
         m.recovering_on &= !(1 << h);
+        m.recovering_per[h] = m.recovering_per[h].saturating_sub(1);
     }
     match r {
         Ok(_) => w.published_all(3 * h, "maintenance recovery", None),

@@ -39,10 +39,6 @@ pub(crate) struct Model {
     pub(crate) inserts: Vec<u64>,
     /// Reserves that succeeded, all hosts, never reset.
     pub(crate) total_inserts: u64,
-    /// `total_inserts` when the zombie stopped: a void header's repair keeps
-    /// the counts that zombie saw, and loses the inserts other holders
-    /// counted in the header after the stop (statistics, not state).
-    pub(crate) inserts_at_stall: u64,
     pub(crate) ops: u64,
     pub(crate) need_recovery: bool,
     pub(crate) recovered: bool,
@@ -150,6 +146,9 @@ pub(crate) struct Model {
     pub(crate) crash_needs_recovery: bool,
     /// Hosts whose recovery actor is recovering (bit mask).
     pub(crate) recovering_on: u64,
+    /// Per host: of `recovering`, those running there (a crash of the host
+    /// ends them).
+    pub(crate) recovering_per: [u32; 32],
     /// Only one host recovers: a live one that is not the lock manager's
     /// (otherwise every live host tries, and any of them suffices).
     pub(crate) single_recovery: bool,

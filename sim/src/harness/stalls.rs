@@ -95,7 +95,6 @@ pub(crate) fn stall_zombie(w: &World, a: usize, site: &str) -> bool {
             return false;
         }
         m.stalled = true;
-        m.inserts_at_stall = m.total_inserts;
         // Recovery will reclaim the stalled node's raw blocks.
         m.raw.retain(|b| b.2 != h);
     }

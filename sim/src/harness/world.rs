@@ -228,6 +228,10 @@ impl World {
                 {
                     let mut m = self.model.lock().unwrap();
                     m.crash_needs_recovery = m.attached[h];
+                    // A recovery the host was running dies with it.
+                    let cut = std::mem::take(&mut m.recovering_per[h]);
+                    m.recovering = m.recovering.saturating_sub(cut as _);
+                    m.recovering_on &= !(1 << h);
                 }
                 self.mem.crash(h);
                 self.pass(&mut s);
@@ -469,9 +473,11 @@ impl NodeEnv for Env<'_> {
                 m.void_repairs += 1;
                 m.pinned.clear();
                 m.recovering_on |= 1 << h;
+                m.recovering_per[h] += 1;
             } else {
                 m.recovering -= 1;
                 m.recovering_on &= !(1 << h);
+                m.recovering_per[h] = m.recovering_per[h].saturating_sub(1);
             }
         }
         if std::env::var("CXLKV_SIM_DEBUG").is_ok() {

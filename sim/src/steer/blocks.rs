@@ -1,7 +1,6 @@
 //! Scenarios of blocks, roots and raw allocations: a free, an eviction or an
 //! eviction's claim cut by a death, a root put from another host, a pin
 //! racing an eviction.
-use std::sync::{mpsc, Mutex};
 
 use cxlkv_core::hash::Key;
 use cxlkv_core::node::{Node, NodeLocal};
@@ -312,18 +311,7 @@ pub(super) fn pin_races_an_eviction(disable: Option<&'static str>) -> Result<Vec
     let n0 = Node::new(&s0, 0, &env, &l0)?;
     let (k, k2) = (Key { lo: 11, hi: 11 }, Key { lo: 12, hi: 12 });
     put(&n0, k)?;
-    let (stopped_tx, stopped_rx) = mpsc::channel::<()>();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    let parked = Mutex::new((stopped_tx, go_rx));
-    rig.at_calls(move |h, site| {
-        if (h, site) != (1, "pins.announce.fence") {
-            return false;
-        }
-        let p = parked.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = p.0.send(());
-        let _ = p.1.recv();
-        true
-    });
+    let (stopped_rx, go_tx) = rig.parks_at(1, "pins.announce.fence");
     let mut out = Vec::new();
     let got = std::thread::scope(|sc| -> Result<(Result<usize>, Vec<u8>)> {
         let t = sc.spawn(|| -> Result<(Result<usize>, Vec<u8>)> {

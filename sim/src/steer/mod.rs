@@ -9,7 +9,7 @@
 //! it covers makes it fail. `cxlkv-sim scenario` runs them; the mutant
 //! checks run them before any seed.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 
 use cxlkv_core::check::{check, scratch_words, FindingKind};
 use cxlkv_core::coherence::{Coherence, Coherent, Site};
@@ -262,6 +262,25 @@ impl Rig {
     /// Runs `f` at coherence calls from now on, until it returns true.
     fn at_calls(&self, f: impl FnMut(usize, &'static str) -> bool + Send + 'static) {
         *self.action.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(f));
+    }
+
+    /// Parks host `h`'s thread at its coherence call `site`, once: the
+    /// receiver hears when it stopped there; it goes on when the sender
+    /// sends (or is dropped).
+    fn parks_at(&self, h: usize, site: &'static str) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
+        let (stopped_tx, stopped_rx) = mpsc::channel::<()>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let parked = Mutex::new((stopped_tx, go_rx));
+        self.at_calls(move |host, at| {
+            if (host, at) != (h, site) {
+                return false;
+            }
+            let p = parked.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = p.0.send(());
+            let _ = p.1.recv();
+            true
+        });
+        (stopped_rx, go_tx)
     }
 
     /// Runs `f` as host `h`'s process, which dies at its coherence call

@@ -2,9 +2,6 @@
 //! recovered, that wakes and runs on (or whose cache writes back late) —
 //! what it writes must be void to every reader, never current state.
 
-use std::sync::mpsc;
-use std::sync::Mutex;
-
 use cxlkv_core::changes::{Change, Tail};
 use cxlkv_core::hash::Key;
 use cxlkv_core::layout::{LockLine, LockSlot, StripeHeader, SLOT_LOCKED};
@@ -78,18 +75,7 @@ pub(super) fn zombie_stripe_holder_lands_late(disable: Option<&'static str>) -> 
     // Node 1's removal record will be the stripe's next change.
     let rec = (s0.layout.change(s, s0.changes_head(s)?.0 + 1) / 64) as usize;
     // Node 1 stops at its record's flush, until told to go on.
-    let (stopped_tx, stopped_rx) = mpsc::channel::<()>();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    let parked = Mutex::new((stopped_tx, go_rx));
-    rig.at_calls(move |h, site| {
-        if (h, site) != (1, "changes.record.write") {
-            return false;
-        }
-        let p = parked.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = p.0.send(());
-        let _ = p.1.recv();
-        true
-    });
+    let (stopped_rx, go_tx) = rig.parks_at(1, "changes.record.write");
     // The stripe's change count before the woken node's header lands.
     let mut head = 0u64;
     let zombie = std::thread::scope(|sc| -> Result<Result<()>> {
