@@ -604,6 +604,13 @@ export interface Recovered {
   chunksReclaimed: number
   /** Locks repaired. */
   locksRepaired: number
+  /**
+   * Unpublished writes of dead nodes not known quiet, kept allocated
+   * until they are.
+   */
+  writesQuarantined: number
+  /** Dead nodes not known quiet, fenced rather than freed. */
+  nodesFenced: number
 }
 
 /** What a named root names. */

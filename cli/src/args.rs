@@ -127,6 +127,15 @@ pub(crate) struct RecoverArgs {
     /// Attach as this node slot (default: the first free one).
     #[arg(long)]
     pub(crate) node: Option<u32>,
+    /// Node N, declared dead, will never store again: its host is powered
+    /// off, or was rebooted since (repeatable). Recovery then frees the
+    /// reservations and raw blocks it keeps for a dead node until the node
+    /// says it is quiet (it does when it wakes and closes, or a process of
+    /// its host does once its process is gone). Never for a host that may
+    /// only be stopped: should it resume, its late stores would land in
+    /// blocks others reuse.
+    #[arg(long = "quiet", value_name = "N")]
+    pub(crate) quiet: Vec<u32>,
 }
 
 #[derive(Args)]

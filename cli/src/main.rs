@@ -276,6 +276,11 @@ fn cmd_check(c: &CheckArgs) -> ExitCode {
 fn cmd_recover(a: &RecoverArgs) -> Result<(), Fail> {
     let opts = Options { mode: a.at.mode.mode, auto_recover: false, node: a.node, ..Options::default() };
     let node = Node::open(&a.at.path, opts)?;
+    for &n in &a.quiet {
+        if !node.declare_quiet(n)? {
+            eprintln!("cxlkv recover: node {n} is not dead, or is quiet already");
+        }
+    }
     let r = node.recover()?;
     node.close()?;
     if a.at.json {
@@ -284,7 +289,8 @@ fn cmd_recover(a: &RecoverArgs) -> Result<(), Fail> {
             json!({"nodes_freed": r.nodes_freed.count_ones(), "pins_dropped": r.pins_dropped,
                 "writes_aborted": r.writes_aborted, "entries_dropped": r.entries_dropped,
                 "blocks_reclaimed": r.blocks_reclaimed, "chunks_reclaimed": r.chunks_reclaimed,
-                "locks_repaired": r.locks_repaired})
+                "locks_repaired": r.locks_repaired, "writes_quarantined": r.writes_quarantined,
+                "nodes_fenced": r.nodes_fenced.count_ones()})
         );
     } else {
         println!(
@@ -297,6 +303,13 @@ fn cmd_recover(a: &RecoverArgs) -> Result<(), Fail> {
             r.chunks_reclaimed,
             r.locks_repaired
         );
+        if r.nodes_fenced != 0 {
+            println!(
+                "fenced: {} dead nodes not known quiet keep {} reservations allocated until they are (--quiet N                  when a node's host is down for good)",
+                r.nodes_fenced.count_ones(),
+                r.writes_quarantined
+            );
+        }
     }
     Ok(())
 }

@@ -9,8 +9,8 @@ use crate::hash::{place, Key};
 use crate::index::{entry_checksum, probe, NIL};
 use crate::layout::{
     state, Bucket, ChunkRecord, Entry, LockSlot, NodeInfo, PinRecord, PinSummary, RootRecord, StripeHeader, CHUNK_FREE,
-    CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, NODE_FREE, SLOT_CANCEL, SLOT_IDLE, SLOT_LOCKED,
-    SLOT_WAITING,
+    CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, NODE_FENCED, NODE_FREE, SLOT_CANCEL, SLOT_IDLE,
+    SLOT_LOCKED, SLOT_WAITING,
 };
 use crate::roots::record_valid;
 use crate::store::Store;
@@ -171,7 +171,7 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
         scratch.iter_mut().for_each(|w| *w = 0);
     }
     let floors = [0; crate::layout::MAX_LOCKS as usize];
-    let mut c = Checker { st: store, scratch, track, alive: 0, dead: 0, n: 0, report, floors };
+    let mut c = Checker { st: store, scratch, track, alive: 0, dead: 0, fenced: 0, n: 0, report, floors };
     c.nodes()?;
     c.locks()?;
     c.chunks()?;
@@ -197,6 +197,8 @@ struct Checker<'a, C: Coherence> {
     /// Nodes attached, and declared dead, at the node pass.
     alive: u64,
     dead: u64,
+    /// Fenced: recovered, its reservations and raw blocks quarantined.
+    fenced: u64,
     /// Findings so far.
     n: u64,
     report: &'a mut dyn FnMut(Finding),
@@ -277,7 +279,7 @@ impl<C: Coherence> Checker<'_, C> {
         Ok(())
     }
 
-    /// Node slots: attached, free, or dead awaiting recovery.
+    /// Node slots: attached, free, dead awaiting recovery, or fenced.
     fn nodes(&mut self) -> Result<()> {
         let (st, l) = (self.st, &self.st.layout);
         for node in 0..l.caps.max_nodes {
@@ -289,6 +291,7 @@ impl<C: Coherence> Checker<'_, C> {
                     self.dead |= 1 << node;
                     self.rep(FindingKind::NodeDead, node as u64, 0)
                 }
+                NODE_FENCED => self.fenced |= 1 << node,
                 _ => self.rep(FindingKind::NodeState, node as u64, info.state as u64),
             }
         }
@@ -449,6 +452,17 @@ impl<C: Coherence> Checker<'_, C> {
                     continue;
                 }
                 state::WRITING | state::READY => {}
+                state::QUARANTINED => {
+                    // Its block stays allocated for its writer, which is
+                    // dead and not known quiet (or dead since the last
+                    // recovery, which fenced it, and quiet now).
+                    let writer = ent.pinners.count_ones() == 1 && ent.pinners & (self.dead | self.fenced) != 0;
+                    if ent.checksum != entry_checksum(&ent) || !writer {
+                        self.rep(FindingKind::Writer, s as u64, e as u64);
+                    }
+                    self.entry_payload(s, e, &ent);
+                    continue;
+                }
                 _ => {
                     self.rep(FindingKind::EntryState, s as u64, e as u64);
                     continue;
@@ -693,7 +707,10 @@ impl<C: Coherence> Checker<'_, C> {
         let (g, mw) = (l.granules(), l.map_words());
         for c in 0..l.n_chunks {
             let rec: ChunkRecord = st.view.read(l.chunk(c))?;
-            let owner_alive = rec.owner != 0 && rec.owner <= l.caps.max_nodes && self.alive(rec.owner.wrapping_sub(1));
+            // A fenced owner's raw blocks are quarantined, not leaked.
+            let owner_alive = rec.owner != 0
+                && rec.owner <= l.caps.max_nodes
+                && (self.alive(rec.owner.wrapping_sub(1)) || self.fenced & (1 << rec.owner.wrapping_sub(1)) != 0);
             let (kv, raw) = match rec.kind {
                 CHUNK_KV => (true, false),
                 CHUNK_RAW => (false, true),

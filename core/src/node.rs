@@ -4,7 +4,7 @@
 use crate::coherence::{Coherence, Site};
 use crate::layout::{
     state, ChunkRecord, Entry, Heartbeat, LockSlot, NodeInfo, NodeStats, PinRecord, PinSummary, RequestLine, CHUNK_KV,
-    NODE_ALIVE, NODE_DEAD, NODE_FREE, SLOT_LOCKED,
+    NODE_ALIVE, NODE_DEAD, NODE_FENCED, NODE_FREE, SLOT_LOCKED,
 };
 use crate::mutant::mutant;
 use crate::store::{NodeEnv, Store};
@@ -221,17 +221,16 @@ pub fn attach_node<C: Coherence>(store: &Store<C>, want: Option<u32>, who: Ident
 }
 
 /// Buries node `n`, whose process died on this host while the host lives:
-/// writes back what that process left dirty in this host's cache, then
-/// declares it DEAD (the manager revokes its locks, recovery frees it).
-/// Only a process on the dead one's host can do this; call it when a
-/// sibling's process is found gone, before anyone recovers the node.
+/// writes back what that process left dirty in this host's cache, says the
+/// node is quiet, then declares it DEAD (the manager revokes its locks,
+/// recovery frees it). Only a process on the dead one's host can do this;
+/// call it when a sibling's process is found gone, before anyone recovers
+/// the node. A node declared dead by its silence before its process went
+/// (DEAD or FENCED, not yet quiet) gets the same write-backs and is said
+/// quiet, so that recovery frees what it kept quarantined for it.
 ///
-/// What is written back: the whole metadata area; the payload of every
-/// block the process was writing (its journal records each reservation; an
-/// abort flushes before its entry stops being one); and every chunk it owns
-/// that is not a shared KV chunk (raw allocations and runs, written through
-/// pointers). Nothing else of the region was the dead process's to store.
-/// Returns false, doing nothing, when `n` is not ALIVE.
+/// What is written back: see [`write_back_leftovers`]. Returns false,
+/// doing nothing, when `n` is neither ALIVE nor dead and unquiet.
 pub fn bury<C: Coherence>(store: &Store<C>, n: u32) -> Result<bool> {
     let l = &store.layout;
     if n >= l.caps.max_nodes {
@@ -240,6 +239,14 @@ pub fn bury<C: Coherence>(store: &Store<C>, n: u32) -> Result<bool> {
     // SYNC: a hint only: a stale copy that says ALIVE costs write-backs for
     // nothing, since the look after them (read fresh) decides.
     let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("bury.info.hint"))?;
+    if info.state == NODE_DEAD || info.state == NODE_FENCED {
+        if quiet_incarnation(store, n)? == Some(info.incarnation) {
+            return Ok(false);
+        }
+        write_back_leftovers(store, n)?;
+        mark_quiet(store, n, info.incarnation)?;
+        return Ok(true);
+    }
     if info.state != NODE_ALIVE {
         return Ok(false);
     }
@@ -247,11 +254,48 @@ pub fn bury<C: Coherence>(store: &Store<C>, n: u32) -> Result<bool> {
         // DEAD stored first: the metadata flush below carries it along.
         store.write_state_last(l.node_info(n), &NodeInfo { state: NODE_DEAD, ..info })?;
     }
-    // SYNC: the dead process's metadata lines reach memory before it is
-    // declared dead; left in this host's cache they could land whenever it
-    // liked, over what recovery rebuilt (reader: every other host).
+    write_back_leftovers(store, n)?;
+    // The write-backs took a while: the manager may have declared the node
+    // dead by its silence meanwhile (and recovery fenced it: it is quiet
+    // now all the same), or recovery freed it. Read it again.
+    let again: NodeInfo = store.fresh_state_first(l.node_info(n), Site("bury.info.again"))?;
+    if again.incarnation != info.incarnation {
+        return Ok(false);
+    }
+    if again.state == NODE_DEAD || again.state == NODE_FENCED {
+        mark_quiet(store, n, again.incarnation)?;
+        return Ok(true);
+    }
+    if again.state != NODE_ALIVE {
+        return Ok(false);
+    }
+    let info = again;
+    // Quiet before DEAD: the recovery DEAD calls for frees its reservations.
+    mark_quiet(store, n, info.incarnation)?;
+    let mut dead = info;
+    dead.state = NODE_DEAD;
+    // SYNC: DEAD only after the write-backs above completed (reader: the
+    // manager's liveness scan, then recovery).
+    store.publish_state_last(l.node_info(n), &dead, Site("bury.dead"))?;
+    store.co.store_fence(Site("bury.dead.fence"));
+    Ok(true)
+}
+
+/// Writes back, from this host's cache, every line node `n`'s process may
+/// have left dirty there: the whole metadata area; the payload of every
+/// block it was writing (its journal records each reservation; an abort
+/// flushes before its entry stops being one); and every chunk it owns that
+/// is not a shared KV chunk (raw allocations and runs, written through
+/// pointers). Nothing else of the region was that process's to store.
+/// Completed by a store fence.
+fn write_back_leftovers<C: Coherence>(store: &Store<C>, n: u32) -> Result<()> {
+    let l = &store.layout;
+    // SYNC: the process's metadata lines reach memory before it is said
+    // quiet or declared dead; left in this host's cache they could land
+    // whenever it liked, over what recovery rebuilt (reader: every other
+    // host).
     store.co.flush(&store.view, 0, l.payload.start, Site("bury.flush_meta"))?;
-    // This host's view of the journal and entries is the dead process's own.
+    // This host's view of the journal and entries is the process's own.
     let eps = l.caps.entries_per_stripe;
     for i in 0..l.caps.pin_slots {
         let r: PinRecord = store.view.read(l.pin_record(n, i))?;
@@ -261,16 +305,17 @@ pub fn bury<C: Coherence>(store: &Store<C>, n: u32) -> Result<bool> {
             continue;
         }
         let ent: Entry = store.view.read(l.entry(s, e))?;
-        let writing = ent.state == state::WRITING && ent.gen as u64 == r.gen && ent.pinners & (1 << n) != 0;
+        let mine = matches!(ent.state, state::WRITING | state::QUARANTINED);
+        let writing = mine && ent.gen as u64 == r.gen && ent.pinners & (1 << n) != 0;
         if writing && l.payload.contains(ent.payload_off, ent.payload_len as u64) {
             // SYNC: payload the process stored into a block it was writing
-            // and had not flushed: recovery aborts the block, which may soon
-            // be another's.
+            // and had not flushed: recovery aborts the block once the node
+            // is quiet, and it may soon be another's.
             store.co.flush(&store.view, ent.payload_off, ent.payload_len as u64, Site("bury.flush_writing"))?;
         }
     }
     for c in 0..l.n_chunks {
-        // This host's view of the record is the dead process's own (it may
+        // This host's view of the record is the process's own (it may
         // have taken the chunk without the change landing yet).
         let rec: ChunkRecord = store.view.read(l.chunk(c))?;
         if rec.owner.checked_sub(1) == Some(n) && rec.kind != CHUNK_KV {
@@ -280,18 +325,52 @@ pub fn bury<C: Coherence>(store: &Store<C>, n: u32) -> Result<bool> {
         }
     }
     store.co.store_fence(Site("bury.fence"));
-    // The write-backs took a while: the manager may have declared the node
-    // dead by its silence meanwhile, and recovery freed it. Read it again.
-    let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("bury.info.again"))?;
-    if info.state != NODE_ALIVE {
+    Ok(())
+}
+
+/// The incarnation node `n`'s heartbeat line says is quiet, if any (read
+/// fresh: its writers are the node, its host's burying process, an
+/// operator).
+pub(crate) fn quiet_incarnation<C: Coherence>(store: &Store<C>, n: u32) -> Result<Option<u64>> {
+    let hb: Heartbeat = store.fresh(store.layout.heartbeat(n), Site("node.quiet.read"))?;
+    Ok((hb.quiet != 0 && !mutant!("quiet.ignore_ack")).then_some(hb.quiet))
+}
+
+/// Says node `n` at `incarnation` is quiet, in its heartbeat line (see
+/// [`Heartbeat::quiet`]). The node itself writes that line no more: it is
+/// gone, or fenced and done.
+fn mark_quiet<C: Coherence>(store: &Store<C>, n: u32, incarnation: u64) -> Result<()> {
+    let l = &store.layout;
+    // SYNC: the beat and counters kept beside are hints (a stale beat only
+    // looks like one more beat to the manager, which no longer watches it).
+    let mut hb: Heartbeat = store.fresh(l.heartbeat(n), Site("node.quiet.before.hint"))?;
+    hb.quiet = incarnation;
+    // SYNC: published after the write-backs it vouches for completed (their
+    // fence came first); reader: recovery's census, the manager's scan.
+    store.publish(l.heartbeat(n), &hb, Site("node.quiet"))?;
+    store.co.store_fence(Site("node.quiet.fence"));
+    Ok(())
+}
+
+/// An operator's word that node `n`, declared dead, will never store
+/// again: its host is powered off, or was rebooted since. Recovery then
+/// frees the reservations and raw blocks it kept quarantined for the node.
+/// Said of a host that is only stopped, it lets a late write-back of that
+/// host corrupt blocks reused meanwhile. True when said now; false when the
+/// node is not dead, or already quiet.
+pub fn declare_quiet<C: Coherence>(store: &Store<C>, n: u32) -> Result<bool> {
+    let l = &store.layout;
+    if n >= l.caps.max_nodes {
+        return Err(Error::BadNode);
+    }
+    let info: NodeInfo = store.fresh_state_first(l.node_info(n), Site("node.declare_quiet.info"))?;
+    if info.state != NODE_DEAD && info.state != NODE_FENCED {
         return Ok(false);
     }
-    let mut dead = info;
-    dead.state = NODE_DEAD;
-    // SYNC: DEAD only after the write-backs above completed (reader: the
-    // manager's liveness scan, then recovery).
-    store.publish_state_last(l.node_info(n), &dead, Site("bury.dead"))?;
-    store.co.store_fence(Site("bury.dead.fence"));
+    if quiet_incarnation(store, n)? == Some(info.incarnation) {
+        return Ok(false);
+    }
+    mark_quiet(store, n, info.incarnation)?;
     Ok(true)
 }
 
@@ -373,6 +452,37 @@ impl<'a, C: Coherence> Node<'a, C> {
         self.store.publish_state_last(l.node_info(self.id), &info, Site("node.detach.info"))?;
         self.store.co.store_fence(Site("node.detach.info.fence"));
         Ok(())
+    }
+
+    /// Ends a node that learnt it was fenced (declared dead: every call
+    /// fails with `Revoked`), once its process has stopped using it: writes
+    /// back every line of the region this process may have dirtied, then
+    /// says the node is quiet (see [`Heartbeat::quiet`]), so that the next
+    /// recovery frees the reservations and raw blocks it kept quarantined.
+    /// `nonce` is the one the node attached with. True when said now; false
+    /// when the slot is no longer this node's to speak for (freed, or
+    /// another's); `InvalidArgument` when the node is not fenced (detach
+    /// it instead).
+    pub fn quiesce(&self, nonce: u64) -> Result<bool> {
+        let l = &self.store.layout;
+        // SYNC: fresh info line (writers: the manager declaring this node
+        // dead, recovery fencing or freeing it).
+        let now: NodeInfo = self.store.fresh_state_first(l.node_info(self.id), Site("node.quiesce.info"))?;
+        if now.nonce != nonce {
+            return Ok(false);
+        }
+        match now.state {
+            NODE_ALIVE => Err(Error::InvalidArgument),
+            NODE_DEAD | NODE_FENCED => {
+                if quiet_incarnation(self.store, self.id)? == Some(now.incarnation) {
+                    return Ok(false);
+                }
+                write_back_leftovers(self.store, self.id)?;
+                mark_quiet(self.store, self.id, now.incarnation)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     /// The first global lock (of any kind) this node holds, if any.

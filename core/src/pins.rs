@@ -127,6 +127,8 @@ impl<C: Coherence> Node<'_, C> {
                 continue;
             }
             let info: crate::layout::NodeInfo = st.fresh_state_first(l.node_info(n), Site("evict.pins.node"))?;
+            // A fenced node's pins hold until it is quiet and freed: it may
+            // still read the block (through a pointer, say).
             if info.state == NODE_FREE {
                 continue;
             }
@@ -187,7 +189,7 @@ pub fn journal_census<C: Coherence>(store: &crate::store::Store<C>, n: u32, site
         }
         match ent.state {
             crate::layout::state::READY => c.pins = c.pins.saturating_add(1),
-            crate::layout::state::WRITING if ent.pinners & (1 << n) != 0 => {
+            crate::layout::state::WRITING | crate::layout::state::QUARANTINED if ent.pinners & (1 << n) != 0 => {
                 c.reservations = c.reservations.saturating_add(1)
             }
             _ => {}

@@ -13,7 +13,7 @@ use crate::hash::{place, Key};
 use crate::index::{entry_checksum, probe, NIL};
 use crate::layout::{
     state, Bucket, ChunkRecord, Entry, LockLine, LockSlot, NodeInfo, PinRecord, RootRecord, StripeHeader, CHUNK_CONT,
-    CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD,
+    CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, NODE_FENCED,
 };
 use crate::lock::{Held, GRANT_FLOOR};
 use crate::mutant::mutant;
@@ -30,6 +30,11 @@ pub struct RecoverReport {
     pub pins_dropped: u64,
     /// Reservations of dead nodes aborted.
     pub writes_aborted: u64,
+    /// Reservations of dead nodes not known quiet, kept allocated (see
+    /// [`crate::layout::state::QUARANTINED`]).
+    pub writes_quarantined: u64,
+    /// Dead nodes not known quiet, fenced rather than freed (bit mask).
+    pub nodes_fenced: u64,
     /// Entries dropped because they were corrupt or duplicated.
     pub entries_dropped: u64,
     /// Payload blocks nothing referenced, returned to the allocator.
@@ -38,6 +43,9 @@ pub struct RecoverReport {
     pub chunks_reclaimed: u64,
     /// Locks that were awaiting repair.
     pub locks_repaired: u32,
+    /// Stripes whose header was void (a revoked holder's late write-back):
+    /// rebuilt, their insert and eviction counts as that header had them.
+    pub void_stripes: u32,
 }
 
 impl<C: Coherence> Node<'_, C> {
@@ -150,48 +158,64 @@ impl<C: Coherence> Node<'_, C> {
     fn recover_locked(&self, dead_in: u64, raise: bool) -> Result<RecoverReport> {
         let l = &self.store.layout;
         let mut rep = RecoverReport::default();
-        let (dead, alive) = self.census(dead_in)?;
-        let reset_blocks = self.forget_claims(alive)?;
-        let mut claimed = self.claim_roots(alive)?;
+        let Census { dead, alive, kept } = self.census(dead_in)?;
+        // Raw chunks keep their blocks while their owner lives, or is dead
+        // and not known quiet (it may still store into them).
+        let owners = alive | kept;
+        let reset_blocks = self.forget_claims(owners)?;
+        let mut claimed = self.claim_roots(owners)?;
         // 3. Entries: fix states, re-claim their blocks, rebuild each stripe.
         for s in 0..l.caps.n_stripes {
-            claimed = claimed.saturating_add(self.rebuild_stripe(s, dead, alive, &mut rep)?);
+            claimed = claimed.saturating_add(self.rebuild_stripe(s, Census { dead, alive, kept }, &mut rep)?);
         }
         rep.blocks_reclaimed = reset_blocks.saturating_sub(claimed);
-        self.settle_chunks(alive, &mut rep)?;
+        self.settle_chunks(owners, &mut rep)?;
         // 5. Live nodes' journals are theirs alone: each node writes its own
         // from its cache, never re-reading it, so a record recovery changed
         // there would come back with the node's next write of that line.
         // Step 3 already dropped every pin its node's journal does not
         // record; a record naming no pin (only corruption leaves one) holds
         // a journal slot until its node detaches, and `check` reports it.
-        self.free_dead(dead, &mut rep)?;
+        self.free_dead(dead, kept, &mut rep)?;
         self.repair_core_locks(&mut rep, raise)?;
         Ok(rep)
     }
 
     /// Step 0: Which nodes are dead (declared, or named by the caller; never
-    /// this one) and which alive (attached, and this one).
-    fn census(&self, dead_in: u64) -> Result<(u64, u64)> {
+    /// this one) and which alive (attached, and this one); of the dead,
+    /// which are not known quiet (see [`crate::layout::Heartbeat::quiet`]):
+    /// their reservations and raw blocks are kept.
+    fn census(&self, dead_in: u64) -> Result<Census> {
         let st = self.store;
         let l = &st.layout;
         let mut dead = dead_in;
         let mut attached = 0u64;
+        let mut unquiet = 0u64;
         for n in 0..l.caps.max_nodes {
             let info: NodeInfo = st.fresh(l.node_info(n), Site("recover.info"))?;
+            let quiet = || -> Result<bool> {
+                let q = crate::node::quiet_incarnation(st, n)? == Some(info.incarnation);
+                Ok(q || mutant!("recover.free_unquiet"))
+            };
             match info.state {
-                NODE_DEAD => dead |= 1 << n,
+                NODE_DEAD | NODE_FENCED => {
+                    dead |= 1 << n;
+                    if !quiet()? {
+                        unquiet |= 1 << n;
+                    }
+                }
                 NODE_ALIVE => attached |= 1 << n,
                 _ => {}
             }
         }
         dead &= !(1 << self.id);
-        Ok((dead, (attached | 1 << self.id) & !dead))
+        Ok(Census { dead, alive: (attached | 1 << self.id) & !dead, kept: dead & unquiet })
     }
 
     /// Step 1: Forgets every block claim that recovery can re-derive; returns
-    /// how many blocks the forgotten claims counted.
-    fn forget_claims(&self, alive: u64) -> Result<u64> {
+    /// how many blocks the forgotten claims counted. `owners`: the nodes
+    /// whose raw chunks keep their blocks (see `recover_locked`).
+    fn forget_claims(&self, owners: u64) -> Result<u64> {
         let st = self.store;
         let l = &st.layout;
         let mut reset_blocks = 0u64;
@@ -199,7 +223,7 @@ impl<C: Coherence> Node<'_, C> {
         for c in 0..l.n_chunks {
             let mut rec: ChunkRecord = st.fresh(l.chunk(c), Site("recover.chunk.read"))?;
             let owner_dead =
-                rec.owner == 0 || rec.owner > l.caps.max_nodes || alive & (1 << rec.owner.wrapping_sub(1)) == 0;
+                rec.owner == 0 || rec.owner > l.caps.max_nodes || owners & (1 << rec.owner.wrapping_sub(1)) == 0;
             let derivable = match rec.kind {
                 CHUNK_KV => true,
                 CHUNK_LARGE => rec.large_kind == CHUNK_KV || owner_dead,
@@ -235,7 +259,7 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// Step 2: Named roots keep raw blocks alive; returns how many they claimed.
-    fn claim_roots(&self, alive: u64) -> Result<u64> {
+    fn claim_roots(&self, owners: u64) -> Result<u64> {
         let st = self.store;
         let l = &st.layout;
         let mut claimed = 0u64;
@@ -243,7 +267,7 @@ impl<C: Coherence> Node<'_, C> {
             let r: RootRecord = st.fresh(l.root(i), Site("recover.root"))?;
             if record_valid(&r)
                 && r.offset != 0
-                && self.claim_block(r.offset, r.size.max(1), true, alive)? == Claim::New
+                && self.claim_block(r.offset, r.size.max(1), true, owners)? == Claim::New
             {
                 claimed = claimed.saturating_add(1);
             }
@@ -253,7 +277,7 @@ impl<C: Coherence> Node<'_, C> {
 
     /// Step 4: Chunks nothing claims go back to the bitmap; the others get their
     /// record's counts from their maps.
-    fn settle_chunks(&self, alive: u64, rep: &mut RecoverReport) -> Result<()> {
+    fn settle_chunks(&self, owners: u64, rep: &mut RecoverReport) -> Result<()> {
         let st = self.store;
         let l = &st.layout;
         let words = l.map_words();
@@ -281,9 +305,9 @@ impl<C: Coherence> Node<'_, C> {
                 set_bitmap(st, c, false)?;
                 continue;
             }
-            let owner_alive =
-                rec.owner != 0 && rec.owner <= l.caps.max_nodes && alive & (1 << rec.owner.wrapping_sub(1)) != 0;
-            if rec.kind == CHUNK_KV || rec.kind == CHUNK_RAW && !owner_alive {
+            let owner_kept =
+                rec.owner != 0 && rec.owner <= l.caps.max_nodes && owners & (1 << rec.owner.wrapping_sub(1)) != 0;
+            if rec.kind == CHUNK_KV || rec.kind == CHUNK_RAW && !owner_kept {
                 // Rebuilt in steps 1 to 3 (claims counted its blocks): the
                 // maps in this host's view are recovery's own.
                 let free_max = read_map(st, c, None)?.longest_free();
@@ -297,24 +321,38 @@ impl<C: Coherence> Node<'_, C> {
         Ok(())
     }
 
-    /// Step 6: Dead nodes: free slots. Their journals, heartbeats and request
-    /// lines are left as they are: nothing reads a free node's journal or
-    /// heartbeat, its stale request bits only make the manager look at a
-    /// lock, and whoever attaches the slot clears them all before turning
-    /// it ALIVE (see `attach_node`). Clearing them here would race that: a
-    /// clearing landing after FREE could wipe what the next attacher wrote.
-    /// Their pins are gone already (step 3 cleared their bits in every
-    /// entry).
-    fn free_dead(&self, dead: u64, rep: &mut RecoverReport) -> Result<()> {
+    /// Step 6: Dead nodes: free slots, or fence those not known quiet
+    /// (`kept`). Their journals, heartbeats and request lines are left as
+    /// they are: nothing reads a free node's journal or heartbeat, its stale
+    /// request bits only make the manager look at a lock, and whoever
+    /// attaches the slot clears them all before turning it ALIVE (see
+    /// `attach_node`). Clearing them here would race that: a clearing
+    /// landing after FREE could wipe what the next attacher wrote. A freed
+    /// node's pins go with its slot (evictors read a journal only while its
+    /// slot is not free); a fenced one's hold until it is freed.
+    fn free_dead(&self, dead: u64, kept: u64, rep: &mut RecoverReport) -> Result<()> {
         let st = self.store;
         let l = &st.layout;
         for n in 0..l.caps.max_nodes {
             if dead & (1 << n) == 0 {
                 continue;
             }
-            rep.pins_dropped = rep.pins_dropped.saturating_add(self.pins_in_journal(n)?);
-            // Read fresh in step 0; the slot keeps its incarnation.
+            // Read fresh in step 0.
             let old: NodeInfo = st.view.read(l.node_info(n))?;
+            if kept & (1 << n) != 0 {
+                // Its pins hold too (evictors read its journal while the
+                // slot is not free): it may still read those blocks.
+                rep.nodes_fenced |= 1 << n;
+                if old.state != NODE_FENCED {
+                    // The line keeps its nonce and incarnation: the node's
+                    // own `quiesce` checks them.
+                    let fenced = NodeInfo { state: NODE_FENCED, ..old };
+                    st.publish_state_last(l.node_info(n), &fenced, Site("recover.node.fence"))?;
+                }
+                continue;
+            }
+            rep.pins_dropped = rep.pins_dropped.saturating_add(self.pins_in_journal(n)?);
+            // The slot keeps its incarnation.
             let free = NodeInfo { incarnation: old.incarnation, ..NodeInfo::default() };
             st.publish_state_last(l.node_info(n), &free, Site("recover.node.free"))?;
             rep.nodes_freed |= 1 << n;
@@ -375,7 +413,7 @@ impl<C: Coherence> Node<'_, C> {
     /// no chunk record allows it or it overlaps another block. A chunk step 1
     /// left alone (a live node's raw chunk) is its owner's record, read by
     /// nobody here: `Already` without a look.
-    fn claim_block(&self, off: u64, len: u64, raw: bool, alive: u64) -> Result<Claim> {
+    fn claim_block(&self, off: u64, len: u64, raw: bool, owners: u64) -> Result<Claim> {
         let st = self.store;
         let l = &st.layout;
         let Ok(c) = chunk_of(l, off) else { return Ok(Claim::No) };
@@ -392,9 +430,9 @@ impl<C: Coherence> Node<'_, C> {
         if !kind_ok || len == 0 {
             return Ok(Claim::No);
         }
-        let owner_alive =
-            rec.owner != 0 && rec.owner <= l.caps.max_nodes && alive & (1 << rec.owner.wrapping_sub(1)) != 0;
-        if raw && owner_alive {
+        let owner_kept =
+            rec.owner != 0 && rec.owner <= l.caps.max_nodes && owners & (1 << rec.owner.wrapping_sub(1)) != 0;
+        if raw && owner_kept {
             return Ok(Claim::Already);
         }
         if rec.kind == CHUNK_LARGE {
@@ -431,7 +469,7 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// Rebuilds stripe `s`; returns how many blocks its entries claimed.
-    fn rebuild_stripe(&self, s: u32, dead: u64, alive: u64, rep: &mut RecoverReport) -> Result<u64> {
+    fn rebuild_stripe(&self, s: u32, who: Census, rep: &mut RecoverReport) -> Result<u64> {
         let st = self.store;
         let l = &st.layout;
         let old: StripeHeader = st.fresh(l.stripe(s), Site("recover.stripe.read"))?;
@@ -442,9 +480,9 @@ impl<C: Coherence> Node<'_, C> {
         st.co.flush(&st.view, l.bucket(s, 0), blen, Site("recover.buckets.clear"))?;
         let (mut claimed, mut ready, mut bytes) = (0u64, 0u32, 0u64);
         for e in 0..l.caps.entries_per_stripe {
-            match self.rebuild_entry(s, e, dead, alive, rep)? {
+            match self.rebuild_entry(s, e, who, rep)? {
                 Rebuilt::Dropped => {}
-                Rebuilt::Writing => claimed = claimed.saturating_add(1),
+                Rebuilt::Writing | Rebuilt::Quarantined => claimed = claimed.saturating_add(1),
                 Rebuilt::Ready(len) => {
                     claimed = claimed.saturating_add(1);
                     ready = ready.saturating_add(1);
@@ -462,6 +500,7 @@ impl<C: Coherence> Node<'_, C> {
         // log, past any record that holder's writes may have hidden.
         let skip = mutant!("changes.no_recovery_gap");
         let void = old.ticket < self.stripe_floor(s)?;
+        rep.void_stripes = rep.void_stripes.saturating_add(u32::from(void));
         let logged = if void { self.store.changes_logged(s)?.saturating_add(l.caps.change_records as u64) } else { 0 };
         let changes = if skip { old.changes } else { old.changes.max(old.changes_floor).max(logged).wrapping_add(1) };
         let mut h = StripeHeader {
@@ -483,8 +522,11 @@ impl<C: Coherence> Node<'_, C> {
 
     /// Entry `e` of stripe `s`: kept (its block re-claimed, its bucket
     /// inserted) when intact, its writer alive and journaled, and its key
-    /// not kept already; emptied otherwise.
-    fn rebuild_entry(&self, s: u32, e: u32, dead: u64, alive: u64, rep: &mut RecoverReport) -> Result<Rebuilt> {
+    /// not kept already; quarantined (its block re-claimed, in no bucket)
+    /// when intact and its writer is dead and not known quiet; emptied
+    /// otherwise.
+    fn rebuild_entry(&self, s: u32, e: u32, who: Census, rep: &mut RecoverReport) -> Result<Rebuilt> {
+        let Census { dead, alive, kept } = who;
         let st = self.store;
         let l = &st.layout;
         let mut ent = match st.ent(s, e) {
@@ -498,6 +540,27 @@ impl<C: Coherence> Node<'_, C> {
             ent.state = state::READY;
         }
         let mut keep = false;
+        let writer_kept = ent.pinners.count_ones() == 1 && ent.pinners & kept != 0;
+        let quarantine = matches!(ent.state, state::WRITING | state::QUARANTINED) && writer_kept;
+        if quarantine && ent.checksum == entry_checksum(&ent) && ent.payload_len > 0 {
+            // Its writer may still store into the block, or its cache write
+            // it back late: the block stays allocated, out of readers' reach.
+            if self.claim_block(ent.payload_off, ent.payload_len as u64, false, alive)? == Claim::New {
+                rep.writes_quarantined = rep.writes_quarantined.saturating_add(1);
+                ent.state = state::QUARANTINED;
+                ent.lru_prev = NIL;
+                ent.lru_next = NIL;
+                if ent != before {
+                    st.put_ent(s, e, &mut ent)?;
+                }
+                return Ok(Rebuilt::Quarantined);
+            }
+        }
+        if ent.state == state::QUARANTINED {
+            // Its writer is quiet now (or the entry names no fenced node):
+            // the reservation ends as a dead writer's does.
+            rep.writes_aborted = rep.writes_aborted.saturating_add(1);
+        }
         if ent.state == state::WRITING || ent.state == state::READY {
             // A live writer counts only if its journal records the
             // reservation. (No mutant here: the protocol never leaves one
@@ -692,17 +755,30 @@ impl<C: Coherence> Node<'_, C> {
     }
 }
 
-/// Outcome of claiming a block during recovery.
+/// Who is who, for a recovery (see `census`).
+#[derive(Clone, Copy)]
+struct Census {
+    /// Declared dead (or named by the caller), fenced ones included.
+    dead: u64,
+    /// Attached, and this node.
+    alive: u64,
+    /// Dead and not known quiet: their reservations and raw blocks stay.
+    kept: u64,
+}
+
 /// What recovery made of one entry.
 enum Rebuilt {
     /// Emptied.
     Dropped,
     /// Kept, still being written by a live node (its block claimed).
     Writing,
+    /// Kept, its writer dead and not known quiet (its block claimed).
+    Quarantined,
     /// Kept, published (its block claimed), with this many payload bytes.
     Ready(u64),
 }
 
+/// Outcome of claiming a block during recovery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Claim {
     /// Claimed now.

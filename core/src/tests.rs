@@ -632,3 +632,102 @@ fn a_replaced_managers_late_lock_line_turns_nothing_back() {
         assert!(findings(f).is_empty(), "{:?}", findings(f));
     });
 }
+
+/// Node 0 publishes key 1 and node 1 pins it; node 1 reserves key 2 and allocates a raw block, then
+/// stops: it is declared dead by its silence and recovered. Returns the
+/// reservation and the raw block's offset.
+fn stop_node_1_holding_a_pin_a_reservation_and_a_raw_block(
+    f: &Fixture,
+    env: &InlineEnv<'_>,
+    a: &crate::node::Node<'_, crate::coherence::Coherent>,
+    b: &crate::node::Node<'_, crate::coherence::Coherent>,
+) -> (crate::index::Handle, u64) {
+    let h = a.reserve(1, key(1), 5000, 1).unwrap();
+    a.publish(&h).unwrap();
+    let mut out = [Err(Error::InvalidArgument)];
+    b.acquire(1, &[key(1)], &mut out).unwrap();
+    let w = b.reserve(1, key(2), 5000, 1).unwrap();
+    let raw = b.alloc(1000).unwrap();
+    *env.stopped.lock() = 1 << 1;
+    env.step().unwrap();
+    *env.now.lock() += 5000;
+    assert_eq!(env.step().unwrap().newly_dead, 1 << 1, "declared dead by its silence");
+    let rep = a.recover(0).unwrap();
+    assert_eq!((rep.nodes_freed, rep.nodes_fenced), (0, 1 << 1), "not known quiet: fenced, not freed");
+    assert_eq!((rep.writes_aborted, rep.writes_quarantined, rep.pins_dropped), (0, 1, 0));
+    assert!(findings(f).is_empty(), "{:?}", findings(f));
+    (w, raw)
+}
+
+#[test]
+fn a_stopped_nodes_blocks_stay_allocated_until_it_says_it_is_quiet() {
+    with_two_nodes(|f, env, a, b| {
+        let (w, raw) = stop_node_1_holding_a_pin_a_reservation_and_a_raw_block(f, env, &a, &b);
+        // Its reservation's key is free for others, in another block; its
+        // pin still holds (it may read the block when it wakes).
+        let h2 = a.reserve(1, key(2), 5000, 1).unwrap();
+        assert_ne!(h2.off, w.off, "a quarantined block is handed out again");
+        a.publish(&h2).unwrap();
+        for _ in 0..8 {
+            let o = a.alloc(1000).unwrap();
+            assert_ne!(o, raw, "a quarantined raw block is handed out again");
+        }
+        assert_eq!(a.evict(u64::MAX, &mut crate::index::Lru).unwrap().entries, 1, "only key 2: key 1 is pinned");
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+        // Another recovery keeps all of it.
+        let rep = a.recover(0).unwrap();
+        assert_eq!((rep.nodes_freed, rep.nodes_fenced, rep.writes_quarantined), (0, 1 << 1, 1));
+
+        // It wakes: fenced. It writes back what it holds and says so.
+        assert_eq!(b.heartbeat(78), Err(Error::Revoked));
+        assert_eq!(b.quiesce(77), Ok(false), "another nonce: not its slot");
+        assert_eq!(b.quiesce(78), Ok(true));
+        assert_eq!(b.quiesce(78), Ok(false), "said already");
+        assert_eq!(env.step().unwrap().dead, 1 << 1, "the manager calls for the recovery that frees it");
+        let rep = a.recover(0).unwrap();
+        assert_eq!((rep.nodes_freed, rep.nodes_fenced), (1 << 1, 0));
+        assert_eq!((rep.writes_aborted, rep.writes_quarantined, rep.pins_dropped), (1, 0, 1));
+        assert_eq!(rep.blocks_reclaimed, 2, "the reservation's block and the raw block");
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+        assert_eq!(a.evict(u64::MAX, &mut crate::index::Lru).unwrap().entries, 1, "key 1, its pin gone");
+    });
+}
+
+#[test]
+fn an_operator_says_a_dead_nodes_host_is_down_and_recovery_frees_its_blocks() {
+    with_two_nodes(|f, env, a, b| {
+        stop_node_1_holding_a_pin_a_reservation_and_a_raw_block(f, env, &a, &b);
+        assert_eq!(crate::node::declare_quiet(&f.store, 0), Ok(false), "node 0 is alive");
+        assert_eq!(crate::node::declare_quiet(&f.store, 1), Ok(true));
+        assert_eq!(crate::node::declare_quiet(&f.store, 1), Ok(false), "said already");
+        let rep = a.recover(0).unwrap();
+        assert_eq!((rep.nodes_freed, rep.writes_aborted, rep.blocks_reclaimed), (1 << 1, 1, 2));
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+        assert_eq!(crate::node::declare_quiet(&f.store, 1), Ok(false), "free now");
+    });
+}
+
+#[test]
+fn a_node_whose_process_is_gone_from_its_host_is_quiet_at_once() {
+    with_two_nodes(|f, env, a, b| {
+        let _w = b.reserve(1, key(2), 5000, 1).unwrap();
+        *env.killed.lock() = 1 << 1;
+        env.step().unwrap();
+        let rep = a.recover(0).unwrap();
+        assert_eq!((rep.nodes_freed, rep.nodes_fenced, rep.writes_aborted), (1 << 1, 0, 1), "buried: quiet");
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+    });
+}
+
+#[test]
+fn a_quarantined_entry_naming_no_fenced_node_is_reported() {
+    with_two_nodes(|f, env, a, b| {
+        let (w, _) = stop_node_1_holding_a_pin_a_reservation_and_a_raw_block(f, env, &a, &b);
+        let l = &f.store.layout;
+        let mut e: crate::layout::Entry = f.store.view.read(l.entry(w.stripe, w.entry)).unwrap();
+        assert_eq!(e.state, crate::layout::state::QUARANTINED);
+        e.pinners = 1;
+        f.store.view.write(l.entry(w.stripe, w.entry), &e).unwrap();
+        assert!(findings(f).iter().any(|x| x.kind == FindingKind::Writer), "{:?}", findings(f));
+    });
+}

@@ -58,6 +58,9 @@ pub struct InlineEnv<'a> {
     pub mgr: spin::Mutex<Manager>,
     pub now: spin::Mutex<u64>,
     pub killed: spin::Mutex<u64>,
+    /// Nodes whose process is stopped: they do not beat, and the probe
+    /// finds them running (silence alone declares them dead).
+    pub stopped: spin::Mutex<u64>,
 }
 
 impl<'a> InlineEnv<'a> {
@@ -67,6 +70,7 @@ impl<'a> InlineEnv<'a> {
             mgr: spin::Mutex::new(Manager::new(0)),
             now: spin::Mutex::new(0),
             killed: spin::Mutex::new(0),
+            stopped: spin::Mutex::new(0),
         }
     }
     pub fn step(&self) -> Result<crate::lock::StepReport> {
@@ -76,10 +80,11 @@ impl<'a> InlineEnv<'a> {
             *t
         };
         let killed = *self.killed.lock();
+        let quiet = killed | *self.stopped.lock();
         // The nodes that live beat their heartbeats, as their threads would
         // (silence past the lease is death whatever the probe says).
         let l = &self.store.layout;
-        for n in (0..l.caps.max_nodes).filter(|n| killed & (1 << n) == 0) {
+        for n in (0..l.caps.max_nodes).filter(|n| quiet & (1 << n) == 0) {
             let mut hb: crate::layout::Heartbeat = self.store.view.read(l.heartbeat(n))?;
             hb.beat = hb.beat.wrapping_add(1);
             self.store.view.write(l.heartbeat(n), &hb)?;

@@ -418,6 +418,11 @@ typedef struct cxlkv_recover_report {
   uint32_t locks_repaired;
   // Always 0.
   uint32_t reserved;
+  // Reservations of dead nodes not known quiet, kept allocated until
+  // they are (quarantined).
+  uint64_t writes_quarantined;
+  // Dead nodes not known quiet, fenced rather than freed (bit per node id).
+  uint64_t nodes_fenced;
 } cxlkv_recover_report;
 
 // One violated invariant found by `cxlkv_check`.

@@ -567,6 +567,11 @@ pub struct cxlkv_recover_report {
     pub locks_repaired: u32,
     /// Always 0.
     pub reserved: u32,
+    /// Reservations of dead nodes not known quiet, kept allocated until
+    /// they are (quarantined).
+    pub writes_quarantined: u64,
+    /// Dead nodes not known quiet, fenced rather than freed (bit per node id).
+    pub nodes_fenced: u64,
 }
 
 /// Recovers the region: nodes declared dead lose their pins, reservations
@@ -597,6 +602,8 @@ pub unsafe extern "C" fn cxlkv_recover(node: *const cxlkv_node, out: *mut cxlkv_
                 chunks_reclaimed: r.chunks_reclaimed,
                 locks_repaired: r.locks_repaired,
                 reserved: 0,
+                writes_quarantined: r.writes_quarantined,
+                nodes_fenced: r.nodes_fenced,
             });
         }
         Ok(())

@@ -122,6 +122,11 @@ pub struct Recovered {
     pub chunks_reclaimed: f64,
     /// Locks repaired.
     pub locks_repaired: f64,
+    /// Unpublished writes of dead nodes not known quiet, kept allocated
+    /// until they are.
+    pub writes_quarantined: f64,
+    /// Dead nodes not known quiet, fenced rather than freed.
+    pub nodes_fenced: f64,
 }
 
 fn timeout_of(env: &Env, v: &Unknown<'_>) -> napi::Result<Duration> {
@@ -205,6 +210,8 @@ fn recovered(_: &Env, r: RecoverReport) -> napi::Result<Recovered> {
         blocks_reclaimed: r.blocks_reclaimed as f64,
         chunks_reclaimed: r.chunks_reclaimed as f64,
         locks_repaired: f64::from(r.locks_repaired),
+        writes_quarantined: r.writes_quarantined as f64,
+        nodes_fenced: r.nodes_fenced as f64,
     })
 }
 

@@ -376,7 +376,7 @@ test('stats, evict, recover, check (sync and async)', async () => {
   assert.deepEqual(ev, { blocks: 1, bytes: 1000 })
   assert.equal(n.stats().evictions, 1)
   throwsCode(() => n.evict(-5), RangeError, 'INVALID_ARGUMENT')
-  const want = { nodesFreed: 0, pinsDropped: 0, writesAborted: 0, entriesDropped: 0, blocksReclaimed: 0, chunksReclaimed: 0, locksRepaired: 0 }
+  const want = { nodesFreed: 0, pinsDropped: 0, writesAborted: 0, entriesDropped: 0, blocksReclaimed: 0, chunksReclaimed: 0, locksRepaired: 0, writesQuarantined: 0, nodesFenced: 0 }
   assert.deepEqual(n.recover(), want)
   assert.deepEqual(await n.recoverAsync(), want)
   assert.deepEqual(n.check(), [])

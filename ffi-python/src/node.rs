@@ -482,6 +482,8 @@ impl Node {
                 ("blocks_reclaimed", r.blocks_reclaimed),
                 ("chunks_reclaimed", r.chunks_reclaimed),
                 ("locks_repaired", r.locks_repaired as u64),
+                ("writes_quarantined", r.writes_quarantined),
+                ("nodes_fenced", r.nodes_fenced),
             ],
         )
     }

@@ -7,7 +7,7 @@ use cxlkv_core::check::Finding;
 use cxlkv_core::coherence::Site;
 use cxlkv_core::layout::{
     state, ChunkRecord, Entry, Heartbeat, LockSlot, NodeInfo, NodeStats, StripeHeader, CHUNK_FREE, NODE_ALIVE,
-    NODE_DEAD, SLOT_LOCKED, SLOT_WAITING,
+    NODE_DEAD, NODE_FENCED, SLOT_LOCKED, SLOT_WAITING,
 };
 use cxlkv_core::pins::journal_census;
 use cxlkv_core::store::{attach, Store};
@@ -114,6 +114,8 @@ pub struct EntryReport {
     pub evicting: u64,
     /// Claimed by an evictor deciding.
     pub claimed: u64,
+    /// Reservations of dead nodes not known quiet, kept allocated.
+    pub quarantined: u64,
     /// Any other state word (only a corrupt region has them).
     pub invalid: u64,
 }
@@ -275,6 +277,7 @@ impl Observed {
             let st: NodeStats = store.view.read(l.node_stats(n))?;
             let liveness = match info.state {
                 NODE_DEAD => "dead (recovery pending)",
+                NODE_FENCED => "fenced (declared dead; its reservations kept until it is quiet)",
                 NODE_ALIVE if me.can_probe(&info) && !pid_alive(info.pid) => "gone (process exited)",
                 NODE_ALIVE if me.can_probe(&info) => "alive",
                 NODE_ALIVE if info.host_id == me.host => "alive (this host, another PID namespace)",
@@ -295,14 +298,14 @@ impl Observed {
                 counters: st.into(),
             });
         }
-        let mut by_state = [0u64; 6];
+        let mut by_state = [0u64; 7];
         let (mut live_bytes, mut evictions) = (0u64, 0u64);
         for s in 0..l.caps.n_stripes {
             let h: StripeHeader = store.view.read(l.stripe(s))?;
             evictions += h.evictions;
             for e in 0..l.caps.entries_per_stripe {
                 let ent: Entry = store.view.read(l.entry(s, e))?;
-                by_state[(ent.state as usize).min(5)] += 1;
+                by_state[(ent.state as usize).min(6)] += 1;
                 if ent.state == state::READY {
                     live_bytes += ent.payload_len as u64;
                 }
@@ -348,7 +351,8 @@ impl Observed {
                 ready: by_state[state::READY as usize],
                 evicting: by_state[state::EVICTING as usize],
                 claimed: by_state[state::CLAIMED as usize],
-                invalid: by_state[5],
+                quarantined: by_state[state::QUARANTINED as usize],
+                invalid: by_state[6],
             },
             nodes,
             locks,

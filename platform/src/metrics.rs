@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use cxlkv_core::coherence::Site;
 use cxlkv_core::layout::{
-    ChunkRecord, Heartbeat, NodeInfo, NodeStats, StripeHeader, CHUNK_FREE, NODE_ALIVE, NODE_DEAD,
+    ChunkRecord, Heartbeat, NodeInfo, NodeStats, StripeHeader, CHUNK_FREE, NODE_ALIVE, NODE_DEAD, NODE_FENCED,
 };
 use cxlkv_core::pins::journal_census;
 
@@ -132,6 +132,7 @@ impl Observed {
             let st: NodeStats = store.fresh(l.node_stats(n), Site("platform.metrics.stats"))?;
             let state = match info.state {
                 NODE_DEAD => "dead",
+                NODE_FENCED => "fenced",
                 NODE_ALIVE if me.can_probe(&info) && !pid_alive(info.pid) => "gone",
                 NODE_ALIVE => "alive",
                 _ => "unknown",

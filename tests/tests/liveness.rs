@@ -188,6 +188,14 @@ fn a_stopped_holder_is_declared_dead_and_fails_with_revoked_when_it_wakes() {
     }
     drop(h);
     assert!(wait_for(Duration::from_secs(20), || parent.stats().is_ok_and(|s| s.alive.count_ones() == 1)));
+    // Fenced, not freed, while it was stopped (it held a reservation); its
+    // close wrote back what it held and said it was quiet, and the
+    // recovery that called for freed its slot.
+    assert!(
+        wait_for(Duration::from_secs(20), || parent.stats().is_ok_and(|s| s.dead == 0)),
+        "the woken node's slot is still fenced: {:?}",
+        parent.stats().map(|s| s.dead)
+    );
     assert_eq!(parent.check().unwrap(), vec![]);
     // The manager (the parent, on this host) saw the process run while it
     // declared it dead: counted, published with its next heartbeat.

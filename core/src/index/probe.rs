@@ -71,7 +71,11 @@ pub fn find<C: Coherence>(st: &Store<C>, s: u32, tag: u64, ns: u32, key: Key) ->
             return Err(Error::Corrupt);
         }
         let e = st.fresh_entry(st.layout.entry(s, ei), Site("index.find.entry"))?;
-        if e.state != state::EMPTY && e.key_lo == key.lo && e.key_hi == key.hi && e.ns == ns {
+        if !matches!(e.state, state::EMPTY | state::QUARANTINED)
+            && e.key_lo == key.lo
+            && e.key_hi == key.hi
+            && e.ns == ns
+        {
             return Ok(Some(Found { bucket: b, entry: ei, e }));
         }
     }

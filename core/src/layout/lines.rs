@@ -13,7 +13,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
 /// repair floor and a stripe header's ticket, so a region whose headers
 /// carry no ticket is refused rather than read as void; 9: namespace ids
 /// from 2^31 up name registered namespaces).
-pub const FORMAT_VERSION: u32 = 10;
+pub const FORMAT_VERSION: u32 = 11;
 /// Largest number of nodes (pinner bitmask is one u64).
 pub const MAX_NODES: u32 = 64;
 /// Most granules a chunk is cut into (two maps of 4096 bits follow its
@@ -180,7 +180,16 @@ shared_struct! {
         /// process was running on its host (stopped, frozen or starved of
         /// CPU: a false death unless it was stopped on purpose).
         pub running_declared_dead: u64,
-        pub reserved: [u64; 1],
+        /// The node's incarnation once it is known quiet (0: not known):
+        /// nothing it stored can land in memory any more. Written by the
+        /// node itself once fenced, after it wrote back every line it may
+        /// have dirtied ([`crate::node::Node::quiesce`]); by a process of its
+        /// host that found its process gone ([`crate::node::bury`]); or by
+        /// an operator who knows its host is down ([`crate::node::declare_quiet`]).
+        /// Until then recovery keeps its reservations and raw blocks
+        /// allocated (quarantined): a late write-back into them corrupts
+        /// nobody's block.
+        pub quiet: u64,
     } size 64
 }
 
@@ -561,6 +570,13 @@ pub mod state {
     /// READY (its evictor died before deciding, or before it changed
     /// anything else).
     pub const CLAIMED: u16 = 4;
+    /// A reservation of a node declared dead that is not known quiet
+    /// (see [`super::Heartbeat::quiet`]): recovery keeps its block
+    /// allocated, since the node may still store into it or its cache
+    /// write the payload back late; the writer's bit stays in `pinners`.
+    /// Invisible to readers, in no bucket and on no list; the first
+    /// recovery after its writer is quiet empties it.
+    pub const QUARANTINED: u16 = 5;
 }
 
 /// Chunk kinds.
@@ -580,6 +596,11 @@ pub const NODE_FREE: u32 = 0;
 pub const NODE_ALIVE: u32 = 1;
 /// Declared dead, recovery pending.
 pub const NODE_DEAD: u32 = 2;
+/// Declared dead and recovered, but not known quiet (see
+/// [`Heartbeat::quiet`]): its locks and pins are gone, its reservations and
+/// raw blocks quarantined; the slot is freed by the first recovery after it
+/// is quiet.
+pub const NODE_FENCED: u32 = 3;
 
 /// Lock slot states.
 pub const SLOT_IDLE: u32 = 0;

@@ -4,8 +4,8 @@
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{
-    Heartbeat, LockLine, LockSlot, ManagerLine, NodeInfo, MAX_LOCKS, MAX_NODES, NODE_ALIVE, NODE_DEAD, NODE_FREE,
-    SLOT_CANCEL, SLOT_IDLE, SLOT_LOCKED, SLOT_RECOVERY, SLOT_WAITING,
+    Heartbeat, LockLine, LockSlot, ManagerLine, NodeInfo, MAX_LOCKS, MAX_NODES, NODE_ALIVE, NODE_DEAD, NODE_FENCED,
+    NODE_FREE, SLOT_CANCEL, SLOT_IDLE, SLOT_LOCKED, SLOT_RECOVERY, SLOT_WAITING,
 };
 use crate::mutant::mutant;
 use crate::store::Store;
@@ -418,9 +418,10 @@ impl Manager {
                     // (holding it), or freed by recovery, its slot showing a
                     // grant that a replaced manager wrote back late. A free
                     // node holds nothing: its slot goes IDLE (else the lock
-                    // would wait for it forever). One declared dead since is
-                    // the next liveness scan's to revoke.
-                    if self.drop_stranger(store, n, soff, &s, |st| st == NODE_FREE)? {
+                    // would wait for it forever), nor does a fenced one (its
+                    // locks were revoked before its recovery). One declared
+                    // dead since is the next liveness scan's to revoke.
+                    if self.drop_stranger(store, n, soff, &s, |st| st == NODE_FREE || st == NODE_FENCED)? {
                         seen.set(n as usize, (SLOT_IDLE, 0));
                     } else {
                         holder = Some(n);
@@ -640,6 +641,15 @@ impl Manager {
                 NODE_ALIVE => self.alive |= 1 << n,
                 NODE_DEAD => {
                     dead |= 1 << n;
+                    continue;
+                }
+                NODE_FENCED => {
+                    // Recovered, its reservations kept until it is quiet:
+                    // once it is, recovery is due again to free them.
+                    if crate::node::quiet_incarnation(store, n)? == Some(info.incarnation) {
+                        dead |= 1 << n;
+                    }
+                    self.beat_moved_at.set(n as usize, now);
                     continue;
                 }
                 _ => {

@@ -154,8 +154,9 @@ def test_an_engine_stalled_past_its_lease_attaches_again_and_carries_on(params: 
         assert child.stdout is not None and child.stdin is not None
         assert child.stdout.readline().strip() == "stored"
         os.kill(child.pid, signal.SIGSTOP)
-        # Declared dead by its silence, recovered and freed (the watcher's
-        # node recovers automatically): only the watcher is left.
+        # Declared dead by its silence and recovered (the watcher's node
+        # recovers automatically; the stopped node is fenced until it wakes
+        # and closes): only the watcher is alive.
         deadline = time.monotonic() + 30
         while node.stats()["alive_mask"] != 1 << node.id and time.monotonic() < deadline:
             time.sleep(0.05)

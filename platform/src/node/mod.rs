@@ -16,7 +16,7 @@ use cxlkv_core::channel::Message;
 use cxlkv_core::check::{check, scratch_words, Finding};
 use cxlkv_core::coherence::Site;
 use cxlkv_core::hash::Key;
-use cxlkv_core::layout::{Capacities, NodeInfo, NodeStats, StripeHeader, NODE_ALIVE, NODE_DEAD};
+use cxlkv_core::layout::{Capacities, NodeInfo, NodeStats, StripeHeader, NODE_ALIVE, NODE_DEAD, NODE_FENCED};
 use cxlkv_core::lock::{LeaseConfig, Manager, StepReport};
 use cxlkv_core::node::{attach_node, bury, Identity, Node as CoreNode, NodeLocal};
 use cxlkv_core::recover::RecoverReport;
@@ -245,14 +245,17 @@ impl Inner {
     }
 
     /// Buries the nodes of this host whose process is gone: what they left
-    /// dirty in this host's cache lands before they are declared dead.
-    /// Returns how many.
+    /// dirty in this host's cache lands before they are declared dead, or,
+    /// for one declared dead by its silence before its process went, before
+    /// it is said quiet (recovery then frees the reservations it kept
+    /// quarantined). Returns how many.
     fn bury_siblings(&self) -> cxlkv_core::Result<u32> {
         let st = &self.store;
         let mut n_buried = 0;
         for n in (0..st.layout.caps.max_nodes).filter(|&n| n != self.id) {
             let info: NodeInfo = st.fresh_state_first(st.layout.node_info(n), Site("platform.sibling.info"))?;
-            if info.state == NODE_ALIVE && self.here.can_probe(&info) && !pid_alive(info.pid) && bury(st, n)? {
+            let listed = matches!(info.state, NODE_ALIVE | NODE_DEAD | NODE_FENCED);
+            if listed && self.here.can_probe(&info) && !pid_alive(info.pid) && bury(st, n)? {
                 n_buried += 1;
             }
         }
@@ -443,7 +446,7 @@ impl Node {
             let info: NodeInfo = st.fresh_state_first(l.node_info(n), Site("platform.stats.info"))?;
             match info.state {
                 NODE_ALIVE => s.alive |= 1 << n,
-                NODE_DEAD => s.dead |= 1 << n,
+                NODE_DEAD | NODE_FENCED => s.dead |= 1 << n,
                 _ => continue,
             }
             let c: NodeStats = st.fresh(l.node_stats(n), Site("platform.stats.node"))?;
@@ -533,6 +536,16 @@ impl Node {
         Ok(self.core().recover(0)?)
     }
 
+    /// An operator's word that node `n`, declared dead, will never store
+    /// again (its host is powered off, or was rebooted since): the next
+    /// recovery frees the reservations and raw blocks kept quarantined for
+    /// it. Never say it of a host that may only be stopped: should it
+    /// resume, its late stores land in blocks others reuse. True when said
+    /// now; false when `n` is not dead or is quiet already.
+    pub fn declare_quiet(&self, n: u32) -> Result<bool> {
+        Ok(cxlkv_core::node::declare_quiet(self.store(), n)?)
+    }
+
     /// Checks the region's invariants.
     pub fn check(&self) -> Result<Vec<Finding>> {
         check_store(&self.inner.store)
@@ -576,11 +589,20 @@ impl Node {
             let _ = r.join();
         }
         if self.inner.fenced.get() {
+            // Declared dead while it was stopped: what it may have left in
+            // this host's cache lands now, and it says it is quiet, so that
+            // recovery frees the blocks it kept for this node (see
+            // `CoreNode::quiesce`).
+            let _ = self.core().quiesce(self.inner.nonce);
             return Err(Error::Core(cxlkv_core::Error::Revoked));
         }
         // Detaching takes locks, which needs a manager: with `stop` set, its
         // waits step this node's manager inline (see `wait`).
         let r = self.core().detach();
+        if r == Err(cxlkv_core::Error::Revoked) {
+            // Fenced before its heartbeat noticed: as above.
+            let _ = self.core().quiesce(self.inner.nonce);
+        }
         if let Ok(mut m) = self.inner.mgr.lock() {
             let _ = m.resign(&self.inner.store);
         }

@@ -197,7 +197,10 @@ pub(crate) fn recovery_actor(w: &World, h: usize) {
     loop {
         let (need, recovered) = {
             let m = w.model.lock().unwrap();
-            (m.need_recovery, m.recovered)
+            // (A host that stalled and was declared dead recovers nothing:
+            // its calls fail with `Revoked`.)
+            let fenced_here = m.stall == Some(h) && m.stalled;
+            (m.need_recovery && !fenced_here, m.recovered)
         };
         if w.settled() {
             return;
@@ -227,6 +230,9 @@ pub(crate) fn recovery_actor(w: &World, h: usize) {
                 m.recovering -= 1;
                 m.recovering_on &= !(1 << h);
                 m.recovering_per[h] = m.recovering_per[h].saturating_sub(1);
+            }
+            if r.is_ok_and(|r| r.void_stripes > 0) {
+                w.model.lock().unwrap().void_repairs += 1;
             }
             match r {
                 Ok(_) => {
@@ -265,9 +271,23 @@ pub(crate) fn bury_predecessor<C: Coherence>(w: &World, store: &Store<C>, h: usi
             w.yield_now(me, "restart");
         }
     }
-    match cxlkv_core::node::bury(store, h as u32) {
-        Ok(true) if w.model.lock().unwrap().recovered => {
+    let was: Result<NodeInfo, _> = w.mem.shared_region().read(store.layout.node_info(h as u32));
+    let buried = cxlkv_core::node::bury(store, h as u32);
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        let hb: Result<cxlkv_core::layout::Heartbeat, _> =
+            w.mem.shared_region().read(store.layout.heartbeat(h as u32));
+        eprintln!("step {}: host {h} buries its predecessor ({was:?}): {buried:?}; heartbeat {hb:?}", w.now());
+    }
+    match buried {
+        Ok(true) if was.is_ok_and(|i| i.state == cxlkv_core::layout::NODE_FREE) => {
             w.violation(format!("host {h} bury declared its node DEAD after recovery had freed it"));
+        }
+        Ok(true) => {
+            // Said quiet (declared DEAD too, unless its silence did that):
+            // the recovery that frees it is due, a first or a second one.
+            let mut m = w.model.lock().unwrap();
+            m.need_recovery = true;
+            m.recovered = false;
         }
         Ok(_) => {}
         Err(e) => {
@@ -346,6 +366,7 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
             woken_pins_nothing(w, &node, h);
         }
         if stops_fenced(w, h) {
+            quiesce_fenced(w, &node, h, who.nonce);
             return;
         }
         // (A restarted process skips a barrier its predecessor passed.)
@@ -386,6 +407,15 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
             _ => raw_op(w, &node, h, r),
         }
         op_done(w, &node, h, op, writing);
+    }
+    let stalled_here = {
+        let m = w.model.lock().unwrap();
+        m.stall == Some(h) && m.stalled
+    };
+    if stalled_here {
+        // Declared dead while it stalled, though its heartbeat may not
+        // have noticed yet: it ends as a fenced process does.
+        quiesce_fenced(w, &node, h, who.nonce);
     }
     {
         let mut m = w.model.lock().unwrap();
@@ -470,12 +500,32 @@ fn stops_fenced(w: &World, h: usize) -> bool {
     let mut m = w.model.lock().unwrap();
     if m.stall == Some(h) && (m.fenced || m.revoked_ops > 0) {
         m.raw.retain(|b| b.2 != h);
-        if m.fenced {
-            m.quiet |= 1 << h;
-        }
         return m.fenced;
     }
     false
+}
+
+/// The fenced process of host `h` ends as the platform's close does: it
+/// writes back what it may have dirtied and says it is quiet (see
+/// `Node::quiesce`); the recovery due then frees the reservations and raw
+/// blocks kept for it (the end barriers wait for that recovery).
+fn quiesce_fenced<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, nonce: u64) {
+    let r = node.quiesce(nonce);
+    if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+        eprintln!("step {}: fenced host {h} quiesces: {r:?}", w.now());
+    }
+    match r {
+        Ok(_) => w.published_all(3 * h, "quiesce", None),
+        // Not declared dead after all (a stall shorter than its lease).
+        Err(Error::InvalidArgument) if !w.model.lock().unwrap().fenced => {}
+        Err(e) => w.violation(format!("fenced host {h} quiesce: {e:?}")),
+    }
+    let mut m = w.model.lock().unwrap();
+    m.quiet |= 1 << h;
+    if r == Ok(true) {
+        m.need_recovery = true;
+        m.recovered = false;
+    }
 }
 
 /// Verifies and releases the pins whose time has come at operation `op`.
@@ -660,6 +710,9 @@ pub(crate) fn maintenance_recovery<C: Coherence>(w: &World, node: &Node<'_, C>, 
         m.recovering_on &= !(1 << h);
         m.recovering_per[h] = m.recovering_per[h].saturating_sub(1);
     }
+    if r.is_ok_and(|r| r.void_stripes > 0) {
+        w.model.lock().unwrap().void_repairs += 1;
+    }
     match r {
         Ok(_) => w.published_all(3 * h, "maintenance recovery", None),
         Err(e) if revoked_ok(w, h, e) => {}
@@ -766,6 +819,10 @@ fn close_process<C: Coherence>(
             eprintln!("step {}: host {h} detach: {e:?}; locks in memory:{}", w.now(), locks_in_memory(w));
         }
         check_err("detach", e, &[]);
+        if e == Error::Revoked && w.model.lock().unwrap().stall == Some(h) {
+            // Fenced after its last operation: it ends as a fenced one does.
+            return quiesce_fenced(w, node, h, identity(w, h).nonce);
+        }
     }
     w.published_all(me, "detach", None);
 }

@@ -31,8 +31,8 @@ pub(crate) struct Model {
     pub(crate) pin_ids: u64,
     /// Recoveries begun (they may drop pins).
     pub(crate) recoveries: u64,
-    /// Of `recoveries`, those an operation ran to repair a void stripe
-    /// header (a zombie's, written back after the last repair).
+    /// Recoveries that rebuilt a void stripe header (a zombie's, written
+    /// back after the last repair), run by an operation or not.
     pub(crate) void_repairs: u64,
     pub(crate) violations: Vec<String>,
     pub(crate) counter: u64,

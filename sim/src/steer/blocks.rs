@@ -56,8 +56,11 @@ pub(super) fn free_cut_after_its_map(disable: Option<&'static str>) -> Result<Ve
         out.push("free-cut-after-its-map: node 1's free was not cut where intended".to_string());
         return Ok(out);
     }
-    // Node 1 is declared dead; the manager revokes what it held.
+    // Node 1 is declared dead; the manager revokes what it held. Its host
+    // is down for good (its cache lost), as an operator says: recovery
+    // frees the node rather than keeping its blocks for it.
     declare_dead(&s0, 1)?;
+    cxlkv_core::node::declare_quiet(&s0, 1)?;
     env.step()?;
     let rep = n0.recover(0)?;
     if rep.nodes_freed != 1 << 1 {

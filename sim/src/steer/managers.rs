@@ -272,7 +272,10 @@ pub(super) fn successor_reads_a_revoked_grant(disable: Option<&'static str>) -> 
     let held = n0.lock(LOCK)?;
     // The process dies holding the lock (node 0's handle is not used again).
     drop(held);
+    // Declared dead by its silence, and known gone (as the successor's
+    // host says once it finds the process gone): recovery frees it.
     declare_dead(&s1, 0)?;
+    cxlkv_core::node::declare_quiet(&s1, 0)?;
     let n1 = Node::new(&s1, 1, &env1, &l1)?;
     let rep = n1.recover(0)?;
     let mut out = Vec::new();

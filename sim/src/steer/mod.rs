@@ -186,6 +186,19 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::woken_node_pins_after_its_recovery,
         },
         Scenario {
+            name: "zombie-payload-lands-late",
+            what: "a node stores payload into its reservation and stops; declared dead and recovered, its cache \
+                   writes the payload back after others published: their blocks keep their bytes (its block stays \
+                   allocated until it says it is quiet), and the recovery after it did frees it",
+            run: zombies::zombie_payload_lands_late,
+        },
+        Scenario {
+            name: "operator-says-a-dead-host-is-down",
+            what: "a node declared dead by its silence is fenced, its block kept; an operator on a third host, \
+                   its cache holding the slot as ALIVE, says the node's host is down: the next recovery frees both",
+            run: zombies::operator_says_a_dead_host_is_down,
+        },
+        Scenario {
             name: "pin-races-an-eviction",
             what: "a reader stops between journaling a pin and its fence; an evictor (seeing no pin) evicts the \
                    block and another is published in its place: the pin must not be handed out",

@@ -238,8 +238,9 @@ pub(super) fn replaced_manager_line_lands_late(disable: Option<&'static str>) ->
 
 /// Node 1 (host 1) is declared dead and recovered (by node 0, host 0) while
 /// it is stopped; it wakes and pins a block. Its own cache still shows its
-/// slot ALIVE, but recovery dropped its pins and freed the slot (its
-/// journal may be another node's now): the pins must fail with Revoked.
+/// slot ALIVE, but recovery fenced the slot (and frees it, its journal
+/// then maybe another node's, once it is quiet): the pins must fail with
+/// Revoked.
 pub(super) fn woken_node_pins_after_its_recovery(disable: Option<&'static str>) -> Result<Vec<String>> {
     let rig = Rig::new(2, 2, disable)?;
     let (s0, s1) = rig.two_hosts_one_node_each()?;
@@ -258,6 +259,103 @@ pub(super) fn woken_node_pins_after_its_recovery(disable: Option<&'static str>) 
         r => out.push(format!(
             "woken-node-pins-after-its-recovery: a node recovery freed pinned a block: {r:?}, {got:?}, not Revoked"
         )),
+    }
+    Ok(out)
+}
+
+/// Node 1 (host 1) reserves a block and stores its payload with plain
+/// stores, left dirty in its cache, then stops: it is declared dead by its
+/// silence and recovered (by node 0, host 0). Node 0 publishes blocks of
+/// the same size; then host 1's cache writes node 1's payload back. Every
+/// block node 0 published must keep its bytes: the stopped node's block
+/// stays allocated (quarantined) while it is not known quiet. It wakes,
+/// writes back what it holds and says it is quiet; the recovery the manager
+/// then calls for must free its block and slot, and the region check clean.
+pub(super) fn zombie_payload_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LEN: usize = 4096;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let w = n1.reserve(NS, Key { lo: 0x5107, hi: 1 }, LEN as u64, 16)?;
+    // Plain stores through a zero-copy view: dirty in host 1's cache.
+    s1.view.copy_in(w.off, &[0x77; LEN])?;
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    let rep = n0.recover(0)?;
+    let mut out = Vec::new();
+    let found = rig.memory_findings()?;
+    if rep.nodes_fenced != 1 << 1 || !found.is_empty() {
+        out.push(format!("zombie-payload-lands-late: after the recovery: {rep:?}, findings {found:?}"));
+    }
+    let mut keys = Vec::new();
+    for i in 0..6u64 {
+        let k = Key { lo: 0x5200 + i, hi: 2 + i };
+        let h = n0.reserve(NS, k, LEN as u64, 16)?;
+        n0.write(&h, 0, &[i as u8 + 1; LEN])?;
+        n0.publish_flushed(core::slice::from_ref(&h), &mut [Ok(())])?;
+        keys.push((k, i as u8 + 1));
+    }
+    for line in (w.off as usize / 64)..(w.off as usize + LEN).div_ceil(64) {
+        rig.mem.evict_line(1, line);
+    }
+    for (k, b) in keys {
+        let mut got = vec![0u8; LEN];
+        match n0.get(NS, k, &mut got) {
+            Ok(_) if got == [b; LEN] => {}
+            r => out.push(format!(
+                "zombie-payload-lands-late: a block published after the stopped node's recovery lost its bytes to \
+                 that node's late write-back ({r:?}; recovery {rep:?})"
+            )),
+        }
+    }
+    // It wakes (fenced), writes back what it holds and says it is quiet.
+    let said = n1.quiesce(2);
+    env.step()?;
+    let rep = n0.recover(0)?;
+    if said != Ok(true) || rep.nodes_freed != 1 << 1 || rep.writes_aborted != 1 {
+        out.push(format!(
+            "zombie-payload-lands-late: the node said it was quiet ({said:?}), but recovery did not free it and its \
+             block ({rep:?})"
+        ));
+    }
+    let found = rig.memory_findings()?;
+    if !found.is_empty() {
+        out.push(format!("zombie-payload-lands-late: findings at the end: {found:?}"));
+    }
+    Ok(out)
+}
+
+/// Host 2 looks at node 1's slot (its cache keeps the line, ALIVE). Node 1
+/// (host 1) reserves a block and stops; it is declared dead and recovered
+/// (by node 0, host 0): fenced, its block kept. An operator on host 2 says
+/// host 1 is down for good: that must take, and the next recovery free
+/// node 1 and its block.
+pub(super) fn operator_says_a_dead_host_is_down(disable: Option<&'static str>) -> Result<Vec<String>> {
+    let rig = Rig::new(3, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let s2 = rig.store(2)?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let _: cxlkv_core::layout::NodeInfo = s2.view.read(s2.layout.node_info(1))?;
+    let _w = n1.reserve(NS, Key { lo: 0x5307, hi: 1 }, 4096, 16)?;
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    let first = n0.recover(0)?;
+    let said = cxlkv_core::node::declare_quiet(&s2, 1);
+    env.step()?;
+    let rep = n0.recover(0)?;
+    let mut out = Vec::new();
+    if first.nodes_fenced != 1 << 1 || said != Ok(true) || rep.nodes_freed != 1 << 1 || rep.writes_aborted != 1 {
+        out.push(format!(
+            "operator-says-a-dead-host-is-down: fenced by {first:?}; the operator's word {said:?}; then {rep:?}"
+        ));
+    }
+    let found = rig.memory_findings()?;
+    if !found.is_empty() {
+        out.push(format!("operator-says-a-dead-host-is-down: findings at the end: {found:?}"));
     }
     Ok(out)
 }
