@@ -318,10 +318,20 @@ impl<C: Coherence> Checker<'_, C> {
             if ll.repair != 0 {
                 self.rep(FindingKind::NeedsRepair, lock as u64, 0);
             }
+            // The repair floor: the line's, or one a slot carries (a grant
+            // or a recovery's release) when the line is behind.
+            let mut floor = ll.floor;
+            for node in 0..l.caps.max_nodes {
+                let s: LockSlot = st.view.read(l.lock_slot(lock, node))?;
+                floor = floor.max(s.reserved.get(crate::lock::GRANT_FLOOR).copied().unwrap_or(0));
+            }
             let mut holders = 0u64;
             for node in 0..l.caps.max_nodes {
                 let s: LockSlot = st.view.read(l.lock_slot(lock, node))?;
                 match s.state {
+                    // A grant below the floor landed late (made before the
+                    // repair): nobody holds by it (see the manager).
+                    SLOT_LOCKED if s.seq < floor => {}
                     SLOT_LOCKED => {
                         // A free node's LOCKED slot is a grant that landed
                         // after its recovery (a replaced manager's, woken

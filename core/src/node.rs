@@ -485,13 +485,22 @@ impl<'a, C: Coherence> Node<'a, C> {
         }
     }
 
-    /// The first global lock (of any kind) this node holds, if any.
+    /// The first global lock (of any kind) this node holds, if any. A
+    /// grant below its lock's repair floor is not held: it landed late (a
+    /// stopped manager's, woken), and nobody holds by it.
     pub fn held_lock(&self) -> Result<Option<u32>> {
         let l = &self.store.layout;
         for lock in 0..l.n_locks {
             // This node's own slot, as in `held_app_lock`.
             let s: LockSlot = self.store.view.read(l.lock_slot(lock, self.id))?;
-            if s.state == SLOT_LOCKED {
+            if s.state != SLOT_LOCKED {
+                continue;
+            }
+            // SYNC: the floor as recovery raised it (writers: recovery, the
+            // manager); a stale one only keeps a void grant counted, and
+            // the detach refused.
+            let ll: crate::layout::LockLine = self.store.fresh(l.lock_line(lock), Site("node.held.floor"))?;
+            if s.seq >= ll.floor || mutant!("detach.void_grant_held") {
                 return Ok(Some(lock));
             }
         }

@@ -382,13 +382,30 @@ impl Manager {
         // The largest ticket a slot shows: granted, being given back, or (in
         // any other state) the largest its node was granted.
         let mut max_seq = 0u64;
+        let mut slots = [LockSlot::default(); MAX_NODES as usize];
         for n in bits(mask) {
-            let soff = l.lock_slot(lock, n);
-            let s: LockSlot = store.state_first_invalidated(soff)?;
-            seen.set(n as usize, (s.state, s.flags));
+            let s: LockSlot = store.state_first_invalidated(l.lock_slot(lock, n))?;
+            slots.set(n as usize, s);
             // A released slot carries its holder's floor: a recovery's is
             // the floor it raised (whatever the line in memory shows now).
             memo.floor = memo.floor.max(s.reserved.at(GRANT_FLOOR));
+        }
+        for n in bits(mask) {
+            let soff = l.lock_slot(lock, n);
+            let s = slots.at(n as usize);
+            seen.set(n as usize, (s.state, s.flags));
+            if s.state == SLOT_LOCKED && s.seq < memo.floor && !mutant!("mgr.hold_by_void_grant") {
+                // A grant below the repair floor: made before the repair
+                // (which held the lock itself with the floor's ticket), so
+                // released or revoked since; this one landed late (a
+                // stopped manager's, woken). Nobody holds by it: a node
+                // waiting on the lock rejects it (see `grant_is_current`)
+                // and asks again, one that is not waiting overwrites it
+                // with its next request, and `held_lock` passes it by. It
+                // is left as it is: resetting it could land over a request
+                // written since, and a waiter reads IDLE as its fencing.
+                continue;
+            }
             if s.state == SLOT_LOCKED || !mutant!("mgr.count_from_locked_only") {
                 max_seq = max_seq.max(s.seq);
             }

@@ -274,8 +274,7 @@ pub(crate) fn bury_predecessor<C: Coherence>(w: &World, store: &Store<C>, h: usi
     let was: Result<NodeInfo, _> = w.mem.shared_region().read(store.layout.node_info(h as u32));
     let buried = cxlkv_core::node::bury(store, h as u32);
     if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
-        let hb: Result<cxlkv_core::layout::Heartbeat, _> =
-            w.mem.shared_region().read(store.layout.heartbeat(h as u32));
+        let hb: Result<cxlkv_core::layout::Heartbeat, _> = w.mem.shared_region().read(store.layout.heartbeat(h as u32));
         eprintln!("step {}: host {h} buries its predecessor ({was:?}): {buried:?}; heartbeat {hb:?}", w.now());
     }
     match buried {

@@ -152,6 +152,20 @@ pub(crate) fn always_invariants(w: &World, h: usize, op: u32) {
                 );
             }
         }
+        if f.kind == cxlkv_core::check::FindingKind::TwoHolders {
+            // Who wrote each LOCKED slot (a late write-back names its host).
+            let l = &store.layout;
+            for n in 0..l.caps.max_nodes {
+                let off = l.lock_slot(f.a as u32, n);
+                let slot: Result<cxlkv_core::layout::LockSlot, _> = store.view.read(off);
+                if slot.is_ok_and(|x| x.state == cxlkv_core::layout::SLOT_LOCKED) {
+                    more += &format!(
+                        "; node {n}'s slot {slot:?} last written by {:?}",
+                        w.mem.provenance((off / 64) as usize)
+                    );
+                }
+            }
+        }
         w.violation(format!("step {} (host {h} after op {op}): in memory: {f}{more}", w.now()));
     }
 }

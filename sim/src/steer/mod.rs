@@ -180,6 +180,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::replaced_manager_line_lands_late,
         },
         Scenario {
+            name: "void-grant-lands-in-a-live-slot",
+            what: "a grant from before a lock's repair lands late in the slot of a live node that is not \
+                   waiting: nobody holds by it, the lock is granted to others and the node detaches",
+            run: zombies::void_grant_lands_in_a_live_slot,
+        },
+        Scenario {
             name: "woken-node-pins-after-its-recovery",
             what: "a node declared dead and recovered while stopped wakes and pins a block, its own cache still \
                    showing its slot ALIVE: the pins fail with Revoked",

@@ -216,9 +216,11 @@ pub(super) fn replaced_manager_line_lands_late(disable: Option<&'static str>) ->
             g.seq, last
         ));
     }
-    let stale = LockSlot { state: SLOT_LOCKED, seq: dead.seq, ..LockSlot::default() };
+    // (A ticket at or above the floor: one below it is void to everyone,
+    // see `void-grant-lands-in-a-live-slot`.)
+    let stale = LockSlot { state: SLOT_LOCKED, seq: last, ..LockSlot::default() };
     n0b.unlock(g)?;
-    // The replaced manager's grant to node 1 lands, its line naming node 1
+    // A replaced manager's grant to node 1 lands, its line naming node 1
     // the holder; node 1 is free.
     land_late(&LockLine { holder: 2, grant_seq: dead.seq, ..late })?;
     rig.cache(1).write(l.lock_slot(LOCK, 1), &stale)?;
@@ -228,6 +230,10 @@ pub(super) fn replaced_manager_line_lands_late(disable: Option<&'static str>) ->
         Err(e) => out.push(format!(
             "replaced-manager-line-lands-late: a stale grant in a free node's slot kept the lock from node 0 ({e})"
         )),
+    }
+    let left: LockSlot = rig.mem.shared_region().read(l.lock_slot(LOCK, 1))?;
+    if left.state == SLOT_LOCKED {
+        out.push(format!("replaced-manager-line-lands-late: the stale grant stays in memory: {left:?}"));
     }
     let left = rig.memory_findings()?;
     if !left.is_empty() {
@@ -356,6 +362,62 @@ pub(super) fn operator_says_a_dead_host_is_down(disable: Option<&'static str>) -
     let found = rig.memory_findings()?;
     if !found.is_empty() {
         out.push(format!("operator-says-a-dead-host-is-down: findings at the end: {found:?}"));
+    }
+    Ok(out)
+}
+
+/// Node 1 (host 1) takes lock 2 and gives it back; its grant is kept as a
+/// stopped manager's cache would keep it. Node 2 (host 2) takes the lock
+/// and is declared dead holding it; host 1's cache keeps the lock line as
+/// it was then; node 0 (host 0) recovers, and the lock's repair floor
+/// passes node 1's old ticket. The old grant then lands in node 1's slot
+/// (node 1 is alive and not waiting). Nobody holds by it: node 0 must be
+/// granted the lock, node 1 must detach (not `Busy`), and the region check
+/// clean.
+pub(super) fn void_grant_lands_in_a_live_slot(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LOCK: u32 = 2;
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = (rig.store(0)?, rig.store(1)?, rig.store(2)?);
+    attach_as(&s0, 0, 0)?;
+    attach_as(&s1, 1, 1)?;
+    attach_as(&s2, 2, 2)?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    let l = &s0.layout;
+    let slot1 = l.lock_slot(LOCK, 1);
+    let g1 = n1.lock(LOCK)?;
+    let old: LockSlot = rig.mem.shared_region().read(slot1)?;
+    n1.unlock(g1)?;
+    let mut out = Vec::new();
+    if old.state != SLOT_LOCKED {
+        out.push(format!("void-grant-lands-in-a-live-slot: node 1's grant was not in memory: {old:?}"));
+        return Ok(out);
+    }
+    let _held = n2.lock(LOCK)?;
+    let _: LockLine = s1.view.read(l.lock_line(LOCK))?;
+    declare_dead(&s0, 2)?;
+    env.step()?;
+    n0.recover(0)?;
+    rig.cache(1).write(slot1, &old)?;
+    rig.mem.evict_line(1, (slot1 / 64) as usize);
+    // A manager afresh scans every slot (a step reads only those whose
+    // bell rings).
+    let env = StepEnv::new(&s0, 0);
+    let n0 = Node::new(&s0, 0, &env, &l0)?;
+    match n0.lock(LOCK) {
+        Ok(g) => n0.unlock(g)?,
+        Err(e) => out.push(format!(
+            "void-grant-lands-in-a-live-slot: a grant from before the repair, landed late in a live node's slot, \
+             kept the lock from node 0 ({e})"
+        )),
+    }
+    if let Err(e) = n1.detach() {
+        out.push(format!("void-grant-lands-in-a-live-slot: node 1 holds nothing, but its detach says {e}"));
+    }
+    let left = rig.memory_findings()?;
+    if !left.is_empty() {
+        out.push(format!("void-grant-lands-in-a-live-slot: the region has findings {left:?}"));
     }
     Ok(out)
 }
