@@ -417,6 +417,21 @@ impl SimMemory {
         }
     }
 
+    /// Completes host `h`'s queued write-backs of line `i` now, the others
+    /// staying queued: flushes not yet fenced complete in any order.
+    pub fn land_queued(&self, h: usize, i: usize) {
+        let mut st = self.st();
+        let mut k = 0;
+        while k < st.hosts[h].pending.len() {
+            if st.hosts[h].pending[k].line as usize == i {
+                let q = st.hosts[h].pending.swap_remove(k);
+                land(&mut st, h, q, 0);
+            } else {
+                k += 1;
+            }
+        }
+    }
+
     /// Host `h`'s cache writes line `i` back now if it is dirty (an
     /// eviction, which hardware may do at any moment): the line as the
     /// cache holds it reaches memory; a queued write-back of it stays queued.

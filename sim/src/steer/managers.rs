@@ -255,8 +255,9 @@ pub(super) fn zombie_manager_grants_late(disable: Option<&'static str>) -> Resul
     Ok(out)
 }
 
-/// Node 0 (host 0) is granted lock 0 by its own manager: host 0's cache
-/// holds the LOCKED slot. Its process dies holding it; node 1's manager
+/// Node 0 (host 0) is granted lock 0 and an application lock by its own
+/// manager: host 0's cache holds the LOCKED slots. Its process dies holding
+/// them; node 1's manager
 /// (host 1) takes the role over, revokes the grant in memory and node 1's
 /// recovery frees node 0. A successor process on host 0 attaches as node 0:
 /// it holds nothing, and its detach must say so (not `Busy` from the old
@@ -269,9 +270,11 @@ pub(super) fn successor_reads_a_revoked_grant(disable: Option<&'static str>) -> 
     let env1 = StepEnv::new(&s1, 1);
     let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
     let n0 = Node::new(&s0, 0, &env0, &l0)?;
+    let app = n0.lock_alloc()?;
     let held = n0.lock(LOCK)?;
-    // The process dies holding the lock (node 0's handle is not used again).
-    drop(held);
+    let held_app = n0.lock_app(app)?;
+    // The process dies holding the locks (node 0's handle is not used again).
+    drop((held, held_app));
     // Declared dead by its silence, and known gone (as the successor's
     // host says once it finds the process gone): recovery frees it.
     declare_dead(&s1, 0)?;
@@ -293,6 +296,14 @@ pub(super) fn successor_reads_a_revoked_grant(disable: Option<&'static str>) -> 
             "successor-reads-a-revoked-grant: the new node 0 counts lock {lock} as held (its predecessor's revoked \
              grant, still in its host's cache)"
         )),
+    }
+    // An application lock the predecessor held, revoked and repaired the
+    // same way: the new node holds none.
+    if let Some(i) = n0b.held_app_lock()? {
+        out.push(format!(
+            "successor-reads-a-revoked-grant: the new node 0 counts application lock {i} as held (its \
+             predecessor's revoked grant, still in its host's cache)"
+        ));
     }
     if let Err(e) = n0b.detach() {
         out.push(format!("successor-reads-a-revoked-grant: the new node 0 cannot detach: {e}"));

@@ -199,6 +199,19 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::zombie_payload_lands_late,
         },
         Scenario {
+            name: "quiet-word-lands-before-the-payload",
+            what: "a woken node's word that it is quiet completes its write-back before its payload's: a \
+                   recovery then frees its block and another node reuses it, and nothing of the payload may \
+                   land over that",
+            run: zombies::quiet_word_lands_before_the_payload,
+        },
+        Scenario {
+            name: "late-burial-meets-a-successor",
+            what: "a burial stops after its write-backs; another completes, recovery frees the node and a \
+                   successor attaches: the late burial must leave the successor alone",
+            run: zombies::late_burial_meets_a_successor,
+        },
+        Scenario {
             name: "operator-says-a-dead-host-is-down",
             what: "a node declared dead by its silence is fenced, its block kept; an operator on a third host, \
                    its cache holding the slot as ALIVE, says the node's host is down: the next recovery frees both",

@@ -421,3 +421,108 @@ pub(super) fn void_grant_lands_in_a_live_slot(disable: Option<&'static str>) -> 
     }
     Ok(out)
 }
+
+/// As `zombie-payload-lands-late`, but the stopped node, woken, flushes its
+/// payload and then its word that it is quiet, and the word's write-back
+/// completes first (flushes not yet fenced complete in any order). Before
+/// the fence that completes the rest, node 0 recovers (freeing the node's
+/// block, quiet as it says) and publishes blocks of the same size: none may
+/// lose its bytes, so the payload must have landed before the word was
+/// written at all.
+pub(super) fn quiet_word_lands_before_the_payload(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LEN: usize = 4096;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let w = n1.reserve(NS, Key { lo: 0x5407, hi: 1 }, LEN as u64, 16)?;
+    s1.view.copy_in(w.off, &[0x77; LEN])?;
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    let hb = (s0.layout.heartbeat(1) / 64) as usize;
+    let mut out = Vec::new();
+    let mut published = Vec::new();
+    // Node 1 stops at the fence after its word, until told to go on.
+    let (stopped_rx, go_tx) = rig.parks_at(1, "node.quiet.fence");
+    let said = std::thread::scope(|sc| -> Result<Result<bool>> {
+        let t = sc.spawn(|| n1.quiesce(2));
+        if stopped_rx.recv().is_err() {
+            return Ok(t.join().unwrap_or(Err(Error::Corrupt)));
+        }
+        rig.mem.land_queued(1, hb);
+        env.step()?;
+        n0.recover(0)?;
+        for i in 0..6u64 {
+            let k = Key { lo: 0x5500 + i, hi: 2 + i };
+            let b = i as u8 + 1;
+            let h = n0.reserve(NS, k, LEN as u64, 16)?;
+            n0.write(&h, 0, &[b; LEN])?;
+            n0.publish_flushed(core::slice::from_ref(&h), &mut [Ok(())])?;
+            published.push((k, b));
+        }
+        let _ = go_tx.send(());
+        Ok(t.join().unwrap_or(Err(Error::Corrupt)))
+    })?;
+    rig.mem.drain(1);
+    if said != Ok(true) || published.is_empty() {
+        out.push(format!("quiet-word-lands-before-the-payload: the node said {said:?}; published {published:?}"));
+    }
+    for (k, b) in published {
+        let mut buf = vec![0u8; LEN];
+        match n0.get(NS, k, &mut buf) {
+            Ok(_) if buf == [b; LEN] => {}
+            r => out.push(format!(
+                "quiet-word-lands-before-the-payload: a block published once the node was said quiet lost its bytes \
+                 to the node's payload ({r:?})"
+            )),
+        }
+    }
+    Ok(out)
+}
+
+/// Node 1's process dies on host 1. A process of host 1 buries it and
+/// stops after its write-backs, before it looks at the slot again; another
+/// burial (through host 2) completes meanwhile, recovery frees the node
+/// (quiet: buried), and a successor attaches the slot through host 2. The
+/// first burial then goes on: it must see the successor (host 1's cache
+/// still shows the dead node ALIVE) and leave it alone, not declare it
+/// dead.
+pub(super) fn late_burial_meets_a_successor(disable: Option<&'static str>) -> Result<Vec<String>> {
+    let rig = Rig::new(3, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let s2 = rig.store(2)?;
+    let env = StepEnv::new(&s0, 0);
+    let l0 = NodeLocal::default();
+    let n0 = Node::new(&s0, 0, &env, &l0)?;
+    let mut out = Vec::new();
+    let (stopped_rx, go_tx) = rig.parks_at(1, "bury.info.again");
+    let first = std::thread::scope(|sc| -> Result<Result<bool>> {
+        let t = sc.spawn(|| cxlkv_core::node::bury(&s1, 1));
+        if stopped_rx.recv().is_err() {
+            return Ok(t.join().unwrap_or(Err(Error::Corrupt)));
+        }
+        let second = cxlkv_core::node::bury(&s2, 1);
+        env.step()?;
+        let rep = n0.recover(0)?;
+        let who = cxlkv_core::node::Identity { pid: 900, host_id: 3, pid_ns: 0, nonce: 99, now: 0 };
+        let id = cxlkv_core::node::attach_node(&s2, Some(1), who);
+        if second != Ok(true) || rep.nodes_freed != 1 << 1 || id != Ok(1) {
+            out.push(format!(
+                "late-burial-meets-a-successor: second burial {second:?}, recovery {rep:?}, successor {id:?}"
+            ));
+        }
+        let _ = go_tx.send(());
+        Ok(t.join().unwrap_or(Err(Error::Corrupt)))
+    })?;
+    if first != Ok(false) {
+        out.push(format!("late-burial-meets-a-successor: the late burial said {first:?} of the successor's slot"));
+    }
+    let l2 = NodeLocal::default();
+    let succ = Node::new(&s2, 1, &env, &l2)?;
+    if let Err(e) = succ.heartbeat(99) {
+        out.push(format!("late-burial-meets-a-successor: the successor was fenced by a late burial ({e})"));
+    }
+    Ok(out)
+}
