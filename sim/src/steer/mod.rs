@@ -212,6 +212,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::late_burial_meets_a_successor,
         },
         Scenario {
+            name: "fenced-waiter-is-not-granted",
+            what: "a node stops while it waits for a lock, is declared dead and fenced; the lock is given back: \
+                   woken, the node must learn it was fenced, never find the lock granted",
+            run: zombies::fenced_waiter_is_not_granted,
+        },
+        Scenario {
             name: "operator-says-a-dead-host-is-down",
             what: "a node declared dead by its silence is fenced, its block kept; an operator on a third host, \
                    its cache holding the slot as ALIVE, says the node's host is down: the next recovery frees both",

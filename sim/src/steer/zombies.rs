@@ -526,3 +526,43 @@ pub(super) fn late_burial_meets_a_successor(disable: Option<&'static str>) -> Re
     }
     Ok(out)
 }
+
+/// Node 1 (host 1) asks for a lock node 0 holds and stops while it waits.
+/// It is declared dead, node 0 gives the lock back and recovers: node 1 is
+/// fenced, its request still in its slot. When node 1 wakes, it must learn
+/// it was fenced (`Revoked`), never find the lock granted: a fenced node
+/// granted a lock would run its critical section beside the next holder.
+pub(super) fn fenced_waiter_is_not_granted(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LOCK: u32 = 2;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let held = n0.lock(LOCK)?;
+    let mut out = Vec::new();
+    let (stopped_rx, go_tx) = rig.parks_at(1, "lock.poll");
+    let woken = std::thread::scope(|sc| -> Result<Result<cxlkv_core::lock::Held>> {
+        let t = sc.spawn(|| n1.lock(LOCK));
+        if stopped_rx.recv().is_err() {
+            return Ok(t.join().unwrap_or(Err(Error::Corrupt)));
+        }
+        declare_dead(&s0, 1)?;
+        env.step()?;
+        n0.unlock(held)?;
+        let rep = n0.recover(0)?;
+        for _ in 0..4 {
+            env.step()?;
+        }
+        if rep.nodes_fenced != 1 << 1 {
+            out.push(format!("fenced-waiter-is-not-granted: node 1 not fenced: {rep:?}"));
+        }
+        let _ = go_tx.send(());
+        Ok(t.join().unwrap_or(Err(Error::Corrupt)))
+    })?;
+    match woken {
+        Err(Error::Revoked) => {}
+        r => out.push(format!("fenced-waiter-is-not-granted: the woken, fenced waiter got {r:?}, not Revoked")),
+    }
+    Ok(out)
+}
