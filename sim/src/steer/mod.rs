@@ -292,6 +292,16 @@ impl Rig {
         Ok((s0, s1))
     }
 
+    /// Hosts 0 to 2's stores, with node n attached on host n.
+    fn three_hosts_one_node_each(
+        &self,
+    ) -> Result<(Store<SimCoherence<'_>>, Store<SimCoherence<'_>>, Store<SimCoherence<'_>>)> {
+        let (s0, s1) = self.two_hosts_one_node_each()?;
+        let s2 = self.store(2)?;
+        attach_as(&s2, 2, 2)?;
+        Ok((s0, s1, s2))
+    }
+
     /// Host `h`'s cache as a view (stores there are that host's stores).
     fn cache(&self, h: usize) -> View {
         self.mem.view(h)

@@ -158,10 +158,7 @@ pub(super) fn zombie_stripe_holder_lands_late(disable: Option<&'static str>) -> 
 pub(super) fn replaced_manager_line_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
     const LOCK: u32 = 2;
     let rig = Rig::new(3, 3, disable)?;
-    let (s0, s1, s2) = (rig.store(0)?, rig.store(1)?, rig.store(2)?);
-    attach_as(&s0, 0, 0)?;
-    attach_as(&s1, 1, 1)?;
-    attach_as(&s2, 2, 2)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
     let env = StepEnv::new(&s0, 0);
     let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
     let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
@@ -377,10 +374,7 @@ pub(super) fn operator_says_a_dead_host_is_down(disable: Option<&'static str>) -
 pub(super) fn void_grant_lands_in_a_live_slot(disable: Option<&'static str>) -> Result<Vec<String>> {
     const LOCK: u32 = 2;
     let rig = Rig::new(3, 3, disable)?;
-    let (s0, s1, s2) = (rig.store(0)?, rig.store(1)?, rig.store(2)?);
-    attach_as(&s0, 0, 0)?;
-    attach_as(&s1, 1, 1)?;
-    attach_as(&s2, 2, 2)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
     let env = StepEnv::new(&s0, 0);
     let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
     let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
