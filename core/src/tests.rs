@@ -731,3 +731,22 @@ fn a_quarantined_entry_naming_no_fenced_node_is_reported() {
         assert!(findings(f).iter().any(|x| x.kind == FindingKind::Writer), "{:?}", findings(f));
     });
 }
+
+#[test]
+fn a_fenced_node_is_taken_as_quiet_once_its_quarantine_is_over() {
+    with_two_nodes(|f, env, a, b| {
+        *env.quarantine.lock() = 3000;
+        let (w, raw) = stop_node_1_holding_a_pin_a_reservation_and_a_raw_block(f, env, &a, &b);
+        let rep = env.step().unwrap();
+        assert_eq!((rep.quarantine_ended, rep.dead), (0, 0), "the quarantine has just begun");
+        *env.now.lock() += 2000;
+        assert_eq!(env.step().unwrap().quarantine_ended, 0, "not over yet");
+        *env.now.lock() += 2000;
+        let rep = env.step().unwrap();
+        assert_eq!((rep.quarantine_ended, rep.dead), (1 << 1, 1 << 1), "over: taken as quiet, recovery due");
+        let rep = a.recover(0).unwrap();
+        assert_eq!((rep.nodes_freed, rep.writes_aborted, rep.blocks_reclaimed), (1 << 1, 1, 2));
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+        let _ = (w, raw);
+    });
+}

@@ -61,6 +61,8 @@ pub struct InlineEnv<'a> {
     /// Nodes whose process is stopped: they do not beat, and the probe
     /// finds them running (silence alone declares them dead).
     pub stopped: spin::Mutex<u64>,
+    /// The manager's quarantine (see `LeaseConfig::quarantine`; 0 never).
+    pub quarantine: spin::Mutex<u64>,
 }
 
 impl<'a> InlineEnv<'a> {
@@ -71,6 +73,7 @@ impl<'a> InlineEnv<'a> {
             now: spin::Mutex::new(0),
             killed: spin::Mutex::new(0),
             stopped: spin::Mutex::new(0),
+            quarantine: spin::Mutex::new(0),
         }
     }
     pub fn step(&self) -> Result<crate::lock::StepReport> {
@@ -90,7 +93,8 @@ impl<'a> InlineEnv<'a> {
             self.store.view.write(l.heartbeat(n), &hb)?;
         }
         let probe = move |n: u32, _: &NodeInfo| if killed & (1 << n) != 0 { Some(false) } else { None };
-        self.mgr.lock().step(self.store, now, LeaseConfig { lease: 1000, settle: 0 }, &probe)
+        let cfg = LeaseConfig { lease: 1000, settle: 0, quarantine: *self.quarantine.lock() };
+        self.mgr.lock().step(self.store, now, cfg, &probe)
     }
 }
 

@@ -154,7 +154,7 @@ impl<C: Coherence> NodeEnv for Many<'_, C> {
         self.t.set(self.t.get() + 1);
         let dead = self.dead.get();
         let h = (0..self.stores.len()).find(|&h| dead & (1 << h) == 0).unwrap_or(0);
-        let cfg = LeaseConfig { lease: 1 << 40, settle: 0 };
+        let cfg = LeaseConfig { lease: 1 << 40, settle: 0, quarantine: 0 };
         let probe = move |n: u32, _: &NodeInfo| Some(dead & (1 << n) == 0);
         if let Ok(mut m) = self.mgrs[h].try_borrow_mut() {
             let _ = m.step(&self.stores[h], self.t.get(), cfg, &probe);

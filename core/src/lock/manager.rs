@@ -27,6 +27,15 @@ pub struct LeaseConfig {
     /// After claiming the manager role, wait this long before granting, so a
     /// racing claimant sees it lost.
     pub settle: u64,
+    /// A node fenced this long (declared dead and recovered, not known
+    /// quiet: see [`crate::layout::Heartbeat::quiet`]) is taken as quiet,
+    /// and the recovery that frees its slot and blocks is called for. 0:
+    /// never; only the node's own word, its host's or an operator's frees
+    /// it. Past this bound, a stopped node that wakes may corrupt blocks
+    /// reused meanwhile; below it, a node that never comes back (a killed
+    /// container whose PID namespace no other node shares, a host that
+    /// failed) holds its slot and blocks.
+    pub quarantine: u64,
 }
 
 /// What one manager step did.
@@ -49,6 +58,9 @@ pub struct StepReport {
     /// When the liveness scan that `dead` comes from ran (the caller's
     /// ticks): a recovery that ended later has already seen those nodes.
     pub scanned_at: u64,
+    /// Fenced nodes this step took as quiet, their quarantine over (see
+    /// [`LeaseConfig::quarantine`]).
+    pub quarantine_ended: u64,
 }
 
 /// The lock manager's process-local state. Driven by [`Manager::step`] from a
@@ -69,6 +81,9 @@ pub struct Manager {
     /// node it belonged to (a new incarnation restarts the silence clock).
     beat: [(u64, u64); MAX_NODES as usize],
     beat_moved_at: [u64; MAX_NODES as usize],
+    /// Per node: since when (this manager's ticks) it has seen the node
+    /// fenced, with the incarnation it saw fenced.
+    fenced_since: [(u64, u64); MAX_NODES as usize],
     started: bool,
     /// Locks this manager believes held (granted and not seen released).
     held: [u64; 4],
@@ -170,6 +185,7 @@ impl Manager {
             lease_moved_at: 0,
             beat: [(0, 0); MAX_NODES as usize],
             beat_moved_at: [0; MAX_NODES as usize],
+            fenced_since: [(0, 0); MAX_NODES as usize],
             started: false,
             held: [0; 4],
             last_holder: [0; MAX_LOCKS as usize],
@@ -663,7 +679,20 @@ impl Manager {
                 NODE_FENCED => {
                     // Recovered, its reservations kept until it is quiet:
                     // once it is, recovery is due again to free them.
-                    if crate::node::quiet_incarnation(store, n)? == Some(info.incarnation) {
+                    let mut quiet = crate::node::quiet_incarnation(store, n)? == Some(info.incarnation);
+                    let (inc, since) = self.fenced_since.at(n as usize);
+                    let since = if inc == info.incarnation && since != 0 {
+                        since
+                    } else {
+                        self.fenced_since.set(n as usize, (info.incarnation, now.max(1)));
+                        now.max(1)
+                    };
+                    if !quiet && cfg.quarantine != 0 && now.saturating_sub(since) >= cfg.quarantine {
+                        // Its quarantine is over: taken as quiet.
+                        quiet = crate::node::declare_quiet(store, n)?;
+                        rep.quarantine_ended |= u64::from(quiet) << n;
+                    }
+                    if quiet {
                         dead |= 1 << n;
                     }
                     self.beat_moved_at.set(n as usize, now);

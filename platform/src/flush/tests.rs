@@ -169,7 +169,7 @@ impl<C: Coherence + Sync> NodeEnv for Solo<'_, C> {
             *t += 1;
             *t
         };
-        let cfg = cxlkv_core::lock::LeaseConfig { lease: 1 << 40, settle: 0 };
+        let cfg = cxlkv_core::lock::LeaseConfig { lease: 1 << 40, settle: 0, quarantine: 0 };
         self.mgr.lock().unwrap().step(self.store, now, cfg, &|_, _| Some(true)).map(|_| ())
     }
 }

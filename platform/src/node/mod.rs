@@ -47,6 +47,17 @@ pub struct Options {
     pub lease: Duration,
     /// Wait after claiming the manager role before granting.
     pub settle: Duration,
+    /// How long a node declared dead by its silence keeps its slot, its
+    /// reservations, raw blocks and pins (fenced) while nothing says it is
+    /// quiet: its own close, a process of its host that finds it gone, or
+    /// an operator (`cxlkv recover --quiet`). After that it is taken as
+    /// quiet and freed; a stopped process that wakes later may corrupt
+    /// blocks reused meanwhile. `None`: never (a node that never comes back
+    /// and that nobody vouches for keeps its slot). Five minutes by default:
+    /// far beyond a GC pause or a VM migration, short enough that killed
+    /// containers whose PID namespace no other node shares give their slots
+    /// back. Every node of a region should use the same.
+    pub quarantine: Option<Duration>,
     /// Give up waiting for a lock after this long.
     pub lock_timeout: Duration,
     /// Recover automatically when this node's manager declares a node dead.
@@ -87,6 +98,7 @@ impl Default for Options {
             payload: PayloadStores::Auto,
             lease: Duration::from_secs(2),
             settle: Duration::from_millis(50),
+            quarantine: Some(Duration::from_secs(300)),
             lock_timeout: Duration::from_secs(60),
             auto_recover: true,
             local_dir: PathBuf::from("/dev/shm"),
@@ -226,9 +238,19 @@ impl Inner {
         let probe = move |_n: u32, info: &NodeInfo| {
             (here.can_probe(info) && info.state == NODE_ALIVE).then(|| pid_alive(info.pid))
         };
-        let cfg =
-            LeaseConfig { lease: self.opts.lease.as_millis() as u64, settle: self.opts.settle.as_millis() as u64 };
+        let cfg = LeaseConfig {
+            lease: self.opts.lease.as_millis() as u64,
+            settle: self.opts.settle.as_millis() as u64,
+            quarantine: self.opts.quarantine.map_or(0, |q| (q.as_millis() as u64).max(1)),
+        };
         let r = m.step(&self.store, self.now_ms(), cfg, &probe)?;
+        if r.quarantine_ended != 0 {
+            eprintln!(
+                "cxlkv: node {} (lock manager) took fenced nodes {:#b} as quiet: nothing said so within the \
+                 quarantine ({:?}); recovery frees their slots and blocks",
+                self.id, r.quarantine_ended, self.opts.quarantine
+            );
+        }
         if r.running_dead != 0 {
             self.core().count_running_declared_dead(u64::from(r.running_dead.count_ones()));
             eprintln!(

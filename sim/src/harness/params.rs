@@ -30,4 +30,4 @@ pub(crate) const NS: u32 = 3;
 pub(crate) const KEYS: u64 = 40;
 
 /// The lease of simulated nodes, in scheduler steps.
-pub(crate) const LEASE: LeaseConfig = LeaseConfig { lease: 40_000, settle: 300 };
+pub(crate) const LEASE: LeaseConfig = LeaseConfig { lease: 40_000, settle: 300, quarantine: 0 };

@@ -26,7 +26,7 @@ pub(super) fn new_incarnation_old_beat(disable: Option<&'static str>) -> Result<
     const LEASE: u64 = 10;
     let rig = Rig::new(2, 2, disable)?;
     let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let cfg = LeaseConfig { lease: LEASE, settle: 0 };
+    let cfg = LeaseConfig { lease: LEASE, settle: 0, quarantine: 0 };
     let probe = |_: u32, _: &NodeInfo| None;
     let mut mgr = Manager::new(0);
     let env = StepEnv::new(&s1, 1);
@@ -121,7 +121,7 @@ pub(super) fn late_line_over_a_newer_claim(disable: Option<&'static str>) -> Res
     const SETTLE: u64 = 3;
     let rig = Rig::new(2, 2, disable)?;
     let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let cfg = LeaseConfig { lease: LEASE, settle: SETTLE };
+    let cfg = LeaseConfig { lease: LEASE, settle: SETTLE, quarantine: 0 };
     let probe = |_: u32, _: &NodeInfo| None;
     let (mut m0, mut m1) = (Manager::new(0), Manager::new(1));
     let mut out = Vec::new();
@@ -163,7 +163,7 @@ pub(super) fn named_without_a_claim(disable: Option<&'static str>) -> Result<Vec
     const SETTLE: u64 = 3;
     let rig = Rig::new(2, 2, disable)?;
     let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let cfg = LeaseConfig { lease: 1000, settle: SETTLE };
+    let cfg = LeaseConfig { lease: 1000, settle: SETTLE, quarantine: 0 };
     let probe = |_: u32, _: &NodeInfo| None;
     let (mut m0, mut m1) = (Manager::new(0), Manager::new(1));
     let mut out = Vec::new();
@@ -200,8 +200,8 @@ pub(super) fn zombie_manager_grants_late(disable: Option<&'static str>) -> Resul
     const LOCK: u32 = 0;
     // Node 1's manager finds a lease stale after 20 steps of its own; node
     // 0's declares nobody dead within the scenario (no heartbeat moves).
-    let cfg = LeaseConfig { lease: 20, settle: 3 };
-    let cfg0 = LeaseConfig { lease: 1 << 40, settle: 3 };
+    let cfg = LeaseConfig { lease: 20, settle: 3, quarantine: 0 };
+    let cfg0 = LeaseConfig { lease: 1 << 40, settle: 3, quarantine: 0 };
     let rig = Rig::new(2, 3, disable)?;
     let s0 = rig.store(0)?;
     attach_as(&s0, 0, 0)?;

@@ -387,7 +387,7 @@ pub(super) struct StepEnv<'a> {
 
 impl<'a> StepEnv<'a> {
     fn new(store: &'a Store<SimCoherence<'a>>, me: u32) -> StepEnv<'a> {
-        StepEnv::with_lease(store, me, LeaseConfig { lease: u64::MAX / 4, settle: 0 })
+        StepEnv::with_lease(store, me, LeaseConfig { lease: u64::MAX / 4, settle: 0, quarantine: 0 })
     }
 
     /// Steps node `me`'s manager with this lease and settle, one tick a
