@@ -347,6 +347,16 @@ impl Rig {
         matches!(cut, Err(ref p) if p.is::<Died>())
     }
 
+    /// Adds to `out` what `check` finds in memory itself, named for
+    /// scenario `name`: a scenario's region must check clean at its end.
+    fn expect_clean(&self, name: &str, out: &mut Vec<String>) -> Result<()> {
+        let found = self.memory_findings()?;
+        if !found.is_empty() {
+            out.push(format!("{name}: the region has findings {found:?}"));
+        }
+        Ok(())
+    }
+
     /// Findings of `check` on memory itself (what a host reads after
     /// invalidating everything; what a crash of every host would leave).
     fn memory_findings(&self) -> Result<Vec<FindingKind>> {

@@ -139,10 +139,7 @@ pub(super) fn zombie_stripe_holder_lands_late(disable: Option<&'static str>) -> 
         Ok(n) if n == all.len() => {}
         r => out.push(format!("zombie-stripe-holder-lands-late: {r:?} of {} blocks found after the repair", all.len())),
     }
-    let left = rig.memory_findings()?;
-    if !left.is_empty() {
-        out.push(format!("zombie-stripe-holder-lands-late: the region has findings {left:?} after the repair"));
-    }
+    rig.expect_clean("zombie-stripe-holder-lands-late", &mut out)?;
     Ok(out)
 }
 
@@ -232,10 +229,7 @@ pub(super) fn replaced_manager_line_lands_late(disable: Option<&'static str>) ->
     if left.state == SLOT_LOCKED {
         out.push(format!("replaced-manager-line-lands-late: the stale grant stays in memory: {left:?}"));
     }
-    let left = rig.memory_findings()?;
-    if !left.is_empty() {
-        out.push(format!("replaced-manager-line-lands-late: the region has findings {left:?}"));
-    }
+    rig.expect_clean("replaced-manager-line-lands-late", &mut out)?;
     Ok(out)
 }
 
@@ -323,10 +317,7 @@ pub(super) fn zombie_payload_lands_late(disable: Option<&'static str>) -> Result
              block ({rep:?})"
         ));
     }
-    let found = rig.memory_findings()?;
-    if !found.is_empty() {
-        out.push(format!("zombie-payload-lands-late: findings at the end: {found:?}"));
-    }
+    rig.expect_clean("zombie-payload-lands-late", &mut out)?;
     Ok(out)
 }
 
@@ -356,10 +347,7 @@ pub(super) fn operator_says_a_dead_host_is_down(disable: Option<&'static str>) -
             "operator-says-a-dead-host-is-down: fenced by {first:?}; the operator's word {said:?}; then {rep:?}"
         ));
     }
-    let found = rig.memory_findings()?;
-    if !found.is_empty() {
-        out.push(format!("operator-says-a-dead-host-is-down: findings at the end: {found:?}"));
-    }
+    rig.expect_clean("operator-says-a-dead-host-is-down", &mut out)?;
     Ok(out)
 }
 
@@ -409,10 +397,7 @@ pub(super) fn void_grant_lands_in_a_live_slot(disable: Option<&'static str>) -> 
     if let Err(e) = n1.detach() {
         out.push(format!("void-grant-lands-in-a-live-slot: node 1 holds nothing, but its detach says {e}"));
     }
-    let left = rig.memory_findings()?;
-    if !left.is_empty() {
-        out.push(format!("void-grant-lands-in-a-live-slot: the region has findings {left:?}"));
-    }
+    rig.expect_clean("void-grant-lands-in-a-live-slot", &mut out)?;
     Ok(out)
 }
 
