@@ -63,6 +63,11 @@ pub enum FindingKind {
     /// written back late by a revoked holder; the stripe's next holder has it
     /// repaired before using it (a = stripe, b = the header's ticket).
     VoidStripe,
+    /// A chunk is void: its record stamped below its heap lock's repair
+    /// floor, or its maps not summing to the record's checksum, so a revoked
+    /// holder's late write-back; its next holder has it repaired before
+    /// using it (a = chunk, b = the record's ticket).
+    VoidChunk,
     /// A journal record names a bad entry, or one neither published at its
     /// generation nor reserved by its node (a = node, b = entry).
     Journal,
@@ -117,6 +122,7 @@ impl FindingKind {
             FindingKind::FreeList => "free list broken",
             FindingKind::StripeCounters => "stripe counters wrong",
             FindingKind::VoidStripe => "stripe header void (a revoked holder's, awaiting repair)",
+            FindingKind::VoidChunk => "chunk record or maps void (a revoked holder's, awaiting repair)",
             FindingKind::Journal => "journal record inconsistent",
             FindingKind::Unjournaled => "reservation without journal record",
             FindingKind::ChunkRecord => "chunk record malformed",
@@ -367,6 +373,12 @@ impl<C: Coherence> Checker<'_, C> {
             if bit != (rec.kind != CHUNK_FREE) {
                 self.rep(FindingKind::ChunkBitmap, c as u64, 0);
             }
+            if self.void_chunk(&rec, &m) {
+                // Its counts and maps are a revoked holder's: what the
+                // repair will rebuild, not what the chunk holds.
+                self.rep(FindingKind::VoidChunk, c as u64, rec.ticket);
+                continue;
+            }
             let empty = sum.used == 0 && sum.blocks == 0 && sum.well_formed;
             let bad = !kind_valid(rec.kind)
                 || rec.owner > l.caps.max_nodes
@@ -504,10 +516,29 @@ impl<C: Coherence> Checker<'_, C> {
         Ok(k)
     }
 
+    /// True when a chunk of record `rec` and maps `m` is void (see
+    /// `alloc::chunk_void`), by the floors this check read.
+    fn void_chunk(&self, rec: &ChunkRecord, m: &crate::alloc::ChunkMap) -> bool {
+        let l = &self.st.layout;
+        let owned =
+            matches!(rec.kind, CHUNK_KV | CHUNK_RAW | CHUNK_LARGE) && (1..=l.caps.max_nodes).contains(&rec.owner);
+        // An owner (checked above): not 0.
+        let floor = || self.floors.get(l.locks().heap(rec.owner.wrapping_sub(1)) as usize).copied().unwrap_or(0);
+        owned && (rec.ticket < floor() || rec.map_sum != m.checksum())
+    }
+
     /// The payload block of entry `e` of stripe `s`: exactly the block its
-    /// length needs, and no other entry's.
+    /// length needs, and no other entry's. Nothing is known of a void
+    /// chunk's blocks (reported as such).
     fn entry_payload(&mut self, s: u32, e: u32, ent: &Entry) {
         let (st, l) = (self.st, &self.st.layout);
+        let void = chunk_of(l, ent.payload_off).ok().is_some_and(|c| {
+            let rec: Result<ChunkRecord> = st.view.read(l.chunk(c));
+            matches!((rec, read_map(st, c, None)), (Ok(rec), Ok(m)) if self.void_chunk(&rec, &m))
+        });
+        if void {
+            return;
+        }
         let placed = chunk_of(l, ent.payload_off).ok().and_then(|c| {
             let rec: ChunkRecord = st.view.read(l.chunk(c)).ok()?;
             let m = read_map(st, c, None).ok()?;
@@ -731,6 +762,9 @@ impl<C: Coherence> Checker<'_, C> {
                 continue;
             }
             let kind = if kv { FindingKind::LeakedBlock } else { FindingKind::LeakedRaw };
+            if self.void_chunk(&rec, &read_map(st, c, None)?) {
+                continue;
+            }
             if rec.kind == CHUNK_LARGE {
                 if rec.blocks == 1 && !marked(self.scratch, mw, c, 0) {
                     self.rep(kind, c as u64, 0);

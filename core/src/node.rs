@@ -28,6 +28,12 @@ pub struct NodeLocal {
     /// slot shows it in every state (see `lock.rs`), so a manager that takes
     /// over from a lock line written back late still counts on from it.
     pub(crate) tickets: Tickets,
+    /// A chunk record or map this node found void (see
+    /// [`crate::layout::ChunkRecord`]) under a lock taken while it held
+    /// another: it has the chunks repaired once it holds no lock.
+    pub(crate) void_chunk: spin::Mutex<bool>,
+    /// Such a repair ran through since an operation last asked.
+    pub(crate) void_repaired: spin::Mutex<bool>,
 }
 
 /// The largest ticket of each lock a node was granted (see
@@ -93,6 +99,8 @@ impl Default for NodeLocal {
             touched: spin::Mutex::new(Touched { at: [(0, 0); TOUCHED], n: 0 }),
             beat_counters: BeatCounters::default(),
             tickets: Tickets(spin::Mutex::new([0; crate::layout::MAX_LOCKS as usize])),
+            void_chunk: spin::Mutex::new(false),
+            void_repaired: spin::Mutex::new(false),
         }
     }
 }

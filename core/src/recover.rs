@@ -237,12 +237,18 @@ impl<C: Coherence> Node<'_, C> {
                 rec.used = 0;
                 rec.blocks = 0;
             } else {
+                // Kept as it is, and stamped in step 4 with this host's
+                // copy of its maps: fresh from here on (recovery holds every
+                // lock).
+                let map = read_map(st, c, Some(Site("recover.raw.map")))?;
                 if rec.kind == CHUNK_RAW && !mutant!("recover.trust_raw_record") {
                     // A live owner keeps its raw blocks, but another process
                     // that died while freeing one of them (under the owner's
                     // heap lock, which this recovery holds now) may have
-                    // published the map and not the record: the map decides.
-                    let sum = read_map(st, c, Some(Site("recover.raw.map")))?.summary();
+                    // published the map and not the record — or a revoked
+                    // holder's map line landed late (the chunk is void):
+                    // the map decides.
+                    let sum = map.summary();
                     let derived = (sum.used, sum.blocks, sum.free_max);
                     if sum.well_formed && (rec.used, rec.blocks, rec.free_max) != derived {
                         (rec.used, rec.blocks, rec.free_max) = derived;
@@ -276,7 +282,7 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// Step 4: Chunks nothing claims go back to the bitmap; the others get their
-    /// record's counts from their maps.
+    /// record's counts from their maps, and this recovery's stamp.
     fn settle_chunks(&self, owners: u64, rep: &mut RecoverReport) -> Result<()> {
         let st = self.store;
         let l = &st.layout;
@@ -317,6 +323,22 @@ impl<C: Coherence> Node<'_, C> {
                 }
             }
             set_bitmap(st, c, true)?;
+            if matches!(rec.kind, CHUNK_KV | CHUNK_RAW | CHUNK_LARGE) && (1..=l.caps.max_nodes).contains(&rec.owner) {
+                // Stamped with this recovery's ticket of the owner's heap
+                // lock, which step 7 makes that lock's floor, and with the
+                // checksum of the maps as rebuilt (or kept): so the chunk is
+                // not void, and a revoked holder's record or map line that
+                // lands later is.
+                let owner = rec.owner.wrapping_sub(1);
+                let stamped = ChunkRecord {
+                    ticket: self.ticket(l.locks().heap(owner))?,
+                    map_sum: read_map(st, c, None)?.checksum(),
+                    ..rec
+                };
+                if stamped != rec {
+                    st.view.write(l.chunk(c), &stamped)?;
+                }
+            }
         }
         Ok(())
     }

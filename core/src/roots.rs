@@ -129,6 +129,10 @@ impl<C: Coherence> Node<'_, C> {
     /// heap awaits repair after its node's death (retry once recovered).
     pub fn root_free(&self, name: &[u8]) -> Result<Root> {
         let want = name_bytes(name)?;
+        self.after_void_repairs(|| self.root_free_once(want))
+    }
+
+    fn root_free_once(&self, want: [u8; MAX_NAME]) -> Result<Root> {
         self.with_lock(self.store.layout.locks().roots(), || {
             let (i, r) = self.root_find_locked(want)?;
             // The record goes once the allocation is found, under its heap

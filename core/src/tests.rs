@@ -595,6 +595,42 @@ fn a_revoked_holders_late_header_is_void_and_the_next_holder_has_it_repaired() {
 }
 
 #[test]
+fn a_revoked_holders_late_chunk_record_is_void_and_the_next_holder_has_it_repaired() {
+    use crate::layout::ChunkRecord;
+    with_two_nodes(|f, env, a, b| {
+        let l = &f.store.layout;
+        let first = a.alloc(1000).unwrap();
+        let c = crate::alloc::chunk_of(l, first).unwrap();
+        // Node 1 takes node 0's heap lock (as freeing one of node 0's raw
+        // blocks does) and stops past its lease holding it: the record as
+        // its cache would write it back later.
+        let held = b.lock(l.locks().heap(a.id)).unwrap();
+        let mut late: ChunkRecord = f.store.view.read(l.chunk(c)).unwrap();
+        late.ticket = held.seq;
+        *env.killed.lock() = 1 << 1;
+        env.step().unwrap();
+        a.recover(0).unwrap();
+        let second = a.alloc(1000).unwrap();
+        let now: ChunkRecord = f.store.view.read(l.chunk(c)).unwrap();
+        assert!(now.ticket > held.seq, "holders after the repair stamp their own tickets");
+        assert_eq!(crate::alloc::chunk_of(l, second).unwrap(), c);
+        // It wakes and its record lands over what the rack did since.
+        f.store.view.write(l.chunk(c), &late).unwrap();
+        assert!(findings(f).iter().any(|x| x.kind == FindingKind::VoidChunk), "{:?}", findings(f));
+        // The next holder finds the chunk void and has it repaired before
+        // it changes anything there: the free goes through, and the chunk
+        // keeps the first block.
+        a.free(second).unwrap();
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+        let third = a.alloc(1000).unwrap();
+        assert_ne!(third, first);
+        a.free(first).unwrap();
+        a.free(third).unwrap();
+        assert_eq!(b.unlock(held), Err(Error::Revoked));
+    });
+}
+
+#[test]
 fn a_replaced_managers_late_lock_line_turns_nothing_back() {
     use crate::layout::LockLine;
     with_two_nodes(|f, env, a, b| {

@@ -141,6 +141,16 @@ fn runs_found_outside_ci_pass() {
     }
 }
 
+/// Zombie runs a sweep found failing, each with what it found:
+#[test]
+fn zombie_runs_found_in_sweeps_pass() {
+    // a holder of a heap lock stopped with a map line queued for write-back;
+    // declared dead, recovered and woken, its line landed over the map that
+    // holders had changed since, and live blocks read as free
+    let (seed, hosts, ops, lazy, mixed) = (90023, 3, 80, true, false);
+    must_pass(RunConfig { seed, hosts, ops, crash: false, disable: None, lazy, mixed, feed_at: None, zombie: true });
+}
+
 #[test]
 fn every_steered_scenario_passes() {
     for s in cxlkv_sim::steer::scenarios() {

@@ -173,6 +173,16 @@ impl ChunkMap {
         best.max(run)
     }
 
+    /// Checksum of both maps (the words in use), as a chunk record carries
+    /// it ([`crate::layout::ChunkRecord::map_sum`]): a map line written back
+    /// late over a newer one no longer sums to the record's.
+    pub fn checksum(&self) -> u64 {
+        let w = self.words();
+        let used = crate::hash::checksum32(self.used.get(..w).unwrap_or_default());
+        let start = crate::hash::checksum32(self.start.get(..w).unwrap_or_default());
+        (used as u64) << 32 | start as u64
+    }
+
     /// Counts and shape, for `check`.
     pub fn summary(&self) -> MapSummary {
         let w = self.words();

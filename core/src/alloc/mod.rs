@@ -20,6 +20,7 @@ pub mod map;
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{ChunkRecord, Layout, CHUNK_CONT, CHUNK_FREE, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW};
+use crate::lock::Held;
 use crate::mutant::mutant;
 use crate::node::{Node, HINTS};
 use crate::store::Store;
@@ -31,6 +32,10 @@ pub use map::ChunkMap;
 /// the region full (the caller then evicts): bounds the search in regions of
 /// hundreds of thousands of chunks. A cursor per node rotates the window.
 const SCAN_LIMIT: u32 = 1024;
+
+/// Times an operation refused because a chunk was void runs again after the
+/// repair (one is enough unless the chunk keeps coming back void).
+const VOID_RETRIES: u32 = 3;
 
 /// What an allocation is for: payload of index entries, or raw bytes the
 /// application manages (named roots point at these).
@@ -174,6 +179,16 @@ struct Located {
     block: Option<(u32, u32)>,
 }
 
+/// True when the record `rec` of a chunk cut into granules, with maps `m`,
+/// both read under its owner's heap lock whose repair floor is `floor`, is
+/// void: stamped below the floor, or its maps not summing to its checksum.
+/// Either is a revoked holder's late write-back (its record, or a map line
+/// over a newer one; see `lock.rs`, "Zombies"): what the chunk holds is
+/// unknown until a recovery rebuilds it.
+pub(crate) fn chunk_void(rec: &ChunkRecord, m: &ChunkMap, floor: u64) -> bool {
+    (rec.ticket < floor || rec.map_sum != m.checksum()) && !mutant!("alloc.trust_void_chunk")
+}
+
 /// True if the chunk kind is one the allocator writes.
 pub fn kind_valid(kind: u32) -> bool {
     matches!(kind, CHUNK_FREE | CHUNK_KV | CHUNK_RAW | CHUNK_LARGE | CHUNK_CONT)
@@ -194,7 +209,48 @@ impl<C: Coherence> Node<'_, C> {
         if chunk_of(&self.store.layout, off).is_err() {
             return Err(Error::InvalidArgument);
         }
-        self.free_block(off, Kind::Raw, false)
+        self.after_void_repairs(|| self.free_block(off, Kind::Raw, false))
+    }
+
+    /// Notes a chunk found void: a recovery repairs it once this node holds
+    /// no lock (see [`Node::repair_void_chunks`]). Returns `Recovering`, the
+    /// refusal of what needed the chunk.
+    pub(crate) fn void_found(&self) -> Error {
+        *self.local.void_chunk.lock() = true;
+        Error::Recovering
+    }
+
+    /// Has the chunks this node found void repaired: runs a recovery, which
+    /// rebuilds every chunk and stamps it with its own tickets. Called by
+    /// [`Node::with_held`] once an outermost lock is released (a recovery
+    /// takes every lock). True when a repair was due and ran through; one
+    /// that fails is tried again after the next outermost lock.
+    pub(crate) fn repair_void_chunks(&self) -> bool {
+        if !core::mem::take(&mut *self.local.void_chunk.lock()) {
+            return false;
+        }
+        self.env.recovering(true);
+        let r = self.recover(0);
+        self.env.recovering(false);
+        let ok = r.is_ok();
+        let flag = if ok { &self.local.void_repaired } else { &self.local.void_chunk };
+        *flag.lock() = true;
+        ok
+    }
+
+    /// Runs `op` (which takes no lock the caller holds); while it is refused
+    /// (`Recovering`) because a chunk it met was void, and that chunk was
+    /// repaired since, runs it again — a few times at most.
+    pub(crate) fn after_void_repairs<T>(&self, mut op: impl FnMut() -> Result<T>) -> Result<T> {
+        *self.local.void_repaired.lock() = false;
+        let mut r = op();
+        for _ in 0..VOID_RETRIES {
+            if !matches!(r, Err(Error::Recovering)) || !core::mem::take(&mut *self.local.void_repaired.lock()) {
+                break;
+            }
+            r = op();
+        }
+        r
     }
 
     /// Frees the KV block at `off` (its entry is gone); caller holds the
@@ -219,22 +275,22 @@ impl<C: Coherence> Node<'_, C> {
         let l = &self.store.layout;
         let heap = l.locks().heap(self.id);
         let k = match placement(l, len)? {
-            Placement::Chunks(k) => return self.with_lock_mode(heap, nested, || self.alloc_run(k, kind)),
+            Placement::Chunks(k) => return self.with_held(heap, nested, |held| self.alloc_run(k, kind, held)),
             Placement::Granules(k) => k,
         };
         let hints = *self.local.hints.lock();
-        let own = self.with_lock_mode(heap, nested, || {
+        let own = self.with_held(heap, nested, |held| {
             let hinted = hints.iter().copied().filter(|&c| c < l.n_chunks);
-            if let Some(got) = self.take_tightest(hinted, k, kind)? {
+            if let Some(got) = self.take_tightest(hinted, k, kind, held)? {
                 return Ok(Some(got));
             }
             if kind == Kind::Raw {
                 // Raw blocks go in this node's chunks only: look at them all,
                 // then take a fresh one.
-                if let Some(got) = self.take_tightest(0..l.n_chunks, k, kind)? {
+                if let Some(got) = self.take_tightest(0..l.n_chunks, k, kind, held)? {
                     return Ok(Some(got));
                 }
-                return self.take_fresh(k, kind);
+                return self.take_fresh(k, kind, held);
             }
             Ok(None)
         })?;
@@ -242,9 +298,9 @@ impl<C: Coherence> Node<'_, C> {
             Some(got) => Some(got),
             None if kind == Kind::Kv && nested => match self.alloc_shared(k)? {
                 Some(got) => Some(got),
-                None => self.with_lock_nested(heap, || self.take_fresh(k, kind))?,
+                None => self.with_held(heap, true, |held| self.take_fresh(k, kind, held))?,
             },
-            None if kind == Kind::Kv => self.with_lock_mode(heap, nested, || self.take_fresh(k, kind))?,
+            None if kind == Kind::Kv => self.with_held(heap, nested, |held| self.take_fresh(k, kind, held))?,
             None => None,
         };
         match got {
@@ -258,8 +314,14 @@ impl<C: Coherence> Node<'_, C> {
 
     /// Among chunks `cs`, takes `k` granules of `kind` in the one of this
     /// node's whose longest free run fits them tightest. Caller holds this
-    /// node's heap lock.
-    fn take_tightest(&self, cs: impl Iterator<Item = u32>, k: u32, kind: Kind) -> Result<Option<(u32, u64)>> {
+    /// node's heap lock (`held`).
+    fn take_tightest(
+        &self,
+        cs: impl Iterator<Item = u32>,
+        k: u32,
+        kind: Kind,
+        held: &Held,
+    ) -> Result<Option<(u32, u64)>> {
         let l = &self.store.layout;
         let mut best: Option<(u32, u32, ChunkRecord)> = None;
         for c in cs {
@@ -270,21 +332,21 @@ impl<C: Coherence> Node<'_, C> {
             }
         }
         match best {
-            Some((_, c, rec)) => Ok(self.take_in(c, rec, k)?.map(|off| (c, off))),
+            Some((_, c, rec)) => Ok(self.take_in(c, rec, k, held)?.map(|off| (c, off))),
             None => Ok(None),
         }
     }
 
     /// Takes a fresh chunk of `kind` and `k` granules at its start. Caller
-    /// holds this node's heap lock.
-    fn take_fresh(&self, k: u32, kind: Kind) -> Result<Option<(u32, u64)>> {
+    /// holds this node's heap lock (`held`).
+    fn take_fresh(&self, k: u32, kind: Kind, held: &Held) -> Result<Option<(u32, u64)>> {
         let l = &self.store.layout;
-        let Some(c) = self.with_lock_nested(l.locks().alloc(), || self.grab_chunks(1, kind))? else {
+        let Some(c) = self.with_lock_nested(l.locks().alloc(), || self.grab_chunks(1, kind, held.seq))? else {
             return Ok(None);
         };
         // Written just now by this thread, under the locks it still holds.
         let rec: ChunkRecord = self.store.view.read(l.chunk(c))?;
-        Ok(self.take_in(c, rec, k)?.map(|off| (c, off)))
+        Ok(self.take_in(c, rec, k, held)?.map(|off| (c, off)))
     }
 
     /// True when chunk record `rec` is `owner`'s, of `kind`, with `k` free
@@ -338,12 +400,12 @@ impl<C: Coherence> Node<'_, C> {
         }
         cand.sort_unstable();
         for &(_, c, owner) in cand.iter().filter(|&&(f, _, _)| f != u32::MAX) {
-            let got = self.with_lock_nested(l.locks().heap(owner), || {
+            let got = self.with_held(l.locks().heap(owner), true, |held| {
                 let rec: ChunkRecord = self.store.fresh(l.chunk(c), Site("alloc.shared.rec"))?;
                 if !self.fits(&rec, owner, k, Kind::Kv) {
                     return Ok(None);
                 }
-                self.take_in(c, rec, k)
+                self.take_in(c, rec, k, held)
             });
             match got {
                 Ok(Some(off)) => return Ok(Some((c, off))),
@@ -411,14 +473,14 @@ impl<C: Coherence> Node<'_, C> {
             }
             // Not 0 (`bad` refuses it).
             let owner = rec.owner.wrapping_sub(1);
-            let done = self.with_lock_mode(l.locks().heap(owner), nested, || {
+            let done = self.with_held(l.locks().heap(owner), nested, |held| {
                 let rec: ChunkRecord = self.store.fresh(l.chunk(c), Site("alloc.free.rec"))?;
                 if rec.owner != owner.wrapping_add(1) && !mutant!("alloc.free_under_wrong_lock") {
                     return Ok(false);
                 }
-                let b = self.locate(c, &rec, off, kind)?;
+                let b = self.locate(c, &rec, off, kind, held)?;
                 unlink(true)?;
-                if let Err(e) = self.free_located(c, rec, b) {
+                if let Err(e) = self.free_located(c, rec, b, held) {
                     unlink(false)?;
                     return Err(e);
                 }
@@ -436,15 +498,20 @@ impl<C: Coherence> Node<'_, C> {
 
     /// Finds the block of `kind` at `off` in chunk `c` (record `rec`, read
     /// fresh; its maps are read fresh here), changing nothing; caller holds
-    /// the owner's heap lock. `InvalidArgument` when no such block starts
-    /// there.
-    fn locate(&self, c: u32, rec: &ChunkRecord, off: u64, kind: Kind) -> Result<Located> {
+    /// the owner's heap lock (`held`). `InvalidArgument` when no such block
+    /// starts there; `Recovering` when the chunk is void (it is marked for
+    /// repair: see [`Node::repair_void_chunks`]).
+    fn locate(&self, c: u32, rec: &ChunkRecord, off: u64, kind: Kind, held: &Held) -> Result<Located> {
         let l = &self.store.layout;
         let base = l.chunk_payload(c);
         match rec.kind {
             CHUNK_LARGE => {
                 if off != base || rec.large_kind != kind.code() || rec.blocks != 1 {
                     return Err(Error::InvalidArgument);
+                }
+                // A run's maps stay empty.
+                if chunk_void(rec, &ChunkMap::empty(l.granules()), held.floor) {
+                    return Err(self.void_found());
                 }
                 Ok(Located { m: ChunkMap::empty(l.granules()), block: None })
             }
@@ -453,6 +520,9 @@ impl<C: Coherence> Node<'_, C> {
                 let rel = off.checked_sub(base).ok_or(Error::InvalidArgument)?;
                 let i = rel.checked_div(g).filter(|_| rel.is_multiple_of(g)).ok_or(Error::InvalidArgument)? as u32;
                 let m = read_map(self.store, c, Some(Site("alloc.free.map.read")))?;
+                if chunk_void(rec, &m, held.floor) {
+                    return Err(self.void_found());
+                }
                 let k = m.extent(i).ok_or(Error::InvalidArgument)?;
                 Ok(Located { m, block: Some((i, k)) })
             }
@@ -463,7 +533,7 @@ impl<C: Coherence> Node<'_, C> {
     /// Frees the block [`Node::locate`] found in chunk `c` (record `rec`);
     /// caller holds the owner's heap lock. A refusal (`Recovering`, the
     /// alloc lock awaiting repair) changes nothing.
-    fn free_located(&self, c: u32, rec: ChunkRecord, b: Located) -> Result<()> {
+    fn free_located(&self, c: u32, rec: ChunkRecord, b: Located, held: &Held) -> Result<()> {
         let l = &self.store.layout;
         let Located { mut m, block } = b;
         match block {
@@ -473,17 +543,19 @@ impl<C: Coherence> Node<'_, C> {
                     // The chunk's last block: the chunk goes back whole, under
                     // the alloc lock taken before anything changes, so a
                     // refusal (`Recovering`) leaves map and record as they were.
-                    return self.with_lock_nested(l.locks().alloc(), || self.clear_block(c, rec, &mut m, i, k));
+                    return self
+                        .with_lock_nested(l.locks().alloc(), || self.clear_block(c, rec, &mut m, i, k, held.seq));
                 }
-                self.clear_block(c, rec, &mut m, i, k)
+                self.clear_block(c, rec, &mut m, i, k, held.seq)
             }
         }
     }
 
     /// Clears block `i` (`k` granules) from chunk `c`'s map, then updates
     /// its record, or releases the chunk when it was the last block (caller
-    /// then holds the alloc lock too). Caller holds the owner's heap lock.
-    fn clear_block(&self, c: u32, mut rec: ChunkRecord, m: &mut ChunkMap, i: u32, k: u32) -> Result<()> {
+    /// then holds the alloc lock too). Caller holds the owner's heap lock,
+    /// under `ticket`.
+    fn clear_block(&self, c: u32, mut rec: ChunkRecord, m: &mut ChunkMap, i: u32, k: u32, ticket: u64) -> Result<()> {
         let l = &self.store.layout;
         m.clear(i, k);
         let (lo, hi) = words_of(i, k);
@@ -496,23 +568,31 @@ impl<C: Coherence> Node<'_, C> {
             return self.release_chunks(c, 1);
         }
         rec.free_max = m.longest_free();
+        rec.ticket = ticket;
+        rec.map_sum = m.checksum();
         // SYNC: record published under the heap lock.
         self.store.publish(l.chunk(c), &rec, Site("alloc.free.publish"))
     }
 
-    fn alloc_run(&self, k: u32, kind: Kind) -> Result<u64> {
+    fn alloc_run(&self, k: u32, kind: Kind, held: &Held) -> Result<u64> {
         let l = &self.store.layout;
-        match self.with_lock_nested(l.locks().alloc(), || self.grab_chunks(k, kind))? {
+        match self.with_lock_nested(l.locks().alloc(), || self.grab_chunks(k, kind, held.seq))? {
             Some(c) => Ok(l.chunk_payload(c)),
             None => Err(Error::OutOfSpace),
         }
     }
 
     /// Takes `k` free granules of chunk `c`, whose record `rec` was just read
-    /// fresh and fits them. Caller holds the owner's heap lock.
-    fn take_in(&self, c: u32, mut rec: ChunkRecord, k: u32) -> Result<Option<u64>> {
+    /// fresh and fits them. Caller holds the owner's heap lock (`held`).
+    /// `None` when the chunk is void (it is marked for repair: see
+    /// [`Node::repair_void_chunks`]).
+    fn take_in(&self, c: u32, mut rec: ChunkRecord, k: u32, held: &Held) -> Result<Option<u64>> {
         let l = &self.store.layout;
         let mut m = read_map(self.store, c, Some(Site("alloc.take.map.read")))?;
+        if chunk_void(&rec, &m, held.floor) {
+            self.void_found();
+            return Ok(None);
+        }
         let Some(i) = m.find_free(k) else {
             // The record promised room the maps do not have.
             return Err(Error::Corrupt);
@@ -525,6 +605,8 @@ impl<C: Coherence> Node<'_, C> {
         rec.used = rec.used.saturating_add(k);
         rec.blocks = rec.blocks.saturating_add(1);
         rec.free_max = m.longest_free();
+        rec.ticket = held.seq;
+        rec.map_sum = m.checksum();
         // SYNC: record published under the heap lock (reader: free, recovery).
         self.store.publish(l.chunk(c), &rec, Site("alloc.take.publish"))?;
         Ok(Some(l.chunk_payload(c).wrapping_add((i as u64).wrapping_mul(l.granule()))))
@@ -532,8 +614,8 @@ impl<C: Coherence> Node<'_, C> {
 
     /// Finds `k` contiguous free chunks and marks them this node's: one chunk
     /// of `kind` cut into granules (`k` = 1), or a run holding one block.
-    /// Caller holds alloc.
-    fn grab_chunks(&self, k: u32, kind: Kind) -> Result<Option<u32>> {
+    /// Caller holds alloc, and this node's heap lock under `ticket`.
+    fn grab_chunks(&self, k: u32, kind: Kind, ticket: u64) -> Result<Option<u32>> {
         let l = &self.store.layout;
         let words = l.n_chunks.div_ceil(64);
         self.store.co.invalidate(
@@ -556,7 +638,7 @@ impl<C: Coherence> Node<'_, C> {
                 if run == k {
                     // The run of `k` ends at `c`.
                     let first = c.saturating_add(1).saturating_sub(k);
-                    self.mark_chunks(first, k, kind)?;
+                    self.mark_chunks(first, k, kind, ticket)?;
                     return Ok(Some(first));
                 }
             } else {
@@ -570,8 +652,9 @@ impl<C: Coherence> Node<'_, C> {
     /// Writes the records of newly taken chunks `first..first+k`: one chunk
     /// cut into granules (`k` = 1; a run always spans two chunks or more), or
     /// a run. Their maps are empty already: a free chunk's maps always are.
-    fn mark_chunks(&self, first: u32, k: u32, kind: Kind) -> Result<()> {
+    fn mark_chunks(&self, first: u32, k: u32, kind: Kind, ticket: u64) -> Result<()> {
         let l = &self.store.layout;
+        let map_sum = ChunkMap::empty(l.granules()).checksum();
         for j in 0..k {
             let c = first.saturating_add(j);
             let owner = self.id.wrapping_add(1);
@@ -582,6 +665,8 @@ impl<C: Coherence> Node<'_, C> {
                     run: 1,
                     free_max: l.granules(),
                     granules: l.granules(),
+                    ticket,
+                    map_sum,
                     ..ChunkRecord::default()
                 }
             } else if j == 0 {
@@ -593,6 +678,8 @@ impl<C: Coherence> Node<'_, C> {
                     used: l.granules(),
                     blocks: 1,
                     block_size: (k as u64).saturating_mul(l.chunk_size()),
+                    ticket,
+                    map_sum,
                     ..ChunkRecord::default()
                 }
             } else {

@@ -9,11 +9,13 @@ use crate::mem::LINE;
 
 /// "CXLKV\0\0\1" little-endian: the region magic.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
-/// Format version; bumped with every incompatible change (10: a lock's
+/// Format version; bumped with every incompatible change (12: a chunk
+/// record carries the heap-lock ticket it was written under and its maps'
+/// checksum; 11: fenced nodes and quarantined entries; 10: a lock's
 /// repair floor and a stripe header's ticket, so a region whose headers
 /// carry no ticket is refused rather than read as void; 9: namespace ids
 /// from 2^31 up name registered namespaces).
-pub const FORMAT_VERSION: u32 = 11;
+pub const FORMAT_VERSION: u32 = 12;
 /// Largest number of nodes (pinner bitmask is one u64).
 pub const MAX_NODES: u32 = 64;
 /// Most granules a chunk is cut into (two maps of 4096 bits follow its
@@ -371,6 +373,12 @@ shared_struct! {
     /// of used granules whose first carries a start bit. A `CHUNK_LARGE`
     /// chunk heads a run of whole chunks holding one block (`CHUNK_CONT` for
     /// the rest of the run); its maps stay empty.
+    ///
+    /// Zombies: a chunk owned by a node carries the ticket of the owner's
+    /// heap lock it was written under and the checksum of its maps. One
+    /// stamped below that lock's repair floor, or whose maps do not sum to
+    /// its checksum, holds a revoked holder's late write-back (record or
+    /// maps): it is void, and its next holder has it repaired before use.
     pub struct ChunkRecord {
         /// Owner node id + 1; 0 = free.
         pub owner: u32,
@@ -391,7 +399,13 @@ shared_struct! {
         pub granules: u32,
         /// Bytes of the run's block (`CHUNK_LARGE`), else 0.
         pub block_size: u64,
-        pub reserved: [u64; 3],
+        /// Ticket of the owner's heap lock this record was written under
+        /// (0 when free).
+        pub ticket: u64,
+        /// [`crate::alloc::ChunkMap::checksum`] of the chunk's maps as this
+        /// record's writer left them (0 when free).
+        pub map_sum: u64,
+        pub reserved: [u64; 1],
     } size 64
 }
 

@@ -37,6 +37,12 @@
 //!   guarded line stamped below the floor was written by a revoked holder
 //!   after the repair: the line is void, and the holder has the structure
 //!   repaired again before it uses it (see `Node::with_stripe`).
+//! - A chunk record carries the ticket of the heap lock it was written
+//!   under and the checksum of the chunk's maps. A record stamped below the
+//!   floor, or maps that do not sum to the record's checksum (a revoked
+//!   holder's map line landed over a newer one), make the chunk void: the
+//!   holder neither places nor frees there, and once it holds no lock it
+//!   has the chunks repaired (see `Node::repair_void_chunks`).
 
 mod manager;
 
@@ -378,13 +384,19 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// [`Node::with_lock_mode`] whose `f` is shown the grant it runs under.
+    /// An outermost lock (`!nested`) released, the chunks found void under
+    /// it are repaired (see [`Node::repair_void_chunks`]).
     pub(crate) fn with_held<T>(&self, lock: u32, nested: bool, f: impl FnOnce(&Held) -> Result<T>) -> Result<T> {
         let held = self.lock_with(lock, 0, nested)?;
         let r = f(&held);
+        let u = self.unlock(held);
+        if !nested {
+            self.repair_void_chunks();
+        }
         // A revoked lock outranks what ran under it: recovery may have
         // rebuilt the structure meanwhile, so neither its result nor its
         // error can be trusted.
-        match self.unlock(held) {
+        match u {
             Err(Error::Revoked) => Err(Error::Revoked),
             u => {
                 let v = r?;

@@ -186,6 +186,13 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::void_grant_lands_in_a_live_slot,
         },
         Scenario {
+            name: "zombie-map-lands-late",
+            what: "a node holding another's heap lock stops, is declared dead and fenced; blocks are placed in \
+                   that chunk, then the stopped node's old map line lands over the chunk's map: the next placement \
+                   must find the chunk void and have it repaired, never take a live block's granules",
+            run: zombies::zombie_map_lands_late,
+        },
+        Scenario {
             name: "woken-node-pins-after-its-recovery",
             what: "a node declared dead and recovered while stopped wakes and pins a block, its own cache still \
                    showing its slot ALIVE: the pins fail with Revoked",

@@ -545,3 +545,51 @@ pub(super) fn fenced_waiter_is_not_granted(disable: Option<&'static str>) -> Res
     }
     Ok(out)
 }
+
+/// Node 1 holds node 0's heap lock (as a placement in node 0's chunk does)
+/// and stops there; it is declared dead and recovered (fenced: not known
+/// quiet). Node 0 publishes two more blocks in its chunk. Then a map line
+/// node 1 dirtied before it stopped, from before those blocks, is written
+/// back over the chunk's map. Node 2 then places a block where that map
+/// shows room: it must find the chunk void and have it repaired rather
+/// than take the granules of a live block; every block keeps its bytes and
+/// the region checks clean.
+pub(super) fn zombie_map_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "zombie-map-lands-late";
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    let l = &s0.layout;
+    let keys: Vec<Key> = (0..4u64).map(|i| Key { lo: 0x3a90 + i, hi: 7 + i }).collect();
+    let mut out = Vec::new();
+    let first = n0.reserve(NS, keys[0], 256, 1)?;
+    let c = cxlkv_core::alloc::chunk_of(l, first.off)?;
+    n0.write(&first, 0, &[keys[0].hi as u8; 256])?;
+    n0.publish_flushed(core::slice::from_ref(&first), &mut [Ok(())])?;
+    let map = l.chunk_map(c);
+    let old: [u8; 64] = rig.mem.shared_region().read(map)?;
+    let _held = n1.lock(l.locks().heap(0))?;
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    for &k in &keys[1..3] {
+        put(&n0, k)?;
+    }
+    // Node 1's copy of the map line, from before those two blocks, lands.
+    rig.cache(1).write(map, &old)?;
+    rig.mem.evict_line(1, (map / 64) as usize);
+    if let Err(e) = put(&n2, keys[3]) {
+        out.push(format!("{NAME}: node 2's publish after the late map failed: {e}"));
+    }
+    for &k in &keys {
+        let mut buf = [0u8; 256];
+        match n2.get(NS, k, &mut buf) {
+            Ok(256) if buf == [k.hi as u8; 256] => {}
+            r => out.push(format!("{NAME}: block {k:?} reads {r:?} with bytes {:?}", &buf[..4])),
+        }
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
