@@ -164,9 +164,13 @@ impl<C: Coherence> Node<'_, C> {
         let owners = alive | kept;
         let reset_blocks = self.forget_claims(owners)?;
         let mut claimed = self.claim_roots(owners)?;
+        self.hold_inflight_places(kept)?;
         // 3. Entries: fix states, re-claim their blocks, rebuild each stripe.
         for s in 0..l.caps.n_stripes {
             claimed = claimed.saturating_add(self.rebuild_stripe(s, Census { dead, alive, kept }, &mut rep)?);
+        }
+        if kept != 0 {
+            claimed = claimed.saturating_add(self.claim_quarantined(kept, alive, &mut rep)?);
         }
         rep.blocks_reclaimed = reset_blocks.saturating_sub(claimed);
         self.settle_chunks(owners, &mut rep)?;
@@ -276,6 +280,105 @@ impl<C: Coherence> Node<'_, C> {
                 && self.claim_block(r.offset, r.size.max(1), true, owners)? == Claim::New
             {
                 claimed = claimed.saturating_add(1);
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// Step 2b: A reservation of a fenced node (`kept`) whose entry is not
+    /// in memory: the node journaled it (in memory before the entry was
+    /// stored: see `reserve_locked`) and stopped before the entry's line
+    /// landed, which it may still do, written back late. Its place is held
+    /// — a QUARANTINED entry with no block, at the journaled generation, on
+    /// no list — so that no reservation takes that entry meanwhile and is
+    /// written over. The next recovery after the node is quiet frees it.
+    fn hold_inflight_places(&self, kept: u64) -> Result<()> {
+        let st = self.store;
+        let l = &st.layout;
+        let eps = l.caps.entries_per_stripe;
+        let recs = (l.caps.pin_slots as u64).saturating_mul(core::mem::size_of::<PinRecord>() as u64);
+        for n in (0..l.caps.max_nodes).filter(|&n| kept & (1 << n) != 0) {
+            // SYNC: fresh records of a fenced node's journal (writer: the
+            // node, which journals a reservation before storing its entry).
+            st.co.invalidate(&st.view, l.pin_record(n, 0), recs, Site("recover.inflight.journal"))?;
+            for i in 0..l.caps.pin_slots {
+                let r: PinRecord = st.view.read(l.pin_record(n, i))?;
+                let Some(g) = r.entry.checked_sub(1) else { continue };
+                let (Some(s), Some(e)) = (g.checked_div(eps), g.checked_rem(eps)) else { continue };
+                if s >= l.caps.n_stripes || r.count == 0 {
+                    continue;
+                }
+                let ent = match st.ent(s, e) {
+                    Ok(x) => x,
+                    Err(Error::Changed) => continue,
+                    Err(err) => return Err(err),
+                };
+                // A reservation takes an EMPTY entry at the next generation.
+                let inflight = ent.state == state::EMPTY && (ent.gen as u64).wrapping_add(1) == r.gen;
+                if !inflight || mutant!("recover.reuse_inflight_place") {
+                    continue;
+                }
+                let mut held = Entry {
+                    ver: ent.ver,
+                    state: state::QUARANTINED,
+                    // The journal's generation (a u32's, as the entry's).
+                    gen: r.gen as u32,
+                    pinners: 1 << n,
+                    lru_prev: NIL,
+                    lru_next: NIL,
+                    ..Entry::default()
+                };
+                held.checksum = entry_checksum(&held);
+                st.put_ent(s, e, &mut held)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 3b: The entries of fenced writers (`kept`; step 3 left them)
+    /// claim their blocks, after every other entry has: one can be a late
+    /// write-back, landed after the recovery that reclaimed its block, which
+    /// a live entry may hold now. That entry keeps it; this one keeps only
+    /// its place (no block), as step 2b's do. Returns the blocks claimed.
+    fn claim_quarantined(&self, kept: u64, alive: u64, rep: &mut RecoverReport) -> Result<u64> {
+        let st = self.store;
+        let l = &st.layout;
+        let mut claimed = 0u64;
+        for s in 0..l.caps.n_stripes {
+            for e in 0..l.caps.entries_per_stripe {
+                let mut ent = match st.ent(s, e) {
+                    Ok(x) => x,
+                    Err(Error::Changed) => continue,
+                    Err(err) => return Err(err),
+                };
+                let writer_kept = ent.pinners.count_ones() == 1 && ent.pinners & kept != 0;
+                if !matches!(ent.state, state::WRITING | state::QUARANTINED)
+                    || !writer_kept
+                    || ent.payload_len == 0
+                    || ent.checksum != entry_checksum(&ent)
+                {
+                    continue;
+                }
+                let before = ent;
+                if self.claim_block(ent.payload_off, ent.payload_len as u64, false, alive)? == Claim::New {
+                    rep.writes_quarantined = rep.writes_quarantined.saturating_add(1);
+                    claimed = claimed.saturating_add(1);
+                    ent.state = state::QUARANTINED;
+                } else {
+                    ent = Entry {
+                        ver: ent.ver,
+                        state: state::QUARANTINED,
+                        gen: ent.gen,
+                        pinners: ent.pinners,
+                        lru_prev: NIL,
+                        lru_next: NIL,
+                        ..Entry::default()
+                    };
+                    ent.checksum = entry_checksum(&ent);
+                }
+                if ent != before {
+                    st.put_ent(s, e, &mut ent)?;
+                }
             }
         }
         Ok(claimed)
@@ -503,7 +606,7 @@ impl<C: Coherence> Node<'_, C> {
         let (mut claimed, mut ready, mut bytes) = (0u64, 0u32, 0u64);
         for e in 0..l.caps.entries_per_stripe {
             match self.rebuild_entry(s, e, who, rep)? {
-                Rebuilt::Dropped => {}
+                Rebuilt::Dropped | Rebuilt::Held => {}
                 Rebuilt::Writing | Rebuilt::Quarantined => claimed = claimed.saturating_add(1),
                 Rebuilt::Ready(len) => {
                     claimed = claimed.saturating_add(1);
@@ -564,7 +667,18 @@ impl<C: Coherence> Node<'_, C> {
         let mut keep = false;
         let writer_kept = ent.pinners.count_ones() == 1 && ent.pinners & kept != 0;
         let quarantine = matches!(ent.state, state::WRITING | state::QUARANTINED) && writer_kept;
-        if quarantine && ent.checksum == entry_checksum(&ent) && ent.payload_len > 0 {
+        let intact = ent.checksum == entry_checksum(&ent);
+        if quarantine && intact && (ent.payload_len == 0 || !mutant!("recover.quarantine_first")) {
+            // A place held for its writer (no block), or an entry that
+            // claims its block in step 3b, after every other: on no list.
+            if ent.lru_prev != NIL || ent.lru_next != NIL {
+                ent.lru_prev = NIL;
+                ent.lru_next = NIL;
+                st.put_ent(s, e, &mut ent)?;
+            }
+            return Ok(Rebuilt::Held);
+        }
+        if quarantine && intact && ent.payload_len > 0 {
             // Its writer may still store into the block, or its cache write
             // it back late: the block stays allocated, out of readers' reach.
             if self.claim_block(ent.payload_off, ent.payload_len as u64, false, alive)? == Claim::New {
@@ -792,6 +906,8 @@ struct Census {
 enum Rebuilt {
     /// Emptied.
     Dropped,
+    /// Left for step 3b: its writer is dead and not known quiet.
+    Held,
     /// Kept, still being written by a live node (its block claimed).
     Writing,
     /// Kept, its writer dead and not known quiet (its block claimed).

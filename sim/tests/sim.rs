@@ -144,11 +144,30 @@ fn runs_found_outside_ci_pass() {
 /// Zombie runs a sweep found failing, each with what it found:
 #[test]
 fn zombie_runs_found_in_sweeps_pass() {
-    // a holder of a heap lock stopped with a map line queued for write-back;
-    // declared dead, recovered and woken, its line landed over the map that
-    // holders had changed since, and live blocks read as free
-    let (seed, hosts, ops, lazy, mixed) = (90023, 3, 80, true, false);
-    must_pass(RunConfig { seed, hosts, ops, crash: false, disable: None, lazy, mixed, feed_at: None, zombie: true });
+    let runs: [(u64, usize, u32, bool, bool); 2] = [
+        // a holder of a heap lock stopped with a map line queued for
+        // write-back; declared dead, recovered and woken, its line landed
+        // over the map that holders had changed since, and live blocks read
+        // as free
+        (90016, 4, 200, false, true),
+        // a node stopped with a reservation's entry stored, not landed; the
+        // recovery that fenced it reclaimed the block, and the entry landed
+        // later naming a block the allocator calls free
+        (90033, 3, 80, true, false),
+    ];
+    for (seed, hosts, ops, lazy, mixed) in runs {
+        must_pass(RunConfig {
+            seed,
+            hosts,
+            ops,
+            crash: false,
+            disable: None,
+            lazy,
+            mixed,
+            feed_at: None,
+            zombie: true,
+        });
+    }
 }
 
 #[test]

@@ -563,16 +563,21 @@ impl<C: Coherence> Node<'_, C> {
         if old.state != state::EMPTY {
             return Err(Error::Corrupt);
         }
-        let off = self.alloc_kind(it.len, Kind::Kv, true)?;
         let gen = old.gen.wrapping_add(1);
-        {
-            let mut j = self.local.journal.lock();
-            if let Err(err) = self.journal_add(&mut j, self.global(s, e), gen) {
-                drop(j);
-                self.free_kv(off)?;
+        let g = self.global(s, e);
+        // Journaled before the block is placed: the heap lock's grant
+        // fences, so the record is in memory before the entry is stored.
+        // Should this node be fenced before the entry lands, recovery still
+        // learns of the reservation from the record and keeps the entry's
+        // place (see `Node::hold_inflight_places`).
+        self.journal_add(&mut self.local.journal.lock(), g, gen)?;
+        let off = match self.alloc_kind(it.len, Kind::Kv, true) {
+            Ok(off) => off,
+            Err(err) => {
+                self.journal_sub(&mut self.local.journal.lock(), g, gen)?;
                 return Err(err);
             }
-        }
+        };
         h.free_head = old.lru_next;
         let mut ent = Entry {
             ver: old.ver,

@@ -460,14 +460,20 @@ pub(crate) struct Env<'w> {
 }
 
 impl NodeEnv for Env<'_> {
-    /// An operation repairs a void stripe: the model's bookkeeping of a
-    /// recovery, as the recovery actor keeps it.
+    /// An operation repairs a void stripe or chunk: the model's
+    /// bookkeeping of a recovery, as the recovery actor keeps it.
     fn recovering(&self, on: bool) {
         let me = ACTOR.with(|a| a.get());
         let h = me / 3;
+        let mut stale = false;
         {
             let mut m = self.w.model.lock().unwrap();
             if on {
+                // Only a holder revoked while it stopped (declared dead
+                // while alive) writes a void line; in a run where no host
+                // ever stopped, a structure read void was read stale (a
+                // missing invalidate), which the repair would only hide.
+                stale = !m.stalled;
                 m.recovering += 1;
                 m.recoveries += 1;
                 m.void_repairs += 1;
@@ -480,8 +486,19 @@ impl NodeEnv for Env<'_> {
                 m.recovering_per[h] = m.recovering_per[h].saturating_sub(1);
             }
         }
+        if stale {
+            self.w.violation(format!(
+                "step {}: host {h} found a structure void (a stripe header or a chunk) though no host ever stopped: \
+                 read stale",
+                self.w.now()
+            ));
+        }
         if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
-            eprintln!("step {}: host {h} {} a void stripe's repair", self.w.now(), if on { "starts" } else { "ends" });
+            eprintln!(
+                "step {}: host {h} {} a void structure's repair",
+                self.w.now(),
+                if on { "starts" } else { "ends" }
+            );
         }
     }
     /// The host-local locks: actors of one host take turns on each lock.

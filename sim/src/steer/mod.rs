@@ -193,6 +193,13 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::zombie_map_lands_late,
         },
         Scenario {
+            name: "reservation-entry-lands-late",
+            what: "a node stops with a reservation's entry stored, not landed; fenced, it loses the block, which \
+                   another node's publish takes; the late entry lands and recovery runs again: the other block \
+                   keeps its entry and its bytes",
+            run: zombies::reservation_entry_lands_late,
+        },
+        Scenario {
             name: "woken-node-pins-after-its-recovery",
             what: "a node declared dead and recovered while stopped wakes and pins a block, its own cache still \
                    showing its slot ALIVE: the pins fail with Revoked",

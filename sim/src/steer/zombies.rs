@@ -593,3 +593,86 @@ pub(super) fn zombie_map_lands_late(disable: Option<&'static str>) -> Result<Vec
     rig.expect_clean(NAME, &mut out)?;
     Ok(out)
 }
+
+/// Node 1 reserves a block in a stripe and stops with the entry stored,
+/// its line not landed (the reservation journaled, the block placed). It
+/// is declared dead and recovered (fenced: not known quiet), which finds
+/// the block unreferenced and reclaims it; node 0 publishes a block of the
+/// same size in that stripe, which takes the same granules. Then node 1's
+/// entry line lands, and node 0 recovers again, node 1 still fenced. Node
+/// 0's block must stay stored with its bytes through both: its entry not
+/// written over (the stopped node's place was held) and its block not
+/// given to the late entry (which claims after every other). Node 1
+/// wakes, fails with Revoked and says it is quiet; the recovery after
+/// frees its place and the region checks clean.
+pub(super) fn reservation_entry_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "reservation-entry-lands-late";
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let l0 = NodeLocal::default();
+    let n0 = Node::new(&s0, 0, &env, &l0)?;
+    let l = &s0.layout;
+    let s = 0u32;
+    let keys = keys_in(&s0, s, 0, 3);
+    let mut out = Vec::new();
+    put(&n0, keys[0])?;
+    let stored = |what: &str, out: &mut Vec<String>| {
+        for k in [keys[0], keys[2]] {
+            let mut buf = [0u8; 256];
+            match n0.get(NS, k, &mut buf) {
+                Ok(256) if buf == [k.hi as u8; 256] => {}
+                r => out.push(format!("{NAME}: {what}, block {k:?} reads {r:?} with bytes {:?}", &buf[..4])),
+            }
+        }
+    };
+    // Node 1 stops at its entry's flush (the entry stored), until told to
+    // go on.
+    let (stopped_rx, go_tx) = rig.parks_at(1, "index.entry.write");
+    let zombie = std::thread::scope(|sc| -> Result<Result<()>> {
+        let t = sc.spawn(|| {
+            let l1 = NodeLocal::default();
+            let n1 = Node::new(&s1, 1, &env, &l1)?;
+            n1.reserve(NS, keys[1], 256, 1).map(|_| ())
+        });
+        while stopped_rx.try_recv().is_err() {
+            if t.is_finished() {
+                let r = t.join().unwrap_or(Err(Error::Corrupt));
+                out.push(format!("{NAME}: node 1's reservation ended ({r:?}) without stopping"));
+                return Ok(r);
+            }
+            env.step()?;
+        }
+        let Some(line) = (0..l.caps.entries_per_stripe)
+            .map(|e| (l.entry(s, e) / 64) as usize)
+            .find(|&line| rig.mem.is_dirty(1, line))
+        else {
+            out.push(format!("{NAME}: node 1 stopped with no entry of stripe {s} stored"));
+            let _ = go_tx.send(());
+            return Ok(t.join().unwrap_or(Err(Error::Corrupt)));
+        };
+        declare_dead(&s0, 1)?;
+        env.step()?;
+        n0.recover(0)?;
+        put(&n0, keys[2])?;
+        rig.mem.evict_line(1, line);
+        n0.recover(0)?;
+        stored("after the late entry and a recovery", &mut out);
+        let _ = go_tx.send(());
+        Ok(t.join().unwrap_or(Err(Error::Corrupt)))
+    })?;
+    if zombie != Err(Error::Revoked) {
+        out.push(format!("{NAME}: the woken node's reservation gave {zombie:?}, not Revoked"));
+    }
+    let l1 = NodeLocal::default();
+    let n1 = Node::new(&s1, 1, &env, &l1)?;
+    match n1.quiesce(2) {
+        Ok(true) => {}
+        r => out.push(format!("{NAME}: the woken node's quiesce gave {r:?}")),
+    }
+    env.step()?;
+    n0.recover(0)?;
+    stored("after the recovery that frees the woken node", &mut out);
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
