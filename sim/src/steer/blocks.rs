@@ -349,3 +349,34 @@ pub(super) fn pin_races_an_eviction(disable: Option<&'static str>) -> Result<Vec
     }
     Ok(out)
 }
+
+/// Host 0 looks at the tier directories (its cache keeps every head, each
+/// free); then node 1 (host 1) claims one. Node 0 claims one next: under
+/// the roots lock it must read the heads fresh and take another directory,
+/// never the one node 1 owns.
+pub(super) fn tier_claimed_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "tier-claimed-elsewhere";
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let mut out = Vec::new();
+    if s0.tiers_active()? {
+        out.push(format!("{NAME}: a tier is active before any claim"));
+    }
+    // Host ids as `attach_as` gives them (host + 1).
+    let t1 = n1.tier_claim(2)?;
+    let t0 = n0.tier_claim(1)?;
+    if t0.dir() == t1.dir() {
+        out.push(format!("{NAME}: node 0 claimed directory {}, which node 1 owns", t0.dir()));
+    }
+    match s1.tier_owner(t1.dir()) {
+        Ok(Some(1)) => {}
+        r => out.push(format!("{NAME}: node 1's directory {} names owner {r:?}", t1.dir())),
+    }
+    t0.release()?;
+    t1.release()?;
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}

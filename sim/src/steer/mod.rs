@@ -186,6 +186,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::void_grant_lands_in_a_live_slot,
         },
         Scenario {
+            name: "tier-claimed-elsewhere",
+            what: "a host whose cache holds every tier directory head as free claims a directory after another \
+                   host claimed one: it must take another, never the one owned",
+            run: blocks::tier_claimed_elsewhere,
+        },
+        Scenario {
             name: "zombie-map-lands-late",
             what: "a node holding another's heap lock stops, is declared dead and fenced; blocks are placed in \
                    that chunk, then the stopped node's old map line lands over the chunk's map: the next placement \

@@ -23,6 +23,19 @@ fn keys_in(st: &Store<SimCoherence<'_>>, s: u32, skip: u64, n: usize) -> Vec<Key
         .collect()
 }
 
+/// Steps `env`'s manager (whose grants a node parked by
+/// [`Rig::parks_at`] waits for) until that node stops: true, or false when
+/// its thread ended first (`finished`).
+fn parked(stopped: &std::sync::mpsc::Receiver<()>, finished: impl Fn() -> bool, env: &StepEnv<'_>) -> Result<bool> {
+    while stopped.try_recv().is_err() {
+        if finished() {
+            return Ok(false);
+        }
+        env.step()?;
+    }
+    Ok(true)
+}
+
 /// Reserves, writes and publishes a small block of `key`.
 pub(super) fn put<C: cxlkv_core::coherence::Coherence>(n: &Node<'_, C>, key: Key) -> Result<()> {
     let h = n.reserve(NS, key, 256, 1)?;
@@ -86,13 +99,10 @@ pub(super) fn zombie_stripe_holder_lands_late(disable: Option<&'static str>) -> 
             n1.evict(1, &mut cxlkv_core::index::Lru).map(|_| ())
         });
         // Grants come from node 0's manager until node 1 stops.
-        while stopped_rx.try_recv().is_err() {
-            if t.is_finished() {
-                let r = t.join().unwrap_or(Err(Error::Corrupt));
-                out.push(format!("zombie-stripe-holder-lands-late: node 1's eviction ended ({r:?}) without stopping"));
-                return Ok(r);
-            }
-            env.step()?;
+        if !parked(&stopped_rx, || t.is_finished(), &env)? {
+            let r = t.join().unwrap_or(Err(Error::Corrupt));
+            out.push(format!("zombie-stripe-holder-lands-late: node 1's eviction ended ({r:?}) without stopping"));
+            return Ok(r);
         }
         declare_dead(&s0, 1)?;
         env.step()?;
@@ -635,13 +645,10 @@ pub(super) fn reservation_entry_lands_late(disable: Option<&'static str>) -> Res
             let n1 = Node::new(&s1, 1, &env, &l1)?;
             n1.reserve(NS, keys[1], 256, 1).map(|_| ())
         });
-        while stopped_rx.try_recv().is_err() {
-            if t.is_finished() {
-                let r = t.join().unwrap_or(Err(Error::Corrupt));
-                out.push(format!("{NAME}: node 1's reservation ended ({r:?}) without stopping"));
-                return Ok(r);
-            }
-            env.step()?;
+        if !parked(&stopped_rx, || t.is_finished(), &env)? {
+            let r = t.join().unwrap_or(Err(Error::Corrupt));
+            out.push(format!("{NAME}: node 1's reservation ended ({r:?}) without stopping"));
+            return Ok(r);
         }
         let Some(line) = (0..l.caps.entries_per_stripe)
             .map(|e| (l.entry(s, e) / 64) as usize)
