@@ -335,10 +335,24 @@ impl<C: Coherence> Node<'_, C> {
         // SYNC: every flush made under the lock completes before IDLE is seen.
         self.store.co.store_fence(Site("lock.release.fence"));
         let mine: LockSlot = self.store.fresh_state_first(slot_off, Site("lock.release.check"))?;
-        if mine.state == SLOT_LOCKED && mine.seq != held.seq && !mutant!("unlock.stale_ticket") {
+        if mine.state == SLOT_LOCKED && mine.seq > held.seq && !mutant!("unlock.stale_ticket") {
             // A stale ticket: the slot carries a later grant, which whoever
             // holds it releases with its own ticket.
             return Err(Error::Revoked);
+        }
+        if mine.state == SLOT_LOCKED && mine.seq < held.seq {
+            // A grant older than ours, landed over it late: a replaced
+            // manager's write-back (this node's tickets only grow, so no
+            // grant after ours carries less). Ours stands while this node
+            // still owns its slot: nobody else writes the slot then (the
+            // manager waits for our release; this thread's host-local hold
+            // keeps the node's other threads out), so the release below is
+            // ours to write. A fenced node's slot is not: revoked.
+            let owned = if mutant!("unlock.late_grant_revokes") { Err(Error::Revoked) } else { self.owns_slot() };
+            if let Err(e) = owned {
+                self.env.local_unlock(held.lock);
+                return Err(e);
+            }
         }
         if mine.state != SLOT_LOCKED {
             // Revoked (the manager reset the slot), or released already. The

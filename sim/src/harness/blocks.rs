@@ -24,6 +24,9 @@ pub(crate) type Writing = (Handle, u32, bool);
 pub(crate) fn check(w: &World, h: usize, what: &str, e: Error, ok: &[Error]) {
     if !ok.contains(&e) && !revoked_ok(w, h, e) {
         w.violation(format!("host {h} {what}: unexpected {e:?}"));
+        if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
+            crate::harness::world::dump_slots(w, h);
+        }
     }
 }
 

@@ -660,6 +660,33 @@ pub(crate) fn identity(w: &World, h: usize) -> Identity {
     }
 }
 
+/// With `CXLKV_SIM_DEBUG`, after host `h`'s unexpected error: prints every
+/// lock slot of node `h` and every slot in use, with who wrote its line
+/// last and each host's cached (state, ticket), and every lock line.
+pub(crate) fn dump_slots(w: &World, h: usize) {
+    use cxlkv_core::layout::{LockLine, LockSlot};
+    let g = match attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent) {
+        Ok(g) => g,
+        Err(e) => return eprintln!("slots: no view ({e:?})"),
+    };
+    let l = &g.layout;
+    for lock in 0..l.n_locks {
+        for n in 0..l.caps.max_nodes {
+            let off = l.lock_slot(lock, n);
+            let Ok(sl) = g.view.read::<LockSlot>(off) else { continue };
+            if sl.state != 0 || n as usize == h {
+                let cached: Vec<_> =
+                    (0..w.hosts).map(|c| w.mem.view(c).read::<LockSlot>(off).map(|r| (r.state, r.seq))).collect();
+                let by = w.mem.provenance((off / 64) as usize);
+                eprintln!("slots: lock {lock} node {n}: {sl:?} by {by:?}, cached {cached:?}");
+            }
+        }
+        if let Ok(ll) = g.view.read::<LockLine>(l.lock_line(lock)) {
+            eprintln!("slots: lock {lock} line {ll:?} by {:?}", w.mem.provenance((l.lock_line(lock) / 64) as usize));
+        }
+    }
+}
+
 /// Prints every lock slot in use, every lock line with a holder or a
 /// repair, every node's request bits (memory's and each host's cached
 /// copy) and the manager line, as memory holds them.
