@@ -9,8 +9,8 @@ use crate::hash::{place, Key};
 use crate::index::{entry_checksum, probe, NIL};
 use crate::layout::{
     state, Bucket, ChunkRecord, Entry, LockSlot, NodeInfo, PinRecord, PinSummary, RootRecord, StripeHeader, CHUNK_FREE,
-    CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, NODE_FENCED, NODE_FREE, SLOT_CANCEL, SLOT_IDLE,
-    SLOT_LOCKED, SLOT_WAITING,
+    CHUNK_HELD, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, NODE_FENCED, NODE_FREE, SLOT_CANCEL,
+    SLOT_IDLE, SLOT_LOCKED, SLOT_WAITING,
 };
 use crate::roots::record_valid;
 use crate::store::Store;
@@ -404,6 +404,11 @@ impl<C: Coherence> Checker<'_, C> {
                             || rec.block_size != (rec.run as u64).saturating_mul(l.chunk_size())
                             || rec.used != g
                             || rec.blocks != 1
+                            || !empty
+                    }
+                    CHUNK_HELD => {
+                        rec != ChunkRecord { owner: rec.owner, kind: CHUNK_HELD, ..ChunkRecord::default() }
+                            || rec.owner == 0
                             || !empty
                     }
                     _ => rec.owner == 0 || rec.run >= c || !empty,

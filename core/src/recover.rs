@@ -13,7 +13,7 @@ use crate::hash::{place, Key};
 use crate::index::{entry_checksum, probe, NIL};
 use crate::layout::{
     state, Bucket, ChunkRecord, Entry, LockLine, LockSlot, NodeInfo, PinRecord, RootRecord, StripeHeader, CHUNK_CONT,
-    CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, NODE_FENCED,
+    CHUNK_HELD, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, MAX_NODES, NODE_ALIVE, NODE_DEAD, NODE_FENCED, RELEASE_AT,
 };
 use crate::lock::{Held, GRANT_FLOOR};
 use crate::mutant::mutant;
@@ -173,7 +173,8 @@ impl<C: Coherence> Node<'_, C> {
             claimed = claimed.saturating_add(self.claim_quarantined(kept, alive, &mut rep)?);
         }
         rep.blocks_reclaimed = reset_blocks.saturating_sub(claimed);
-        self.settle_chunks(owners, &mut rep)?;
+        let releasing = self.releases_in_flight(kept)?;
+        self.settle_chunks(owners, &releasing, &mut rep)?;
         // 5. Live nodes' journals are theirs alone: each node writes its own
         // from its cache, never re-reading it, so a record recovery changed
         // there would come back with the node's next write of that line.
@@ -384,9 +385,34 @@ impl<C: Coherence> Node<'_, C> {
         Ok(claimed)
     }
 
-    /// Step 4: Chunks nothing claims go back to the bitmap; the others get their
-    /// record's counts from their maps, and this recovery's stamp.
-    fn settle_chunks(&self, owners: u64, rep: &mut RecoverReport) -> Result<()> {
+    /// Step 3c: The chunk releases that fenced nodes (`kept`) journaled and
+    /// may still write back (see `Node::release_chunks`): per node, its
+    /// first chunk and count (0 when none).
+    fn releases_in_flight(&self, kept: u64) -> Result<[(u32, u32); MAX_NODES as usize]> {
+        let st = self.store;
+        let l = &st.layout;
+        let mut out = [(0u32, 0u32); MAX_NODES as usize];
+        for n in (0..l.caps.max_nodes.min(MAX_NODES)).filter(|&n| kept & (1 << n) != 0) {
+            let off = l.requests(n).wrapping_add(RELEASE_AT);
+            // SYNC: a fenced node's journal fresh (writer: the node, before
+            // it checks its alloc grant).
+            st.co.invalidate(&st.view, off, 8, Site("recover.release.journal"))?;
+            let w = st.view.load_u64(off)?;
+            let (first, k) = ((w as u32).wrapping_sub(1), (w >> 32) as u32);
+            let fits = w as u32 != 0 && k != 0 && first.checked_add(k).is_some_and(|end| end <= l.n_chunks);
+            if fits && !mutant!("recover.ignore_release_journal") {
+                if let Some(x) = out.get_mut(n as usize) {
+                    *x = (first, k);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Step 4: Chunks nothing claims go back to the bitmap, but for those a
+    /// fenced node was releasing (`releasing`), held out of use; the others
+    /// get their record's counts from their maps, and this recovery's stamp.
+    fn settle_chunks(&self, owners: u64, releasing: &[(u32, u32)], rep: &mut RecoverReport) -> Result<()> {
         let st = self.store;
         let l = &st.layout;
         let words = l.map_words();
@@ -404,6 +430,20 @@ impl<C: Coherence> Node<'_, C> {
                 }
                 _ => false,
             };
+            let holder =
+                releasing.iter().position(|&(first, k)| k != 0 && (first..first.saturating_add(k)).contains(&c));
+            if let (false, Some(n)) = (keep, holder) {
+                // Not in use, and a fenced node's release of it may land
+                // still: nobody takes it until that node is quiet.
+                let held =
+                    ChunkRecord { owner: (n as u32).wrapping_add(1), kind: CHUNK_HELD, ..ChunkRecord::default() };
+                if rec != held {
+                    st.view.write(l.chunk(c), &held)?;
+                }
+                write_map(st, c, &ChunkMap::empty(l.granules()), 0, words, None)?;
+                set_bitmap(st, c, true)?;
+                continue;
+            }
             if !keep {
                 if rec != ChunkRecord::default() {
                     rep.chunks_reclaimed = rep.chunks_reclaimed.saturating_add(1);

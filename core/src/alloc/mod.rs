@@ -19,7 +19,10 @@
 pub mod map;
 
 use crate::coherence::{Coherence, Site};
-use crate::layout::{ChunkRecord, Layout, CHUNK_CONT, CHUNK_FREE, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW};
+use crate::layout::{
+    ChunkRecord, Layout, LockSlot, CHUNK_CONT, CHUNK_FREE, CHUNK_HELD, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, RELEASE_AT,
+    SLOT_LOCKED,
+};
 use crate::lock::Held;
 use crate::mutant::mutant;
 use crate::node::{Node, HINTS};
@@ -191,7 +194,7 @@ pub(crate) fn chunk_void(rec: &ChunkRecord, m: &ChunkMap, floor: u64) -> bool {
 
 /// True if the chunk kind is one the allocator writes.
 pub fn kind_valid(kind: u32) -> bool {
-    matches!(kind, CHUNK_FREE | CHUNK_KV | CHUNK_RAW | CHUNK_LARGE | CHUNK_CONT)
+    matches!(kind, CHUNK_FREE | CHUNK_KV | CHUNK_RAW | CHUNK_LARGE | CHUNK_CONT | CHUNK_HELD)
 }
 
 impl<C: Coherence> Node<'_, C> {
@@ -537,25 +540,36 @@ impl<C: Coherence> Node<'_, C> {
         let l = &self.store.layout;
         let Located { mut m, block } = b;
         match block {
-            None => self.with_lock_nested(l.locks().alloc(), || self.release_chunks(c, rec.run.max(1))),
+            None => self.with_held(l.locks().alloc(), true, |alloc| self.release_chunks(c, rec.run.max(1), alloc)),
             Some((i, k)) => {
                 if rec.blocks <= 1 {
                     // The chunk's last block: the chunk goes back whole, under
                     // the alloc lock taken before anything changes, so a
                     // refusal (`Recovering`) leaves map and record as they were.
-                    return self
-                        .with_lock_nested(l.locks().alloc(), || self.clear_block(c, rec, &mut m, i, k, held.seq));
+                    return self.with_held(l.locks().alloc(), true, |alloc| {
+                        self.clear_block(c, rec, &mut m, i, k, held.seq, Some(alloc))
+                    });
                 }
-                self.clear_block(c, rec, &mut m, i, k, held.seq)
+                self.clear_block(c, rec, &mut m, i, k, held.seq, None)
             }
         }
     }
 
     /// Clears block `i` (`k` granules) from chunk `c`'s map, then updates
     /// its record, or releases the chunk when it was the last block (caller
-    /// then holds the alloc lock too). Caller holds the owner's heap lock,
-    /// under `ticket`.
-    fn clear_block(&self, c: u32, mut rec: ChunkRecord, m: &mut ChunkMap, i: u32, k: u32, ticket: u64) -> Result<()> {
+    /// then holds the alloc lock too, under `alloc`). Caller holds the
+    /// owner's heap lock, under `ticket`.
+    #[allow(clippy::too_many_arguments)]
+    fn clear_block(
+        &self,
+        c: u32,
+        mut rec: ChunkRecord,
+        m: &mut ChunkMap,
+        i: u32,
+        k: u32,
+        ticket: u64,
+        alloc: Option<&Held>,
+    ) -> Result<()> {
         let l = &self.store.layout;
         m.clear(i, k);
         let (lo, hi) = words_of(i, k);
@@ -565,7 +579,7 @@ impl<C: Coherence> Node<'_, C> {
         rec.used = rec.used.saturating_sub(k);
         rec.blocks = rec.blocks.saturating_sub(1);
         if rec.blocks == 0 {
-            return self.release_chunks(c, 1);
+            return self.release_chunks(c, 1, alloc.ok_or(Error::Corrupt)?);
         }
         rec.free_max = m.longest_free();
         rec.ticket = ticket;
@@ -634,6 +648,14 @@ impl<C: Coherence> Node<'_, C> {
                 continue;
             }
             if w & (1 << (c % 64)) == 0 {
+                if !self.chunk_free(c)? {
+                    // Not free whatever the bit says: a bitmap line a revoked
+                    // holder wrote back late. The bit is set again.
+                    set_bitmap(self.store, c, true)?;
+                    run = 0;
+                    c = c.saturating_add(1);
+                    continue;
+                }
                 run = run.saturating_add(1);
                 if run == k {
                     // The run of `k` ends at `c`.
@@ -647,6 +669,19 @@ impl<C: Coherence> Node<'_, C> {
             c = c.saturating_add(1);
         }
         Ok(None)
+    }
+
+    /// True when chunk `c`'s record (read fresh) is free: only then may it
+    /// be taken, whatever the bitmap says. (A free record's maps are empty:
+    /// whoever frees a chunk clears them first, and a free record landing
+    /// late over a chunk in use is what the release journal rules out.)
+    fn chunk_free(&self, c: u32) -> Result<bool> {
+        if mutant!("alloc.claim_unverified") {
+            return Ok(true);
+        }
+        // SYNC: fresh record (writers: the alloc lock's holders, recovery).
+        let rec: ChunkRecord = self.store.fresh(self.store.layout.chunk(c), Site("alloc.claim.rec"))?;
+        Ok(rec == ChunkRecord::default())
     }
 
     /// Writes the records of newly taken chunks `first..first+k`: one chunk
@@ -692,18 +727,44 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// Returns chunks `c..c+k` to the global bitmap (their maps are empty).
-    /// Caller holds alloc.
-    pub(crate) fn release_chunks(&self, c: u32, k: u32) -> Result<()> {
+    /// Caller holds alloc (`alloc`).
+    ///
+    /// Zombies: a free record carries no ticket, so a revoked holder's
+    /// release written back late would free a chunk that another node took
+    /// since. So the release is journaled in this node's request line, in
+    /// memory before this node checks that it still holds the alloc lock,
+    /// and that check comes before any free record is written: a recovery
+    /// that revoked the lock before the check is seen by it (and nothing is
+    /// written), and one that revoked it after finds the journal and holds
+    /// the chunks out of use until this node is quiet (`CHUNK_HELD`).
+    pub(crate) fn release_chunks(&self, c: u32, k: u32, alloc: &Held) -> Result<()> {
         let l = &self.store.layout;
+        if c.checked_add(k).is_none_or(|end| end > l.n_chunks) {
+            return Err(Error::Corrupt);
+        }
+        let journal = l.requests(self.id).wrapping_add(RELEASE_AT);
+        self.store.view.store_u64(journal, u64::from(c).wrapping_add(1) | u64::from(k) << 32)?;
+        // SYNC: the journal in memory before the check below (reader:
+        // recovery, which holds the release's chunks for a fenced node).
+        self.store.co.flush(&self.store.view, journal, 8, Site("alloc.release.journal"))?;
+        self.store.co.store_fence(Site("alloc.release.journal.fence"));
+        // SYNC: this node's alloc slot fresh (writer: the manager revoking).
+        let slot: LockSlot =
+            self.store.fresh_state_first(l.lock_slot(alloc.lock, self.id), Site("alloc.release.check"))?;
+        if (slot.state != SLOT_LOCKED || slot.seq != alloc.seq) && !mutant!("alloc.release_unchecked") {
+            return Err(Error::Revoked);
+        }
         for j in 0..k {
             let cj = c.saturating_add(j);
-            if cj >= l.n_chunks {
-                return Err(Error::Corrupt);
-            }
             self.store.publish(l.chunk(cj), &ChunkRecord::default(), Site("alloc.chunk.release"))?;
             set_bitmap(self.store, cj, false)?;
         }
-        Ok(())
+        self.store.view.store_u64(journal, 0)?;
+        // SYNC: the journal cleared before the alloc lock goes (its release
+        // fences first). Were it left, a recovery that finds this node
+        // fenced would hold the chunks if still free: out of use until the
+        // node is quiet, never taken from a user.
+        self.store.co.flush(&self.store.view, journal, 8, Site("alloc.release.clear"))
     }
 }
 

@@ -277,7 +277,9 @@ shared_struct! {
     /// threads set and clear bits with host-local atomics); the manager reads
     /// it to find waiters without scanning every slot. `reserved[0]` is the
     /// node's manager claim (`lock.rs`: epoch << 8 | id + 1, 0 = none),
-    /// written by that node's manager alone.
+    /// written by that node's manager alone. `reserved[1]` journals a chunk
+    /// release in flight (`alloc`: first chunk + 1, and the count << 32;
+    /// 0 = none), written by the node under the alloc lock.
     pub struct RequestLine {
         pub want: [u64; 4],
         pub reserved: [u64; 4],
@@ -286,6 +288,9 @@ shared_struct! {
 
 /// Most global locks a region can have (the request bitmap's width).
 pub const MAX_LOCKS: u32 = 256;
+
+/// Where a node's request line journals a chunk release in flight.
+pub const RELEASE_AT: u64 = core::mem::offset_of!(RequestLine, reserved) as u64 + 8;
 
 /// Most application locks a region can have.
 pub const MAX_APP_LOCKS: u32 = 128;
@@ -603,6 +608,11 @@ pub const CHUNK_RAW: u32 = 2;
 pub const CHUNK_LARGE: u32 = 3;
 /// Later chunk of a multi-chunk block.
 pub const CHUNK_CONT: u32 = 4;
+/// Held out of use by recovery for a fenced node (`owner`) that was
+/// releasing it: the node may still write back its release (a free record
+/// and bitmap word) late. Its maps are empty; the first recovery after the
+/// node is quiet frees it.
+pub const CHUNK_HELD: u32 = 5;
 
 /// Node info states.
 pub const NODE_FREE: u32 = 0;

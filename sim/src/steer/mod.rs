@@ -186,6 +186,33 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::void_grant_lands_in_a_live_slot,
         },
         Scenario {
+            name: "old-grant-lands-over-a-held-one",
+            what: "a grant from before a lock's repair lands late in the slot of a live node that holds the lock \
+                   again: its grant stands, its release succeeds and the lock goes on to others",
+            run: zombies::old_grant_lands_over_a_held_one,
+        },
+        Scenario {
+            name: "zombie-release-lands-late",
+            what: "a node releasing a chunk stops past its check, is declared dead and recovered; another node \
+                   publishes, then the stopped node's free record lands and it wakes: the chunk must have been \
+                   held out of use, and no published block lose its bytes",
+            run: zombies::zombie_release_lands_late,
+        },
+        Scenario {
+            name: "zombie-wakes-to-release",
+            what: "a node stops as it journals a chunk release, is declared dead and recovered (the chunk freed \
+                   and taken by another node), then wakes: it must find its grant revoked before it writes the \
+                   chunk free",
+            run: zombies::zombie_wakes_to_release,
+        },
+        Scenario {
+            name: "zombie-bitmap-lands-late",
+            what: "a node releasing a chunk stops with the bitmap word stored; after its recovery another node \
+                   takes a fresh chunk, the stopped node's bitmap line lands with that chunk's bit clear, and a \
+                   third node takes a fresh chunk: never the one taken",
+            run: zombies::zombie_bitmap_lands_late,
+        },
+        Scenario {
             name: "tier-claimed-elsewhere",
             what: "a host whose cache holds every tier directory head as free claims a directory after another \
                    host claimed one: it must take another, never the one owned",

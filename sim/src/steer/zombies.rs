@@ -411,6 +411,52 @@ pub(super) fn void_grant_lands_in_a_live_slot(disable: Option<&'static str>) -> 
     Ok(out)
 }
 
+/// As `void-grant-lands-in-a-live-slot`, but node 1 holds the lock again
+/// (a grant past the floor) when its old grant lands in its slot. Its grant
+/// stands: node 1's release must succeed (not `Revoked`, which would leave
+/// a live node's host-local hold behind), node 0 must be granted the lock
+/// next, node 1 must detach, and the region check clean.
+pub(super) fn old_grant_lands_over_a_held_one(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const LOCK: u32 = 2;
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    let slot1 = s0.layout.lock_slot(LOCK, 1);
+    let g1 = n1.lock(LOCK)?;
+    let old: LockSlot = rig.mem.shared_region().read(slot1)?;
+    n1.unlock(g1)?;
+    let mut out = Vec::new();
+    let _held = n2.lock(LOCK)?;
+    declare_dead(&s0, 2)?;
+    env.step()?;
+    n0.recover(0)?;
+    let g1 = n1.lock(LOCK)?;
+    if old.state != SLOT_LOCKED || g1.seq <= old.seq {
+        out.push(format!("old-grant-lands-over-a-held-one: the old grant {old:?} is not older than {g1:?}"));
+        return Ok(out);
+    }
+    // The old grant, as a replaced manager's cache on host 2 kept it.
+    rig.cache(2).write(slot1, &old)?;
+    rig.mem.evict_line(2, (slot1 / 64) as usize);
+    if let Err(e) = n1.unlock(g1) {
+        out.push(format!(
+            "old-grant-lands-over-a-held-one: a live node's release failed ({e}) because an older grant landed in \
+             its slot"
+        ));
+    }
+    match n0.lock(LOCK) {
+        Ok(g) => n0.unlock(g)?,
+        Err(e) => out.push(format!("old-grant-lands-over-a-held-one: node 0 was not granted the lock next ({e})")),
+    }
+    if let Err(e) = n1.detach() {
+        out.push(format!("old-grant-lands-over-a-held-one: node 1 holds nothing, but its detach says {e}"));
+    }
+    rig.expect_clean("old-grant-lands-over-a-held-one", &mut out)?;
+    Ok(out)
+}
+
 /// As `zombie-payload-lands-late`, but the stopped node, woken, flushes its
 /// payload and then its word that it is quiet, and the word's write-back
 /// completes first (flushes not yet fenced complete in any order). Before
@@ -680,6 +726,169 @@ pub(super) fn reservation_entry_lands_late(disable: Option<&'static str>) -> Res
     env.step()?;
     n0.recover(0)?;
     stored("after the recovery that frees the woken node", &mut out);
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
+
+/// Where a chunk release stops in [`zombie_release`].
+#[derive(Clone, Copy, PartialEq)]
+enum ReleaseStop {
+    /// At the flush of the free record: the journal is in memory and the
+    /// node's alloc grant checked; the record is stored, not landed.
+    AfterCheck,
+    /// At the flush of the journal: nothing checked yet.
+    BeforeJournal,
+}
+
+/// Node 1 (host 1) frees its only raw block, which releases its chunk, and
+/// stops there (`stop`). It is declared dead and recovered by node 0 (host
+/// 0): fenced, not known quiet. Node 2 (host 2) publishes blocks. Then
+/// whatever node 1 stored lands and it wakes: its free must fail with
+/// `Revoked`, and no block of node 2's may lose its bytes, before or after
+/// node 2 publishes more. Stopped after its check, the release was
+/// journaled: recovery must hold the chunk out of use until node 1 is
+/// quiet. Stopped before, the woken node must find its grant revoked
+/// before it writes the chunk free. Node 1 says it is quiet; the recovery
+/// after frees the chunk and the region checks clean.
+fn zombie_release(name: &'static str, stop: ReleaseStop, disable: Option<&'static str>) -> Result<Vec<String>> {
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l2) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s2, 2, &env, &l2)?);
+    let l = &s0.layout;
+    let keys: Vec<Key> = (0..8u64).map(|i| Key { lo: 0x7e10 + i, hi: 9 + i }).collect();
+    let mut out = Vec::new();
+    let mut published = Vec::new();
+    let site = match stop {
+        ReleaseStop::AfterCheck => "alloc.chunk.release",
+        ReleaseStop::BeforeJournal => "alloc.release.journal",
+    };
+    let l1 = NodeLocal::default();
+    let n1 = Node::new(&s1, 1, &env, &l1)?;
+    let off = n1.alloc(4096)?;
+    let c = cxlkv_core::alloc::chunk_of(l, off)?;
+    let (stopped_rx, go_tx) = rig.parks_at(1, site);
+    let zombie = std::thread::scope(|sc| -> Result<Result<()>> {
+        let t = sc.spawn(|| n1.free(off));
+        if !parked(&stopped_rx, || t.is_finished(), &env)? {
+            let r = t.join().unwrap_or(Err(Error::Corrupt));
+            out.push(format!("{name}: node 1's free ended ({r:?}) without stopping"));
+            return Ok(r);
+        }
+        // What node 1 flushed before it stopped lands (its map cleared).
+        rig.mem.drain(1);
+        declare_dead(&s0, 1)?;
+        env.step()?;
+        n0.recover(0)?;
+        for &k in &keys[..4] {
+            put(&n2, k)?;
+            published.push(k);
+        }
+        // Whatever node 1 stored lands, and it wakes.
+        for line in [l.chunk(c) / 64, (l.chunk_bitmap.start / 64)] {
+            rig.mem.evict_line(1, line as usize);
+        }
+        let _ = go_tx.send(());
+        Ok(t.join().unwrap_or(Err(Error::Corrupt)))
+    })?;
+    rig.mem.drain(1);
+    if zombie != Err(Error::Revoked) {
+        out.push(format!("{name}: the woken node's free gave {zombie:?}, not Revoked"));
+    }
+    for &k in &keys[4..] {
+        match put(&n2, k) {
+            Ok(()) => published.push(k),
+            Err(e) => out.push(format!("{name}: node 2's publish after the woken node's release failed: {e}")),
+        }
+    }
+    let stored = |what: &str, out: &mut Vec<String>| {
+        for &k in &published {
+            let mut buf = [0u8; 256];
+            match n2.get(NS, k, &mut buf) {
+                Ok(256) if buf == [k.hi as u8; 256] => {}
+                r => out.push(format!("{name}: {what}, block {k:?} reads {r:?} with bytes {:?}", &buf[..4])),
+            }
+        }
+    };
+    stored("once the woken node's release landed", &mut out);
+    match n1.quiesce(2) {
+        Ok(true) => {}
+        r => out.push(format!("{name}: the woken node's quiesce gave {r:?}")),
+    }
+    env.step()?;
+    n0.recover(0)?;
+    stored("after the recovery that frees the woken node", &mut out);
+    rig.expect_clean(name, &mut out)?;
+    Ok(out)
+}
+
+pub(super) fn zombie_release_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    zombie_release("zombie-release-lands-late", ReleaseStop::AfterCheck, disable)
+}
+
+pub(super) fn zombie_wakes_to_release(disable: Option<&'static str>) -> Result<Vec<String>> {
+    zombie_release("zombie-wakes-to-release", ReleaseStop::BeforeJournal, disable)
+}
+
+/// Node 1 (host 1) frees its only raw block and stops in the chunk's
+/// release with the bitmap word stored, not landed; it is declared dead and
+/// recovered by node 0 (host 0, whose cache keeps every chunk record as
+/// recovery read them). Node 2 (host 2) takes a fresh raw chunk; then node
+/// 1's bitmap line lands (that chunk's bit clear), and node 0 takes a fresh
+/// raw chunk: it must not take node 2's (its record, read fresh, is not
+/// free), and node 2's bytes must stay.
+pub(super) fn zombie_bitmap_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    use cxlkv_core::coherence::{Coherence, Site};
+    const NAME: &str = "zombie-bitmap-lands-late";
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    let l = &s0.layout;
+    let mut out = Vec::new();
+    let off = n1.alloc(4096)?;
+    let (stopped_rx, go_tx) = rig.parks_at(1, "alloc.bitmap.publish");
+    let mine = std::thread::scope(|sc| -> Result<Option<(u64, u64)>> {
+        let t = sc.spawn(|| n1.free(off));
+        if !parked(&stopped_rx, || t.is_finished(), &env)? {
+            let r = t.join().unwrap_or(Err(Error::Corrupt));
+            out.push(format!("{NAME}: node 1's free ended ({r:?}) without stopping"));
+            return Ok(None);
+        }
+        declare_dead(&s0, 1)?;
+        env.step()?;
+        n0.recover(0)?;
+        let theirs = n2.alloc(4096)?;
+        s2.view.copy_in(theirs, &[0x5a; 4096])?;
+        s2.co.flush(&s2.view, theirs, 4096, Site("steer.raw"))?;
+        s2.co.store_fence(Site("steer.raw"));
+        rig.mem.evict_line(1, (l.chunk_bitmap.start / 64) as usize);
+        let ours = n0.alloc(4096)?;
+        s0.view.copy_in(ours, &[0xa5; 4096])?;
+        s0.co.flush(&s0.view, ours, 4096, Site("steer.raw"))?;
+        s0.co.store_fence(Site("steer.raw"));
+        let _ = go_tx.send(());
+        let _ = t.join();
+        Ok(Some((theirs, ours)))
+    })?;
+    rig.mem.drain(1);
+    if let Some((theirs, ours)) = mine {
+        if cxlkv_core::alloc::chunk_of(l, theirs)? == cxlkv_core::alloc::chunk_of(l, ours)? {
+            out.push(format!("{NAME}: node 0 took node 2's chunk, its bitmap bit cleared by a late line"));
+        }
+        let mut buf = vec![0u8; 4096];
+        rig.mem.shared_region().copy_out(theirs, &mut buf)?;
+        if buf != [0x5a; 4096] {
+            out.push(format!("{NAME}: node 2's raw block lost its bytes ({:?})", &buf[..4]));
+        }
+        n2.free(theirs)?;
+        n0.free(ours)?;
+    }
+    let _ = n1.quiesce(2);
+    env.step()?;
+    n0.recover(0)?;
     rig.expect_clean(NAME, &mut out)?;
     Ok(out)
 }
