@@ -310,3 +310,24 @@ pub(super) fn successor_reads_a_revoked_grant(disable: Option<&'static str>) -> 
     }
     Ok(out)
 }
+
+/// Host 1's cache holds node 2's slot as FREE (it looked before anyone
+/// attached there). Node 2 attaches on host 0; then a process on host 1
+/// attaches asking for the first free slot: it must take slot 3, never
+/// node 2's, which its cache still shows free.
+pub(super) fn attach_scans_a_stale_slot(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "attach-scans-a-stale-slot";
+    let rig = Rig::new(2, 4, disable)?;
+    let (s0, s1) = (rig.store(0)?, rig.store(1)?);
+    attach_as(&s0, 0, 0)?;
+    attach_as(&s1, 1, 1)?;
+    let _: NodeInfo = s1.view.read(s1.layout.node_info(2))?;
+    attach_as(&s0, 2, 0)?;
+    let who = Identity { pid: 400, host_id: 2, pid_ns: 0, nonce: 99, now: 0 };
+    let mut out = Vec::new();
+    match attach_node(&s1, None, who) {
+        Ok(3) => {}
+        r => out.push(format!("{NAME}: the first free slot is 3, but the attach gave {r:?}")),
+    }
+    Ok(out)
+}

@@ -213,6 +213,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::zombie_bitmap_lands_late,
         },
         Scenario {
+            name: "attach-scans-a-stale-slot",
+            what: "a host whose cache shows a node slot free, taken since on another host, attaches to the first \
+                   free slot: never that one",
+            run: managers::attach_scans_a_stale_slot,
+        },
+        Scenario {
             name: "tier-claimed-elsewhere",
             what: "a host whose cache holds every tier directory head as free claims a directory after another \
                    host claimed one: it must take another, never the one owned",
