@@ -141,6 +141,14 @@ export declare class Node {
   /** `recover` off the event loop. */
   recoverAsync(): Promise<Recovered>
   /**
+   * An operator's word that node `n`, declared dead, will never store
+   * again (its host is powered off, or was rebooted since): the next
+   * recovery frees the reservations and raw blocks kept quarantined for
+   * it. Never say it of a host that may only be stopped. True when said
+   * now; false when `n` is not dead or is quiet already.
+   */
+  declareQuiet(n: number): boolean
+  /**
    * Every invariant of the region, checked: the findings (empty when
    * clean). Exact on a quiescent region; on a live one, changes in
    * flight can show up as findings.

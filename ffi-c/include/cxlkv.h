@@ -975,6 +975,19 @@ cxlkv_result cxlkv_evict(const struct cxlkv_node *node,
 // one write.
 cxlkv_result cxlkv_recover(const struct cxlkv_node *node, struct cxlkv_recover_report *out);
 
+// An operator's word that node `n`, declared dead, will never store again
+// (its host is powered off, or was rebooted since): the next recovery frees
+// the reservations and raw blocks kept quarantined for it. Never say it of
+// a host that may only be stopped: should it resume, its late stores land
+// in blocks others reuse. `*said` is true when said now, false when `n` is
+// not dead or is quiet already; a node id beyond the region's is
+// CXLKV_RESULT_BAD_NODE.
+//
+// # Safety
+// `node` is a handle from this library or NULL; `said` is valid for one
+// write.
+cxlkv_result cxlkv_declare_quiet(const struct cxlkv_node *node, uint32_t n, bool *said);
+
 // Checks every invariant of the region (read-only; meaningful when no
 // writer is active). Writes up to `cap` findings to `findings` (NULL when
 // `cap` is 0) and their total number to `*n_findings`; 0 means clean.

@@ -610,6 +610,31 @@ pub unsafe extern "C" fn cxlkv_recover(node: *const cxlkv_node, out: *mut cxlkv_
     })
 }
 
+/// An operator's word that node `n`, declared dead, will never store again
+/// (its host is powered off, or was rebooted since): the next recovery frees
+/// the reservations and raw blocks kept quarantined for it. Never say it of
+/// a host that may only be stopped: should it resume, its late stores land
+/// in blocks others reuse. `*said` is true when said now, false when `n` is
+/// not dead or is quiet already; a node id beyond the region's is
+/// CXLKV_RESULT_BAD_NODE.
+///
+/// # Safety
+/// `node` is a handle from this library or NULL; `said` is valid for one
+/// write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_declare_quiet(node: *const cxlkv_node, n: u32, said: *mut bool) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `said` is valid for one write by the contract (NULL is refused).
+        let said = unsafe { Out::new(said) }?;
+        // SAFETY:
+        // - `node` is NULL or a handle from this library.
+        let c = unsafe { live(node) }?;
+        said.write(c.declare_quiet(n)?);
+        Ok(())
+    })
+}
+
 /// One violated invariant found by `cxlkv_check`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

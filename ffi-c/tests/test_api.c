@@ -618,6 +618,13 @@ int main(void) {
   cxlkv_recover_report rep;
   OK(cxlkv_recover(b, &rep));
   CHECK(rep.nodes_freed == 0);
+  /* An operator's word that a node is quiet: said only of a dead node. */
+  bool said = true;
+  OK(cxlkv_declare_quiet(b, ida, &said));
+  CHECK(!said);
+  EXPECT(cxlkv_declare_quiet(b, caps.max_nodes, &said), CXLKV_RESULT_BAD_NODE);
+  EXPECT(cxlkv_declare_quiet(b, ida, NULL), CXLKV_RESULT_NULL_PARAMETER);
+  EXPECT(cxlkv_declare_quiet(NULL, ida, &said), CXLKV_RESULT_NULL_PARAMETER);
   cxlkv_finding f[4];
   size_t nf = 99;
   OK(cxlkv_check(a, f, 4, &nf));

@@ -592,6 +592,16 @@ impl Node {
         Ok(AsyncTask::new(Job::new(move || Ok(c.recover()?), recovered).on(node)))
     }
 
+    /// An operator's word that node `n`, declared dead, will never store
+    /// again (its host is powered off, or was rebooted since): the next
+    /// recovery frees the reservations and raw blocks kept quarantined for
+    /// it. Never say it of a host that may only be stopped. True when said
+    /// now; false when `n` is not dead or is quiet already.
+    #[napi(catch_unwind)]
+    pub fn declare_quiet(&self, env: Env, n: u32) -> napi::Result<bool> {
+        self.attached(&env)?.declare_quiet(n).or_throw(&env)
+    }
+
     /// Every invariant of the region, checked: the findings (empty when
     /// clean). Exact on a quiescent region; on a live one, changes in
     /// flight can show up as findings.

@@ -379,6 +379,9 @@ test('stats, evict, recover, check (sync and async)', async () => {
   const want = { nodesFreed: 0, pinsDropped: 0, writesAborted: 0, entriesDropped: 0, blocksReclaimed: 0, chunksReclaimed: 0, locksRepaired: 0, writesQuarantined: 0, nodesFenced: 0 }
   assert.deepEqual(n.recover(), want)
   assert.deepEqual(await n.recoverAsync(), want)
+  // An operator's word that a node is quiet: said only of a dead node.
+  assert.equal(n.declareQuiet(n.id), false)
+  throwsCode(() => n.declareQuiet(4096), RangeError, 'BAD_NODE')
   assert.deepEqual(n.check(), [])
   assert.deepEqual(await n.checkAsync(), [])
   n.detach()

@@ -488,6 +488,16 @@ impl Node {
         )
     }
 
+    /// An operator's word that node `n`, declared dead, will never store
+    /// again (its host is powered off, or was rebooted since): the next
+    /// recovery frees the reservations and raw blocks kept quarantined for
+    /// it. Never say it of a host that may only be stopped. True when said
+    /// now; False when `n` is not dead or is quiet already.
+    fn declare_quiet(&self, py: Python<'_>, n: u32) -> PyResult<bool> {
+        let c = self.attached(py)?;
+        py.detach(|| c.declare_quiet(n)).or_raise(py)
+    }
+
     /// Every invariant of the region, checked: a list of findings (empty
     /// when clean).
     fn check(&self, py: Python<'_>) -> PyResult<Vec<String>> {
