@@ -174,7 +174,7 @@ impl<C: Coherence> Node<'_, C> {
         }
         rep.blocks_reclaimed = reset_blocks.saturating_sub(claimed);
         let releasing = self.releases_in_flight(kept)?;
-        self.settle_chunks(owners, &releasing, &mut rep)?;
+        self.settle_chunks(owners, kept, &releasing, &mut rep)?;
         // 5. Live nodes' journals are theirs alone: each node writes its own
         // from its cache, never re-reading it, so a record recovery changed
         // there would come back with the node's next write of that line.
@@ -410,9 +410,10 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// Step 4: Chunks nothing claims go back to the bitmap, but for those a
-    /// fenced node was releasing (`releasing`), held out of use; the others
-    /// get their record's counts from their maps, and this recovery's stamp.
-    fn settle_chunks(&self, owners: u64, releasing: &[(u32, u32)], rep: &mut RecoverReport) -> Result<()> {
+    /// fenced node (`kept`) owns or was releasing (`releasing`), held out of
+    /// use; the others get their record's counts from their maps, and this
+    /// recovery's stamp.
+    fn settle_chunks(&self, owners: u64, kept: u64, releasing: &[(u32, u32)], rep: &mut RecoverReport) -> Result<()> {
         let st = self.store;
         let l = &st.layout;
         let words = l.map_words();
@@ -430,11 +431,22 @@ impl<C: Coherence> Node<'_, C> {
                 }
                 _ => false,
             };
-            let holder =
-                releasing.iter().position(|&(first, k)| k != 0 && (first..first.saturating_add(k)).contains(&c));
+            // A fenced node's own empty chunk: it may have taken it just
+            // before it stopped and place a block there when it wakes (a
+            // record and maps stamped below the floor, landing over whoever
+            // took the chunk since).
+            let owned = matches!(rec.kind, CHUNK_KV | CHUNK_RAW)
+                && (1..=l.caps.max_nodes).contains(&rec.owner)
+                && kept & (1 << rec.owner.wrapping_sub(1)) != 0
+                && !mutant!("recover.reuse_fenced_chunk");
+            let holder = releasing
+                .iter()
+                .position(|&(first, k)| k != 0 && (first..first.saturating_add(k)).contains(&c))
+                .or(owned.then(|| rec.owner.wrapping_sub(1) as usize));
             if let (false, Some(n)) = (keep, holder) {
-                // Not in use, and a fenced node's release of it may land
-                // still: nobody takes it until that node is quiet.
+                // Not in use, and a fenced node's release of it, or its
+                // placement there, may land still: nobody takes it until
+                // that node is quiet.
                 let held =
                     ChunkRecord { owner: (n as u32).wrapping_add(1), kind: CHUNK_HELD, ..ChunkRecord::default() };
                 if rec != held {

@@ -385,10 +385,20 @@ impl Manager {
         let loff = l.lock_line(lock);
         let (mut ll, mask) = self.read_lock(store, cx, lock)?;
         let mut memo = self.memo.at(lock as usize);
+        let (line_holder, line_seq) = (ll.holder, ll.grant_seq);
         // A line that a replaced manager wrote back late is written again
         // from the memo (with this step's changes, if any).
         let mut changed = memo.merge(&mut ll);
         let mut holder = None;
+        // The lock's last grant: its ticket, and its grantee (id + 1) as
+        // this manager made or saw it, or as a line carrying that very
+        // ticket names it; 0 when unknown.
+        let last_seq = memo.seq;
+        let last = match self.last_holder.at(lock as usize) {
+            0 if line_seq == last_seq => line_holder,
+            h => h,
+        };
+        let last_open = last != 0 && self.released.at(lock as usize) != last_seq;
         // Each slot's (state, flags) as this step read it; the grant below
         // works from this snapshot (and the bells read before it). A
         // withdrawing node writes CANCEL and waits for the answer in its
@@ -408,13 +418,28 @@ impl Manager {
         }
         for n in bits(mask) {
             let soff = l.lock_slot(lock, n);
-            let s = slots.at(n as usize);
+            let mut s = slots.at(n as usize);
+            let older = s.seq < last_seq && (s.state == SLOT_LOCKED || s.state == SLOT_IDLE);
+            if older && last_open && last == n.wrapping_add(1) && !mutant!("mgr.release_by_stale_slot") {
+                // The last grantee's slot shows an older grant or an older
+                // release: a replaced manager's line written back late over
+                // it (only managers write LOCKED, and a release carries the
+                // ticket it gives back or a larger one). The grant stands
+                // until the grantee releases it, which it does whatever its
+                // slot shows (see `Node::unlock`).
+                s = LockSlot { state: SLOT_LOCKED, seq: last_seq, ..s };
+            }
             seen.set(n as usize, (s.state, s.flags));
-            if s.state == SLOT_LOCKED && s.seq < memo.floor && !mutant!("mgr.hold_by_void_grant") {
-                // A grant below the repair floor: made before the repair
-                // (which held the lock itself with the floor's ticket), so
+            // (A node not ALIVE at the last scan is the stranger rule's below,
+            // which resets its slot.)
+            let alive = self.alive & (1 << n) != 0;
+            let void = s.seq < memo.floor || alive && last != 0 && last != n.wrapping_add(1) && s.seq < last_seq;
+            if s.state == SLOT_LOCKED && void && !mutant!("mgr.hold_by_void_grant") {
+                // A grant below the repair floor (made before the repair,
+                // which held the lock itself with the floor's ticket), or
+                // older than the lock's last grant made to another node: so
                 // released or revoked since; this one landed late (a
-                // stopped manager's, woken). Nobody holds by it: a node
+                // stopped or replaced manager's). Nobody holds by it: a node
                 // waiting on the lock rejects it (see `grant_is_current`)
                 // and asks again, one that is not waiting overwrites it
                 // with its next request, and `held_lock` passes it by. It

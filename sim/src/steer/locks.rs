@@ -33,6 +33,7 @@ pub(super) fn release_seen_early(disable: Option<&'static str>) -> Result<Vec<St
     let (l1, l2) = (NodeLocal::default(), NodeLocal::default());
     let (n1, n2) = (Node::new(&s0, 1, &env, &l1)?, Node::new(&s1, 2, &env, &l2)?);
     let held = n1.lock(LOCK)?;
+    let ticket = held.seq;
     let slot1 = s0.layout.lock_slot(LOCK, 1);
     let cache0 = rig.cache(0);
     let fired = Arc::new(Mutex::new(false));
@@ -48,8 +49,9 @@ pub(super) fn release_seen_early(disable: Option<&'static str>) -> Result<Vec<St
         if calls < 3 {
             return false;
         }
-        // Node 1's unlock up to its write-back: the IDLE store alone.
-        let _ = cache0.write(slot1, &LockSlot::default());
+        // Node 1's unlock up to its write-back: the IDLE store alone (a
+        // release carries the ticket it gives back).
+        let _ = cache0.write(slot1, &LockSlot { seq: ticket, ..LockSlot::default() });
         *f2.lock().unwrap_or_else(|p| p.into_inner()) = true;
         true
     });

@@ -219,6 +219,13 @@ pub fn scenarios() -> &'static [Scenario] {
             run: managers::attach_scans_a_stale_slot,
         },
         Scenario {
+            name: "zombie-wakes-to-take-a-chunk",
+            what: "a node takes a fresh chunk and stops before it places its block there; after its recovery \
+                   another node allocates, then the stopped node wakes and places its block: never in the other \
+                   node's chunk",
+            run: zombies::zombie_wakes_to_take_a_chunk,
+        },
+        Scenario {
             name: "tier-claimed-elsewhere",
             what: "a host whose cache holds every tier directory head as free claims a directory after another \
                    host claimed one: it must take another, never the one owned",

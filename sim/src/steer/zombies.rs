@@ -440,6 +440,18 @@ pub(super) fn old_grant_lands_over_a_held_one(disable: Option<&'static str>) -> 
     // The old grant, as a replaced manager's cache on host 2 kept it.
     rig.cache(2).write(slot1, &old)?;
     rig.mem.evict_line(2, (slot1 / 64) as usize);
+    // Node 1 still holds the lock: node 0 must not be granted it (its wait
+    // ends at the rig's step limit).
+    match n0.lock(LOCK) {
+        Err(Error::Timeout) => {}
+        Ok(g) => {
+            out.push(
+                "old-grant-lands-over-a-held-one: node 0 was granted the lock node 1 holds (two holders)".to_string(),
+            );
+            n0.unlock(g)?;
+        }
+        Err(e) => out.push(format!("old-grant-lands-over-a-held-one: node 0's wait ended with {e}")),
+    }
     if let Err(e) = n1.unlock(g1) {
         out.push(format!(
             "old-grant-lands-over-a-held-one: a live node's release failed ({e}) because an older grant landed in \
@@ -740,8 +752,8 @@ enum ReleaseStop {
     BeforeJournal,
 }
 
-/// Node 1 (host 1) frees its only raw block, which releases its chunk, and
-/// stops there (`stop`). It is declared dead and recovered by node 0 (host
+/// Node 1 (host 1) frees node 0's only raw block, which releases node 0's
+/// chunk, and stops there (`stop`). It is declared dead and recovered by node 0 (host
 /// 0): fenced, not known quiet. Node 2 (host 2) publishes blocks. Then
 /// whatever node 1 stored lands and it wakes: its free must fail with
 /// `Revoked`, and no block of node 2's may lose its bytes, before or after
@@ -766,7 +778,9 @@ fn zombie_release(name: &'static str, stop: ReleaseStop, disable: Option<&'stati
     };
     let l1 = NodeLocal::default();
     let n1 = Node::new(&s1, 1, &env, &l1)?;
-    let off = n1.alloc(4096)?;
+    // Node 0's chunk: a fenced node's own chunks are held whatever it
+    // journaled; another's are not.
+    let off = n0.alloc(4096)?;
     let c = cxlkv_core::alloc::chunk_of(l, off)?;
     let (stopped_rx, go_tx) = rig.parks_at(1, site);
     let zombie = std::thread::scope(|sc| -> Result<Result<()>> {
@@ -776,8 +790,11 @@ fn zombie_release(name: &'static str, stop: ReleaseStop, disable: Option<&'stati
             out.push(format!("{name}: node 1's free ended ({r:?}) without stopping"));
             return Ok(r);
         }
-        // What node 1 flushed before it stopped lands (its map cleared).
-        rig.mem.drain(1);
+        // The map node 1 cleared lands (its journal only if fenced).
+        let map = (l.chunk_map(c) / 64) as usize;
+        for line in map..=map + (2 * l.map_words()).div_ceil(8) {
+            rig.mem.land_queued(1, line);
+        }
         declare_dead(&s0, 1)?;
         env.step()?;
         n0.recover(0)?;
@@ -885,6 +902,66 @@ pub(super) fn zombie_bitmap_lands_late(disable: Option<&'static str>) -> Result<
         }
         n2.free(theirs)?;
         n0.free(ours)?;
+    }
+    let _ = n1.quiesce(2);
+    env.step()?;
+    n0.recover(0)?;
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
+
+/// Node 1 (host 1) allocates raw bytes; it takes a fresh chunk and stops
+/// as it gives the alloc lock back, before it places its block there. It is
+/// declared dead and recovered by node 0 (host 0): fenced, not known quiet.
+/// Node 2 (host 2) allocates raw bytes and fills them; then node 1 wakes and
+/// places its block. Node 2's block must keep its place and bytes: the
+/// fenced node's empty chunk was held out of use, not given to node 2.
+pub(super) fn zombie_wakes_to_take_a_chunk(disable: Option<&'static str>) -> Result<Vec<String>> {
+    use cxlkv_core::coherence::{Coherence, Site};
+    const NAME: &str = "zombie-wakes-to-take-a-chunk";
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    let mut out = Vec::new();
+    let len = (s0.layout.chunk_size() * 3 / 2) as usize;
+    let (stopped_rx, go_tx) = rig.parks_at(1, "lock.release");
+    let theirs = std::thread::scope(|sc| -> Result<Option<u64>> {
+        let t = sc.spawn(|| n1.alloc(4096));
+        if !parked(&stopped_rx, || t.is_finished(), &env)? {
+            let r = t.join().unwrap_or(Err(Error::Corrupt));
+            out.push(format!("{NAME}: node 1's allocation ended ({r:?}) without stopping"));
+            return Ok(None);
+        }
+        rig.mem.drain(1);
+        declare_dead(&s0, 1)?;
+        env.step()?;
+        n0.recover(0)?;
+        // A run of whole chunks (its maps stay empty, as a fresh chunk's).
+        let theirs = n2.alloc(len as u64)?;
+        s2.view.copy_in(theirs, &vec![0x3c; len])?;
+        s2.co.flush(&s2.view, theirs, len as u64, Site("steer.raw"))?;
+        s2.co.store_fence(Site("steer.raw"));
+        let _ = go_tx.send(());
+        let _ = t.join();
+        Ok(Some(theirs))
+    })?;
+    rig.mem.drain(1);
+    if let Some(theirs) = theirs {
+        let c = cxlkv_core::alloc::chunk_of(&s0.layout, theirs)?;
+        let rec: cxlkv_core::layout::ChunkRecord = rig.mem.shared_region().read(s0.layout.chunk(c))?;
+        if rec.kind != cxlkv_core::layout::CHUNK_LARGE || rec.owner != 3 {
+            out.push(format!("{NAME}: node 2's run of chunks is not its own any more: {rec:?}"));
+        }
+        let mut buf = vec![0u8; len];
+        rig.mem.shared_region().copy_out(theirs, &mut buf)?;
+        if buf.iter().any(|&b| b != 0x3c) {
+            out.push(format!("{NAME}: node 2's raw block lost its bytes ({:?})", &buf[..4]));
+        }
+        if let Err(e) = n2.free(theirs) {
+            out.push(format!("{NAME}: node 2's free of its raw block failed: {e}"));
+        }
     }
     let _ = n1.quiesce(2);
     env.step()?;
