@@ -419,7 +419,7 @@ impl Manager {
         for n in bits(mask) {
             let soff = l.lock_slot(lock, n);
             let mut s = slots.at(n as usize);
-            let older = s.seq < last_seq && (s.state == SLOT_LOCKED || s.state == SLOT_IDLE);
+            let older = s.seq < last_seq && s.state == SLOT_LOCKED;
             if older && last_open && last == n.wrapping_add(1) && !mutant!("mgr.release_by_stale_slot") {
                 // The last grantee's slot shows an older grant or an older
                 // release: a replaced manager's line written back late over

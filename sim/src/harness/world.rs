@@ -325,9 +325,12 @@ impl World {
             }
             let floor = m.floors_seen.entry(lock).or_insert(ll.floor);
             if ll.floor < *floor {
+                let line = (l.lock_line(lock) / 64) as usize;
                 let msg = format!(
-                    "lock {lock}: repair floor went back from {floor} to {} in memory (seen after actor {who})",
-                    ll.floor
+                    "lock {lock}: repair floor went back from {floor} to {} in memory (seen after actor {who}; line \
+                     {line} last written by {:?})",
+                    ll.floor,
+                    self.mem.provenance(line)
                 );
                 drop(m);
                 return self.violation(msg);
