@@ -421,12 +421,16 @@ impl Manager {
             let mut s = slots.at(n as usize);
             let older = s.seq < last_seq && s.state == SLOT_LOCKED;
             if older && last_open && last == n.wrapping_add(1) && !mutant!("mgr.release_by_stale_slot") {
-                // The last grantee's slot shows an older grant or an older
-                // release: a replaced manager's line written back late over
-                // it (only managers write LOCKED, and a release carries the
-                // ticket it gives back or a larger one). The grant stands
-                // until the grantee releases it, which it does whatever its
-                // slot shows (see `Node::unlock`).
+                // The last grantee's slot shows an older grant: a replaced
+                // manager's line written back late over it (only managers
+                // write LOCKED, and this node's tickets only grow). The
+                // grant stands until the grantee releases it, which it does
+                // whatever its slot shows (see `Node::unlock`). Should the
+                // late line have landed over its release instead, the lock
+                // waits for the grantee's next request of it: a stall, never
+                // a second holder. (An older IDLE is no late line: the
+                // manager answers a withdrawal that overwrote its grant so,
+                // and the grant is given back.)
                 s = LockSlot { state: SLOT_LOCKED, seq: last_seq, ..s };
             }
             seen.set(n as usize, (s.state, s.flags));
