@@ -36,6 +36,32 @@ fn parked(stopped: &std::sync::mpsc::Receiver<()>, finished: impl Fn() -> bool, 
     Ok(true)
 }
 
+/// Stores `len` bytes of `byte` at raw block `off` through `st` and makes
+/// them land (flush, fence), as a user of a raw allocation would.
+fn fill_raw(st: &Store<SimCoherence<'_>>, off: u64, len: usize, byte: u8) -> Result<()> {
+    use cxlkv_core::coherence::{Coherence, Site};
+    st.view.copy_in(off, &vec![byte; len])?;
+    st.co.flush(&st.view, off, len as u64, Site("steer.raw"))?;
+    st.co.store_fence(Site("steer.raw"));
+    Ok(())
+}
+
+/// The stopped node 1, woken, says it is quiet; the recovery after frees
+/// it, and the region must check clean.
+fn quiet_and_clean(
+    rig: &Rig,
+    env: &StepEnv<'_>,
+    n0: &Node<'_, SimCoherence<'_>>,
+    n1: &Node<'_, SimCoherence<'_>>,
+    name: &str,
+    out: &mut Vec<String>,
+) -> Result<()> {
+    let _ = n1.quiesce(2);
+    env.step()?;
+    n0.recover(0)?;
+    rig.expect_clean(name, out)
+}
+
 /// Reserves, writes and publishes a small block of `key`.
 pub(super) fn put<C: cxlkv_core::coherence::Coherence>(n: &Node<'_, C>, key: Key) -> Result<()> {
     let h = n.reserve(NS, key, 256, 1)?;
@@ -856,7 +882,6 @@ pub(super) fn zombie_wakes_to_release(disable: Option<&'static str>) -> Result<V
 /// raw chunk: it must not take node 2's (its record, read fresh, is not
 /// free), and node 2's bytes must stay.
 pub(super) fn zombie_bitmap_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
-    use cxlkv_core::coherence::{Coherence, Site};
     const NAME: &str = "zombie-bitmap-lands-late";
     let rig = Rig::new(3, 3, disable)?;
     let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
@@ -878,14 +903,10 @@ pub(super) fn zombie_bitmap_lands_late(disable: Option<&'static str>) -> Result<
         env.step()?;
         n0.recover(0)?;
         let theirs = n2.alloc(4096)?;
-        s2.view.copy_in(theirs, &[0x5a; 4096])?;
-        s2.co.flush(&s2.view, theirs, 4096, Site("steer.raw"))?;
-        s2.co.store_fence(Site("steer.raw"));
+        fill_raw(&s2, theirs, 4096, 0x5a)?;
         rig.mem.evict_line(1, (l.chunk_bitmap.start / 64) as usize);
         let ours = n0.alloc(4096)?;
-        s0.view.copy_in(ours, &[0xa5; 4096])?;
-        s0.co.flush(&s0.view, ours, 4096, Site("steer.raw"))?;
-        s0.co.store_fence(Site("steer.raw"));
+        fill_raw(&s0, ours, 4096, 0xa5)?;
         let _ = go_tx.send(());
         let _ = t.join();
         Ok(Some((theirs, ours)))
@@ -903,10 +924,7 @@ pub(super) fn zombie_bitmap_lands_late(disable: Option<&'static str>) -> Result<
         n2.free(theirs)?;
         n0.free(ours)?;
     }
-    let _ = n1.quiesce(2);
-    env.step()?;
-    n0.recover(0)?;
-    rig.expect_clean(NAME, &mut out)?;
+    quiet_and_clean(&rig, &env, &n0, &n1, NAME, &mut out)?;
     Ok(out)
 }
 
@@ -917,7 +935,6 @@ pub(super) fn zombie_bitmap_lands_late(disable: Option<&'static str>) -> Result<
 /// places its block. Node 2's block must keep its place and bytes: the
 /// fenced node's empty chunk was held out of use, not given to node 2.
 pub(super) fn zombie_wakes_to_take_a_chunk(disable: Option<&'static str>) -> Result<Vec<String>> {
-    use cxlkv_core::coherence::{Coherence, Site};
     const NAME: &str = "zombie-wakes-to-take-a-chunk";
     let rig = Rig::new(3, 3, disable)?;
     let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
@@ -940,9 +957,7 @@ pub(super) fn zombie_wakes_to_take_a_chunk(disable: Option<&'static str>) -> Res
         n0.recover(0)?;
         // A run of whole chunks (its maps stay empty, as a fresh chunk's).
         let theirs = n2.alloc(len as u64)?;
-        s2.view.copy_in(theirs, &vec![0x3c; len])?;
-        s2.co.flush(&s2.view, theirs, len as u64, Site("steer.raw"))?;
-        s2.co.store_fence(Site("steer.raw"));
+        fill_raw(&s2, theirs, len, 0x3c)?;
         let _ = go_tx.send(());
         let _ = t.join();
         Ok(Some(theirs))
@@ -963,9 +978,6 @@ pub(super) fn zombie_wakes_to_take_a_chunk(disable: Option<&'static str>) -> Res
             out.push(format!("{NAME}: node 2's free of its raw block failed: {e}"));
         }
     }
-    let _ = n1.quiesce(2);
-    env.step()?;
-    n0.recover(0)?;
-    rig.expect_clean(NAME, &mut out)?;
+    quiet_and_clean(&rig, &env, &n0, &n1, NAME, &mut out)?;
     Ok(out)
 }
