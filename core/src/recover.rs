@@ -393,11 +393,14 @@ impl<C: Coherence> Node<'_, C> {
         let l = &st.layout;
         let mut out = [(0u32, 0u32); MAX_NODES as usize];
         for n in (0..l.caps.max_nodes.min(MAX_NODES)).filter(|&n| kept & (1 << n) != 0) {
-            let off = l.requests(n).wrapping_add(RELEASE_AT);
-            // SYNC: a fenced node's journal fresh (writer: the node, before
-            // it checks its alloc grant).
-            st.co.invalidate(&st.view, off, 8, Site("recover.release.journal"))?;
-            let w = st.view.load_u64(off)?;
+            // SYNC: no invalidate: fresh enough from this host's copy. The
+            // node journaled, fenced, then found its alloc grant standing:
+            // so the revocation that fenced it came after, and the grant of
+            // the alloc lock to this recovery after that; its poll
+            // invalidated every node's request line (see
+            // `Node::grant_is_current`), the journal's among them (writer:
+            // the node, in `release_chunks`).
+            let w = st.view.load_u64(l.requests(n).wrapping_add(RELEASE_AT))?;
             let (first, k) = ((w as u32).wrapping_sub(1), (w >> 32) as u32);
             let fits = w as u32 != 0 && k != 0 && first.checked_add(k).is_some_and(|end| end <= l.n_chunks);
             if fits && !mutant!("recover.ignore_release_journal") {

@@ -380,3 +380,44 @@ pub(super) fn tier_claimed_elsewhere(disable: Option<&'static str>) -> Result<Ve
     rig.expect_clean(NAME, &mut out)?;
     Ok(out)
 }
+
+/// Node 0 (host 0) fills every free chunk with raw blocks; node 1 (host 1)
+/// asks for a chunk and is refused (its cache now holds the bitmap full).
+/// Node 0 frees one block, which gives its chunk back; node 1 asks again:
+/// it must get that chunk, never `OutOfSpace` from its cached bitmap.
+pub(super) fn freed_chunk_seen_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "freed-chunk-seen-elsewhere";
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let chunk = s0.layout.chunk_size();
+    let mut mine = Vec::new();
+    loop {
+        match n0.alloc(chunk) {
+            Ok(off) => mine.push(off),
+            Err(Error::OutOfSpace) => break,
+            Err(e) => return Err(e),
+        }
+    }
+    let mut out = Vec::new();
+    let Some(&freed) = mine.first() else {
+        out.push(format!("{NAME}: node 0 got no chunk at all"));
+        return Ok(out);
+    };
+    if let Ok(off) = n1.alloc(chunk) {
+        out.push(format!("{NAME}: node 1 got a chunk ({off}) from a full region"));
+        return Ok(out);
+    }
+    n0.free(freed)?;
+    match n1.alloc(chunk) {
+        Ok(off) => n1.free(off)?,
+        Err(e) => out.push(format!("{NAME}: node 1 was refused the chunk node 0 gave back ({e})")),
+    }
+    for off in mine.into_iter().skip(1) {
+        n0.free(off)?;
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}

@@ -226,6 +226,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::zombie_wakes_to_take_a_chunk,
         },
         Scenario {
+            name: "freed-chunk-seen-elsewhere",
+            what: "a host whose cache holds the chunk bitmap full asks for a chunk after another host gave one \
+                   back: it must get it",
+            run: blocks::freed_chunk_seen_elsewhere,
+        },
+        Scenario {
             name: "tier-claimed-elsewhere",
             what: "a host whose cache holds every tier directory head as free claims a directory after another \
                    host claimed one: it must take another, never the one owned",
