@@ -68,6 +68,12 @@ pub enum FindingKind {
     /// holder's late write-back; its next holder has it repaired before
     /// using it (a = chunk, b = the record's ticket).
     VoidChunk,
+    /// An entry is void: stamped below its stripe lock's repair floor, so a
+    /// revoked holder's line written back late over what the entry held;
+    /// the stripe's next holder that meets it has the stripe repaired (a =
+    /// stripe, b = entry). What the lost entry held is then unreferenced:
+    /// no leak is reported while any entry is void.
+    VoidEntry,
     /// A journal record names a bad entry, or one neither published at its
     /// generation nor reserved by its node (a = node, b = entry).
     Journal,
@@ -123,6 +129,7 @@ impl FindingKind {
             FindingKind::StripeCounters => "stripe counters wrong",
             FindingKind::VoidStripe => "stripe header void (a revoked holder's, awaiting repair)",
             FindingKind::VoidChunk => "chunk record or maps void (a revoked holder's, awaiting repair)",
+            FindingKind::VoidEntry => "entry void (a revoked holder's late line, awaiting repair)",
             FindingKind::Journal => "journal record inconsistent",
             FindingKind::Unjournaled => "reservation without journal record",
             FindingKind::ChunkRecord => "chunk record malformed",
@@ -177,7 +184,8 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
         scratch.iter_mut().for_each(|w| *w = 0);
     }
     let floors = [0; crate::layout::MAX_LOCKS as usize];
-    let mut c = Checker { st: store, scratch, track, alive: 0, dead: 0, fenced: 0, n: 0, report, floors };
+    let mut c =
+        Checker { st: store, scratch, track, alive: 0, dead: 0, fenced: 0, n: 0, report, floors, void_entries: 0 };
     c.nodes()?;
     c.locks()?;
     c.chunks()?;
@@ -187,7 +195,7 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
     c.journals()?;
     c.roots()?;
     c.tiers()?;
-    if track {
+    if track && c.void_entries == 0 {
         c.leaks()?;
     }
     Ok(c.n)
@@ -210,6 +218,8 @@ struct Checker<'a, C: Coherence> {
     report: &'a mut dyn FnMut(Finding),
     /// Each lock's repair floor, as the lock pass read it.
     floors: [u64; crate::layout::MAX_LOCKS as usize],
+    /// Void entries met (see [`FindingKind::VoidEntry`]).
+    void_entries: u64,
 }
 
 /// Whether granule `i` of chunk `c` is marked in `scratch` (`mw` words a
@@ -235,6 +245,8 @@ fn mark(scratch: &mut [u64], mw: usize, c: u32, i: u32) -> bool {
 /// What the entry pass of one stripe counted.
 #[derive(Default)]
 struct EntryCounts {
+    /// Void entries (their stripe awaits repair).
+    void: u32,
     ready: u32,
     live: u32,
     empty: u32,
@@ -426,6 +438,10 @@ impl<C: Coherence> Checker<'_, C> {
         let h: StripeHeader = self.st.fresh(l.stripe(s), Site("check.stripe"))?;
         let floor = self.floors.get(l.locks().stripe(s) as usize).copied().unwrap_or(0);
         let counts = self.entries(s)?;
+        if counts.void != 0 {
+            // Lists, buckets and counts count what the void lines hid.
+            return Ok(());
+        }
         self.buckets(s, counts.live)?;
         if h.ticket < floor {
             // Its lists and counts are a revoked holder's: what the repair
@@ -467,12 +483,24 @@ impl<C: Coherence> Checker<'_, C> {
     fn entries(&mut self, s: u32) -> Result<EntryCounts> {
         let (st, l) = (self.st, &self.st.layout);
         let eps = l.caps.entries_per_stripe;
+        let floor = self.floors.get(l.locks().stripe(s) as usize).copied().unwrap_or(0);
         let mut k = EntryCounts::default();
         for e in 0..eps {
             let Ok(ent) = st.ent(s, e) else {
                 self.rep(FindingKind::EntryState, s as u64, e as u64);
                 continue;
             };
+            // A fenced writer's own reservation landed late is not void:
+            // recovery keeps its place (see below).
+            let fenced_writer = matches!(ent.state, state::WRITING | state::QUARANTINED)
+                && ent.pinners().count_ones() == 1
+                && ent.pinners() & (self.dead | self.fenced) != 0;
+            if ent.ticket < floor && !fenced_writer {
+                k.void = k.void.saturating_add(1);
+                self.void_entries = self.void_entries.saturating_add(1);
+                self.rep(FindingKind::VoidEntry, s as u64, e as u64);
+                continue;
+            }
             match ent.state {
                 state::EMPTY => {
                     k.empty = k.empty.saturating_add(1);
@@ -483,7 +511,7 @@ impl<C: Coherence> Checker<'_, C> {
                     // Its block stays allocated for its writer, which is
                     // dead and not known quiet (or dead since the last
                     // recovery, which fenced it, and quiet now).
-                    let writer = ent.pinners.count_ones() == 1 && ent.pinners & (self.dead | self.fenced) != 0;
+                    let writer = ent.pinners().count_ones() == 1 && ent.pinners() & (self.dead | self.fenced) != 0;
                     if ent.checksum != entry_checksum(&ent) || !writer {
                         self.rep(FindingKind::Writer, s as u64, e as u64);
                     }
@@ -506,10 +534,10 @@ impl<C: Coherence> Checker<'_, C> {
             if ent.state == state::READY {
                 k.ready = k.ready.saturating_add(1);
                 k.bytes = k.bytes.saturating_add(ent.payload_len as u64);
-                if ent.pinners != 0 {
+                if ent.pinners() != 0 {
                     self.rep(FindingKind::Writer, s as u64, e as u64);
                 }
-            } else if ent.pinners.count_ones() != 1 || ent.pinners & self.alive == 0 {
+            } else if ent.pinners().count_ones() != 1 || ent.pinners() & self.alive == 0 {
                 self.rep(FindingKind::Writer, s as u64, e as u64);
             }
             let key = Key { lo: ent.key_lo, hi: ent.key_hi };
@@ -521,7 +549,8 @@ impl<C: Coherence> Checker<'_, C> {
             // recovery that fenced it (which made every one it saw
             // QUARANTINED): its block may be free or another's by now, and
             // the next recovery gives it to that other (step 3b).
-            let late = ent.state == state::WRITING && ent.pinners.count_ones() == 1 && ent.pinners & self.fenced != 0;
+            let late =
+                ent.state == state::WRITING && ent.pinners().count_ones() == 1 && ent.pinners() & self.fenced != 0;
             if !late {
                 self.entry_payload(s, e, &ent);
             }
@@ -578,7 +607,7 @@ impl<C: Coherence> Checker<'_, C> {
     fn writer_journaled(&mut self, s: u32, e: u32, ent: &Entry) -> Result<()> {
         let (st, l) = (self.st, &self.st.layout);
         for node in 0..l.caps.max_nodes {
-            if ent.pinners & (1 << node) == 0 || !self.alive(node) {
+            if ent.pinners() & (1 << node) == 0 || !self.alive(node) {
                 continue;
             }
             // u32 * u32 + u32 fits in u64.
@@ -701,7 +730,7 @@ impl<C: Coherence> Checker<'_, C> {
                     && r.count > 0
                     && st.ent(s, e).is_ok_and(|x| {
                         x.gen as u64 == r.gen
-                            && (x.state == state::READY || x.state == state::WRITING && x.pinners & (1 << node) != 0)
+                            && (x.state == state::READY || x.state == state::WRITING && x.pinners() & (1 << node) != 0)
                     });
                 if !ok {
                     self.rep(FindingKind::Journal, node as u64, g as u64);

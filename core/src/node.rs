@@ -314,7 +314,7 @@ fn write_back_leftovers<C: Coherence>(store: &Store<C>, n: u32) -> Result<()> {
         }
         let ent: Entry = store.view.read(l.entry(s, e))?;
         let mine = matches!(ent.state, state::WRITING | state::QUARANTINED);
-        let writing = mine && ent.gen as u64 == r.gen && ent.pinners & (1 << n) != 0;
+        let writing = mine && ent.gen as u64 == r.gen && ent.pinners() & (1 << n) != 0;
         if writing && l.payload.contains(ent.payload_off, ent.payload_len as u64) {
             // SYNC: payload the process stored into a block it was writing
             // and had not flushed: recovery aborts the block once the node

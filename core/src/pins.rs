@@ -14,7 +14,7 @@
 //! At least one of them sees the other, and backs off.
 //!
 //! A reservation is journaled too, and the WRITING entry names its writer
-//! (`pinners`, one bit), which recovery and `check` use to find it.
+//! (`writer`), which recovery and `check` use to find it.
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{PinRecord, PinSummary, NODE_FREE};
@@ -189,7 +189,7 @@ pub fn journal_census<C: Coherence>(store: &crate::store::Store<C>, n: u32, site
         }
         match ent.state {
             crate::layout::state::READY => c.pins = c.pins.saturating_add(1),
-            crate::layout::state::WRITING | crate::layout::state::QUARANTINED if ent.pinners & (1 << n) != 0 => {
+            crate::layout::state::WRITING | crate::layout::state::QUARANTINED if ent.pinners() & (1 << n) != 0 => {
                 c.reservations = c.reservations.saturating_add(1)
             }
             _ => {}

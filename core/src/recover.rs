@@ -324,13 +324,13 @@ impl<C: Coherence> Node<'_, C> {
                     state: state::QUARANTINED,
                     // The journal's generation (a u32's, as the entry's).
                     gen: r.gen as u32,
-                    pinners: 1 << n,
+                    writer: n.wrapping_add(1) as u8,
                     lru_prev: NIL,
                     lru_next: NIL,
                     ..Entry::default()
                 };
                 held.checksum = entry_checksum(&held);
-                st.put_ent(s, e, &mut held)?;
+                st.put_ent(s, e, &mut held, self.ticket(l.locks().stripe(s))?)?;
             }
         }
         Ok(())
@@ -352,7 +352,7 @@ impl<C: Coherence> Node<'_, C> {
                     Err(Error::Changed) => continue,
                     Err(err) => return Err(err),
                 };
-                let writer_kept = ent.pinners.count_ones() == 1 && ent.pinners & kept != 0;
+                let writer_kept = ent.pinners().count_ones() == 1 && ent.pinners() & kept != 0;
                 if !matches!(ent.state, state::WRITING | state::QUARANTINED)
                     || !writer_kept
                     || ent.payload_len == 0
@@ -370,7 +370,7 @@ impl<C: Coherence> Node<'_, C> {
                         ver: ent.ver,
                         state: state::QUARANTINED,
                         gen: ent.gen,
-                        pinners: ent.pinners,
+                        writer: ent.writer,
                         lru_prev: NIL,
                         lru_next: NIL,
                         ..Entry::default()
@@ -378,7 +378,7 @@ impl<C: Coherence> Node<'_, C> {
                     ent.checksum = entry_checksum(&ent);
                 }
                 if ent != before {
-                    st.put_ent(s, e, &mut ent)?;
+                    st.put_ent(s, e, &mut ent, self.ticket(l.locks().stripe(s))?)?;
                 }
             }
         }
@@ -659,8 +659,9 @@ impl<C: Coherence> Node<'_, C> {
         let blen = (l.buckets_per_stripe as u64).saturating_mul(core::mem::size_of::<Bucket>() as u64);
         st.co.flush(&st.view, l.bucket(s, 0), blen, Site("recover.buckets.clear"))?;
         let (mut claimed, mut ready, mut bytes) = (0u64, 0u32, 0u64);
+        let stamp = Stamp { ticket: self.ticket(l.locks().stripe(s))?, floor: self.stripe_floor(s)? };
         for e in 0..l.caps.entries_per_stripe {
-            match self.rebuild_entry(s, e, who, rep)? {
+            match self.rebuild_entry(s, e, who, stamp, rep)? {
                 Rebuilt::Dropped | Rebuilt::Held => {}
                 Rebuilt::Writing | Rebuilt::Quarantined => claimed = claimed.saturating_add(1),
                 Rebuilt::Ready(len) => {
@@ -670,7 +671,7 @@ impl<C: Coherence> Node<'_, C> {
                 }
             }
         }
-        let ticket = self.ticket(l.locks().stripe(s))?;
+        let ticket = stamp.ticket;
         let lru_ok = self.lru_consistent(s, &old, ready)?;
         // What the rebuild dropped is not logged one by one: a new change
         // number that no record carries becomes the floor, so every reader
@@ -679,7 +680,7 @@ impl<C: Coherence> Node<'_, C> {
         // the log's records then count too, and the number skips a whole
         // log, past any record that holder's writes may have hidden.
         let skip = mutant!("changes.no_recovery_gap");
-        let void = old.ticket < self.stripe_floor(s)?;
+        let void = old.ticket < stamp.floor;
         rep.void_stripes = rep.void_stripes.saturating_add(u32::from(void));
         let logged = if void { self.store.changes_logged(s)?.saturating_add(l.caps.change_records as u64) } else { 0 };
         let changes = if skip { old.changes } else { old.changes.max(old.changes_floor).max(logged).wrapping_add(1) };
@@ -695,7 +696,7 @@ impl<C: Coherence> Node<'_, C> {
         };
         h.lru_head = if lru_ok { old.lru_head } else { NIL };
         h.lru_tail = if lru_ok { old.lru_tail } else { NIL };
-        self.relink(s, &mut h, lru_ok)?;
+        self.relink(s, &mut h, lru_ok, ticket)?;
         st.publish(l.stripe(s), &h, Site("recover.stripe.write"))?;
         Ok(claimed)
     }
@@ -705,22 +706,45 @@ impl<C: Coherence> Node<'_, C> {
     /// not kept already; quarantined (its block re-claimed, in no bucket)
     /// when intact and its writer is dead and not known quiet; emptied
     /// otherwise.
-    fn rebuild_entry(&self, s: u32, e: u32, who: Census, rep: &mut RecoverReport) -> Result<Rebuilt> {
+    fn rebuild_entry(&self, s: u32, e: u32, who: Census, stamp: Stamp, rep: &mut RecoverReport) -> Result<Rebuilt> {
         let Census { dead, alive, kept } = who;
         let st = self.store;
         let l = &st.layout;
         let mut ent = match st.ent(s, e) {
             Ok(x) => x,
-            Err(Error::Changed) => Entry { ver: 0, state: u16::MAX, ..Entry::default() },
+            Err(Error::Changed) => Entry { ver: 0, state: u8::MAX, ..Entry::default() },
             Err(err) => return Err(err),
         };
         let before = ent;
+        let writer_kept = ent.pinners().count_ones() == 1 && ent.pinners() & kept != 0;
+        let late_write = matches!(ent.state, state::WRITING | state::QUARANTINED) && writer_kept;
+        // A global entry number: below the region's entry count.
+        let g = s.wrapping_mul(l.caps.entries_per_stripe).wrapping_add(e);
+        if ent.ticket < stamp.floor
+            && !late_write
+            && !mutant!("recover.keep_void_entry")
+            && !self.held_live(g, ent.gen, alive)?
+        {
+            // Void: a revoked holder's line, written back after the last
+            // repair over what the entry held since (which is lost: its
+            // block, claimed by no entry now, goes back to the heap). What
+            // it names is that holder's old view: the block may have been
+            // freed and taken since. Dropped, claiming nothing, unless a
+            // live node's journal holds the entry at the line's generation
+            // (a pin or the writer's reservation: the block is still the
+            // entry's, whatever else the line got wrong). (A fenced
+            // writer's own reservation, landed late, is not void: steps 3
+            // and 3b keep its place.)
+            rep.entries_dropped = rep.entries_dropped.saturating_add(1);
+            ent = Entry { ver: ent.ver & !1, gen: ent.gen, lru_prev: NIL, lru_next: NIL, ..Entry::default() };
+            st.put_ent(s, e, &mut ent, stamp.ticket)?;
+            return Ok(Rebuilt::Dropped);
+        }
         if ent.state == state::CLAIMED && !mutant!("recover.drop_claimed") {
             // Its evictor died looking for pins: it may be pinned.
             ent.state = state::READY;
         }
         let mut keep = false;
-        let writer_kept = ent.pinners.count_ones() == 1 && ent.pinners & kept != 0;
         let quarantine = matches!(ent.state, state::WRITING | state::QUARANTINED) && writer_kept;
         let intact = ent.checksum == entry_checksum(&ent);
         if quarantine && intact && (ent.payload_len == 0 || !mutant!("recover.quarantine_first")) {
@@ -729,7 +753,7 @@ impl<C: Coherence> Node<'_, C> {
             if ent.lru_prev != NIL || ent.lru_next != NIL {
                 ent.lru_prev = NIL;
                 ent.lru_next = NIL;
-                st.put_ent(s, e, &mut ent)?;
+                st.put_ent(s, e, &mut ent, stamp.ticket)?;
             }
             return Ok(Rebuilt::Held);
         }
@@ -742,7 +766,7 @@ impl<C: Coherence> Node<'_, C> {
                 ent.lru_prev = NIL;
                 ent.lru_next = NIL;
                 if ent != before {
-                    st.put_ent(s, e, &mut ent)?;
+                    st.put_ent(s, e, &mut ent, stamp.ticket)?;
                 }
                 return Ok(Rebuilt::Quarantined);
             }
@@ -758,20 +782,18 @@ impl<C: Coherence> Node<'_, C> {
             // without, since a node journals a reservation before it sets
             // the bit, under the same stripe lock; only damage to the region
             // does, which this repairs and `check` reports.)
-            // A global entry number: below the region's entry count.
-            let g = s.wrapping_mul(l.caps.entries_per_stripe).wrapping_add(e);
             for n in 0..l.caps.max_nodes {
-                if ent.pinners & alive & (1 << n) != 0 && !self.journaled(n, g, ent.gen)? {
-                    ent.pinners &= !(1 << n);
+                if ent.pinners() & alive & (1 << n) != 0 && !self.journaled(n, g, ent.gen)? {
+                    ent.set_writer(None);
                     rep.pins_dropped = rep.pins_dropped.saturating_add(1);
                 }
             }
             let intact = ent.checksum == entry_checksum(&ent) && ent.payload_len > 0;
-            let writer_gone = ent.state == state::WRITING && (ent.pinners & alive == 0 || ent.pinners & dead != 0);
+            let writer_gone = ent.state == state::WRITING && (ent.pinners() & alive == 0 || ent.pinners() & dead != 0);
             if ent.state == state::READY {
                 // Pins live in journals only; a published entry names no
                 // node (a bit here is damage, which `check` reports).
-                ent.pinners = 0;
+                ent.set_writer(None);
             }
             if !intact {
                 rep.entries_dropped = rep.entries_dropped.saturating_add(1);
@@ -807,9 +829,23 @@ impl<C: Coherence> Node<'_, C> {
             Rebuilt::Writing
         };
         if ent != before {
-            st.put_ent(s, e, &mut ent)?;
+            st.put_ent(s, e, &mut ent, stamp.ticket)?;
         }
         Ok(out)
+    }
+
+    /// Whether a live node's journal holds global entry `g` at `gen` (a pin,
+    /// or its writer's reservation). The mutant takes none for held.
+    fn held_live(&self, g: u32, gen: u32, alive: u64) -> Result<bool> {
+        if mutant!("recover.drop_pinned_void") {
+            return Ok(false);
+        }
+        for n in (0..self.store.layout.caps.max_nodes).filter(|&n| alive & (1 << n) != 0) {
+            if self.journaled(n, g, gen)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Whether the stripe's old LRU list is a consistent list of exactly its
@@ -836,7 +872,10 @@ impl<C: Coherence> Node<'_, C> {
     /// Links the stripe's EMPTY entries into the free list in index order,
     /// and its READY ones into the LRU list in index order unless `lru_ok`
     /// (the old list stands); WRITING entries are on no list.
-    fn relink(&self, s: u32, h: &mut StripeHeader, lru_ok: bool) -> Result<()> {
+    /// Every entry is written back stamped with `ticket` (this recovery's
+    /// grant of the stripe lock, the floor it leaves): below it, an entry is
+    /// a revoked holder's late line.
+    fn relink(&self, s: u32, h: &mut StripeHeader, lru_ok: bool, ticket: u64) -> Result<()> {
         let st = self.store;
         let mut free_prev = NIL;
         h.free_head = NIL;
@@ -853,7 +892,7 @@ impl<C: Coherence> Node<'_, C> {
                     } else {
                         let mut p = st.ent(s, free_prev)?;
                         p.lru_next = e;
-                        st.put_ent(s, free_prev, &mut p)?;
+                        st.put_ent(s, free_prev, &mut p, ticket)?;
                     }
                     free_prev = e;
                 }
@@ -865,7 +904,7 @@ impl<C: Coherence> Node<'_, C> {
                     } else {
                         let mut p = st.ent(s, last_ready)?;
                         p.lru_next = e;
-                        st.put_ent(s, last_ready, &mut p)?;
+                        st.put_ent(s, last_ready, &mut p, ticket)?;
                     }
                     last_ready = e;
                     h.lru_tail = e;
@@ -876,8 +915,8 @@ impl<C: Coherence> Node<'_, C> {
                 }
                 _ => {}
             }
-            if ent != before {
-                st.put_ent(s, e, &mut ent)?;
+            if ent != before || ent.ticket != ticket {
+                st.put_ent(s, e, &mut ent, ticket)?;
             }
         }
         Ok(())
@@ -980,4 +1019,12 @@ enum Claim {
     Already,
     /// No chunk record allows it.
     No,
+}
+
+/// What a recovery stamps a stripe's lines with (its grant of the stripe
+/// lock) and the floor its grant carried (lines stamped below are void).
+#[derive(Clone, Copy)]
+struct Stamp {
+    ticket: u64,
+    floor: u64,
 }

@@ -762,7 +762,7 @@ fn a_quarantined_entry_naming_no_fenced_node_is_reported() {
         let l = &f.store.layout;
         let mut e: crate::layout::Entry = f.store.view.read(l.entry(w.stripe, w.entry)).unwrap();
         assert_eq!(e.state, crate::layout::state::QUARANTINED);
-        e.pinners = 1;
+        e.set_writer(Some(0));
         f.store.view.write(l.entry(w.stripe, w.entry), &e).unwrap();
         assert!(findings(f).iter().any(|x| x.kind == FindingKind::Writer), "{:?}", findings(f));
     });

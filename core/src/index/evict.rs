@@ -3,12 +3,12 @@
 //! every candidate, oldest first) is the default.
 
 use crate::coherence::{Coherence, Site};
-use crate::layout::{state, Entry, StripeHeader};
+use crate::layout::{state, Entry};
 use crate::mutant::mutant;
 use crate::node::Node;
 use crate::{Error, Result};
 
-use super::{probe, NIL};
+use super::{probe, HeldStripe, NIL};
 
 /// A policy's answer for one candidate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,7 +122,7 @@ impl<C: Coherence> Node<'_, C> {
                 if e == NIL || n >= out.len() {
                     break;
                 }
-                let ent = st.ent(s, e)?;
+                let ent = st.ent_held(s, e, h)?;
                 if ent.state == state::READY {
                     if let Some(o) = out.get_mut(n) {
                         *o = (ent.ns, crate::hash::Key { lo: ent.key_lo, hi: ent.key_hi }, ent.payload_len as u64);
@@ -140,7 +140,7 @@ impl<C: Coherence> Node<'_, C> {
     pub(crate) fn evict_one_locked(
         &self,
         s: u32,
-        h: &mut StripeHeader,
+        h: &mut HeldStripe,
         policy: &mut dyn Policy,
     ) -> Result<Option<Evicted>> {
         let st = self.store;
@@ -149,24 +149,24 @@ impl<C: Coherence> Node<'_, C> {
             if e == NIL {
                 return Ok(None);
             }
-            let mut ent = st.ent(s, e)?;
+            let mut ent = st.ent_held(s, e, h)?;
             let next = ent.lru_next;
             if ent.state == state::READY {
                 match policy.consider(s, &ent) {
                     Verdict::Evict => {
-                        if !self.claim_unpinned(s, e, &mut ent)? {
+                        if !self.claim_unpinned(s, e, &mut ent, h.ticket())? {
                             // Pinned: in use, so the most recently used.
                             if h.lru_tail != e {
                                 st.lru_unlink(s, h, e, &mut ent)?;
                                 st.lru_push_tail(s, h, e, &mut ent)?;
-                                st.put_ent(s, e, &mut ent)?;
+                                st.put_ent(s, e, &mut ent, h.ticket())?;
                             }
                             e = next;
                             continue;
                         }
                         let key = crate::hash::Key { lo: ent.key_lo, hi: ent.key_hi };
                         let tag = crate::hash::place(ent.ns, key);
-                        let f = probe::find(st, s, tag, ent.ns, key)?.ok_or(Error::Corrupt)?;
+                        let f = probe::find_held(st, s, tag, ent.ns, key, h)?.ok_or(Error::Corrupt)?;
                         if f.entry != e {
                             return Err(Error::Corrupt);
                         }
@@ -198,7 +198,7 @@ impl<C: Coherence> Node<'_, C> {
     /// every journal. Pinned: the entry is READY again and the answer false.
     /// Not pinned: it stays CLAIMED (its caller removes it) and no pin can
     /// take hold of it any more. Caller holds the stripe lock.
-    fn claim_unpinned(&self, s: u32, e: u32, ent: &mut Entry) -> Result<bool> {
+    fn claim_unpinned(&self, s: u32, e: u32, ent: &mut Entry, ticket: u64) -> Result<bool> {
         let st = self.store;
         // A global entry number: below the region's entry count.
         let g = s.wrapping_mul(st.layout.caps.entries_per_stripe).wrapping_add(e);
@@ -207,14 +207,14 @@ impl<C: Coherence> Node<'_, C> {
         // SYNC: CLAIMED reaches memory (the entry write flushes it) before
         // any journal is read: a pinner re-validating after its own fence
         // sees it, or this scan sees the pinner's record.
-        st.put_ent(s, e, &mut claim)?;
+        st.put_ent(s, e, &mut claim, ticket)?;
         st.co.full_fence(Site("evict.announce.fence"));
         if !self.pinned_anywhere(g, ent.gen)? || mutant!("evict.pinned") {
             ent.ver = claim.ver;
             return Ok(true);
         }
         ent.ver = claim.ver;
-        st.put_ent(s, e, ent)?;
+        st.put_ent(s, e, ent, ticket)?;
         Ok(false)
     }
 
@@ -262,16 +262,16 @@ impl<C: Coherence> Node<'_, C> {
     /// Moves the remembered reads of stripe `s` that still name their READY
     /// entry to the tail of its LRU list. Caller holds the lock and writes
     /// `h` back.
-    pub(crate) fn refresh_touched_locked(&self, s: u32, h: &mut StripeHeader) -> Result<()> {
+    pub(crate) fn refresh_touched_locked(&self, s: u32, h: &mut HeldStripe) -> Result<()> {
         let st = self.store;
         let eps = st.layout.caps.entries_per_stripe;
         self.take_touched(s, |(g, gen)| {
             let e = g.checked_rem(eps).ok_or(Error::Corrupt)?;
-            let mut ent = st.ent(s, e)?;
+            let mut ent = st.ent_held(s, e, h)?;
             if ent.state == state::READY && ent.gen == gen && h.lru_tail != e {
                 st.lru_unlink(s, h, e, &mut ent)?;
                 st.lru_push_tail(s, h, e, &mut ent)?;
-                st.put_ent(s, e, &mut ent)?;
+                st.put_ent(s, e, &mut ent, h.ticket())?;
             }
             Ok(())
         })

@@ -294,13 +294,24 @@ impl<C: Coherence> Store<C> {
     /// after the last repair; see `lock.rs`, "Zombies"). Stamped with the
     /// grant's ticket otherwise, so that what the holder publishes of it
     /// carries the ticket.
-    pub(crate) fn hdr_held(&self, s: u32, held: &crate::lock::Held) -> Result<Option<StripeHeader>> {
+    pub(crate) fn hdr_held(&self, s: u32, held: &crate::lock::Held) -> Result<Option<HeldStripe>> {
         let mut h = self.hdr(s)?;
         if h.ticket < held.floor && !mutant!("stripe.trust_void_header") {
             return Ok(None);
         }
         h.ticket = held.seq;
-        Ok(Some(h))
+        Ok(Some(HeldStripe { h, floor: held.floor, void: core::cell::Cell::new(false) }))
+    }
+
+    /// Entry `e` of stripe `s` read by the stripe's holder `h`: `Recovering`
+    /// when void (stamped below the floor its grant carries: a revoked
+    /// holder's line written back after the last repair, over what the
+    /// entry held since), and `h` remembers it, so that the stripe is
+    /// repaired before the lock is taken again (see [`Node::with_stripe`]).
+    pub(crate) fn ent_held(&self, s: u32, e: u32, h: &HeldStripe) -> Result<Entry> {
+        let ent = self.ent(s, e)?;
+        h.check(&ent)?;
+        Ok(ent)
     }
 
     pub(crate) fn hdr(&self, s: u32) -> Result<StripeHeader> {
@@ -319,31 +330,34 @@ impl<C: Coherence> Store<C> {
         self.fresh_entry(self.layout.entry(s, e), Site("index.entry.read"))
     }
 
-    pub(crate) fn put_ent(&self, s: u32, e: u32, ent: &mut Entry) -> Result<()> {
+    /// Publishes entry `e` of stripe `s` stamped with `ticket`: the stripe
+    /// lock's grant it is written under.
+    pub(crate) fn put_ent(&self, s: u32, e: u32, ent: &mut Entry, ticket: u64) -> Result<()> {
+        ent.ticket = ticket;
         // SYNC: entry published under the stripe lock (reader: find, lookup).
         self.publish_entry(self.layout.entry(s, e), ent, Site("index.entry.write"))
     }
 
     /// Unlinks entry `e` (whose current value is `ent`) from the LRU list.
-    pub(crate) fn lru_unlink(&self, s: u32, h: &mut StripeHeader, e: u32, ent: &mut Entry) -> Result<()> {
+    pub(crate) fn lru_unlink(&self, s: u32, h: &mut HeldStripe, e: u32, ent: &mut Entry) -> Result<()> {
         let (p, n) = (ent.lru_prev, ent.lru_next);
         if p == NIL {
             if h.lru_head == e {
                 h.lru_head = n;
             }
         } else {
-            let mut pe = self.ent(s, p)?;
+            let mut pe = self.ent_held(s, p, h)?;
             pe.lru_next = n;
-            self.put_ent(s, p, &mut pe)?;
+            self.put_ent(s, p, &mut pe, h.ticket())?;
         }
         if n == NIL {
             if h.lru_tail == e {
                 h.lru_tail = p;
             }
         } else {
-            let mut ne = self.ent(s, n)?;
+            let mut ne = self.ent_held(s, n, h)?;
             ne.lru_prev = p;
-            self.put_ent(s, n, &mut ne)?;
+            self.put_ent(s, n, &mut ne, h.ticket())?;
         }
         ent.lru_prev = NIL;
         ent.lru_next = NIL;
@@ -352,15 +366,15 @@ impl<C: Coherence> Store<C> {
 
     /// Links entry `e` at the LRU tail (most recent). `ent` is written by the
     /// caller afterwards.
-    pub(crate) fn lru_push_tail(&self, s: u32, h: &mut StripeHeader, e: u32, ent: &mut Entry) -> Result<()> {
+    pub(crate) fn lru_push_tail(&self, s: u32, h: &mut HeldStripe, e: u32, ent: &mut Entry) -> Result<()> {
         ent.lru_prev = h.lru_tail;
         ent.lru_next = NIL;
         if h.lru_tail == NIL {
             h.lru_head = e;
         } else {
-            let mut te = self.ent(s, h.lru_tail)?;
+            let mut te = self.ent_held(s, h.lru_tail, h)?;
             te.lru_next = e;
-            self.put_ent(s, h.lru_tail, &mut te)?;
+            self.put_ent(s, h.lru_tail, &mut te, h.ticket())?;
         }
         h.lru_tail = e;
         Ok(())
@@ -373,7 +387,7 @@ impl<C: Coherence> Store<C> {
     pub(crate) fn remove_locked(
         &self,
         s: u32,
-        h: &mut StripeHeader,
+        h: &mut HeldStripe,
         e: u32,
         b: u32,
         ent: &mut Entry,
@@ -386,14 +400,14 @@ impl<C: Coherence> Store<C> {
             h.bytes = h.bytes.saturating_sub(ent.payload_len as u64);
         }
         ent.state = state::EVICTING;
-        self.put_ent(s, e, ent)?;
+        self.put_ent(s, e, ent, h.ticket())?;
         probe::delete(self, s, b)?;
         if was_ready && !crate::mutant::mutant!("changes.skip_removal") {
             self.log_change(s, h, crate::layout::CHANGE_REMOVED, ent, by)?;
         }
         let payload = (ent.payload_off, ent.payload_len as u64);
         *ent = Entry { ver: ent.ver, gen: ent.gen, lru_prev: NIL, lru_next: h.free_head, ..Entry::default() };
-        self.put_ent(s, e, ent)?;
+        self.put_ent(s, e, ent, h.ticket())?;
         h.free_head = e;
         Ok(payload)
     }
@@ -403,6 +417,46 @@ impl<C: Coherence> Store<C> {
 /// gives up (one is enough unless the header keeps coming back void).
 const VOID_REPAIRS: u32 = 3;
 
+/// A stripe's header as its holder has it (stamped with the grant's
+/// ticket), with the repair floor the grant carried. Host-local.
+pub(crate) struct HeldStripe {
+    /// The header; what the holder publishes of it.
+    pub h: StripeHeader,
+    /// Lines of the stripe stamped below this are void.
+    pub floor: u64,
+    /// A void entry was met under this grant.
+    void: core::cell::Cell<bool>,
+}
+
+impl HeldStripe {
+    /// `Recovering` (and remembered) when `ent` is void under this grant.
+    pub(crate) fn check(&self, ent: &Entry) -> Result<()> {
+        if ent.ticket < self.floor && !mutant!("stripe.trust_void_entry") {
+            self.void.set(true);
+            return Err(Error::Recovering);
+        }
+        Ok(())
+    }
+
+    /// The grant's ticket: what every line the holder writes is stamped with.
+    pub(crate) fn ticket(&self) -> u64 {
+        self.h.ticket
+    }
+}
+
+impl core::ops::Deref for HeldStripe {
+    type Target = StripeHeader;
+    fn deref(&self) -> &StripeHeader {
+        &self.h
+    }
+}
+
+impl core::ops::DerefMut for HeldStripe {
+    fn deref_mut(&mut self) -> &mut StripeHeader {
+        &mut self.h
+    }
+}
+
 impl<C: Coherence> Node<'_, C> {
     /// Runs `f` holding stripe `s`'s lock, with the stripe's header read
     /// under it (see [`Store::hdr_held`]): what `f` publishes of the header
@@ -410,22 +464,36 @@ impl<C: Coherence> Node<'_, C> {
     /// written back after the last repair) is never used: the lock goes
     /// back, a recovery repairs the stripe and raises its floor, and the
     /// lock is taken again.
-    pub(crate) fn with_stripe<T>(&self, s: u32, f: impl FnOnce(&mut StripeHeader) -> Result<T>) -> Result<T> {
+    pub(crate) fn with_stripe<T>(&self, s: u32, f: impl FnOnce(&mut HeldStripe) -> Result<T>) -> Result<T> {
         let st = self.store;
         let lock = st.layout.locks().stripe(s);
         let mut f = Some(f);
         for _ in 0..VOID_REPAIRS {
             let r = self.with_held(lock, false, |held| match st.hdr_held(s, held)? {
-                Some(mut h) => f.take().ok_or(Error::Corrupt)?(&mut h).map(Some),
+                Some(mut h) => {
+                    let r = f.take().ok_or(Error::Corrupt)?(&mut h);
+                    Ok(Some((r, h.void.get())))
+                }
                 None => Ok(None),
             })?;
-            if let Some(v) = r {
-                return Ok(v);
+            let repair = |node: &Self| {
+                node.env.recovering(true);
+                let r = node.recover(0);
+                node.env.recovering(false);
+                r.map(|_| ())
+            };
+            match r {
+                // A void entry met under the lock: what the operation did
+                // before is whole (it wrote nothing over the void line), what
+                // it gave up on reports `Recovering`; the stripe is repaired
+                // before anyone takes the lock again for it.
+                Some((r, true)) => {
+                    repair(self)?;
+                    return r;
+                }
+                Some((r, false)) => return r,
+                None => repair(self)?,
             }
-            self.env.recovering(true);
-            let r = self.recover(0);
-            self.env.recovering(false);
-            r?;
         }
         // Void after every repair: something other than a late write-back
         // breaks the stripe.
@@ -545,11 +613,11 @@ impl<C: Coherence> Node<'_, C> {
         })
     }
 
-    fn reserve_locked(&self, ns: u32, s: u32, h: &mut crate::layout::StripeHeader, it: ReserveItem) -> Result<Handle> {
+    fn reserve_locked(&self, ns: u32, s: u32, h: &mut HeldStripe, it: ReserveItem) -> Result<Handle> {
         let st = self.store;
         let len32 = u32::try_from(it.len).map_err(|_| Error::TooLarge)?;
         let tag = place(ns, it.key);
-        if probe::find(st, s, tag, ns, it.key)?.is_some() && !mutant!("reserve.no_exists_check") {
+        if probe::find_held(st, s, tag, ns, it.key, h)?.is_some() && !mutant!("reserve.no_exists_check") {
             return Err(Error::Exists);
         }
         if h.free_head == NIL {
@@ -559,7 +627,7 @@ impl<C: Coherence> Node<'_, C> {
             }
         }
         let e = h.free_head;
-        let old = st.ent(s, e)?;
+        let old = st.ent_held(s, e, h)?;
         if old.state != state::EMPTY {
             return Err(Error::Corrupt);
         }
@@ -590,12 +658,13 @@ impl<C: Coherence> Node<'_, C> {
             payload_off: off,
             payload_len: len32,
             checksum: 0,
-            pinners: self.me(),
+            writer: self.id.wrapping_add(1) as u8,
+            ticket: h.ticket(),
             lru_prev: NIL,
             lru_next: NIL,
         };
         ent.checksum = entry_checksum(&ent);
-        st.put_ent(s, e, &mut ent)?;
+        st.put_ent(s, e, &mut ent, h.ticket())?;
         probe::insert(st, s, tag, e)?;
         h.inserts = h.inserts.wrapping_add(1);
         Ok(Handle { ns, key: it.key, stripe: s, entry: e, gen, off, len: it.len, tokens: it.tokens })
@@ -685,15 +754,15 @@ impl<C: Coherence> Node<'_, C> {
         Ok(())
     }
 
-    fn writing_entry(&self, s: u32, h: &Handle) -> Result<Entry> {
+    fn writing_entry(&self, s: u32, hdr: &HeldStripe, h: &Handle) -> Result<Entry> {
         self.handle_in(s, h)?;
-        let e = self.store.ent(s, h.entry)?;
+        let e = self.store.ent_held(s, h.entry, hdr)?;
         if e.state != state::WRITING
             || e.gen != h.gen && !mutant!("publish.no_gen_check")
             || e.key_lo != h.key.lo
             || e.key_hi != h.key.hi
             || e.ns != h.ns
-            || e.pinners & self.me() == 0
+            || e.pinners() & self.me() == 0
             || e.payload_off != h.off
         {
             return Err(Error::StaleHandle);
@@ -701,14 +770,14 @@ impl<C: Coherence> Node<'_, C> {
         Ok(e)
     }
 
-    fn publish_locked(&self, s: u32, hdr: &mut StripeHeader, h: &Handle) -> Result<()> {
+    fn publish_locked(&self, s: u32, hdr: &mut HeldStripe, h: &Handle) -> Result<()> {
         let st = self.store;
-        let mut e = self.writing_entry(s, h)?;
+        let mut e = self.writing_entry(s, hdr, h)?;
         e.state = state::READY;
-        e.pinners &= !self.me();
+        e.set_writer(None);
         st.lru_push_tail(s, hdr, h.entry, &mut e)?;
         // SYNC: READY written last (reader: lookup/acquire).
-        st.put_ent(s, h.entry, &mut e)?;
+        st.put_ent(s, h.entry, &mut e, hdr.ticket())?;
         hdr.live = hdr.live.saturating_add(1);
         hdr.bytes = hdr.bytes.saturating_add(e.payload_len as u64);
         if !mutant!("changes.skip_store") {
@@ -726,7 +795,7 @@ impl<C: Coherence> Node<'_, C> {
             return Err(Error::StaleHandle);
         }
         self.with_stripe(s, |hdr| {
-            let mut e = self.writing_entry(s, h)?;
+            let mut e = self.writing_entry(s, hdr, h)?;
             // SYNC: payload bytes the caller stored through a pointer land
             // before the block can be handed out again (a dirty line written
             // back later would overwrite the next owner's payload). Flushed
@@ -736,7 +805,7 @@ impl<C: Coherence> Node<'_, C> {
             // (see `Node::lock`).
             st.co.flush(&st.view, e.payload_off, e.payload_len as u64, Site("index.abort.payload"))?;
             let tag = place(h.ns, h.key);
-            let f = probe::find(st, s, tag, h.ns, h.key)?.ok_or(Error::Corrupt)?;
+            let f = probe::find_held(st, s, tag, h.ns, h.key, hdr)?.ok_or(Error::Corrupt)?;
             let (off, _) = st.remove_locked(s, hdr, h.entry, f.bucket, &mut e, self.id)?;
             st.put_hdr(s, hdr)?;
             {

@@ -52,6 +52,31 @@ fn bucket<C: Coherence>(st: &Store<C>, s: u32, b: u32, line: &mut u64) -> Result
 /// EMPTY. Without the stripe lock a concurrent delete may hide a key (a miss),
 /// never show a wrong one: the entry is checked against the key.
 pub fn find<C: Coherence>(st: &Store<C>, s: u32, tag: u64, ns: u32, key: Key) -> Result<Option<Found>> {
+    find_in(st, s, tag, ns, key, None)
+}
+
+/// [`find`] by the stripe's holder `h`: every entry the probe reads is
+/// checked (`Recovering` when void: see [`super::HeldStripe::check`]), so
+/// that a void line neither hides the key nor stands for it.
+pub(crate) fn find_held<C: Coherence>(
+    st: &Store<C>,
+    s: u32,
+    tag: u64,
+    ns: u32,
+    key: Key,
+    h: &super::HeldStripe,
+) -> Result<Option<Found>> {
+    find_in(st, s, tag, ns, key, Some(h))
+}
+
+fn find_in<C: Coherence>(
+    st: &Store<C>,
+    s: u32,
+    tag: u64,
+    ns: u32,
+    key: Key,
+    held: Option<&super::HeldStripe>,
+) -> Result<Option<Found>> {
     let bps = st.layout.buckets_per_stripe;
     let eps = st.layout.caps.entries_per_stripe;
     let home = home_of(tag, bps);
@@ -71,6 +96,9 @@ pub fn find<C: Coherence>(st: &Store<C>, s: u32, tag: u64, ns: u32, key: Key) ->
             return Err(Error::Corrupt);
         }
         let e = st.fresh_entry(st.layout.entry(s, ei), Site("index.find.entry"))?;
+        if let Some(h) = held {
+            h.check(&e)?;
+        }
         if !matches!(e.state, state::EMPTY | state::QUARANTINED)
             && e.key_lo == key.lo
             && e.key_hi == key.hi

@@ -227,7 +227,7 @@ impl<C: Coherence> Node<'_, C> {
         }
         self.handle_in(h.stripe, h)?;
         let e = self.settled_ent(h.stripe, h.entry)?;
-        if e.state == state::WRITING && e.gen == h.gen && e.pinners & self.me() != 0 {
+        if e.state == state::WRITING && e.gen == h.gen && e.pinners() & self.me() != 0 {
             // The journal records a reservation like a pin; dropping it here
             // would leave a WRITING entry without its writer.
             return Err(Error::NotPinned);

@@ -397,7 +397,8 @@ fn reads_that_meet_an_evictors_claim_wait_for_its_answer() {
     let claim = || {
         let mut e = f.store.ent(h.stripe, h.entry).unwrap();
         e.state = crate::layout::state::CLAIMED;
-        f.store.put_ent(h.stripe, h.entry, &mut e).unwrap();
+        let t = e.ticket;
+        f.store.put_ent(h.stripe, h.entry, &mut e, t).unwrap();
     };
 
     claim();

@@ -15,7 +15,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
 /// repair floor and a stripe header's ticket, so a region whose headers
 /// carry no ticket is refused rather than read as void; 9: namespace ids
 /// from 2^31 up name registered namespaces).
-pub const FORMAT_VERSION: u32 = 12;
+pub const FORMAT_VERSION: u32 = 13;
 /// Largest number of nodes (pinner bitmask is one u64).
 pub const MAX_NODES: u32 = 64;
 /// Most granules a chunk is cut into (two maps of 4096 bits follow its
@@ -485,7 +485,10 @@ shared_struct! {
     /// sequence word (odd while being changed) for readers without the lock.
     pub struct Entry {
         pub ver: u16,
-        pub state: u16,
+        pub state: u8,
+        /// The node writing the entry (WRITING, QUARANTINED) + 1; 0 = none.
+        /// Pins live in the pinners' journals, not here.
+        pub writer: u8,
         pub gen: u32,
         pub key_lo: u64,
         pub key_hi: u64,
@@ -494,8 +497,12 @@ shared_struct! {
         pub payload_off: u64,
         pub payload_len: u32,
         pub checksum: u32,
-        /// Bit n set = node n pins the entry (or is writing it).
-        pub pinners: u64,
+        /// The grant sequence of the stripe lock under which the line was
+        /// written (recovery's, for every entry it rebuilt). Below the lock's
+        /// repair floor the entry is void: a revoked holder's line written
+        /// back after the repair, over whatever the entry held since. No
+        /// holder uses it; the stripe is repaired again first.
+        pub ticket: u64,
         pub lru_prev: u32,
         pub lru_next: u32,
     } size 64
@@ -508,6 +515,21 @@ shared_struct! {
     pub struct PinSummary {
         pub bits: [u64; 8],
     } size 64
+}
+
+impl Entry {
+    /// The writer's bit (node n: `1 << n`), 0 when none (or out of range).
+    pub fn pinners(&self) -> u64 {
+        match self.writer {
+            w @ 1..=64 => 1u64 << w.wrapping_sub(1),
+            _ => 0,
+        }
+    }
+    /// Names node `n` the entry's writer (`None`: no writer).
+    pub fn set_writer(&mut self, n: Option<u32>) {
+        // Node ids are below `MAX_NODES` (64): `n + 1` fits a byte.
+        self.writer = n.map_or(0, |n| (n.min(MAX_NODES - 1) as u8).wrapping_add(1));
+    }
 }
 
 impl PinSummary {
@@ -576,26 +598,26 @@ shared_struct! {
 /// Entry states.
 pub mod state {
     /// Free entry.
-    pub const EMPTY: u16 = 0;
+    pub const EMPTY: u8 = 0;
     /// Reserved, payload being written; invisible to readers.
-    pub const WRITING: u16 = 1;
+    pub const WRITING: u8 = 1;
     /// Published.
-    pub const READY: u16 = 2;
+    pub const READY: u8 = 2;
     /// Being removed (transient under the stripe lock).
-    pub const EVICTING: u16 = 3;
+    pub const EVICTING: u8 = 3;
     /// Published, and offered for eviction: an evictor, holding the stripe
     /// lock, is looking for pins of it; it becomes READY again if it finds
     /// one, EVICTING if not. Readers treat it as gone; recovery makes it
     /// READY (its evictor died before deciding, or before it changed
     /// anything else).
-    pub const CLAIMED: u16 = 4;
+    pub const CLAIMED: u8 = 4;
     /// A reservation of a node declared dead that is not known quiet
     /// (see [`super::Heartbeat::quiet`]): recovery keeps its block
     /// allocated, since the node may still store into it or its cache
-    /// write the payload back late; the writer's bit stays in `pinners`.
+    /// write the payload back late; the writer stays named in `writer`.
     /// Invisible to readers, in no bucket and on no list; the first
     /// recovery after its writer is quiet empties it.
-    pub const QUARANTINED: u16 = 5;
+    pub const QUARANTINED: u8 = 5;
 }
 
 /// Chunk kinds.

@@ -14,7 +14,7 @@ use crate::harness::world::World;
 pub(crate) fn watch(w: &World, a: usize, site: &str) {
     if let Some(line) = entry_line() {
         // A published entry's life in memory (`CXLKV_SIM_ENTRY_LINE`).
-        static LAST: std::sync::Mutex<(u16, u32)> = std::sync::Mutex::new((u16::MAX, 0));
+        static LAST: std::sync::Mutex<(u8, u32)> = std::sync::Mutex::new((u8::MAX, 0));
         let e: Result<cxlkv_core::layout::Entry, _> = w.mem.shared_region().read(line * 64);
         let mut last = LAST.lock().unwrap();
         if let Ok(e) = e.map(|e| (e.state, e.gen)).map_err(|_| ()) {

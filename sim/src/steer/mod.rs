@@ -174,6 +174,13 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::zombie_stripe_holder_lands_late,
         },
         Scenario {
+            name: "zombie-entry-lands-over-a-reused-one",
+            what: "a node stopped inside the stripe lock, its entry line unflushed, is recovered; the entry and \
+                   its block are reused; the line lands late: the next holder must have it repaired, and the \
+                   repair must drop it, never bring back the block it names",
+            run: zombies::zombie_entry_lands_over_a_reused_one,
+        },
+        Scenario {
             name: "replaced-manager-line-lands-late",
             what: "a replaced manager's lock line (count back, no repair) and grant land late: the lock still \
                    awaits its repair, no ticket is handed out twice, and a stale grant to a free node is dropped",

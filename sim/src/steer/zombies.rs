@@ -981,3 +981,81 @@ pub(super) fn zombie_wakes_to_take_a_chunk(disable: Option<&'static str>) -> Res
     quiet_and_clean(&rig, &env, &n0, &n1, NAME, &mut out)?;
     Ok(out)
 }
+
+/// Node 0 (host 0) publishes block A; node 1 (host 1) starts evicting it
+/// and stops inside the stripe lock, its entry line (A, CLAIMED) in its
+/// cache. It is declared dead and recovered (A stays: the line never
+/// landed). Node 0 evicts A and publishes B, which takes A's entry and,
+/// the allocator being first-fit, A's old block. Then node 1's line is
+/// written back over B's entry. The line is void (stamped with the revoked
+/// grant): the next holder that meets it (node 2, host 2, publishing B
+/// again) must have the stripe repaired, and the repair must drop the line
+/// (A's block holds B's bytes now), never bring A back; the region checks
+/// clean and B can be stored again.
+pub(super) fn zombie_entry_lands_over_a_reused_one(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "zombie-entry-lands-over-a-reused-one";
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l2) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s2, 2, &env, &l2)?);
+    let keys = keys_in(&s0, 0, 0, 2);
+    let (a, b) = (keys[0], keys[1]);
+    let mut out = Vec::new();
+    let ha = n0.reserve(NS, a, 256, 1)?;
+    n0.write(&ha, 0, &[0xaa; 256])?;
+    n0.publish_flushed(core::slice::from_ref(&ha), &mut [Ok(())])?;
+    let line = (s0.layout.entry(ha.stripe, ha.entry) / 64) as usize;
+    // Node 1 stops at its first entry write's flush: A marked CLAIMED.
+    let (stopped_rx, go_tx) = rig.parks_at(1, "index.entry.write");
+    std::thread::scope(|sc| -> Result<()> {
+        let t = sc.spawn(|| {
+            let l1 = NodeLocal::default();
+            let n1 = Node::new(&s1, 1, &env, &l1)?;
+            n1.evict(1, &mut cxlkv_core::index::Lru).map(|_| ())
+        });
+        if !parked(&stopped_rx, || t.is_finished(), &env)? {
+            let r = t.join().unwrap_or(Err(Error::Corrupt));
+            out.push(format!("{NAME}: node 1's eviction ended ({r:?}) without stopping"));
+            return Ok(());
+        }
+        declare_dead(&s0, 1)?;
+        env.step()?;
+        n0.recover(0)?;
+        if n0.lookup(NS, &[a])? != 1 {
+            out.push(format!("{NAME}: A is gone after the first repair (its eviction never landed)"));
+        }
+        n0.evict(1, &mut cxlkv_core::index::Lru)?;
+        let hb = n0.reserve(NS, b, 256, 1)?;
+        if (hb.stripe, hb.entry, hb.off) != (ha.stripe, ha.entry, ha.off) {
+            out.push(format!("{NAME}: B did not take A's entry and block ({hb:?} vs {ha:?}): the scenario misses"));
+        }
+        n0.write(&hb, 0, &[0xbb; 256])?;
+        n0.publish_flushed(core::slice::from_ref(&hb), &mut [Ok(())])?;
+        // Node 1's line lands over B's entry.
+        rig.mem.evict_line(1, line);
+        // The next holder publishes B again (B's entry is lost): a void
+        // line met is repaired, and the call retried.
+        let mut r = Err(Error::Recovering);
+        for _ in 0..3 {
+            r = put(&n2, b);
+            if r != Err(Error::Recovering) {
+                break;
+            }
+        }
+        if r.is_err() {
+            out.push(format!("{NAME}: the next holder's publish of B gave {r:?}"));
+        }
+        let mut buf = [0u8; 256];
+        match n2.get(NS, a, &mut buf) {
+            Err(Error::NotFound) => {}
+            r => out.push(format!("{NAME}: A, evicted, reads {r:?} (first byte {:#x})", buf[0])),
+        }
+        rig.expect_clean(NAME, &mut out)?;
+        // Node 1 wakes (every later park passes) and finds itself revoked.
+        drop(go_tx);
+        let _ = t.join();
+        Ok(())
+    })?;
+    Ok(out)
+}
