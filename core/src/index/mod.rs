@@ -215,9 +215,21 @@ impl<C: Coherence> Store<C> {
         let tag = place(ns, key);
         let s = stripe_of(tag, self.layout.caps.n_stripes);
         match probe::find(self, s, tag, ns, key)? {
-            Some(f) if stored(&f.e) => Ok(Some((s, f))),
+            Some(f) if stored(&f.e) && !self.void_now(s, &f.e)? => Ok(Some((s, f))),
             _ => Ok(None),
         }
+    }
+
+    /// Whether entry `ent` of stripe `s`, read without the lock, is void:
+    /// stamped below the stripe lock's repair floor as memory holds it now
+    /// (read after the entry: a floor only rises, so a line void when read
+    /// is seen so). A reader takes a void entry for missing: it may name a
+    /// block freed and taken since (see [`Entry::ticket`]).
+    pub(crate) fn void_now(&self, s: u32, ent: &Entry) -> Result<bool> {
+        let l = &self.layout;
+        // SYNC: fresh repair floor (writer: recovery, then the lock manager).
+        let ll: crate::layout::LockLine = self.fresh(l.lock_line(l.locks().stripe(s)), Site("index.floor.read"))?;
+        Ok(ent.ticket < ll.floor && !mutant!("read.trust_void_entry"))
     }
 
     /// Whether each of up to [`PROBE_BATCH`] keys is stored: its entry is

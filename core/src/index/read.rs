@@ -123,6 +123,8 @@ impl<C: Coherence> Node<'_, C> {
         let tag = place(ns, key);
         let s = stripe_of(tag, st.layout.caps.n_stripes);
         let f = match probe::find(st, s, tag, ns, key)? {
+            // A void line (a revoked holder's, landed late) is missing.
+            Some(f) if (pinnable(&f.e) || claimed(&f.e)) && st.void_now(s, &f.e)? => return Err(Error::NotFound),
             Some(f) if pinnable(&f.e) && f.e.checksum == entry_checksum(&f.e) => f,
             // An evictor holding the stripe lock is looking for pins of it
             // (it puts it back if it finds one, another node's maybe): not

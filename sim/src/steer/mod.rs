@@ -181,6 +181,13 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::zombie_entry_lands_over_a_reused_one,
         },
         Scenario {
+            name: "zombie-entry-lands-under-a-live-key",
+            what: "a zombie evictor's READY line for a key lands after the key was published again in the same \
+                   entry, its old block now another's: readers without the lock (their cache holding the floor \
+                   from before) must take it for missing, never read the other block as the key's",
+            run: zombies::zombie_entry_lands_under_a_live_key,
+        },
+        Scenario {
             name: "replaced-manager-line-lands-late",
             what: "a replaced manager's lock line (count back, no repair) and grant land late: the lock still \
                    awaits its repair, no ticket is handed out twice, and a stale grant to a free node is dropped",

@@ -1059,3 +1059,104 @@ pub(super) fn zombie_entry_lands_over_a_reused_one(disable: Option<&'static str>
     })?;
     Ok(out)
 }
+
+/// Node 0 (host 0) publishes block A and pins it; host 2 reads A (its cache
+/// keeps the stripe lock's line, the floor, from then). Node 1 (host 1)
+/// starts evicting A, finds the pin and stops writing A back READY, that
+/// line in its cache. It is declared dead and recovered. Node 0 drops its
+/// pin and evicts A; block Y (another stripe) takes A's old block, and A is
+/// published again, in A's entry but another block. Then node 1's line
+/// lands: A, READY, naming Y's block now. A reader without the lock (host
+/// 2) must take the void line for missing, never read Y's bytes as A's;
+/// the next holder publishing A has the stripe repaired; then A reads as
+/// its last publish and the region checks clean.
+pub(super) fn zombie_entry_lands_under_a_live_key(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "zombie-entry-lands-under-a-live-key";
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l2) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s2, 2, &env, &l2)?);
+    let a = keys_in(&s0, 0, 0, 1)[0];
+    let y = keys_in(&s0, 1, 0, 1)[0];
+    let mut out = Vec::new();
+    let put_bytes = |n: &Node<'_, SimCoherence<'_>>, k: Key, byte: u8| -> Result<cxlkv_core::index::Handle> {
+        let h = n.reserve(NS, k, 256, 1)?;
+        n.write(&h, 0, &[byte; 256])?;
+        n.publish_flushed(core::slice::from_ref(&h), &mut [Ok(())])?;
+        Ok(h)
+    };
+    let ha = put_bytes(&n0, a, 0xaa)?;
+    let mut pin = [Err(Error::NotFound)];
+    n0.acquire(NS, &[a], &mut pin)?;
+    let mut buf = [0u8; 256];
+    if n2.get(NS, a, &mut buf) != Ok(256) {
+        out.push(format!("{NAME}: A could not be read at first"));
+    }
+    let line = (s0.layout.entry(ha.stripe, ha.entry) / 64) as usize;
+    // Node 1 stops at its first entry write's flush (A CLAIMED), goes on,
+    // and stops at its second (A READY again: pinned).
+    let (stopped_rx, go_tx) = rig.parks_at(1, "index.entry.write");
+    std::thread::scope(|sc| -> Result<()> {
+        let t = sc.spawn(|| {
+            let l1 = NodeLocal::default();
+            let n1 = Node::new(&s1, 1, &env, &l1)?;
+            n1.evict(1, &mut cxlkv_core::index::Lru).map(|_| ())
+        });
+        if !parked(&stopped_rx, || t.is_finished(), &env)? {
+            let r = t.join().unwrap_or(Err(Error::Corrupt));
+            out.push(format!("{NAME}: node 1's eviction ended ({r:?}) without stopping"));
+            return Ok(());
+        }
+        let (again_rx, go_tx) = {
+            let again = rig.parks_at(1, "index.entry.write");
+            let _ = go_tx.send(());
+            again
+        };
+        if !parked(&again_rx, || t.is_finished(), &env)? {
+            let r = t.join().unwrap_or(Err(Error::Corrupt));
+            out.push(format!("{NAME}: node 1's eviction ended ({r:?}) without stopping twice"));
+            return Ok(());
+        }
+        declare_dead(&s0, 1)?;
+        env.step()?;
+        n0.recover(0)?;
+        n0.release(&[pin[0]?])?;
+        n0.evict(1, &mut cxlkv_core::index::Lru)?;
+        let hy = put_bytes(&n0, y, 0x77)?;
+        let ha2 = put_bytes(&n0, a, 0xa2)?;
+        if hy.off != ha.off || (ha2.stripe, ha2.entry) != (ha.stripe, ha.entry) || ha2.off == ha.off {
+            out.push(format!("{NAME}: Y {hy:?} / A again {ha2:?} vs A {ha:?}: the scenario misses"));
+        }
+        // Node 1's line lands over A's new entry.
+        rig.mem.evict_line(1, line);
+        match n2.get(NS, a, &mut buf) {
+            Err(Error::NotFound) => {}
+            r => out.push(format!("{NAME}: reading A over the void line gave {r:?} (first byte {:#x})", buf[0])),
+        }
+        let mut p2 = [Err(Error::NotFound)];
+        if n2.acquire(NS, &[a], &mut p2)? != 0 {
+            n2.release(&[p2[0]?])?;
+            out.push(format!("{NAME}: A was pinned through the void line"));
+        }
+        let mut r = Err(Error::Recovering);
+        for _ in 0..3 {
+            r = put_bytes(&n2, a, 0xa3).map(|_| ());
+            if r != Err(Error::Recovering) {
+                break;
+            }
+        }
+        if r.is_err() {
+            out.push(format!("{NAME}: the next holder's publish of A gave {r:?}"));
+        }
+        match n2.get(NS, a, &mut buf) {
+            Ok(256) if buf == [0xa3; 256] => {}
+            r => out.push(format!("{NAME}: A reads {r:?} (first byte {:#x}) after the repair", buf[0])),
+        }
+        rig.expect_clean(NAME, &mut out)?;
+        drop(go_tx);
+        let _ = t.join();
+        Ok(())
+    })?;
+    Ok(out)
+}
