@@ -111,6 +111,15 @@ impl<C: Coherence> Node<'_, C> {
 
     /// Takes application lock `i` (waits, like every lock, up to the node's
     /// timeout). Release it with [`Node::unlock`].
+    ///
+    /// The lock excludes live holders only. A holder declared dead (stopped
+    /// past its lease) loses the lock, but its cache may still write back
+    /// what it stored under it, at any later moment, over what later holders
+    /// wrote. Data the lock guards must make such a line harmless: give each
+    /// node its own line (written by no one else), stamp each write with the
+    /// grant's ticket ([`Held::seq`]), and take as current the line with the
+    /// largest ticket. A late line then lands only in its own node's line,
+    /// under a ticket below every grant made after the revocation.
     pub fn lock_app(&self, i: u32) -> Result<Held> {
         let l = &self.store.layout;
         if i >= l.caps.app_locks {

@@ -475,41 +475,50 @@ impl<C: Coherence> Node<'_, C> {
     /// carries this grant's ticket. A void header (a revoked holder's,
     /// written back after the last repair) is never used: the lock goes
     /// back, a recovery repairs the stripe and raises its floor, and the
-    /// lock is taken again.
-    pub(crate) fn with_stripe<T>(&self, s: u32, f: impl FnOnce(&mut HeldStripe) -> Result<T>) -> Result<T> {
+    /// lock is taken again. So with a void entry `f` meets (see
+    /// [`Store::ent_held`]), after which `f` runs again if it gave up whole.
+    pub(crate) fn with_stripe<T>(&self, s: u32, mut f: impl FnMut(&mut HeldStripe) -> Result<T>) -> Result<T> {
         let st = self.store;
         let lock = st.layout.locks().stripe(s);
-        let mut f = Some(f);
+        let mut gave_up = None;
         for _ in 0..VOID_REPAIRS {
             let r = self.with_held(lock, false, |held| match st.hdr_held(s, held)? {
                 Some(mut h) => {
-                    let r = f.take().ok_or(Error::Corrupt)?(&mut h);
+                    let r = f(&mut h);
                     Ok(Some((r, h.void.get())))
                 }
                 None => Ok(None),
             })?;
-            let repair = |node: &Self| {
-                node.env.recovering(true);
-                let r = node.recover(0);
-                node.env.recovering(false);
-                r.map(|_| ())
-            };
             match r {
+                Some((r, false)) => return r,
                 // A void entry met under the lock: what the operation did
-                // before is whole (it wrote nothing over the void line), what
-                // it gave up on reports `Recovering`; the stripe is repaired
-                // before anyone takes the lock again for it.
-                Some((r, true)) => {
-                    repair(self)?;
+                // before is whole (it wrote nothing over the void line); the
+                // stripe is repaired, and an operation that gave up on it
+                // whole (`Recovering`) runs again. One that went on (a batch
+                // whose items report their own results) is done.
+                Some((r, true)) if !matches!(r, Err(Error::Recovering)) => {
+                    self.repair_void()?;
                     return r;
                 }
-                Some((r, false)) => return r,
-                None => repair(self)?,
+                Some((r, true)) => {
+                    gave_up = Some(r);
+                    self.repair_void()?;
+                }
+                None => self.repair_void()?,
             }
         }
         // Void after every repair: something other than a late write-back
-        // breaks the stripe.
-        Err(Error::Corrupt)
+        // breaks the stripe (or the operation keeps giving up for a reason
+        // of its own: its answer).
+        gave_up.unwrap_or(Err(Error::Corrupt))
+    }
+
+    /// Has a structure found void repaired (a recovery of no node).
+    fn repair_void(&self) -> Result<()> {
+        self.env.recovering(true);
+        let r = self.recover(0);
+        self.env.recovering(false);
+        r.map(|_| ())
     }
 
     pub(super) fn me(&self) -> u64 {

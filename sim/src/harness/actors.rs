@@ -602,18 +602,35 @@ fn free_own_raw<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
     }
 }
 
-/// The lock-counter word, published as a named root, and the application
-/// lock that guards it (host 0, once). Recovering: a crashed host holds the
+/// The lock counter, published as a named root, and the application lock
+/// that guards it (host 0, once). Recovering: a crashed host holds the
 /// allocator; each is retried once it is repaired.
+///
+/// The counter is application data under an application lock on memory
+/// that a revoked holder's cache may write back to late, so it follows the
+/// pattern the README gives for such data: one line per node, `[value,
+/// ticket]`, written only by that node; the counter is the value of the
+/// line with the largest ticket. A late line lands only in its own node's
+/// line, under a ticket smaller than every grant after the revocation.
 fn make_counter<C: Coherence>(w: &World, node: &Node<'_, C>, me: usize) {
-    let mut a = node.alloc(64);
+    let len = 64 * node.store.layout.caps.max_nodes as u64;
+    let mut a = node.alloc(len);
     while a == Err(Error::Recovering) {
         w.yield_now(me, "alloc-retry");
-        a = node.alloc(64);
+        a = node.alloc(len);
     }
     match a {
         Ok(off) => {
-            let r = cxlkv_core::roots::Root { offset: off, size: 64, tag: 1 };
+            let st = node.store;
+            for n in 0..st.layout.caps.max_nodes as u64 {
+                if let Err(e) = st.view.write(off + 64 * n, &[0u64; 8]) {
+                    w.violation(format!("counter line {n}: {e}"));
+                }
+            }
+            if let Err(e) = st.co.flush(&st.view, off, len, Site("harness.counter.init")) {
+                w.violation(format!("counter flush: {e}"));
+            }
+            let r = cxlkv_core::roots::Root { offset: off, size: len, tag: 1 };
             if let Err(e) = node.root_put(b"counter", r) {
                 w.violation(format!("root_put: {e}"));
             }
@@ -754,10 +771,12 @@ pub(crate) fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize
             }
         }
         let body = (|| {
-            st.co.invalidate(&st.view, off, 8, Site("harness.counter.read"))?;
-            let v = st.view.load_u64(off)?;
-            st.view.store_u64(off, v + 1)?;
-            st.co.flush(&st.view, off, 8, Site("harness.counter.write"))
+            let n = st.layout.caps.max_nodes as u64;
+            st.co.invalidate(&st.view, off, 64 * n, Site("harness.counter.read"))?;
+            let v = counter_value(st, off)?;
+            let mine = off + 64 * node.id as u64;
+            st.view.write(mine, &[v + 1, held.seq, 0, 0, 0, 0, 0, 0])?;
+            st.co.flush(&st.view, mine, 64, Site("harness.counter.write"))
         })();
         match node.unlock_app(held) {
             Err(Error::Revoked) => Err(Error::Revoked),
@@ -772,6 +791,19 @@ pub(crate) fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize
         Err(e) if revoked_ok(w, h, e) => w.model.lock().unwrap().counter_maybe += 1,
         Err(e) => w.violation(format!("host {h} counter lock: {e:?}")),
     }
+}
+
+/// The counter's value as `st` holds it: that of the node line with the
+/// largest ticket (see [`make_counter`]).
+pub(crate) fn counter_value<C: Coherence>(st: &cxlkv_core::store::Store<C>, off: u64) -> cxlkv_core::Result<u64> {
+    let mut best = (0u64, 0u64);
+    for n in 0..st.layout.caps.max_nodes as u64 {
+        let l: [u64; 8] = st.view.read(off + 64 * n)?;
+        if l[1] > best.1 {
+            best = (l[1], l[0]);
+        }
+    }
+    Ok(best.1)
 }
 
 /// Allocates an application lock and frees it again: never one allocated
