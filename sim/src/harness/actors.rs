@@ -796,10 +796,11 @@ pub(crate) fn lock_counter<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize
 /// The counter's value as `st` holds it: that of the node line with the
 /// largest ticket (see [`make_counter`]).
 pub(crate) fn counter_value<C: Coherence>(st: &cxlkv_core::store::Store<C>, off: u64) -> cxlkv_core::Result<u64> {
+    // (ticket, value) of the line with the largest ticket.
     let mut best = (0u64, 0u64);
     for n in 0..st.layout.caps.max_nodes as u64 {
         let l: [u64; 8] = st.view.read(off + 64 * n)?;
-        if l[1] > best.1 {
+        if l[1] > best.0 {
             best = (l[1], l[0]);
         }
     }
