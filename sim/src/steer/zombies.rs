@@ -69,6 +69,28 @@ pub(super) fn put<C: cxlkv_core::coherence::Coherence>(n: &Node<'_, C>, key: Key
     n.publish_flushed(core::slice::from_ref(&h), &mut [Ok(())])
 }
 
+/// Reserves, writes (`byte` throughout) and publishes a 256-byte block of
+/// `key`; returns its handle.
+fn put_byte(n: &Node<'_, SimCoherence<'_>>, key: Key, byte: u8) -> Result<cxlkv_core::index::Handle> {
+    let h = n.reserve(NS, key, 256, 1)?;
+    n.write(&h, 0, &[byte; 256])?;
+    n.publish_flushed(core::slice::from_ref(&h), &mut [Ok(())])?;
+    Ok(h)
+}
+
+/// [`put_byte`] by a holder that may meet a void entry: a call that met
+/// one (`Recovering`, the stripe repaired since) is made again.
+fn put_after_repair(n: &Node<'_, SimCoherence<'_>>, key: Key, byte: u8) -> Result<()> {
+    let mut r = Err(Error::Recovering);
+    for _ in 0..3 {
+        r = put_byte(n, key, byte).map(|_| ());
+        if r != Err(Error::Recovering) {
+            break;
+        }
+    }
+    r
+}
+
 /// Node 1 (host 1) evicts the stripe's coldest block and stops inside the
 /// stripe lock, its removal record written and not yet flushed. It is
 /// declared dead and recovered; node 0 (host 0) publishes as many blocks as
@@ -1002,9 +1024,7 @@ pub(super) fn zombie_entry_lands_over_a_reused_one(disable: Option<&'static str>
     let keys = keys_in(&s0, 0, 0, 2);
     let (a, b) = (keys[0], keys[1]);
     let mut out = Vec::new();
-    let ha = n0.reserve(NS, a, 256, 1)?;
-    n0.write(&ha, 0, &[0xaa; 256])?;
-    n0.publish_flushed(core::slice::from_ref(&ha), &mut [Ok(())])?;
+    let ha = put_byte(&n0, a, 0xaa)?;
     let line = (s0.layout.entry(ha.stripe, ha.entry) / 64) as usize;
     // Node 1 stops at its first entry write's flush: A marked CLAIMED.
     let (stopped_rx, go_tx) = rig.parks_at(1, "index.entry.write");
@@ -1026,25 +1046,16 @@ pub(super) fn zombie_entry_lands_over_a_reused_one(disable: Option<&'static str>
             out.push(format!("{NAME}: A is gone after the first repair (its eviction never landed)"));
         }
         n0.evict(1, &mut cxlkv_core::index::Lru)?;
-        let hb = n0.reserve(NS, b, 256, 1)?;
+        let hb = put_byte(&n0, b, 0xbb)?;
         if (hb.stripe, hb.entry, hb.off) != (ha.stripe, ha.entry, ha.off) {
             out.push(format!("{NAME}: B did not take A's entry and block ({hb:?} vs {ha:?}): the scenario misses"));
         }
-        n0.write(&hb, 0, &[0xbb; 256])?;
-        n0.publish_flushed(core::slice::from_ref(&hb), &mut [Ok(())])?;
         // Node 1's line lands over B's entry.
         rig.mem.evict_line(1, line);
         // The next holder publishes B again (B's entry is lost): a void
         // line met is repaired, and the call retried.
-        let mut r = Err(Error::Recovering);
-        for _ in 0..3 {
-            r = put(&n2, b);
-            if r != Err(Error::Recovering) {
-                break;
-            }
-        }
-        if r.is_err() {
-            out.push(format!("{NAME}: the next holder's publish of B gave {r:?}"));
+        if let Err(e) = put_after_repair(&n2, b, 0xb2) {
+            out.push(format!("{NAME}: the next holder's publish of B gave {e:?}"));
         }
         let mut buf = [0u8; 256];
         match n2.get(NS, a, &mut buf) {
@@ -1080,13 +1091,7 @@ pub(super) fn zombie_entry_lands_under_a_live_key(disable: Option<&'static str>)
     let a = keys_in(&s0, 0, 0, 1)[0];
     let y = keys_in(&s0, 1, 0, 1)[0];
     let mut out = Vec::new();
-    let put_bytes = |n: &Node<'_, SimCoherence<'_>>, k: Key, byte: u8| -> Result<cxlkv_core::index::Handle> {
-        let h = n.reserve(NS, k, 256, 1)?;
-        n.write(&h, 0, &[byte; 256])?;
-        n.publish_flushed(core::slice::from_ref(&h), &mut [Ok(())])?;
-        Ok(h)
-    };
-    let ha = put_bytes(&n0, a, 0xaa)?;
+    let ha = put_byte(&n0, a, 0xaa)?;
     let mut pin = [Err(Error::NotFound)];
     n0.acquire(NS, &[a], &mut pin)?;
     let mut buf = [0u8; 256];
@@ -1123,8 +1128,8 @@ pub(super) fn zombie_entry_lands_under_a_live_key(disable: Option<&'static str>)
         n0.recover(0)?;
         n0.release(&[pin[0]?])?;
         n0.evict(1, &mut cxlkv_core::index::Lru)?;
-        let hy = put_bytes(&n0, y, 0x77)?;
-        let ha2 = put_bytes(&n0, a, 0xa2)?;
+        let hy = put_byte(&n0, y, 0x77)?;
+        let ha2 = put_byte(&n0, a, 0xa2)?;
         if hy.off != ha.off || (ha2.stripe, ha2.entry) != (ha.stripe, ha.entry) || ha2.off == ha.off {
             out.push(format!("{NAME}: Y {hy:?} / A again {ha2:?} vs A {ha:?}: the scenario misses"));
         }
@@ -1139,15 +1144,8 @@ pub(super) fn zombie_entry_lands_under_a_live_key(disable: Option<&'static str>)
             n2.release(&[p2[0]?])?;
             out.push(format!("{NAME}: A was pinned through the void line"));
         }
-        let mut r = Err(Error::Recovering);
-        for _ in 0..3 {
-            r = put_bytes(&n2, a, 0xa3).map(|_| ());
-            if r != Err(Error::Recovering) {
-                break;
-            }
-        }
-        if r.is_err() {
-            out.push(format!("{NAME}: the next holder's publish of A gave {r:?}"));
+        if let Err(e) = put_after_repair(&n2, a, 0xa3) {
+            out.push(format!("{NAME}: the next holder's publish of A gave {e:?}"));
         }
         match n2.get(NS, a, &mut buf) {
             Ok(256) if buf == [0xa3; 256] => {}
