@@ -207,7 +207,7 @@ pub(crate) fn recovery_actor(w: &World, h: usize) {
         }
         // Recovery runs in an attached process (as the platform's does).
         if need && !recovered && w.model.lock().unwrap().attached[h] && recovers_here(w, h) {
-            {
+            let asks = {
                 let mut m = w.model.lock().unwrap();
                 m.recovering += 1;
                 m.recoveries += 1;
@@ -216,7 +216,8 @@ pub(crate) fn recovery_actor(w: &World, h: usize) {
                 m.pinned.clear();
                 m.recovering_on |= 1 << h;
                 m.recovering_per[h] += 1;
-            }
+                m.recovery_asks
+            };
             // A dead host's write-backs in flight complete (or are lost)
             // within the lease that had to pass before it was declared dead:
             // none lands over what recovery rebuilds.
@@ -244,8 +245,12 @@ pub(crate) fn recovery_actor(w: &World, h: usize) {
                         w.violation(format!("host {h} recovered, but lock {lock} still awaits repair"));
                     }
                     let mut m = w.model.lock().unwrap();
-                    m.need_recovery = false;
-                    m.recovered = true;
+                    // A burial or quiesce that asked for a recovery while
+                    // this one ran is answered by the next.
+                    if m.recovery_asks == asks {
+                        m.need_recovery = false;
+                        m.recovered = true;
+                    }
                 }
                 Err(e) => {
                     return w.violation(format!("host {h} recover: {e:?}; locks in memory: {}", locks_in_memory(w)))
@@ -287,6 +292,7 @@ pub(crate) fn bury_predecessor<C: Coherence>(w: &World, store: &Store<C>, h: usi
             let mut m = w.model.lock().unwrap();
             m.need_recovery = true;
             m.recovered = false;
+            m.recovery_asks += 1;
         }
         Ok(_) => {}
         Err(e) => {
@@ -524,6 +530,7 @@ fn quiesce_fenced<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, nonce: 
     if r == Ok(true) {
         m.need_recovery = true;
         m.recovered = false;
+        m.recovery_asks += 1;
     }
 }
 

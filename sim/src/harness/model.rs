@@ -42,6 +42,10 @@ pub(crate) struct Model {
     pub(crate) ops: u64,
     pub(crate) need_recovery: bool,
     pub(crate) recovered: bool,
+    /// Asks for a further recovery (a burial or a quiesce said a fenced
+    /// node quiet): one made while a recovery runs is not answered by it
+    /// (its census may have read the node unquiet).
+    pub(crate) recovery_asks: u64,
     pub(crate) counter_root: u64,
     /// The application lock that guards the counter.
     pub(crate) counter_lock: Option<u32>,
