@@ -74,6 +74,10 @@ pub enum FindingKind {
     /// stripe, b = entry). What the lost entry held is then unreferenced:
     /// no leak is reported while any entry is void.
     VoidEntry,
+    /// A bucket is void: stamped before its stripe lock's repair floor, a
+    /// revoked holder's late line; the stripe's next holder has it
+    /// repaired (a = stripe, b = bucket).
+    VoidBucket,
     /// A journal record names a bad entry, or one neither published at its
     /// generation nor reserved by its node (a = node, b = entry).
     Journal,
@@ -130,6 +134,7 @@ impl FindingKind {
             FindingKind::VoidStripe => "stripe header void (a revoked holder's, awaiting repair)",
             FindingKind::VoidChunk => "chunk record or maps void (a revoked holder's, awaiting repair)",
             FindingKind::VoidEntry => "entry void (a revoked holder's late line, awaiting repair)",
+            FindingKind::VoidBucket => "bucket void (a revoked holder's late line, awaiting repair)",
             FindingKind::Journal => "journal record inconsistent",
             FindingKind::Unjournaled => "reservation without journal record",
             FindingKind::ChunkRecord => "chunk record malformed",
@@ -184,8 +189,20 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
         scratch.iter_mut().for_each(|w| *w = 0);
     }
     let floors = [0; crate::layout::MAX_LOCKS as usize];
-    let mut c =
-        Checker { st: store, scratch, track, alive: 0, dead: 0, fenced: 0, n: 0, report, floors, void_entries: 0 };
+    let grants = [0; crate::layout::MAX_LOCKS as usize];
+    let mut c = Checker {
+        st: store,
+        scratch,
+        track,
+        alive: 0,
+        dead: 0,
+        fenced: 0,
+        n: 0,
+        report,
+        floors,
+        grants,
+        void_entries: 0,
+    };
     c.nodes()?;
     c.locks()?;
     c.chunks()?;
@@ -218,6 +235,8 @@ struct Checker<'a, C: Coherence> {
     report: &'a mut dyn FnMut(Finding),
     /// Each lock's repair floor, as the lock pass read it.
     floors: [u64; crate::layout::MAX_LOCKS as usize],
+    /// Each lock's grant count, as its line showed it.
+    grants: [u64; crate::layout::MAX_LOCKS as usize],
     /// Void entries met (see [`FindingKind::VoidEntry`]).
     void_entries: u64,
 }
@@ -333,6 +352,9 @@ impl<C: Coherence> Checker<'_, C> {
             if let Some(f) = self.floors.get_mut(lock as usize) {
                 *f = ll.floor;
             }
+            if let Some(g) = self.grants.get_mut(lock as usize) {
+                *g = ll.grant_seq;
+            }
             if ll.repair != 0 {
                 self.rep(FindingKind::NeedsRepair, lock as u64, 0);
             }
@@ -395,7 +417,11 @@ impl<C: Coherence> Checker<'_, C> {
             let bad = !kind_valid(rec.kind)
                 || rec.owner > l.caps.max_nodes
                 || match rec.kind {
-                    CHUNK_FREE => rec != ChunkRecord::default() || !empty,
+                    // A tainted free chunk may hold a late map line (void: its next
+                    // taker finds it so and has it repaired).
+                    CHUNK_FREE => {
+                        rec != ChunkRecord { taint: rec.taint, ..ChunkRecord::default() } || !empty && rec.taint == 0
+                    }
                     CHUNK_KV | CHUNK_RAW => {
                         rec.owner == 0
                             || rec.run != 1
@@ -419,8 +445,12 @@ impl<C: Coherence> Checker<'_, C> {
                             || !empty
                     }
                     CHUNK_HELD => {
-                        rec != ChunkRecord { owner: rec.owner, kind: CHUNK_HELD, ..ChunkRecord::default() }
-                            || rec.owner == 0
+                        rec != ChunkRecord {
+                            owner: rec.owner,
+                            kind: CHUNK_HELD,
+                            taint: rec.taint,
+                            ..ChunkRecord::default()
+                        } || rec.owner == 0
                             || !empty
                     }
                     _ => rec.owner == 0 || rec.run >= c || !empty,
@@ -632,9 +662,21 @@ impl<C: Coherence> Checker<'_, C> {
     fn buckets(&mut self, s: u32, live: u32) -> Result<()> {
         let (st, l) = (self.st, &self.st.layout);
         let eps = l.caps.entries_per_stripe;
-        let mut used = 0u32;
+        let lock = l.locks().stripe(s) as usize;
+        let floor = self.floors.get(lock).copied().unwrap_or(0);
+        let grants = self.grants.get(lock).copied().unwrap_or(0);
         for b in 0..l.buckets_per_stripe {
             let bk: Bucket = st.fresh(l.bucket(s, b), Site("check.bucket"))?;
+            if crate::index::bucket_void(&bk, floor, grants) {
+                // The buckets are a revoked holder's in part: what the
+                // repair will rebuild, not what the stripe holds.
+                self.rep(FindingKind::VoidBucket, s as u64, b as u64);
+                return Ok(());
+            }
+        }
+        let mut used = 0u32;
+        for b in 0..l.buckets_per_stripe {
+            let bk: Bucket = st.view.read(l.bucket(s, b))?;
             if bk.entry == 0 {
                 continue;
             }

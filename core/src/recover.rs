@@ -15,7 +15,7 @@ use crate::layout::{
     state, Bucket, ChunkRecord, Entry, LockLine, LockSlot, NodeInfo, PinRecord, RootRecord, StripeHeader, CHUNK_CONT,
     CHUNK_HELD, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, MAX_NODES, NODE_ALIVE, NODE_DEAD, NODE_FENCED, RELEASE_AT,
 };
-use crate::lock::{Held, GRANT_FLOOR};
+use crate::lock::{Held, GRANT_FLOOR, GRANT_REPAIR};
 use crate::mutant::mutant;
 use crate::node::Node;
 use crate::roots::record_valid;
@@ -385,8 +385,9 @@ impl<C: Coherence> Node<'_, C> {
         Ok(claimed)
     }
 
-    /// Step 3c: The chunk releases that fenced nodes (`kept`) journaled and
-    /// may still write back (see `Node::release_chunks`): per node, its
+    /// Step 3c: The chunks that fenced nodes (`kept`) journaled as changing
+    /// hands, taken or given back, whose records they may still write back
+    /// (see `Node::release_chunks`, `Node::mark_chunks`): per node, its
     /// first chunk and count (0 when none).
     fn releases_in_flight(&self, kept: u64) -> Result<[(u32, u32); MAX_NODES as usize]> {
         let st = self.store;
@@ -423,6 +424,9 @@ impl<C: Coherence> Node<'_, C> {
         for c in 0..l.n_chunks {
             // Fresh since step 1: only recovery, holding every lock, writes it.
             let mut rec: ChunkRecord = st.view.read(l.chunk(c))?;
+            // Who may still write back a line of it: the taint it had, and
+            // this repair's, less the nodes known quiet now.
+            let taint = (rec.taint | self.taint_due(&rec, kept)?) & kept;
             let keep = match rec.kind {
                 CHUNK_KV | CHUNK_RAW | CHUNK_LARGE => rec.blocks > 0,
                 CHUNK_CONT => {
@@ -450,8 +454,12 @@ impl<C: Coherence> Node<'_, C> {
                 // Not in use, and a fenced node's release of it, or its
                 // placement there, may land still: nobody takes it until
                 // that node is quiet.
-                let held =
-                    ChunkRecord { owner: (n as u32).wrapping_add(1), kind: CHUNK_HELD, ..ChunkRecord::default() };
+                let held = ChunkRecord {
+                    owner: (n as u32).wrapping_add(1),
+                    kind: CHUNK_HELD,
+                    taint,
+                    ..ChunkRecord::default()
+                };
                 if rec != held {
                     st.view.write(l.chunk(c), &held)?;
                 }
@@ -460,14 +468,21 @@ impl<C: Coherence> Node<'_, C> {
                 continue;
             }
             if !keep {
-                if rec != ChunkRecord::default() {
-                    rep.chunks_reclaimed = rep.chunks_reclaimed.saturating_add(1);
-                    st.view.write(l.chunk(c), &ChunkRecord::default())?;
+                let free = ChunkRecord { taint, ..ChunkRecord::default() };
+                if rec != free {
+                    if rec != (ChunkRecord { taint: rec.taint, ..ChunkRecord::default() }) {
+                        rep.chunks_reclaimed = rep.chunks_reclaimed.saturating_add(1);
+                    }
+                    st.view.write(l.chunk(c), &free)?;
                 }
                 // A free chunk's maps are empty (the next owner relies on it).
                 write_map(st, c, &ChunkMap::empty(l.granules()), 0, words, None)?;
                 set_bitmap(st, c, false)?;
                 continue;
+            }
+            if rec.taint != taint {
+                rec.taint = taint;
+                st.view.write(l.chunk(c), &rec)?;
             }
             let owner_kept =
                 rec.owner != 0 && rec.owner <= l.caps.max_nodes && owners & (1 << rec.owner.wrapping_sub(1)) != 0;
@@ -580,6 +595,37 @@ impl<C: Coherence> Node<'_, C> {
         Ok(mine.reserved.get(GRANT_FLOOR).copied().unwrap_or(0))
     }
 
+    /// The nodes (of `kept`: dead, not known quiet) that may still write
+    /// back a line of the chunk whose record is `rec`, by what this repair
+    /// finds: the owner's heap lock was revoked from a holder, or the
+    /// record is void (stamped below that lock's floor: a late write-back
+    /// landed, and more may follow). Which of them held the lock is not
+    /// known, so it is all of them: each bit goes when its node is quiet
+    /// (see [`ChunkRecord::taint`]). A free chunk needs none: a chunk taken
+    /// or given back under the alloc lock is journaled first, and a fenced
+    /// node's are held for it (see `releases_in_flight`).
+    fn taint_due(&self, rec: &ChunkRecord, kept: u64) -> Result<u64> {
+        let l = &self.store.layout;
+        if kept == 0 || mutant!("recover.skip_taint") {
+            return Ok(0);
+        }
+        if !(1..=l.caps.max_nodes).contains(&rec.owner) {
+            return Ok(0);
+        }
+        let heap = l.locks().heap(rec.owner.wrapping_sub(1));
+        let void = matches!(rec.kind, CHUNK_KV | CHUNK_RAW | CHUNK_LARGE)
+            && rec.ticket < self.grant_word(heap, GRANT_FLOOR)?;
+        Ok(if void || self.grant_word(heap, GRANT_REPAIR)? != 0 { kept } else { 0 })
+    }
+
+    /// Word `i` of the grant of `lock` this recovery holds (its own slot, as
+    /// its poll read it).
+    fn grant_word(&self, lock: u32, i: usize) -> Result<u64> {
+        let l = &self.store.layout;
+        let mine: LockSlot = self.store.view.read(l.lock_slot(lock, self.id))?;
+        Ok(mine.reserved.get(i).copied().unwrap_or(0))
+    }
+
     /// The ticket this recovery holds `lock` under: its own slot, as its
     /// poll read it.
     fn ticket(&self, lock: u32) -> Result<u64> {
@@ -653,13 +699,17 @@ impl<C: Coherence> Node<'_, C> {
         let st = self.store;
         let l = &st.layout;
         let old: StripeHeader = st.fresh(l.stripe(s), Site("recover.stripe.read"))?;
+        let ticket = self.ticket(l.locks().stripe(s))?;
+        // Every bucket stamped with this recovery's ticket, the floor to be
+        // (see `Bucket::stamp`).
+        let stamp = if mutant!("recover.keep_bucket_stamps") { 0 } else { ticket as u32 };
         for b in 0..l.buckets_per_stripe {
-            st.view.write(l.bucket(s, b), &Bucket::default())?;
+            st.view.write(l.bucket(s, b), &Bucket { stamp, ..Bucket::default() })?;
         }
         let blen = (l.buckets_per_stripe as u64).saturating_mul(core::mem::size_of::<Bucket>() as u64);
         st.co.flush(&st.view, l.bucket(s, 0), blen, Site("recover.buckets.clear"))?;
         let (mut claimed, mut ready, mut bytes) = (0u64, 0u32, 0u64);
-        let stamp = Stamp { ticket: self.ticket(l.locks().stripe(s))?, floor: self.stripe_floor(s)? };
+        let stamp = Stamp { ticket, floor: self.stripe_floor(s)? };
         for e in 0..l.caps.entries_per_stripe {
             match self.rebuild_entry(s, e, who, stamp, rep)? {
                 Rebuilt::Dropped | Rebuilt::Held => {}
@@ -810,7 +860,7 @@ impl<C: Coherence> Node<'_, C> {
                     rep.entries_dropped = rep.entries_dropped.saturating_add(1);
                     self.unclaim_block(ent.payload_off, ent.payload_len as u64)?;
                 } else {
-                    probe::insert(st, s, tag, e)?;
+                    probe::insert(st, s, tag, e, stamp.ticket, None)?;
                     keep = true;
                 }
             }

@@ -268,7 +268,8 @@ impl<C: Coherence> Node<'_, C> {
 
     /// Allocates `len` bytes of the given kind. KV blocks are reclaimed by
     /// recovery unless an index entry references them.
-    /// `nested`: the caller holds another lock (see `Node::with_lock_nested`).
+    /// `nested`: the caller holds another lock (a lock awaiting repair then
+    /// fails at once with `Recovering`: see `Node::with_lock_mode`).
     ///
     /// A block goes where it fits tightest, so large holes stay whole for
     /// large blocks: among this node's recent chunks first; for KV, then
@@ -344,7 +345,8 @@ impl<C: Coherence> Node<'_, C> {
     /// holds this node's heap lock (`held`).
     fn take_fresh(&self, k: u32, kind: Kind, held: &Held) -> Result<Option<(u32, u64)>> {
         let l = &self.store.layout;
-        let Some(c) = self.with_lock_nested(l.locks().alloc(), || self.grab_chunks(1, kind, held.seq))? else {
+        let Some(c) = self.with_held(l.locks().alloc(), true, |alloc| self.grab_chunks(1, kind, held.seq, alloc))?
+        else {
             return Ok(None);
         };
         // Written just now by this thread, under the locks it still holds.
@@ -353,12 +355,15 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// True when chunk record `rec` is `owner`'s, of `kind`, with `k` free
-    /// granules in a row.
+    /// granules in a row — and, for raw blocks, no taint: a late map line
+    /// of a tainted chunk then only brings back blocks freed since, never
+    /// hides one placed since.
     fn fits(&self, rec: &ChunkRecord, owner: u32, k: u32, kind: Kind) -> bool {
         rec.owner == owner.wrapping_add(1)
             && rec.kind == kind.code()
             && rec.granules == self.store.layout.granules()
             && rec.free_max >= k
+            && (kind == Kind::Kv || rec.taint == 0 || mutant!("alloc.raw_beside_tainted"))
     }
 
     /// Places `k` granules of KV payload in the KV chunk of any node whose
@@ -540,7 +545,8 @@ impl<C: Coherence> Node<'_, C> {
         let l = &self.store.layout;
         let Located { mut m, block } = b;
         match block {
-            None => self.with_held(l.locks().alloc(), true, |alloc| self.release_chunks(c, rec.run.max(1), alloc)),
+            None => self
+                .with_held(l.locks().alloc(), true, |alloc| self.release_chunks(c, rec.run.max(1), rec.taint, alloc)),
             Some((i, k)) => {
                 if rec.blocks <= 1 {
                     // The chunk's last block: the chunk goes back whole, under
@@ -579,7 +585,7 @@ impl<C: Coherence> Node<'_, C> {
         rec.used = rec.used.saturating_sub(k);
         rec.blocks = rec.blocks.saturating_sub(1);
         if rec.blocks == 0 {
-            return self.release_chunks(c, 1, alloc.ok_or(Error::Corrupt)?);
+            return self.release_chunks(c, 1, rec.taint, alloc.ok_or(Error::Corrupt)?);
         }
         rec.free_max = m.longest_free();
         rec.ticket = ticket;
@@ -590,7 +596,7 @@ impl<C: Coherence> Node<'_, C> {
 
     fn alloc_run(&self, k: u32, kind: Kind, held: &Held) -> Result<u64> {
         let l = &self.store.layout;
-        match self.with_lock_nested(l.locks().alloc(), || self.grab_chunks(k, kind, held.seq))? {
+        match self.with_held(l.locks().alloc(), true, |alloc| self.grab_chunks(k, kind, held.seq, alloc))? {
             Some(c) => Ok(l.chunk_payload(c)),
             None => Err(Error::OutOfSpace),
         }
@@ -628,8 +634,9 @@ impl<C: Coherence> Node<'_, C> {
 
     /// Finds `k` contiguous free chunks and marks them this node's: one chunk
     /// of `kind` cut into granules (`k` = 1), or a run holding one block.
-    /// Caller holds alloc, and this node's heap lock under `ticket`.
-    fn grab_chunks(&self, k: u32, kind: Kind, ticket: u64) -> Result<Option<u32>> {
+    /// Caller holds alloc (`alloc`), and this node's heap lock under
+    /// `ticket`.
+    fn grab_chunks(&self, k: u32, kind: Kind, ticket: u64, alloc: &Held) -> Result<Option<u32>> {
         let l = &self.store.layout;
         let words = l.n_chunks.div_ceil(64);
         self.store.co.invalidate(
@@ -648,10 +655,17 @@ impl<C: Coherence> Node<'_, C> {
                 continue;
             }
             if w & (1 << (c % 64)) == 0 {
-                if !self.chunk_free(c)? {
+                let Some(taint) = self.chunk_free(c)? else {
                     // Not free whatever the bit says: a bitmap line a revoked
                     // holder wrote back late. The bit is set again.
                     set_bitmap(self.store, c, true)?;
+                    run = 0;
+                    c = c.saturating_add(1);
+                    continue;
+                };
+                if taint != 0 && kind == Kind::Raw && !mutant!("alloc.raw_in_tainted") {
+                    // A node that may still write back a line of it is not
+                    // quiet yet: fine for KV blocks, not for raw ones.
                     run = 0;
                     c = c.saturating_add(1);
                     continue;
@@ -660,7 +674,7 @@ impl<C: Coherence> Node<'_, C> {
                 if run == k {
                     // The run of `k` ends at `c`.
                     let first = c.saturating_add(1).saturating_sub(k);
-                    self.mark_chunks(first, k, kind, ticket)?;
+                    self.mark_chunks(first, k, kind, ticket, alloc)?;
                     return Ok(Some(first));
                 }
             } else {
@@ -671,25 +685,40 @@ impl<C: Coherence> Node<'_, C> {
         Ok(None)
     }
 
-    /// True when chunk `c`'s record (read fresh) is free: only then may it
-    /// be taken, whatever the bitmap says. (A free record's maps are empty:
-    /// whoever frees a chunk clears them first, and a free record landing
-    /// late over a chunk in use is what the release journal rules out.)
-    fn chunk_free(&self, c: u32) -> Result<bool> {
-        if mutant!("alloc.claim_unverified") {
-            return Ok(true);
-        }
+    /// Chunk `c`'s taint when its record (read fresh) is free: only then
+    /// may it be taken, whatever the bitmap says. (A free record's maps are
+    /// empty: whoever frees a chunk clears them first, and a free record
+    /// landing late over a chunk in use is what the release journal rules
+    /// out.) `None` when it is not free.
+    fn chunk_free(&self, c: u32) -> Result<Option<u64>> {
         // SYNC: fresh record (writers: the alloc lock's holders, recovery).
         let rec: ChunkRecord = self.store.fresh(self.store.layout.chunk(c), Site("alloc.claim.rec"))?;
-        Ok(rec == ChunkRecord::default())
+        if mutant!("alloc.claim_unverified") {
+            return Ok(Some(rec.taint));
+        }
+        Ok((rec == ChunkRecord { taint: rec.taint, ..ChunkRecord::default() }).then_some(rec.taint))
     }
 
     /// Writes the records of newly taken chunks `first..first+k`: one chunk
     /// cut into granules (`k` = 1; a run always spans two chunks or more), or
     /// a run. Their maps are empty already: a free chunk's maps always are.
-    fn mark_chunks(&self, first: u32, k: u32, kind: Kind, ticket: u64) -> Result<()> {
+    /// Each keeps its taint (a run: all of them, on every chunk).
+    ///
+    /// Zombies: the records are journaled first, as a release is (see
+    /// [`Node::release_chunks`]): a recovery that revoked the alloc lock
+    /// after the check finds the journal and holds the chunks for this node
+    /// until it is quiet, so its records landing late take no chunk another
+    /// node took meanwhile.
+    fn mark_chunks(&self, first: u32, k: u32, kind: Kind, ticket: u64, alloc: &Held) -> Result<()> {
         let l = &self.store.layout;
+        self.journal_handover(first, k, alloc)?;
         let map_sum = ChunkMap::empty(l.granules()).checksum();
+        let mut taint = 0u64;
+        for j in 0..k {
+            // Read fresh by `chunk_free` just now, under the alloc lock.
+            let rec: ChunkRecord = self.store.view.read(l.chunk(first.saturating_add(j)))?;
+            taint |= rec.taint;
+        }
         for j in 0..k {
             let c = first.saturating_add(j);
             let owner = self.id.wrapping_add(1);
@@ -702,6 +731,7 @@ impl<C: Coherence> Node<'_, C> {
                     granules: l.granules(),
                     ticket,
                     map_sum,
+                    taint,
                     ..ChunkRecord::default()
                 }
             } else if j == 0 {
@@ -715,19 +745,21 @@ impl<C: Coherence> Node<'_, C> {
                     block_size: (k as u64).saturating_mul(l.chunk_size()),
                     ticket,
                     map_sum,
+                    taint,
                     ..ChunkRecord::default()
                 }
             } else {
-                ChunkRecord { owner, kind: CHUNK_CONT, run: first, ..ChunkRecord::default() }
+                ChunkRecord { owner, kind: CHUNK_CONT, run: first, taint, ..ChunkRecord::default() }
             };
             self.store.publish(l.chunk(c), &rec, Site("alloc.chunk.claim"))?;
             set_bitmap(self.store, c, true)?;
         }
-        Ok(())
+        self.clear_handover()
     }
 
-    /// Returns chunks `c..c+k` to the global bitmap (their maps are empty).
-    /// Caller holds alloc (`alloc`).
+    /// Returns chunks `c..c+k` to the global bitmap (their maps are empty),
+    /// each free record keeping `taint` (the chunk's, or the run's). Caller
+    /// holds alloc (`alloc`).
     ///
     /// Zombies: a free record carries no ticket, so a revoked holder's
     /// release written back late would free a chunk that another node took
@@ -737,11 +769,27 @@ impl<C: Coherence> Node<'_, C> {
     /// that revoked the lock before the check is seen by it (and nothing is
     /// written), and one that revoked it after finds the journal and holds
     /// the chunks out of use until this node is quiet (`CHUNK_HELD`).
-    pub(crate) fn release_chunks(&self, c: u32, k: u32, alloc: &Held) -> Result<()> {
+    pub(crate) fn release_chunks(&self, c: u32, k: u32, taint: u64, alloc: &Held) -> Result<()> {
         let l = &self.store.layout;
         if c.checked_add(k).is_none_or(|end| end > l.n_chunks) {
             return Err(Error::Corrupt);
         }
+        self.journal_handover(c, k, alloc)?;
+        for j in 0..k {
+            let cj = c.saturating_add(j);
+            let free = ChunkRecord { taint, ..ChunkRecord::default() };
+            self.store.publish(l.chunk(cj), &free, Site("alloc.chunk.release"))?;
+            set_bitmap(self.store, cj, false)?;
+        }
+        self.clear_handover()
+    }
+
+    /// Journals chunks `c..c+k` changing hands (taken or given back by this
+    /// node) in its request line, in memory before this node checks, fresh,
+    /// that it still holds the alloc lock (`alloc`): `Revoked`, and nothing
+    /// to write, when it does not.
+    fn journal_handover(&self, c: u32, k: u32, alloc: &Held) -> Result<()> {
+        let l = &self.store.layout;
         let journal = l.requests(self.id).wrapping_add(RELEASE_AT);
         self.store.view.store_u64(journal, u64::from(c).wrapping_add(1) | u64::from(k) << 32)?;
         // SYNC: the journal in memory before the check below (reader:
@@ -754,11 +802,12 @@ impl<C: Coherence> Node<'_, C> {
         if (slot.state != SLOT_LOCKED || slot.seq != alloc.seq) && !mutant!("alloc.release_unchecked") {
             return Err(Error::Revoked);
         }
-        for j in 0..k {
-            let cj = c.saturating_add(j);
-            self.store.publish(l.chunk(cj), &ChunkRecord::default(), Site("alloc.chunk.release"))?;
-            set_bitmap(self.store, cj, false)?;
-        }
+        Ok(())
+    }
+
+    /// Clears the journal of [`Node::journal_handover`], its records written.
+    fn clear_handover(&self) -> Result<()> {
+        let journal = self.store.layout.requests(self.id).wrapping_add(RELEASE_AT);
         self.store.view.store_u64(journal, 0)?;
         // SYNC: the journal cleared before the alloc lock goes (its release
         // fences first). Were it left, a recovery that finds this node

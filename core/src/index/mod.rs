@@ -15,7 +15,7 @@ mod read;
 use crate::alloc::Kind;
 use crate::coherence::{Coherence, Site};
 use crate::hash::{checksum32, checksum32_fold, checksum32_lanes, place, Key};
-use crate::layout::{state, Entry, StripeHeader};
+use crate::layout::{state, Bucket, Entry, StripeHeader};
 use crate::mutant::mutant;
 use crate::node::Node;
 use crate::off::Off;
@@ -413,7 +413,7 @@ impl<C: Coherence> Store<C> {
         }
         ent.state = state::EVICTING;
         self.put_ent(s, e, ent, h.ticket())?;
-        probe::delete(self, s, b)?;
+        probe::delete(self, s, b, h)?;
         if was_ready && !crate::mutant::mutant!("changes.skip_removal") {
             self.log_change(s, h, crate::layout::CHANGE_REMOVED, ent, by)?;
         }
@@ -423,6 +423,15 @@ impl<C: Coherence> Store<C> {
         h.free_head = e;
         Ok(payload)
     }
+}
+
+/// True when bucket `b` was stamped before `floor`, its stripe lock's
+/// repair floor, by a grant no later than `ticket` (the latest known): see
+/// [`HeldStripe::check_bucket`].
+pub(crate) fn bucket_void(b: &Bucket, floor: u64, ticket: u64) -> bool {
+    let span = ticket.saturating_sub(floor);
+    let since = u64::from(b.stamp.wrapping_sub(floor as u32));
+    span <= u64::from(u32::MAX) && since > span
 }
 
 /// Repairs of a stripe found void that one operation asks for before it
@@ -444,6 +453,20 @@ impl HeldStripe {
     /// `Recovering` (and remembered) when `ent` is void under this grant.
     pub(crate) fn check(&self, ent: &Entry) -> Result<()> {
         if ent.ticket < self.floor && !mutant!("stripe.trust_void_entry") {
+            self.void.set(true);
+            return Err(Error::Recovering);
+        }
+        Ok(())
+    }
+
+    /// `Recovering` (and remembered) when bucket `b` is void under this
+    /// grant: stamped before the floor. A stamp keeps 32 bits of a ticket,
+    /// so it is compared by its distance from the floor: every bucket
+    /// written since the repair lies between the floor and this grant's
+    /// ticket, a late line before the floor (while fewer than 2^32 grants
+    /// separate them, which a woken holder does not outlast).
+    pub(crate) fn check_bucket(&self, b: &Bucket) -> Result<()> {
+        if bucket_void(b, self.floor, self.h.ticket) && !mutant!("stripe.trust_void_bucket") {
             self.void.set(true);
             return Err(Error::Recovering);
         }
@@ -686,7 +709,7 @@ impl<C: Coherence> Node<'_, C> {
         };
         ent.checksum = entry_checksum(&ent);
         st.put_ent(s, e, &mut ent, h.ticket())?;
-        probe::insert(st, s, tag, e)?;
+        probe::insert(st, s, tag, e, h.ticket(), Some(h))?;
         h.inserts = h.inserts.wrapping_add(1);
         Ok(Handle { ns, key: it.key, stripe: s, entry: e, gen, off, len: it.len, tokens: it.tokens })
     }

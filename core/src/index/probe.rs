@@ -55,9 +55,10 @@ pub fn find<C: Coherence>(st: &Store<C>, s: u32, tag: u64, ns: u32, key: Key) ->
     find_in(st, s, tag, ns, key, None)
 }
 
-/// [`find`] by the stripe's holder `h`: every entry the probe reads is
-/// checked (`Recovering` when void: see [`super::HeldStripe::check`]), so
-/// that a void line neither hides the key nor stands for it.
+/// [`find`] by the stripe's holder `h`: every bucket and entry the probe
+/// reads is checked (`Recovering` when void: see
+/// [`super::HeldStripe::check`]), so that a void line neither hides the key
+/// nor stands for it.
 pub(crate) fn find_held<C: Coherence>(
     st: &Store<C>,
     s: u32,
@@ -84,6 +85,9 @@ fn find_in<C: Coherence>(
     for i in 0..bps {
         let b = home.wrapping_add(i) & bps.wrapping_sub(1);
         let bk = bucket(st, s, b, &mut line)?;
+        if let Some(h) = held {
+            h.check_bucket(&bk)?;
+        }
         if bk.entry == 0 {
             return Ok(None);
         }
@@ -137,18 +141,30 @@ pub fn first_of_tag<C: Coherence>(st: &Store<C>, s: u32, tag: u64, home_line: u6
     Ok(None)
 }
 
-/// Inserts (`tag` → entry `ei`) into the first empty bucket from its home.
-/// Caller holds the stripe lock and has checked the key is absent.
-pub fn insert<C: Coherence>(st: &Store<C>, s: u32, tag: u64, ei: u32) -> Result<u32> {
+/// Inserts (`tag` → entry `ei`) into the first empty bucket from its home,
+/// stamped with `ticket`. Caller holds the stripe lock under `ticket` and
+/// has checked the key is absent; every bucket read is checked by `held`
+/// (recovery, which wrote them all itself, passes `None`).
+pub(crate) fn insert<C: Coherence>(
+    st: &Store<C>,
+    s: u32,
+    tag: u64,
+    ei: u32,
+    ticket: u64,
+    held: Option<&super::HeldStripe>,
+) -> Result<u32> {
     let bps = st.layout.buckets_per_stripe;
     let home = home_of(tag, bps);
     let mut line = u64::MAX;
     for i in 0..bps {
         let b = home.wrapping_add(i) & bps.wrapping_sub(1);
         let bk = bucket(st, s, b, &mut line)?;
+        if let Some(h) = held {
+            h.check_bucket(&bk)?;
+        }
         if bk.entry == 0 {
             // `ei` is an entry index (below `entries_per_stripe`).
-            let nb = Bucket { tag, entry: ei.wrapping_add(1), reserved: 0 };
+            let nb = Bucket { tag, entry: ei.wrapping_add(1), stamp: ticket as u32 };
             // SYNC: bucket published under the stripe lock (reader: find).
             st.publish(st.layout.bucket(s, b), &nb, Site("index.bucket.insert"))?;
             return Ok(b);
@@ -158,15 +174,20 @@ pub fn insert<C: Coherence>(st: &Store<C>, s: u32, tag: u64, ei: u32) -> Result<
 }
 
 /// Empties bucket `hole` and shifts the rest of its cluster back so no key
-/// becomes unreachable. Caller holds the stripe lock.
-pub fn delete<C: Coherence>(st: &Store<C>, s: u32, mut hole: u32) -> Result<()> {
+/// becomes unreachable; every bucket written is stamped with the holder's
+/// ticket, and every one read checked. Caller holds the stripe lock (`h`).
+pub(crate) fn delete<C: Coherence>(st: &Store<C>, s: u32, mut hole: u32, h: &super::HeldStripe) -> Result<()> {
     let bps = st.layout.buckets_per_stripe;
     let mask = bps.wrapping_sub(1);
+    let stamp = h.ticket() as u32;
     let mut j = hole;
     let mut line = u64::MAX;
+    // (A void bucket met half way leaves the cluster half shifted: the
+    // repair it asks for rebuilds every bucket from the entries.)
     for _ in 0..bps {
         j = j.wrapping_add(1) & mask;
         let bk = bucket(st, s, j, &mut line)?;
+        h.check_bucket(&bk)?;
         if bk.entry == 0 {
             break;
         }
@@ -176,8 +197,8 @@ pub fn delete<C: Coherence>(st: &Store<C>, s: u32, mut hole: u32) -> Result<()> 
         if stays {
             continue;
         }
-        st.publish(st.layout.bucket(s, hole), &bk, Site("index.bucket.shift"))?;
+        st.publish(st.layout.bucket(s, hole), &Bucket { stamp, ..bk }, Site("index.bucket.shift"))?;
         hole = j;
     }
-    st.publish(st.layout.bucket(s, hole), &Bucket::default(), Site("index.bucket.clear"))
+    st.publish(st.layout.bucket(s, hole), &Bucket { stamp, ..Bucket::default() }, Site("index.bucket.clear"))
 }

@@ -410,7 +410,16 @@ shared_struct! {
         /// [`crate::alloc::ChunkMap::checksum`] of the chunk's maps as this
         /// record's writer left them (0 when free).
         pub map_sum: u64,
-        pub reserved: [u64; 1],
+        /// Nodes (bit n: node n) declared dead and not yet known quiet that
+        /// may still write back a line of this chunk — its record or maps,
+        /// written under a lock a recovery revoked from them. Set by
+        /// recovery, cleared by the recovery that finds them quiet, and
+        /// carried by every other write of the record, free ones included.
+        /// A chunk with a taint is never taken for raw blocks: a late map
+        /// line over raw blocks cannot be undone (nothing else in the region
+        /// says where they are), while a KV chunk's maps are rebuilt from
+        /// its entries.
+        pub taint: u64,
     } size 64
 }
 
@@ -472,11 +481,19 @@ pub const CHANGE_REMOVED: u32 = 2;
 shared_struct! {
     /// An index bucket: a tag of the key's hash and the entry it names.
     /// Four per line.
+    ///
+    /// Zombies: every bucket, empty ones too, carries the low 32 bits of the
+    /// stripe lock's grant it was written under; recovery stamps them all
+    /// with its own, which becomes the floor. A bucket stamped before the
+    /// floor is a revoked holder's line written back late (it may hide a key
+    /// or name a removed one): void, and its stripe's next holder has it
+    /// repaired (see `HeldStripe::check_bucket`).
     pub struct Bucket {
         pub tag: u64,
         /// Entry index within the stripe + 1; 0 = empty.
         pub entry: u32,
-        pub reserved: u32,
+        /// The writer's grant, its low 32 bits.
+        pub stamp: u32,
     } size 16
 }
 

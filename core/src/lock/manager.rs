@@ -11,7 +11,7 @@ use crate::mutant::mutant;
 use crate::store::Store;
 use crate::Result;
 
-use super::{CLAIM_AT, GRANT_CLAIM, GRANT_FLOOR};
+use super::{CLAIM_AT, GRANT_CLAIM, GRANT_FLOOR, GRANT_REPAIR};
 
 /// Liveness verdict from the platform for a node it can check directly (a
 /// process of this host and PID namespace): `Some(false)` = certainly dead,
@@ -670,6 +670,10 @@ impl Manager {
             g.reserved[GRANT_CLAIM] = self.claim;
             // And the floor below which what the lock guards is void.
             g.reserved[GRANT_FLOOR] = ll.floor;
+            // And whether it awaits repair: the recovery it is granted to
+            // learns which locks were revoked from their holders (their
+            // late write-backs may still come; see `ChunkRecord::taint`).
+            g.reserved[GRANT_REPAIR] = u64::from(ll.repair != 0);
             // SYNC: LOCKED visible to the polling node (reader: lock_with).
             store.publish_state_last(soff, &g, Site("mgr.grant"))?;
             self.held.update(wi, |h| *h |= bit);

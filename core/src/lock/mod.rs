@@ -385,14 +385,10 @@ impl<C: Coherence> Node<'_, C> {
         self.with_lock_mode(lock, false, f)
     }
 
-    /// [`Node::with_lock`] for a lock taken while another is held: if it
-    /// awaits repair, fails at once with `Recovering` instead of waiting,
-    /// because the recovery that would repair it may need the lock already
-    /// held (waiting there deadlocks against recovery).
-    pub(crate) fn with_lock_nested<T>(&self, lock: u32, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        self.with_lock_mode(lock, true, f)
-    }
-
+    /// [`Node::with_lock`], or with `nested` for a lock taken while another
+    /// is held: if it awaits repair, fails at once with `Recovering` instead
+    /// of waiting, because the recovery that would repair it may need the
+    /// lock already held (waiting there deadlocks against recovery).
     pub(crate) fn with_lock_mode<T>(&self, lock: u32, nested: bool, f: impl FnOnce() -> Result<T>) -> Result<T> {
         self.with_held(lock, nested, |_| f())
     }
@@ -432,3 +428,7 @@ pub(super) const GRANT_CLAIM: usize = 0;
 
 /// Where a grant carries the lock's repair floor (`LockSlot::reserved`).
 pub(crate) const GRANT_FLOOR: usize = 1;
+
+/// Where a grant says the lock awaits repair (`LockSlot::reserved`; 1:
+/// revoked from a holder declared dead, only recovery is granted it).
+pub(crate) const GRANT_REPAIR: usize = 2;

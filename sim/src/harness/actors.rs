@@ -229,8 +229,12 @@ pub(crate) fn recovery_actor(w: &World, h: usize) {
             {
                 let mut m = w.model.lock().unwrap();
                 m.recovering -= 1;
-                m.recovering_on &= !(1 << h);
                 m.recovering_per[h] = m.recovering_per[h].saturating_sub(1);
+                // (Another thread of the process may recover still: a void
+                // structure's repair beside the recovery thread's.)
+                if m.recovering_per[h] == 0 {
+                    m.recovering_on &= !(1 << h);
+                }
             }
             if r.is_ok_and(|r| r.void_stripes > 0) {
                 w.model.lock().unwrap().void_repairs += 1;
@@ -730,8 +734,12 @@ pub(crate) fn maintenance_recovery<C: Coherence>(w: &World, node: &Node<'_, C>, 
     {
         let mut m = w.model.lock().unwrap();
         m.recovering -= 1;
-        m.recovering_on &= !(1 << h);
         m.recovering_per[h] = m.recovering_per[h].saturating_sub(1);
+        // (Another thread of the process may recover still: a void
+        // structure's repair beside the recovery thread's.)
+        if m.recovering_per[h] == 0 {
+            m.recovering_on &= !(1 << h);
+        }
     }
     if r.is_ok_and(|r| r.void_stripes > 0) {
         w.model.lock().unwrap().void_repairs += 1;
@@ -853,6 +861,9 @@ fn close_process<C: Coherence>(
         w.yield_now(me, "close");
     }
     w.model.lock().unwrap().attached[h] = false;
+    if std::env::var_os("CXLKV_SIM_DEBUG").is_some() {
+        eprintln!("step {}: host {h} detaches", w.now());
+    }
     if let Err(e) = node.detach() {
         if std::env::var_os("CXLKV_SIM_DEBUG").is_some() {
             eprintln!("step {}: host {h} detach: {e:?}; locks in memory:{}", w.now(), locks_in_memory(w));

@@ -3,7 +3,9 @@
 //! every coherence call in a step range (`CXLKV_SIM_CALLS=FROM,TO`), and a
 //! lock's line and slots in memory and in every host's cache
 //! (`CXLKV_SIM_LOCK_WATCH=LOCK`; `*` marks a line dirty in that cache), and
-//! the manager line likewise (`CXLKV_SIM_MGR_WATCH=1`).
+//! the manager line likewise (`CXLKV_SIM_MGR_WATCH=1`), and any line's
+//! contents in memory with who wrote it (`CXLKV_SIM_MEM_LINE=N`, or
+//! `chunk:C` for chunk C's record, `node:N` for node N's info line, `map:C`, `slot:N` for node N's slot of the watched lock or lock 0).
 
 use cxlkv_core::store::attach;
 
@@ -21,6 +23,31 @@ pub(crate) fn watch(w: &World, a: usize, site: &str) {
             if e != *last {
                 *last = e;
                 eprintln!("step {}: actor {a} at {site}: entry line {line} state {} gen {}", w.now(), e.0, e.1);
+            }
+        }
+    }
+    if let Some(spec) = mem_line() {
+        // A line's contents in memory, and who last wrote it there.
+        static LAST: std::sync::Mutex<Option<[u8; 64]>> = std::sync::Mutex::new(None);
+        let at = |f: &dyn Fn(&cxlkv_core::layout::Layout) -> u64| {
+            attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent).map(|st| f(&st.layout) / 64).ok()
+        };
+        let line = match spec.split_once(':').map(|(k, n)| (k, n.parse::<u32>().ok())) {
+            Some(("chunk", Some(c))) => at(&|l| l.chunk(c)),
+            Some(("node", Some(n))) => at(&|l| l.node_info(n)),
+            Some(("map", Some(c))) => at(&|l| l.chunk_map(c)),
+            Some(("slot", Some(n))) => at(&|l| l.lock_slot(lock_watch().unwrap_or(0), n)),
+            _ => spec.parse::<u64>().ok(),
+        };
+        if let Some(line) = line {
+            if let Ok(now) = w.mem.shared_region().read::<[u8; 64]>(line * 64) {
+                let mut last = LAST.lock().unwrap();
+                if *last != Some(now) {
+                    *last = Some(now);
+                    let (h, how) = w.mem.provenance(line as usize);
+                    let hex: String = now[..32].iter().map(|b| format!("{b:02x}")).collect();
+                    eprintln!("step {}: actor {a} at {site}: line {line} in memory {hex} (host {h}, {how})", w.now());
+                }
             }
         }
     }
@@ -101,6 +128,12 @@ fn calls() -> Option<(u64, u64)> {
 fn lock_watch() -> Option<u32> {
     static N: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     *N.get_or_init(|| std::env::var("CXLKV_SIM_LOCK_WATCH").ok().and_then(|v| v.parse().ok()))
+}
+
+/// A memory line traced (`CXLKV_SIM_MEM_LINE=N` or `chunk:C`).
+fn mem_line() -> Option<&'static str> {
+    static N: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    N.get_or_init(|| std::env::var("CXLKV_SIM_MEM_LINE").ok()).as_deref()
 }
 
 /// Whether the manager line is traced (`CXLKV_SIM_MGR_WATCH=1`).

@@ -485,8 +485,12 @@ impl NodeEnv for Env<'_> {
                 m.recovering_per[h] += 1;
             } else {
                 m.recovering -= 1;
-                m.recovering_on &= !(1 << h);
                 m.recovering_per[h] = m.recovering_per[h].saturating_sub(1);
+                // (Another thread of the process may recover still: a void
+                // structure's repair beside the recovery thread's.)
+                if m.recovering_per[h] == 0 {
+                    m.recovering_on &= !(1 << h);
+                }
             }
         }
         if stale {

@@ -259,6 +259,20 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::zombie_map_lands_late,
         },
         Scenario {
+            name: "zombie-map-lands-over-raw-blocks",
+            what: "a node holding another's heap lock stops, is declared dead and fenced; that node's chunk \
+                   empties and goes back, and raw blocks are allocated; then the stopped node's map line lands: \
+                   the raw blocks must not be in that chunk, and keep their bytes, room and frees",
+            run: zombies::zombie_map_lands_over_raw_blocks,
+        },
+        Scenario {
+            name: "zombie-buckets-land-late",
+            what: "a node holding a stripe lock stops, is declared dead and fenced; a key is published there, \
+                   then the stopped node's bucket lines land and hide it: publishing it again must find it (never \
+                   a second entry), evicting must evict it",
+            run: zombies::zombie_buckets_land_late,
+        },
+        Scenario {
             name: "reservation-entry-lands-late",
             what: "a node stops with a reservation's entry stored, not landed; fenced, it loses the block, which \
                    another node's publish takes; the late entry lands and recovery runs again: the other block \

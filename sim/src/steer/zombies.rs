@@ -710,6 +710,133 @@ pub(super) fn zombie_map_lands_late(disable: Option<&'static str>) -> Result<Vec
     Ok(out)
 }
 
+/// Node 2 allocates a raw block (in a raw chunk of its own) and reserves a
+/// KV block (in a KV chunk of its own); node 1 holds node 2's heap lock (as
+/// a placement or a free in those chunks does) and stops there, both
+/// chunks' map lines in its cache. It is declared dead and recovered
+/// (fenced: not known quiet). Node 2 aborts its reservation, so the KV
+/// chunk empties and goes back, and allocates raw blocks; node 1's map
+/// lines land; node 1 wakes and says it is quiet, and a recovery runs. The
+/// raw blocks allocated meanwhile must have gone to neither chunk (a late
+/// map line over raw blocks placed since cannot be undone: the recovery
+/// takes a live owner's raw maps as they are, and later allocations would
+/// be placed over those blocks): every raw block keeps its bytes and its
+/// room, and frees, and the region checks clean.
+pub(super) fn zombie_map_lands_over_raw_blocks(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "zombie-map-lands-over-raw-blocks";
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    let l = &s0.layout;
+    let mut out = Vec::new();
+    const RAW: usize = 4096;
+    let first = n2.alloc(RAW as u64)?;
+    fill_raw(&s2, first, RAW, 0x6f)?;
+    let mut raw = vec![(first, 0x6f)];
+    let h = n2.reserve(NS, Key { lo: 0x5e11, hi: 9 }, 256, 1)?;
+    let maps = [cxlkv_core::alloc::chunk_of(l, h.off)?, cxlkv_core::alloc::chunk_of(l, first)?].map(|c| l.chunk_map(c));
+    let old: Vec<[u8; 64]> = maps.iter().map(|&m| rig.mem.shared_region().read(m)).collect::<Result<_>>()?;
+    let _held = n1.lock(l.locks().heap(2))?;
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    n2.abort(&h)?;
+    for i in 0..3u8 {
+        let off = n2.alloc(RAW as u64)?;
+        fill_raw(&s2, off, RAW, 0x70 + i)?;
+        raw.push((off, 0x70 + i));
+    }
+    // Node 1's copies of both map lines, from before the abort and the
+    // allocations, land.
+    for (&m, o) in maps.iter().zip(&old) {
+        rig.cache(1).write(m, o)?;
+        rig.mem.evict_line(1, (m / 64) as usize);
+    }
+    // Node 1 says it is quiet; the recovery after it takes a live owner's
+    // raw maps as they are, and clears the taints; then more raw blocks,
+    // placed where those maps show room.
+    let _ = n1.quiesce(2);
+    env.step()?;
+    n0.recover(0)?;
+    for i in 3..7u8 {
+        match n2.alloc(RAW as u64) {
+            Ok(off) => {
+                fill_raw(&s2, off, RAW, 0x70 + i)?;
+                raw.push((off, 0x70 + i));
+            }
+            Err(e) => out.push(format!("{NAME}: a raw allocation after the late map failed: {e}")),
+        }
+    }
+    for (i, &(a, x)) in raw.iter().enumerate() {
+        if raw[..i].iter().any(|&(b, _)| a < b + RAW as u64 && b < a + RAW as u64) {
+            out.push(format!("{NAME}: raw block {a} overlaps another"));
+        }
+        let mut buf = vec![0u8; RAW];
+        rig.mem.shared_region().copy_out(a, &mut buf)?;
+        if buf.iter().any(|&b| b != x) {
+            out.push(format!("{NAME}: raw block {a} lost its bytes"));
+        }
+    }
+    for &(a, _) in &raw {
+        if let Err(e) = n2.free(a) {
+            out.push(format!("{NAME}: the free of raw block {a} failed: {e}"));
+        }
+    }
+    quiet_and_clean(&rig, &env, &n0, &n1, NAME, &mut out)?;
+    Ok(out)
+}
+
+/// Node 1 holds a stripe lock (as a publish or an eviction there does) and
+/// stops, the stripe's bucket lines in its cache, all empty. It is declared
+/// dead and recovered (fenced: not known quiet). Node 0 publishes B in that
+/// stripe; then node 1's bucket lines are written back over the stripe's,
+/// hiding B. Node 2 publishing B again must find the buckets void and have
+/// the stripe repaired, then find B there (`Exists`, never a second entry
+/// for one key); node 2 evicting must evict B (never `Corrupt`: a READY
+/// entry no bucket names); the region checks clean.
+pub(super) fn zombie_buckets_land_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "zombie-buckets-land-late";
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    let l = &s0.layout;
+    let s = 0u32;
+    let b = keys_in(&s0, s, 0, 1)[0];
+    let mut out = Vec::new();
+    let mut lines: Vec<u64> = (0..l.buckets_per_stripe).map(|i| l.bucket(s, i) & !63).collect();
+    lines.dedup();
+    let old: Vec<[u8; 64]> = lines.iter().map(|&x| rig.mem.shared_region().read(x)).collect::<Result<_>>()?;
+    let _held = n1.lock(l.locks().stripe(s))?;
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    put_byte(&n0, b, 0xb0)?;
+    // Node 1's copies of the bucket lines, from before B, land.
+    for (&x, o) in lines.iter().zip(&old) {
+        rig.cache(1).write(x, o)?;
+        rig.mem.evict_line(1, (x / 64) as usize);
+    }
+    match put_after_repair(&n2, b, 0xb2) {
+        Err(Error::Exists) => {}
+        r => out.push(format!("{NAME}: publishing B again under the late buckets gave {r:?}, not Exists")),
+    }
+    match n2.evict(1, &mut cxlkv_core::index::Lru) {
+        Ok(r) if r.entries == 1 => {}
+        r => out.push(format!("{NAME}: node 2's eviction under the late buckets gave {r:?}")),
+    }
+    let mut buf = [0u8; 256];
+    match n2.get(NS, b, &mut buf) {
+        Err(Error::NotFound) => {}
+        r => out.push(format!("{NAME}: B reads {r:?} after its eviction")),
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
+
 /// Node 1 reserves a block in a stripe and stops with the entry stored,
 /// its line not landed (the reservation journaled, the block placed). It
 /// is declared dead and recovered (fenced: not known quiet), which finds
