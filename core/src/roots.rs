@@ -5,7 +5,9 @@
 
 use crate::coherence::{Coherence, Site};
 use crate::hash::checksum32;
-use crate::layout::RootRecord;
+use crate::layout::{RootRecord, MAX_NODES, ROOT_AT};
+use crate::lock::{Held, JournalSites};
+use crate::mutant::mutant;
 use crate::node::Node;
 use crate::store::Store;
 use crate::{Error, Result};
@@ -83,13 +85,14 @@ impl<C: Coherence> Node<'_, C> {
     /// record's index.
     pub(crate) fn root_put_locked(&self, want: [u8; MAX_NAME], root: Root) -> Result<u32> {
         let l = &self.store.layout;
+        let taken = self.roots_in_flight()?;
         let mut free = None;
         let mut exists = false;
         for i in 0..l.caps.n_roots {
             let r: RootRecord = self.store.fresh(l.root(i), Site("roots.put.scan"))?;
             if record_valid(&r) {
                 exists |= r.name == want;
-            } else if free.is_none() {
+            } else if free.is_none() && !taken.contains(&i.wrapping_add(1)) {
                 free = Some(i);
             }
         }
@@ -101,8 +104,47 @@ impl<C: Coherence> Node<'_, C> {
             RootRecord { name: want, offset: root.offset, size: root.size, tag: root.tag, state: 1, checksum: 0 };
         r.checksum = record_sum(&r);
         // SYNC: record published under the roots lock (reader: get).
-        self.store.publish(l.root(i), &r, Site("roots.put"))?;
+        self.root_write(i, &r, Site("roots.put"))?;
         Ok(i)
+    }
+
+    /// The root slots (+ 1; 0 none) other nodes journal as being written
+    /// (see [`Node::root_write`]): a woken node's write may land there
+    /// still, so a put takes none of them. A live node's journal names a
+    /// slot only while it holds the roots lock; a dead node's stays until
+    /// its slot is attached again.
+    fn roots_in_flight(&self) -> Result<[u32; MAX_NODES as usize]> {
+        let l = &self.store.layout;
+        let mut out = [0u32; MAX_NODES as usize];
+        for n in 0..l.caps.max_nodes.min(MAX_NODES) {
+            if n == self.id || mutant!("roots.put_ignores_journals") {
+                continue;
+            }
+            let at = l.requests(n).wrapping_add(ROOT_AT);
+            // SYNC: no invalidate: fresh enough from this host's copy. A
+            // node journals, fences, then finds its roots grant standing:
+            // so the revocation that ended its hold came after, and the
+            // grant to this node after that, whose poll invalidated every
+            // node's request line (see `Node::grant_is_current`).
+            if let Some(x) = out.get_mut(n as usize) {
+                *x = u32::try_from(self.store.view.load_u64(at)?).unwrap_or(u32::MAX);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes root slot `i`; the caller holds the roots lock. Root records
+    /// carry no ticket, so a write that a node declared dead makes late
+    /// (stopped, woken) could land over a root put since: the slot is
+    /// journaled first and the grant checked (see
+    /// [`Node::journal_then_check`]), and puts keep off journaled slots.
+    fn root_write(&self, i: u32, r: &RootRecord, site: Site) -> Result<()> {
+        let lock = self.store.layout.locks().roots();
+        let held = Held { lock, seq: self.local.tickets.get(lock), floor: 0 };
+        let unchecked = mutant!("roots.write_unchecked");
+        self.journal_then_check(ROOT_AT, u64::from(i).wrapping_add(1), &held, &ROOT_JOURNAL, unchecked)?;
+        self.store.publish(self.store.layout.root(i), r, site)?;
+        self.clear_journal(ROOT_AT, &ROOT_JOURNAL)
     }
 
     /// Removes root `name` (the object it names is not freed).
@@ -162,8 +204,16 @@ impl<C: Coherence> Node<'_, C> {
 
     /// Clears root slot `i`; the caller holds the roots lock.
     fn root_clear_locked(&self, i: u32) -> Result<()> {
-        let l = &self.store.layout;
         // SYNC: cleared record published under the roots lock (reader: get).
-        self.store.publish(l.root(i), &RootRecord::default(), Site("roots.destroy"))
+        self.root_write(i, &RootRecord::default(), Site("roots.destroy"))
     }
 }
+
+/// The sites of the root journal.
+const ROOT_JOURNAL: JournalSites = JournalSites {
+    write: Site("roots.journal"),
+    fence: Site("roots.journal.fence"),
+    check: Site("roots.check"),
+    landed: Site("roots.landed"),
+    clear: Site("roots.journal.clear"),
+};

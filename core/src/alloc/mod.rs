@@ -20,10 +20,9 @@ pub mod map;
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{
-    ChunkRecord, Layout, LockSlot, CHUNK_CONT, CHUNK_FREE, CHUNK_HELD, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, RELEASE_AT,
-    SLOT_LOCKED,
+    ChunkRecord, Layout, CHUNK_CONT, CHUNK_FREE, CHUNK_HELD, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, RELEASE_AT,
 };
-use crate::lock::Held;
+use crate::lock::{Held, JournalSites};
 use crate::mutant::mutant;
 use crate::node::{Node, HINTS};
 use crate::store::Store;
@@ -785,37 +784,32 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// Journals chunks `c..c+k` changing hands (taken or given back by this
-    /// node) in its request line, in memory before this node checks, fresh,
-    /// that it still holds the alloc lock (`alloc`): `Revoked`, and nothing
-    /// to write, when it does not.
+    /// node) in its request line (see [`Node::journal_then_check`]):
+    /// `Revoked`, and nothing to write, when this node lost the alloc lock
+    /// (`alloc`).
     fn journal_handover(&self, c: u32, k: u32, alloc: &Held) -> Result<()> {
-        let l = &self.store.layout;
-        let journal = l.requests(self.id).wrapping_add(RELEASE_AT);
-        self.store.view.store_u64(journal, u64::from(c).wrapping_add(1) | u64::from(k) << 32)?;
-        // SYNC: the journal in memory before the check below (reader:
-        // recovery, which holds the release's chunks for a fenced node).
-        self.store.co.flush(&self.store.view, journal, 8, Site("alloc.release.journal"))?;
-        self.store.co.store_fence(Site("alloc.release.journal.fence"));
-        // SYNC: this node's alloc slot fresh (writer: the manager revoking).
-        let slot: LockSlot =
-            self.store.fresh_state_first(l.lock_slot(alloc.lock, self.id), Site("alloc.release.check"))?;
-        if (slot.state != SLOT_LOCKED || slot.seq != alloc.seq) && !mutant!("alloc.release_unchecked") {
-            return Err(Error::Revoked);
-        }
-        Ok(())
+        let word = u64::from(c).wrapping_add(1) | u64::from(k) << 32;
+        let unchecked = mutant!("alloc.release_unchecked");
+        self.journal_then_check(RELEASE_AT, word, alloc, &HANDOVER, unchecked)
     }
 
-    /// Clears the journal of [`Node::journal_handover`], its records written.
+    /// Clears the journal of [`Node::journal_handover`] once the records it
+    /// vouches for are in memory. Were it left, a recovery that finds this
+    /// node fenced would hold the chunks if still free: out of use until
+    /// the node is quiet, never taken from a user.
     fn clear_handover(&self) -> Result<()> {
-        let journal = self.store.layout.requests(self.id).wrapping_add(RELEASE_AT);
-        self.store.view.store_u64(journal, 0)?;
-        // SYNC: the journal cleared before the alloc lock goes (its release
-        // fences first). Were it left, a recovery that finds this node
-        // fenced would hold the chunks if still free: out of use until the
-        // node is quiet, never taken from a user.
-        self.store.co.flush(&self.store.view, journal, 8, Site("alloc.release.clear"))
+        self.clear_journal(RELEASE_AT, &HANDOVER)
     }
 }
+
+/// The sites of the chunk hand-over journal.
+const HANDOVER: JournalSites = JournalSites {
+    write: Site("alloc.release.journal"),
+    fence: Site("alloc.release.journal.fence"),
+    check: Site("alloc.release.check"),
+    landed: Site("alloc.release.landed"),
+    clear: Site("alloc.release.clear"),
+};
 
 /// The offset of the chunk bitmap's word holding chunk `c`'s bit.
 fn bitmap_word(l: &Layout, c: u32) -> u64 {

@@ -279,7 +279,8 @@ shared_struct! {
     /// node's manager claim (`lock.rs`: epoch << 8 | id + 1, 0 = none),
     /// written by that node's manager alone. `reserved[1]` journals a chunk
     /// release in flight (`alloc`: first chunk + 1, and the count << 32;
-    /// 0 = none), written by the node under the alloc lock.
+    /// 0 = none), written by the node under the alloc lock; `reserved[2]`
+    /// the root slot it is writing under the roots lock ([`ROOT_AT`]).
     pub struct RequestLine {
         pub want: [u64; 4],
         pub reserved: [u64; 4],
@@ -291,6 +292,10 @@ pub const MAX_LOCKS: u32 = 256;
 
 /// Where a node's request line journals a chunk release in flight.
 pub const RELEASE_AT: u64 = core::mem::offset_of!(RequestLine, reserved) as u64 + 8;
+
+/// Where a node's request line journals the root slot it is writing
+/// (`reserved[2]`: slot + 1; 0 = none), under the roots lock.
+pub const ROOT_AT: u64 = core::mem::offset_of!(RequestLine, reserved) as u64 + 16;
 
 /// Most application locks a region can have.
 pub const MAX_APP_LOCKS: u32 = 128;

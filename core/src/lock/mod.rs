@@ -420,6 +420,67 @@ impl<C: Coherence> Node<'_, C> {
 // A doorbell step loads the request bitmap word by word from the line's start.
 const _: () = assert!(core::mem::offset_of!(RequestLine, want) == 0);
 
+/// The coherence sites of one journal (see [`Node::journal_then_check`]).
+pub(crate) struct JournalSites {
+    /// The journal word's write-back.
+    pub write: Site,
+    /// Its fence (in memory before the check).
+    pub fence: Site,
+    /// The fresh read of the node's own slot.
+    pub check: Site,
+    /// The fence that lands what the journal vouches for before it clears.
+    pub landed: Site,
+    /// The clear's write-back.
+    pub clear: Site,
+}
+
+impl<C: Coherence> Node<'_, C> {
+    /// Journals `word` at `at` in this node's request line, in memory
+    /// before this node checks, fresh, that it still holds `held`:
+    /// `Revoked`, and nothing to write, when it does not (`unchecked`: the
+    /// caller's logic mutant skips the check). What it writes next under
+    /// the lock, a recovery that revoked the lock after the check finds
+    /// named in the journal: so a write that lands late (the node stopped,
+    /// declared dead, woken) lands only where that recovery held the place
+    /// for it. Zombies of a lock whose lines carry no ticket (free chunk
+    /// records, root records) are fenced so.
+    pub(crate) fn journal_then_check(
+        &self,
+        at: u64,
+        word: u64,
+        held: &Held,
+        sites: &JournalSites,
+        unchecked: bool,
+    ) -> Result<()> {
+        let l = &self.store.layout;
+        let journal = l.requests(self.id).wrapping_add(at);
+        self.store.view.store_u64(journal, word)?;
+        // SYNC: the journal in memory before the check below (reader:
+        // recovery, and whoever must keep off what it names).
+        self.store.co.flush(&self.store.view, journal, 8, sites.write)?;
+        self.store.co.store_fence(sites.fence);
+        // SYNC: this node's slot fresh (writer: the manager revoking).
+        let slot: LockSlot = self.store.fresh_state_first(l.lock_slot(held.lock, self.id), sites.check)?;
+        if (slot.state != SLOT_LOCKED || slot.seq != held.seq) && !unchecked {
+            return Err(Error::Revoked);
+        }
+        Ok(())
+    }
+
+    /// Clears the journal word at `at` once what it vouched for is in
+    /// memory (the fence first: a clear landing before the lines it
+    /// names would leave them unnamed while still in flight).
+    pub(crate) fn clear_journal(&self, at: u64, sites: &JournalSites) -> Result<()> {
+        self.store.co.store_fence(sites.landed);
+        let journal = self.store.layout.requests(self.id).wrapping_add(at);
+        self.store.view.store_u64(journal, 0)?;
+        // SYNC: the clear reaches memory before the lock goes (its release
+        // fences first). (Left in memory, a journal would only keep others
+        // off what it names.)
+        self.store.co.flush(&self.store.view, journal, 8, sites.clear)
+    }
+}
+
 /// Where a node's manager claim lies in its request line (`reserved[0]`).
 pub(super) const CLAIM_AT: u64 = core::mem::offset_of!(RequestLine, reserved) as u64;
 

@@ -5,7 +5,7 @@
 //! (`CXLKV_SIM_LOCK_WATCH=LOCK`; `*` marks a line dirty in that cache), and
 //! the manager line likewise (`CXLKV_SIM_MGR_WATCH=1`), and any line's
 //! contents in memory with who wrote it (`CXLKV_SIM_MEM_LINE=N`, or
-//! `chunk:C` for chunk C's record, `node:N` for node N's info line, `map:C`, `slot:N` for node N's slot of the watched lock or lock 0).
+//! `chunk:C` for chunk C's record, `node:N` for node N's info line, `map:C`, `root:I`, `slot:N` for node N's slot of the watched lock or lock 0).
 
 use cxlkv_core::store::attach;
 
@@ -36,6 +36,7 @@ pub(crate) fn watch(w: &World, a: usize, site: &str) {
             Some(("chunk", Some(c))) => at(&|l| l.chunk(c)),
             Some(("node", Some(n))) => at(&|l| l.node_info(n)),
             Some(("map", Some(c))) => at(&|l| l.chunk_map(c)),
+            Some(("root", Some(i))) => at(&|l| l.root(i)),
             Some(("slot", Some(n))) => at(&|l| l.lock_slot(lock_watch().unwrap_or(0), n)),
             _ => spec.parse::<u64>().ok(),
         };

@@ -273,6 +273,33 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::zombie_buckets_land_late,
         },
         Scenario {
+            name: "zombie-chunk-release-clear-lands-first",
+            what: "a node giving a chunk back stops with its journal's clear written back first, is declared \
+                   dead and fenced; the chunk is taken again, then the stopped node wakes: its free record was in \
+                   memory before the clear, and no block is given out twice",
+            run: zombies::zombie_chunk_release_clear_lands_first,
+        },
+        Scenario {
+            name: "zombie-root-lands-late",
+            what: "a node putting a root stops with the record stored, is declared dead and fenced; another \
+                   node puts a root, then the stopped one wakes: its record lands only on the slot it journaled",
+            run: zombies::zombie_root_lands_late,
+        },
+        Scenario {
+            name: "zombie-root-put-checks-its-grant",
+            what: "a node putting a root stops before its journal is in memory, is declared dead and fenced; \
+                   another node puts a root, then the stopped one wakes: it finds its grant revoked and writes \
+                   nothing",
+            run: zombies::zombie_root_put_checks_its_grant,
+        },
+        Scenario {
+            name: "zombie-root-clear-lands-first",
+            what: "a node putting a root stops with its journal's clear written back first, is declared dead \
+                   and fenced; another node puts a root, then the stopped one wakes: its record was in memory \
+                   before the clear, and the other root keeps its slot",
+            run: zombies::zombie_root_clear_lands_first,
+        },
+        Scenario {
             name: "reservation-entry-lands-late",
             what: "a node stops with a reservation's entry stored, not landed; fenced, it loses the block, which \
                    another node's publish takes; the late entry lands and recovery runs again: the other block \

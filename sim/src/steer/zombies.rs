@@ -6,6 +6,7 @@ use cxlkv_core::changes::{Change, Tail};
 use cxlkv_core::hash::Key;
 use cxlkv_core::layout::{LockLine, LockSlot, StripeHeader, SLOT_LOCKED};
 use cxlkv_core::node::{Node, NodeLocal};
+use cxlkv_core::roots::Root;
 use cxlkv_core::store::Store;
 use cxlkv_core::{Error, Result};
 
@@ -835,6 +836,146 @@ pub(super) fn zombie_buckets_land_late(disable: Option<&'static str>) -> Result<
     }
     rig.expect_clean(NAME, &mut out)?;
     Ok(out)
+}
+
+/// Node 1 puts root A and stops at `site` on the way (its slot journaled,
+/// or the record stored, or its journal's clear stored); `evict` then
+/// writes the journal line back from its cache (a clear landing first).
+/// It is declared dead and recovered (fenced: not known quiet); node 2 puts
+/// root B; node 1 wakes and goes on. B must keep its value: node 1's
+/// record lands only on the slot its journal named (never taken meanwhile),
+/// or is never written (its grant found revoked); the region checks clean.
+fn root_put_by_a_zombie(
+    name: &str,
+    site: &'static str,
+    evict: bool,
+    disable: Option<&'static str>,
+) -> Result<Vec<String>> {
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l2) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s2, 2, &env, &l2)?);
+    let l = &s0.layout;
+    let mut out = Vec::new();
+    let b = Root { offset: 0, size: 0xb, tag: 0xb0b };
+    let (stopped_rx, go_tx) = rig.parks_at(1, site);
+    std::thread::scope(|sc| -> Result<()> {
+        let t = sc.spawn(|| {
+            let l1 = NodeLocal::default();
+            let n1 = Node::new(&s1, 1, &env, &l1)?;
+            n1.root_put(b"a", Root { offset: 0, size: 0xa, tag: 0xa0a })
+        });
+        if !parked(&stopped_rx, || t.is_finished(), &env)? {
+            let r = t.join().unwrap_or(Err(Error::Corrupt));
+            out.push(format!("{name}: node 1's root put ended ({r:?}) without stopping"));
+            return Ok(());
+        }
+        if evict {
+            let line = (l.requests(1) + cxlkv_core::layout::ROOT_AT) / 64;
+            rig.mem.evict_line(1, line as usize);
+        }
+        declare_dead(&s0, 1)?;
+        env.step()?;
+        n0.recover(0)?;
+        if let Err(e) = n2.root_put(b"b", b) {
+            out.push(format!("{name}: node 2's root put failed: {e}"));
+        }
+        let _ = go_tx.send(());
+        let _ = t.join();
+        Ok(())
+    })?;
+    rig.mem.drain(1);
+    match cxlkv_core::roots::get(&s2, b"b") {
+        Ok(r) if r == b => {}
+        r => out.push(format!("{name}: root B reads {r:?} after node 1 went on")),
+    }
+    rig.expect_clean(name, &mut out)?;
+    Ok(out)
+}
+
+/// Node 2 allocates a raw block, alone in a chunk of its own; node 1 frees
+/// it (any node may), which gives the chunk back, and stops at the alloc
+/// lock's release: the map's clear and the journal's clear written back,
+/// the free record not yet (were it not fenced in before the clear). It is
+/// declared dead and recovered (fenced: not known quiet), which finds the
+/// chunk empty; node 0 publishes blocks, which take it; node 1 wakes and
+/// goes on, and node 0 publishes more. Every block must keep its bytes (a
+/// free record landing over the chunk in use would give it out twice), and
+/// the region checks clean.
+pub(super) fn zombie_chunk_release_clear_lands_first(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "zombie-chunk-release-clear-lands-first";
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l2) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s2, 2, &env, &l2)?);
+    let l = &s0.layout;
+    let mut out = Vec::new();
+    let raw = n2.alloc(256)?;
+    let c = cxlkv_core::alloc::chunk_of(l, raw)?;
+    // The free's flushes queue; the alloc lock's release fence is the
+    // first, and the map's and the journal's lines land before it.
+    let (stopped_rx, go_tx) = rig.parks_at(1, "lock.release.fence");
+    let keys: Vec<Key> = (0..48u64).map(|i| Key { lo: 0x7700 + i, hi: i }).collect();
+    std::thread::scope(|sc| -> Result<()> {
+        let t = sc.spawn(|| {
+            let l1 = NodeLocal::default();
+            let n1 = Node::new(&s1, 1, &env, &l1)?;
+            n1.free(raw)
+        });
+        if !parked(&stopped_rx, || t.is_finished(), &env)? {
+            let r = t.join().unwrap_or(Err(Error::Corrupt));
+            out.push(format!("{NAME}: node 1's free ended ({r:?}) without stopping"));
+            return Ok(());
+        }
+        for line in [l.chunk_map(c) / 64, (l.requests(1) + cxlkv_core::layout::RELEASE_AT) / 64] {
+            rig.mem.land_queued(1, line as usize);
+            rig.mem.evict_line(1, line as usize);
+        }
+        declare_dead(&s0, 1)?;
+        env.step()?;
+        n0.recover(0)?;
+        for (i, &k) in keys[..24].iter().enumerate() {
+            put_byte(&n0, k, i as u8)?;
+        }
+        let _ = go_tx.send(());
+        let _ = t.join();
+        Ok(())
+    })?;
+    rig.mem.drain(1);
+    for (i, &k) in keys.iter().enumerate().skip(24) {
+        if let Err(e) = put_byte(&n0, k, i as u8) {
+            out.push(format!("{NAME}: a publish after node 1 went on failed: {e}"));
+        }
+    }
+    for (i, &k) in keys.iter().enumerate() {
+        let mut buf = [0u8; 256];
+        match n0.get(NS, k, &mut buf) {
+            Ok(256) if buf == [i as u8; 256] => {}
+            r => out.push(format!("{NAME}: block {i} reads {r:?} with bytes {:?}", &buf[..4])),
+        }
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
+
+/// [`root_put_by_a_zombie`], stopped with its record stored, its journal
+/// in memory and its grant checked.
+pub(super) fn zombie_root_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    root_put_by_a_zombie("zombie-root-lands-late", "roots.put", false, disable)
+}
+
+/// [`root_put_by_a_zombie`], stopped before its journal's write-back: its
+/// grant is revoked before it checks.
+pub(super) fn zombie_root_put_checks_its_grant(disable: Option<&'static str>) -> Result<Vec<String>> {
+    root_put_by_a_zombie("zombie-root-put-checks-its-grant", "roots.journal", false, disable)
+}
+
+/// [`root_put_by_a_zombie`], stopped with its journal's clear stored and
+/// written back before anything else.
+pub(super) fn zombie_root_clear_lands_first(disable: Option<&'static str>) -> Result<Vec<String>> {
+    root_put_by_a_zombie("zombie-root-clear-lands-first", "lock.release.fence", true, disable)
 }
 
 /// Node 1 reserves a block in a stripe and stops with the entry stored,
