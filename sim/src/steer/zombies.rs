@@ -1219,11 +1219,14 @@ pub(super) fn zombie_bitmap_lands_late(disable: Option<&'static str>) -> Result<
 }
 
 /// Node 1 (host 1) allocates raw bytes; it takes a fresh chunk and stops
-/// as it gives the alloc lock back, before it places its block there. It is
+/// as it places its block there (its map line stored, not written back,
+/// after it found the chunk's maps empty and its record whole). It is
 /// declared dead and recovered by node 0 (host 0): fenced, not known quiet.
-/// Node 2 (host 2) allocates raw bytes and fills them; then node 1 wakes and
-/// places its block. Node 2's block must keep its place and bytes: the
-/// fenced node's empty chunk was held out of use, not given to node 2.
+/// Node 2 (host 2) allocates raw bytes and fills them, and publishes KV
+/// blocks (which a chunk a fenced node may write still could take: their
+/// maps are rebuilt from entries); then node 1 wakes and places its block.
+/// Node 2's blocks must keep their places and bytes: the fenced node's
+/// empty chunk was held out of use, not given to node 2.
 pub(super) fn zombie_wakes_to_take_a_chunk(disable: Option<&'static str>) -> Result<Vec<String>> {
     const NAME: &str = "zombie-wakes-to-take-a-chunk";
     let rig = Rig::new(3, 3, disable)?;
@@ -1233,7 +1236,8 @@ pub(super) fn zombie_wakes_to_take_a_chunk(disable: Option<&'static str>) -> Res
     let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
     let mut out = Vec::new();
     let len = (s0.layout.chunk_size() * 3 / 2) as usize;
-    let (stopped_rx, go_tx) = rig.parks_at(1, "lock.release");
+    let kv: Vec<Key> = (0..4u64).map(|i| Key { lo: 0x3c00 + i, hi: i }).collect();
+    let (stopped_rx, go_tx) = rig.parks_at(1, "alloc.take.map");
     let theirs = std::thread::scope(|sc| -> Result<Option<u64>> {
         let t = sc.spawn(|| n1.alloc(4096));
         if !parked(&stopped_rx, || t.is_finished(), &env)? {
@@ -1248,6 +1252,9 @@ pub(super) fn zombie_wakes_to_take_a_chunk(disable: Option<&'static str>) -> Res
         // A run of whole chunks (its maps stay empty, as a fresh chunk's).
         let theirs = n2.alloc(len as u64)?;
         fill_raw(&s2, theirs, len, 0x3c)?;
+        for (i, &k) in kv.iter().enumerate() {
+            put_byte(&n2, k, 0x50 + i as u8)?;
+        }
         let _ = go_tx.send(());
         let _ = t.join();
         Ok(Some(theirs))
@@ -1269,6 +1276,13 @@ pub(super) fn zombie_wakes_to_take_a_chunk(disable: Option<&'static str>) -> Res
         }
     }
     quiet_and_clean(&rig, &env, &n0, &n1, NAME, &mut out)?;
+    for (i, &k) in kv.iter().enumerate() {
+        let mut buf = [0u8; 256];
+        match n2.get(NS, k, &mut buf) {
+            Ok(256) if buf == [0x50 + i as u8; 256] => {}
+            r => out.push(format!("{NAME}: node 2's block {i} reads {r:?} with bytes {:?}", &buf[..4])),
+        }
+    }
     Ok(out)
 }
 
