@@ -24,9 +24,10 @@ pub struct NodeLocal {
     pub(crate) touched: spin::Mutex<Touched>,
     /// Counters published with the heartbeat (see [`Heartbeat`]).
     pub(crate) beat_counters: BeatCounters,
-    /// Per lock: the largest ticket of it this node was granted. The node's
-    /// slot shows it in every state (see `lock.rs`), so a manager that takes
-    /// over from a lock line written back late still counts on from it.
+    /// Per lock: the largest ticket of it this node was granted, and the
+    /// largest repair floor it learnt. The node's slot shows both in every
+    /// state (see `lock.rs`), so a manager that takes over from a lock line
+    /// written back late still counts on from the ticket and keeps the floor.
     pub(crate) tickets: Tickets,
     /// A chunk record or map this node found void (see
     /// [`crate::layout::ChunkRecord`]) under a lock taken while it held
@@ -36,19 +37,30 @@ pub struct NodeLocal {
     pub(crate) void_repaired: spin::Mutex<bool>,
 }
 
-/// The largest ticket of each lock a node was granted (see
-/// [`NodeLocal::tickets`]).
-pub(crate) struct Tickets(spin::Mutex<[u64; crate::layout::MAX_LOCKS as usize]>);
+/// The largest ticket of each lock a node was granted and the largest
+/// repair floor of it the node learnt (see [`NodeLocal::tickets`]).
+pub(crate) struct Tickets(spin::Mutex<[(u64, u64); crate::layout::MAX_LOCKS as usize]>);
 
 impl Tickets {
     /// The largest ticket of `lock` seen (0 for none).
     pub(crate) fn get(&self, lock: u32) -> u64 {
-        self.0.lock().get(lock as usize).copied().unwrap_or(0)
+        self.0.lock().get(lock as usize).map_or(0, |t| t.0)
+    }
+    /// The largest repair floor of `lock` learnt (0 for none).
+    pub(crate) fn floor(&self, lock: u32) -> u64 {
+        self.0.lock().get(lock as usize).map_or(0, |t| t.1)
     }
     /// Records a ticket of `lock`.
     pub(crate) fn saw(&self, lock: u32, seq: u64) {
         if let Some(t) = self.0.lock().get_mut(lock as usize) {
-            *t = (*t).max(seq);
+            t.0 = t.0.max(seq);
+        }
+    }
+    /// Records a repair floor of `lock` (a grant's, or one a recovery of
+    /// this node raised).
+    pub(crate) fn saw_floor(&self, lock: u32, floor: u64) {
+        if let Some(t) = self.0.lock().get_mut(lock as usize) {
+            t.1 = t.1.max(floor);
         }
     }
 }
@@ -98,7 +110,7 @@ impl Default for NodeLocal {
             stats: spin::Mutex::new(()),
             touched: spin::Mutex::new(Touched { at: [(0, 0); TOUCHED], n: 0 }),
             beat_counters: BeatCounters::default(),
-            tickets: Tickets(spin::Mutex::new([0; crate::layout::MAX_LOCKS as usize])),
+            tickets: Tickets(spin::Mutex::new([(0, 0); crate::layout::MAX_LOCKS as usize])),
             void_chunk: spin::Mutex::new(false),
             void_repaired: spin::Mutex::new(false),
         }

@@ -770,22 +770,37 @@ impl<C: Coherence> Node<'_, C> {
         // SYNC: payload durable before any entry turns READY (reader: lookup):
         // taking the stripe lock below fences first (see `Node::lock`).
         let st = self.store;
-        by_stripe(
-            hs.len(),
-            |i| hs.get(i).map_or(0, |h| h.stripe.min(st.layout.caps.n_stripes.saturating_sub(1))),
-            |s, idx| {
-                let r = self.with_stripe(s, |hdr| {
-                    for &i in idx {
-                        if let (Some(o), Some(h)) = (out.get_mut(i), hs.get(i)) {
-                            *o = self.publish_locked(s, hdr, h);
-                        }
+        let retry = |o: &Result<()>| matches!(o, Err(Error::Recovering));
+        for round in 0..=VOID_REPAIRS {
+            // An item that met a void line gave up whole (`Recovering`), and
+            // its stripe was repaired since (see `Node::with_stripe`): it is
+            // published again, a few rounds at most.
+            if round > 0 && (mutant!("publish.no_retry_after_repair") || !out.iter().take(hs.len()).any(retry)) {
+                break;
+            }
+            by_stripe(
+                hs.len(),
+                |i| hs.get(i).map_or(0, |h| h.stripe.min(st.layout.caps.n_stripes.saturating_sub(1))),
+                |s, idx| {
+                    if round > 0 && !idx.iter().any(|&i| out.get(i).is_some_and(retry)) {
+                        return Ok(());
                     }
-                    st.put_hdr(s, hdr)
-                });
-                void_if_revoked(&r, idx, out);
-                r
-            },
-        )
+                    let r = self.with_stripe(s, |hdr| {
+                        for &i in idx {
+                            if let (Some(o), Some(h)) = (out.get_mut(i), hs.get(i)) {
+                                if round == 0 || retry(o) {
+                                    *o = self.publish_locked(s, hdr, h);
+                                }
+                            }
+                        }
+                        st.put_hdr(s, hdr)
+                    });
+                    void_if_revoked(&r, idx, out);
+                    r
+                },
+            )?;
+        }
+        Ok(())
     }
 
     /// Refuses a handle that cannot name an entry of stripe `s` (made up, or

@@ -464,7 +464,7 @@ impl Manager {
                     // (Each reset keeps the slot's ticket, see above.)
                     store.publish_state_last(
                         soff,
-                        &LockSlot { seq: s.seq, ..LockSlot::default() },
+                        &super::reset_slot(&s),
                         Site("mgr.revoke"),
                     )?;
                     if !mutant!("revoke.no_repair") {
@@ -494,7 +494,7 @@ impl Manager {
                     // SYNC: the answer to a withdrawal (reader: its poll).
                     store.publish_state_last(
                         soff,
-                        &LockSlot { seq: s.seq, ..LockSlot::default() },
+                        &super::reset_slot(&s),
                         Site("mgr.drop_withdrawn"),
                     )?;
                 }
@@ -559,7 +559,7 @@ impl Manager {
         if !gone(info.state) {
             return Ok(false);
         }
-        let idle = LockSlot { seq: s.seq, ..LockSlot::default() };
+        let idle = super::reset_slot(s);
         store.publish_state_last(soff, &idle, Site("mgr.drop_stranger"))?;
         Ok(true)
     }

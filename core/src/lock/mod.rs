@@ -31,6 +31,13 @@
 //!   it starts managing, the line as it finds it. A lock line written back
 //!   late by a replaced manager cannot turn the count, `repair` or the
 //!   floor back; the manager writes the line again from its copy.
+//! - A manager that starts managing has no copy yet, and the line it finds
+//!   may be such a late one. So every slot shows, in every state, the
+//!   largest ticket its node was granted and the largest floor its node
+//!   learnt (from a grant, or as the recovery that raised it), and every
+//!   manager reset of a slot keeps both: a manager takes the largest of
+//!   them from the slots it reads before it grants, and the floor a
+//!   recovery raised lives on in the slots of every node granted since.
 //! - Recovery raises each lock's floor to its own ticket and stamps what it
 //!   rebuilt with that ticket (a stripe header carries the ticket it was
 //!   written under). A grant carries the floor, so the holder knows that a
@@ -128,7 +135,7 @@ impl<C: Coherence> Node<'_, C> {
         let slot_off = l.lock_slot(lock, self.id);
         // Every state of the slot shows the largest ticket this node holds
         // or held (see `Manager::step_lock`).
-        let req = LockSlot { state: SLOT_WAITING, flags, seq: self.local.tickets.get(lock), ..LockSlot::default() };
+        let req = self.slot(lock, SLOT_WAITING, flags);
         // SYNC: no flush: the first poll below invalidates this slot, which
         // writes the WAITING request back (reader: the manager's scan).
         if let Err(e) = self.store.write_state_last(slot_off, &req) {
@@ -161,6 +168,7 @@ impl<C: Coherence> Node<'_, C> {
                 match self.grant_is_current(&s) {
                     Ok(true) => {
                         self.local.tickets.saw(lock, s.seq);
+                        self.local.tickets.saw_floor(lock, s.reserved[GRANT_FLOOR]);
                         let _ = self.bell(lock, false);
                         return Ok(Some(Held { lock, seq: s.seq, floor: s.reserved[GRANT_FLOOR] }));
                     }
@@ -250,7 +258,7 @@ impl<C: Coherence> Node<'_, C> {
     /// the manager's to answer; whichever write lands last, the poll below
     /// sees an answer the manager will not change.
     fn cancel(&self, lock: u32, flags: u32, slot_off: u64) -> Result<()> {
-        let c = LockSlot { state: SLOT_CANCEL, flags, seq: self.local.tickets.get(lock), ..LockSlot::default() };
+        let c = self.slot(lock, SLOT_CANCEL, flags);
         // SYNC: no flush: the first poll below invalidates this slot, which
         // writes CANCEL back (reader: the manager's scan; the bell still
         // rings).
@@ -267,7 +275,8 @@ impl<C: Coherence> Node<'_, C> {
             }
             if s.state == SLOT_LOCKED {
                 self.local.tickets.saw(lock, s.seq);
-                let idle = LockSlot { seq: self.local.tickets.get(lock), ..LockSlot::default() };
+                self.local.tickets.saw_floor(lock, s.reserved[GRANT_FLOOR]);
+                let idle = self.slot(lock, SLOT_IDLE, 0);
                 // SYNC: the release reaches memory before we give up the
                 // lock (left dirty, it could land over a later grant); the
                 // doorbell's fence below completes it.
@@ -368,10 +377,9 @@ impl<C: Coherence> Node<'_, C> {
         // The IDLE slot carries the floor the holder knows: a recovery's
         // release tells the manager the floor it raised even when a late
         // lock line of a replaced manager hides it in the line.
-        let mut idle = LockSlot { seq: self.local.tickets.get(held.lock).max(held.seq), ..LockSlot::default() };
-        if let Some(f) = idle.reserved.get_mut(GRANT_FLOOR) {
-            *f = held.floor;
-        }
+        self.local.tickets.saw(held.lock, held.seq);
+        self.local.tickets.saw_floor(held.lock, held.floor);
+        let idle = self.slot(held.lock, SLOT_IDLE, 0);
         let r = self.store.publish_state_last(slot_off, &idle, Site("lock.release"));
         self.store.co.store_fence(Site("lock.release.done"));
         self.env.local_unlock(held.lock);
@@ -481,6 +489,27 @@ impl<C: Coherence> Node<'_, C> {
     }
 }
 
+impl<C: Coherence> Node<'_, C> {
+    /// This node's slot of `lock` in `state`: it shows the largest ticket
+    /// of the lock this node was granted and the largest floor it learnt
+    /// (see "Zombies" above).
+    fn slot(&self, lock: u32, state: u32, flags: u32) -> LockSlot {
+        let mut s = LockSlot { state, flags, seq: self.local.tickets.get(lock), ..LockSlot::default() };
+        if !mutant!("lock.slot_drops_floor") {
+            s.reserved[GRANT_FLOOR] = self.local.tickets.floor(lock);
+        }
+        s
+    }
+}
+
+/// A manager's reset of slot `s` to IDLE: it keeps the ticket and the floor
+/// the slot shows (see "Zombies" above).
+pub(super) fn reset_slot(s: &LockSlot) -> LockSlot {
+    let mut idle = LockSlot { seq: s.seq, ..LockSlot::default() };
+    idle.reserved[GRANT_FLOOR] = s.reserved[GRANT_FLOOR];
+    idle
+}
+
 /// Where a node's manager claim lies in its request line (`reserved[0]`).
 pub(super) const CLAIM_AT: u64 = core::mem::offset_of!(RequestLine, reserved) as u64;
 
@@ -488,7 +517,7 @@ pub(super) const CLAIM_AT: u64 = core::mem::offset_of!(RequestLine, reserved) as
 pub(super) const GRANT_CLAIM: usize = 0;
 
 /// Where a grant carries the lock's repair floor (`LockSlot::reserved`).
-pub(crate) const GRANT_FLOOR: usize = 1;
+pub const GRANT_FLOOR: usize = 1;
 
 /// Where a grant says the lock awaits repair (`LockSlot::reserved`; 1:
 /// revoked from a holder declared dead, only recovery is granted it).

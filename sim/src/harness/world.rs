@@ -311,9 +311,11 @@ impl World {
     /// in memory, but in a line the stopped host (a zombie) wrote back after
     /// it stopped: managers keep their own count and floor and write the
     /// line again from them (`LockMemo` in core), so such a line only shows
-    /// what no manager takes from it.
+    /// what no manager takes from it. The floor may also show less while
+    /// the recovery that raised it holds the lock still (see below).
     pub(crate) fn grants_monotonic(&self, who: usize) {
-        use cxlkv_core::layout::LockLine;
+        use cxlkv_core::layout::{LockLine, LockSlot, SLOT_LOCKED};
+        use cxlkv_core::lock::GRANT_FLOOR;
         let Ok(st) = attach(self.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return };
         let l = &st.layout;
         let mut m = self.model.lock().unwrap();
@@ -324,7 +326,20 @@ impl World {
                 continue;
             }
             let floor = m.floors_seen.entry(lock).or_insert(ll.floor);
-            if ll.floor < *floor {
+            // Memory keeps the floor elsewhere: the recovery that raised it
+            // holds the lock still (its ticket is the floor), or a slot
+            // shows it (a release, a request: see "Zombies" in core's
+            // `lock`). A manager that has not read that slot yet may write
+            // the line again from a late line's floor; it reads the slot
+            // before it grants (checked below: no grant made since carries
+            // less).
+            let kept = ll.floor < *floor
+                && (0..l.caps.max_nodes).any(|n| {
+                    st.view.read::<LockSlot>(l.lock_slot(lock, n)).is_ok_and(|s| {
+                        s.state == SLOT_LOCKED && s.seq == *floor || s.reserved[GRANT_FLOOR] >= *floor
+                    })
+                });
+            if ll.floor < *floor && !kept {
                 let line = (l.lock_line(lock) / 64) as usize;
                 let msg = format!(
                     "lock {lock}: repair floor went back from {floor} to {} in memory (seen after actor {who}; line \
@@ -335,7 +350,22 @@ impl World {
                 drop(m);
                 return self.violation(msg);
             }
-            *floor = ll.floor;
+            *floor = (*floor).max(ll.floor);
+            let raised = *floor;
+            for n in 0..l.caps.max_nodes {
+                let soff = l.lock_slot(lock, n);
+                let Ok(s) = st.view.read::<LockSlot>(soff) else { continue };
+                let by = self.mem.provenance((soff / 64) as usize);
+                if s.state == SLOT_LOCKED && s.seq > raised && s.reserved[GRANT_FLOOR] < raised && zombie != Some(by.0 as usize) {
+                    let msg = format!(
+                        "lock {lock}: node {n} was granted ticket {} with floor {}, below the floor {raised} a recovery \
+                         raised before (slot written by {by:?})",
+                        s.seq, s.reserved[GRANT_FLOOR]
+                    );
+                    drop(m);
+                    return self.violation(msg);
+                }
+            }
             let now = ll.grant_seq;
             let seen = m.grants_seen.entry(lock).or_insert(now);
             if now < *seen {

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use cxlkv_core::check::FindingKind;
 use cxlkv_core::coherence::Coherent;
-use cxlkv_core::layout::NodeInfo;
+use cxlkv_core::layout::{LockLine, NodeInfo};
 use cxlkv_core::lock::{LeaseConfig, Manager};
 use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
 use cxlkv_core::store::attach;
@@ -328,6 +328,54 @@ pub(super) fn attach_scans_a_stale_slot(disable: Option<&'static str>) -> Result
     match attach_node(&s1, None, who) {
         Ok(3) => {}
         r => out.push(format!("{NAME}: the first free slot is 3, but the attach gave {r:?}")),
+    }
+    Ok(out)
+}
+
+/// Node 0 (host 0) manages and recovers node 2 (declared dead): the
+/// recovery raises every core lock's floor to its ticket, and node 0's
+/// release shows it. Node 0 asks for lock 0 again, under node 1's manager
+/// (host 1), which will take the role over from node 0's stalled one: the
+/// request overwrites the release. Then a replaced manager's late line from
+/// before the recovery lands over the lock line, so memory's floor is back
+/// where it was. Node 1's manager starts with no copy of the line: the grant
+/// it makes node 0 must still carry the raised floor (a revoked holder's
+/// late write stamped below it must stay void; seeds 96042, 111050 and
+/// 111073 of the zombie sweep lost it so).
+pub(super) fn floor_outlives_a_late_line(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "floor-outlives-a-late-line";
+    const LOCK: u32 = 0;
+    let cfg = LeaseConfig { lease: 20, settle: 3, quarantine: 0 };
+    let rig = Rig::new(2, 3, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    attach_as(&s0, 2, 0)?;
+    let env0 = StepEnv::new(&s0, 0);
+    let l0 = NodeLocal::default();
+    let n0 = Node::new(&s0, 0, &env0, &l0)?;
+    let held = n0.lock(LOCK)?;
+    n0.unlock(held)?;
+    let mem = attach(rig.mem.shared_region(), Coherent)?;
+    let off = mem.layout.lock_line(LOCK);
+    let before: LockLine = rig.mem.shared_region().read(off)?;
+    declare_dead(&s0, 2)?;
+    n0.recover(1 << 2)?;
+    let raised: LockLine = rig.mem.shared_region().read(off)?;
+    let mut out = Vec::new();
+    if raised.floor <= before.floor {
+        out.push(format!("{NAME}: the recovery raised no floor ({} before, {} after)", before.floor, raised.floor));
+        return Ok(out);
+    }
+    // The late line lands before node 1's manager reads anything.
+    rig.mem.shared_region().write(off, &LockLine { floor: before.floor, ..raised })?;
+    let env1 = StepEnv::with_lease(&s1, 1, cfg);
+    let n0b = Node::new(&s0, 0, &env1, &l0)?;
+    match n0b.lock(LOCK) {
+        Ok(h) if h.floor < raised.floor => out.push(format!(
+            "{NAME}: the new manager granted ticket {} with floor {}, below the floor {} the recovery raised",
+            h.seq, h.floor, raised.floor
+        )),
+        Ok(h) => n0b.unlock(h)?,
+        Err(e) => out.push(format!("{NAME}: node 0 was not granted the lock: {e}")),
     }
     Ok(out)
 }

@@ -160,11 +160,23 @@ pub fn scenarios() -> &'static [Scenario] {
             run: managers::zombie_manager_grants_late,
         },
         Scenario {
+            name: "floor-outlives-a-late-line",
+            what: "a recovery raises a lock's floor; its node asks for the lock again, a replaced manager's line \
+                   from before the recovery lands, and a new manager with no copy of the line grants the lock",
+            run: managers::floor_outlives_a_late_line,
+        },
+        Scenario {
             name: "successor-reads-a-revoked-grant",
             what: "a process dies holding a lock; a manager on another host revokes it and recovery frees the \
                    node; a successor on the same host attaches as that node, its host's cache still holding the \
                    old grant",
             run: managers::successor_reads_a_revoked_grant,
+        },
+        Scenario {
+            name: "publish-meets-a-void-entry",
+            what: "a publish links its block behind an entry line a revoked holder wrote back after the repair: \
+                   the stripe is repaired and the block published, not refused",
+            run: zombies::publish_meets_a_void_entry,
         },
         Scenario {
             name: "zombie-stripe-holder-lands-late",

@@ -1440,3 +1440,47 @@ pub(super) fn zombie_entry_lands_under_a_live_key(disable: Option<&'static str>)
     })?;
     Ok(out)
 }
+
+/// Node 1 (host 1) publishes A, the stripe's coldest block, and node 2
+/// (host 2) reserves and writes B there. Node 1 is declared dead and
+/// recovered (the stripe's floor raised, A restamped); then node 1's copy
+/// of A's entry line, from before the repair, is written back over it, so
+/// A's line is void. Node 2 publishes B: linking B behind A meets the void
+/// line. The publish must come back Ok (the stripe repaired, B published
+/// again), not with a `Recovering` that leaves B unpublished (the sweep's
+/// seed 112020 met it so); B reads back whole and the region checks clean.
+pub(super) fn publish_meets_a_void_entry(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "publish-meets-a-void-entry";
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    let l = &s0.layout;
+    let s = 0u32;
+    let ks = keys_in(&s0, s, 0, 2);
+    let (a, b) = (ks[0], ks[1]);
+    let ha = put_byte(&n1, a, 0xa1)?;
+    let a_line = l.entry(s, ha.entry);
+    let old: [u8; 64] = rig.mem.shared_region().read(a_line)?;
+    let hb = n2.reserve(NS, b, 256, 1)?;
+    n2.write(&hb, 0, &[0xb2; 256])?;
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    rig.cache(1).write(a_line, &old)?;
+    rig.mem.evict_line(1, (a_line / 64) as usize);
+    let mut out = Vec::new();
+    let mut st = [Ok(())];
+    match n2.publish_flushed(core::slice::from_ref(&hb), &mut st) {
+        Ok(()) if st[0] == Ok(()) => {}
+        r => out.push(format!("{NAME}: publishing B behind A's void line gave {r:?}, item {:?}", st[0])),
+    }
+    let mut buf = [0u8; 256];
+    match n2.get(NS, b, &mut buf) {
+        Ok(256) if buf.iter().all(|&x| x == 0xb2) => {}
+        r => out.push(format!("{NAME}: B reads {r:?} after its publish")),
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
