@@ -471,7 +471,7 @@ export interface FormatOptions {
   pinSlots?: number
   /** log2 of the allocator's chunk size. */
   chunkShift?: number
-  /** Inbox slots per node. */
+  /** Slots of each sender's ring in each node's inbox (a power of two). */
   inboxSlots?: number
   /** Application locks. */
   appLocks?: number

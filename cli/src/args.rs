@@ -278,7 +278,7 @@ pub(crate) struct FormatArgs {
     /// Pins each node may hold at once (a multiple of 4).
     #[arg(long, default_value_t = Capacities::default().pin_slots)]
     pub(crate) pins: u32,
-    /// Slots of each node's inbox (a power of two).
+    /// Slots of each sender's ring in each node's inbox (a power of two).
     #[arg(long, default_value_t = Capacities::default().inbox_slots)]
     pub(crate) inbox: u32,
     /// Application locks (at most 128).

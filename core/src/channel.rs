@@ -1,26 +1,34 @@
-//! Channels (DESIGN.md "Channels", Beluga §6.2): one inbox ring per node in
-//! the region, so a prefill worker hands a decode worker "request R: these
+//! Channels (DESIGN.md "Channels", Beluga §6.2): each node's inbox in the
+//! region, so a prefill worker hands a decode worker "request R: these
 //! block keys are ready" with no network hop.
+//!
+//! A node's inbox is one ring per sender node: every line of a ring has one
+//! writer (its sender writes the slots, the inbox's owner the head), so a
+//! send takes no lock — stores, a flush, a fence — and a sender stopped,
+//! declared dead and woken (a zombie) can land late lines only in its own
+//! rings, which nobody else writes until it is quiet and its slot is free.
 //!
 //! A ring has `inbox_slots` slots of four lines: a [`MsgHeader`] and twelve
 //! keys. A message spans `ceil(keys / 12)` consecutive slots (at least one).
 //! Ring positions count up forever; position `p` uses slot `p % slots` and a
 //! slot written for position `p` carries `seq = p + 1`.
 //!
-//! - **The owner** alone consumes and alone writes its [`InboxHead`]: the
-//!   position of the next unread message. It reads the header at that
-//!   position fresh, state word first; `seq == head + 1` means a whole message
-//!   is there (its first header is written last). It reads the other slots
-//!   fresh, checks their `seq` and the checksum, then publishes the new head.
-//! - **Producers** serialise on the inbox lock. There is no tail: a producer
-//!   reads the head fresh and walks the pending messages (each first header
-//!   read fresh) to the first position without one, then writes there: every
-//!   later slot and the keys, flushed, a store fence, the first header last.
-//!   A producer that died mid-send left either a whole message (its first
-//!   header landed: it is delivered) or none (the next producer overwrites
-//!   it); so a dead producer needs no repair, and the inbox lock needs none
-//!   beyond the lock's own revocation.
-//! - A stale head only makes a producer walk further or refuse with
+//! - **The owner** alone consumes and alone writes the rings' [`InboxHead`]s:
+//!   the position of the next unread message of each. It reads the header
+//!   at that position fresh, state word first; `seq == head + 1` means a
+//!   whole message is there (its first header is written last). It reads
+//!   the other slots fresh, checks their `seq` and the checksum, then
+//!   publishes the new head. It looks at the rings in turn, from the one
+//!   after the last it took a message from, so no sender starves another.
+//! - **The sender** (the threads of one node take turns, in the node's
+//!   host-local state) reads its ring's head fresh and walks the pending
+//!   messages (each first header read fresh) to the first position without
+//!   one, then writes there: every later slot and the keys, flushed, a
+//!   store fence, the first header last. A sender that died mid-send left
+//!   either a whole message (its first header landed: it is delivered) or
+//!   none (its successor in the slot overwrites it), so a dead sender needs
+//!   no repair.
+//! - A stale head only makes a sender walk further or refuse with
 //!   `InboxFull` sooner; it never makes it overwrite an unread message.
 //! - Each message names the incarnation of its receiver; the owner drops
 //!   messages for an earlier incarnation of its slot.
@@ -103,9 +111,10 @@ fn key_at(k: &MsgKeys, i: usize) -> Key {
 
 impl<C: Coherence> Node<'_, C> {
     /// Sends `msg` with `keys` to node `to`'s inbox. `BadNode` when `to` is
-    /// not attached, `InboxFull` when its ring has no room now (retry
-    /// later), `TooLarge` when the keys would not fit in an empty ring.
-    /// Sets nothing in `msg`; the receiver sees `from` = this node.
+    /// not attached, `InboxFull` when this node's ring there has no room now
+    /// (retry later), `TooLarge` when the keys would not fit in an empty
+    /// ring, `Revoked` when this node was declared dead. Sets nothing in
+    /// `msg`; the receiver sees `from` = this node.
     pub fn send(&self, to: u32, msg: &Message, keys: &[Key]) -> Result<()> {
         let l = &self.store.layout;
         if to >= l.caps.max_nodes {
@@ -116,10 +125,15 @@ impl<C: Coherence> Node<'_, C> {
         if k > cap || keys.len() > u32::MAX as usize {
             return Err(Error::TooLarge);
         }
-        self.with_lock(l.locks().inbox(to), || self.send_locked(to, msg, keys, k))
+        // The ring's one writer: this node's threads take turns.
+        let _turn = self.local.sending.lock();
+        // A node declared dead writes nothing more: its slot (and so its
+        // rings) may be recovered and taken by another process.
+        self.owns_slot()?;
+        self.send_turn(to, msg, keys, k)
     }
 
-    fn send_locked(&self, to: u32, msg: &Message, keys: &[Key], k: u64) -> Result<()> {
+    fn send_turn(&self, to: u32, msg: &Message, keys: &[Key], k: u64) -> Result<()> {
         let st = self.store;
         let l = &st.layout;
         let cap = l.caps.inbox_slots as u64;
@@ -127,7 +141,8 @@ impl<C: Coherence> Node<'_, C> {
         if info.state != NODE_ALIVE {
             return Err(Error::BadNode);
         }
-        let head = st.fresh::<InboxHead>(l.inbox_head(to), Site("inbox.send.head"))?.head;
+        let me = self.id;
+        let head = st.fresh::<InboxHead>(l.inbox_head(to, me), Site("inbox.send.head"))?.head;
         // Walk the pending messages to the first free position.
         let mut pos = head;
         loop {
@@ -135,7 +150,7 @@ impl<C: Coherence> Node<'_, C> {
             if pos.wrapping_sub(head) >= cap {
                 return Err(Error::InboxFull);
             }
-            let h: MsgHeader = st.fresh_state_first(l.inbox_slot(to, pos), Site("inbox.send.probe"))?;
+            let h: MsgHeader = st.fresh_state_first(l.inbox_slot(to, me, pos), Site("inbox.send.probe"))?;
             if !starts_message(&h, pos) {
                 break;
             }
@@ -162,10 +177,10 @@ impl<C: Coherence> Node<'_, C> {
         let early = mutant!("inbox.first_header_early");
         if early {
             // The first header stored first, and flushed with the body.
-            st.write_state_last(l.inbox_slot(to, pos), &first)?;
+            st.write_state_last(l.inbox_slot(to, me, pos), &first)?;
         }
         for i in 0..k {
-            let off = l.inbox_slot(to, pos.wrapping_add(i));
+            let off = l.inbox_slot(to, me, pos.wrapping_add(i));
             let mut words = MsgKeys::default();
             let slot_keys = keys.iter().skip((i as usize).saturating_mul(KEYS_PER_SLOT)).take(KEYS_PER_SLOT);
             for (pair, key) in words.words.chunks_exact_mut(2).zip(slot_keys) {
@@ -186,34 +201,56 @@ impl<C: Coherence> Node<'_, C> {
         }
         st.co.store_fence(Site("inbox.send.fence"));
         // SYNC: the first header, state word last, makes the message whole
-        // (reader: the owner's `try_recv`, and later producers' walk).
-        st.publish_state_last(l.inbox_slot(to, pos), &first, Site("inbox.send.publish"))
+        // (reader: the owner's `try_recv`, and this sender's next walk).
+        st.publish_state_last(l.inbox_slot(to, me, pos), &first, Site("inbox.send.publish"))?;
+        // The message is in memory when the send returns.
+        st.co.store_fence(Site("inbox.send.done"));
+        Ok(())
     }
 
     /// Takes the next message of this node's inbox, copying its keys into
     /// `keys`; `None` when the inbox is empty. `TooLarge` (the message stays)
     /// when `keys` is shorter than the message's key list; `Corrupt` (the
-    /// message is skipped) when it fails its checksum.
+    /// message is skipped) when it fails its checksum. Messages of one
+    /// sender come in the order sent; the senders' rings take turns.
     pub fn try_recv(&self, keys: &mut [Key]) -> Result<Option<Message>> {
+        let st = self.store;
+        let nn = st.layout.caps.max_nodes;
+        // The heads' one writer: this node's threads take turns.
+        let mut next = self.local.receiving.lock();
+        let me: NodeInfo = st.view.read(st.layout.node_info(self.id))?;
+        for i in 0..nn {
+            let from = next.wrapping_add(i) % nn.max(1);
+            if let Some(m) = self.recv_from(from, me.incarnation as u32, keys)? {
+                *next = from.wrapping_add(1) % nn.max(1);
+                return Ok(Some(m));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Takes the next message of sender `from`'s ring in this node's inbox
+    /// (see [`Node::try_recv`]); `incarnation` is this node's.
+    fn recv_from(&self, from: u32, incarnation: u32, keys: &mut [Key]) -> Result<Option<Message>> {
         let st = self.store;
         let l = &st.layout;
         let cap = l.caps.inbox_slots as u64;
+        let head_at = l.inbox_head(self.id, from);
         // SYNC: the owner is the head's only writer; its own cache holds its
         // last write. A successor on another host may hold an older copy: it
         // then re-reads consumed messages, which name an earlier incarnation
         // and are dropped below.
-        let start = st.view.read::<InboxHead>(l.inbox_head(self.id))?.head;
+        let start = st.view.read::<InboxHead>(head_at)?.head;
         let mut head = start;
-        let me: NodeInfo = st.view.read(l.node_info(self.id))?;
         let mut out = None;
         let mut err = None;
         for _ in 0..cap {
-            let h: MsgHeader = st.fresh_state_first(l.inbox_slot(self.id, head), Site("inbox.recv.header"))?;
+            let h: MsgHeader = st.fresh_state_first(l.inbox_slot(self.id, from, head), Site("inbox.recv.header"))?;
             if !starts_message(&h, head) {
                 break;
             }
             let n = claimed_slots(&h, cap);
-            let mine = h.to_incarnation == me.incarnation as u32 || mutant!("inbox.ignore_incarnation");
+            let mine = h.to_incarnation == incarnation || mutant!("inbox.ignore_incarnation");
             if n != h.slots as u64 {
                 head = head.wrapping_add(1);
                 err = Some(Error::Corrupt);
@@ -222,7 +259,8 @@ impl<C: Coherence> Node<'_, C> {
             if mine && keys.len() < h.n_keys as usize {
                 return Err(Error::TooLarge);
             }
-            let whole = self.read_message(head, &h, if mine { &mut *keys } else { &mut [] })?;
+            // A header naming another sender was not written by this ring's.
+            let whole = h.from == from && self.read_message(from, head, &h, if mine { &mut *keys } else { &mut [] })?;
             head = head.wrapping_add(n);
             if !whole {
                 err = Some(Error::Corrupt);
@@ -243,8 +281,8 @@ impl<C: Coherence> Node<'_, C> {
             // A message for an earlier incarnation of this slot: dropped.
         }
         if head != start {
-            // SYNC: producers read the head fresh to see the room it frees.
-            st.publish(l.inbox_head(self.id), &InboxHead { head, reserved: [0; 7] }, Site("inbox.recv.head"))?;
+            // SYNC: the sender reads the head fresh to see the room it frees.
+            st.publish(head_at, &InboxHead { head, reserved: [0; 7] }, Site("inbox.recv.head"))?;
             st.co.store_fence(Site("inbox.recv.head.fence"));
         }
         match (out, err) {
@@ -257,7 +295,7 @@ impl<C: Coherence> Node<'_, C> {
     /// Reads the keys of the message whose first header `h` sits at ring
     /// position `pos` into `keys` (as many as fit); false when a later slot
     /// or the checksum does not match.
-    fn read_message(&self, pos: u64, h: &MsgHeader, keys: &mut [Key]) -> Result<bool> {
+    fn read_message(&self, from: u32, pos: u64, h: &MsgHeader, keys: &mut [Key]) -> Result<bool> {
         let st = self.store;
         let l = &st.layout;
         let n = h.n_keys as usize;
@@ -265,7 +303,7 @@ impl<C: Coherence> Node<'_, C> {
         let mut sum = checksum_seed(h);
         let mut got = 0usize;
         for i in 0..h.slots as u64 {
-            let off = l.inbox_slot(self.id, pos.wrapping_add(i));
+            let off = l.inbox_slot(self.id, from, pos.wrapping_add(i));
             if i > 0 {
                 let c: MsgHeader = st.fresh(off, Site("inbox.recv.cont"))?;
                 if c.seq != pos.wrapping_add(i).wrapping_add(1) || c.index != i as u32 {
@@ -297,18 +335,23 @@ impl<C: Coherence> crate::store::Store<C> {
             return Err(Error::BadNode);
         }
         let cap = l.caps.inbox_slots as u64;
-        // SYNC: fresh reads that feed only a report (metrics), as below.
-        let head = self.fresh::<InboxHead>(l.inbox_head(n), Site("inbox.depth.head.report"))?.head;
-        let (mut pos, mut msgs) = (head, 0u64);
-        while pos.wrapping_sub(head) < cap {
-            let h: MsgHeader = self.fresh_state_first(l.inbox_slot(n, pos), Site("inbox.depth.probe.report"))?;
-            if !starts_message(&h, pos) {
-                break;
+        let (mut msgs, mut slots) = (0u64, 0u64);
+        for from in 0..l.caps.max_nodes {
+            // SYNC: fresh reads that feed only a report (metrics), as below.
+            let head = self.fresh::<InboxHead>(l.inbox_head(n, from), Site("inbox.depth.head.report"))?.head;
+            let mut pos = head;
+            while pos.wrapping_sub(head) < cap {
+                let h: MsgHeader =
+                    self.fresh_state_first(l.inbox_slot(n, from, pos), Site("inbox.depth.probe.report"))?;
+                if !starts_message(&h, pos) {
+                    break;
+                }
+                msgs = msgs.saturating_add(1);
+                pos = pos.wrapping_add(claimed_slots(&h, cap));
             }
-            msgs = msgs.saturating_add(1);
-            pos = pos.wrapping_add(claimed_slots(&h, cap));
+            slots = slots.saturating_add(pos.wrapping_sub(head).min(cap));
         }
-        Ok((msgs, pos.wrapping_sub(head).min(cap)))
+        Ok((msgs, slots))
     }
 }
 
@@ -394,13 +437,64 @@ mod tests {
     }
 
     #[test]
+    fn each_sender_has_its_own_ring_and_the_rings_take_turns() {
+        let f = Fixture::new(8 << 20, small_caps());
+        for n in 0..3 {
+            f.attach(n);
+        }
+        let env = InlineEnv::new(&f.store);
+        let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+        let (a, b, r) = (node(&f, &env, &l0, 0), node(&f, &env, &l1, 1), node(&f, &env, &l2, 2));
+        let cap = f.store.layout.caps.inbox_slots as u64;
+        // Sender a fills its ring; b's ring is untouched by it.
+        for id in 0..cap {
+            a.send(2, &msg(id), &keys(id, 1)).unwrap();
+        }
+        assert_eq!(a.send(2, &msg(99), &[]), Err(Error::InboxFull));
+        for id in 0..3 {
+            b.send(2, &msg(100 + id), &keys(100 + id, 2)).unwrap();
+        }
+        assert_eq!(f.store.inbox_depth(2), Ok((cap + 3, cap + 3)));
+        // Turns: a, b, a, b, a, b, then a's rest, each sender's in order.
+        let mut buf = [Key::default(); 4];
+        let mut got = Vec::new();
+        while let Some(m) = r.try_recv(&mut buf).unwrap() {
+            assert_eq!(&buf[..m.n_keys as usize], &keys(m.request_id, m.n_keys as usize)[..]);
+            got.push((m.from, m.request_id));
+        }
+        let mut want = std::vec![(0, 0), (1, 100), (0, 1), (1, 101), (0, 2), (1, 102)];
+        want.extend((3..cap).map(|id| (0, id)));
+        assert_eq!(got, want);
+        assert_eq!(f.store.inbox_depth(2), Ok((0, 0)));
+        // Room again for a.
+        a.send(2, &msg(7), &[]).unwrap();
+        assert_eq!(r.try_recv(&mut buf).unwrap().unwrap().request_id, 7);
+    }
+
+    #[test]
+    fn a_header_naming_another_sender_is_corrupt() {
+        with_two(|f, a, b| {
+            a.send(1, &msg(1), &keys(1, 1)).unwrap();
+            let l = &f.store.layout;
+            let at = l.inbox_slot(1, 0, 0);
+            let mut h: MsgHeader = f.store.view.read(at).unwrap();
+            h.from = 1;
+            f.store.view.write(at, &h).unwrap();
+            a.send(1, &msg(2), &[]).unwrap();
+            let mut buf = [Key::default(); 4];
+            assert_eq!(b.try_recv(&mut buf), Err(Error::Corrupt));
+            assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 2);
+        });
+    }
+
+    #[test]
     fn a_corrupt_message_is_reported_once_and_skipped() {
         with_two(|f, a, b| {
             a.send(1, &msg(1), &keys(1, 20)).unwrap();
             a.send(1, &msg(2), &keys(2, 3)).unwrap();
             // A hostile peer flips a key of the first message.
             let l = &f.store.layout;
-            let off = l.inbox_slot(1, 0) + LINE + 8;
+            let off = l.inbox_slot(1, 0, 0) + LINE + 8;
             let w = f.store.view.load_u64(off).unwrap();
             f.store.view.store_u64(off, w ^ 1).unwrap();
             let mut buf = [Key::default(); 32];
@@ -408,7 +502,7 @@ mod tests {
             assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 2);
             // A first header claiming more slots than the ring has.
             a.send(1, &msg(3), &keys(3, 1)).unwrap();
-            let head_at = l.inbox_slot(1, 3);
+            let head_at = l.inbox_slot(1, 0, 3);
             let mut h: MsgHeader = f.store.view.read(head_at).unwrap();
             h.slots = 1000;
             f.store.view.write(head_at, &h).unwrap();
@@ -450,7 +544,7 @@ mod tests {
             a.send(1, &msg(1), &keys(1, 30)).unwrap();
             let l = &f.store.layout;
             let junk = MsgHeader { seq: 5, index: 1, slots: 0, ..MsgHeader::default() };
-            f.store.view.write(l.inbox_slot(1, 4), &junk).unwrap();
+            f.store.view.write(l.inbox_slot(1, 0, 4), &junk).unwrap();
             a.send(1, &msg(2), &keys(2, 1)).unwrap();
             let mut buf = [Key::default(); 32];
             assert_eq!(b.try_recv(&mut buf).unwrap().unwrap().request_id, 1);

@@ -35,6 +35,12 @@ pub struct NodeLocal {
     pub(crate) void_chunk: spin::Mutex<bool>,
     /// Such a repair ran through since an operation last asked.
     pub(crate) void_repaired: spin::Mutex<bool>,
+    /// Held while this node's threads send: each ring of an inbox has one
+    /// writer, its sender node (see `channel.rs`).
+    pub(crate) sending: spin::Mutex<()>,
+    /// Held while this node's threads receive (the inbox's heads have one
+    /// writer, its owner); the sender ring the next receive looks at first.
+    pub(crate) receiving: spin::Mutex<u32>,
 }
 
 /// The largest ticket of each lock a node was granted and the largest
@@ -113,6 +119,8 @@ impl Default for NodeLocal {
             tickets: Tickets(spin::Mutex::new([(0, 0); crate::layout::MAX_LOCKS as usize])),
             void_chunk: spin::Mutex::new(false),
             void_repaired: spin::Mutex::new(false),
+            sending: spin::Mutex::new(()),
+            receiving: spin::Mutex::new(0),
         }
     }
 }

@@ -324,7 +324,8 @@ typedef struct cxlkv_capacities {
   uint32_t pin_slots;
   // log2 of the allocator's chunk size (12 to 32; 21 = 2 MiB).
   uint32_t chunk_shift;
-  // Slots of each node's inbox (a power of two).
+  // Slots of each sender's ring in each node's inbox (a power of two);
+  // an inbox holds one ring per node.
   uint32_t inbox_slots;
   // Application locks (`cxlkv_lock_alloc`), at most 128.
   uint32_t app_locks;

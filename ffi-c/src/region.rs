@@ -77,7 +77,8 @@ pub struct cxlkv_capacities {
     pub pin_slots: u32,
     /// log2 of the allocator's chunk size (12 to 32; 21 = 2 MiB).
     pub chunk_shift: u32,
-    /// Slots of each node's inbox (a power of two).
+    /// Slots of each sender's ring in each node's inbox (a power of two);
+    /// an inbox holds one ring per node.
     pub inbox_slots: u32,
     /// Application locks (`cxlkv_lock_alloc`), at most 128.
     pub app_locks: u32,

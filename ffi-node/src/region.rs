@@ -59,7 +59,7 @@ pub struct FormatOptions {
     pub pin_slots: Option<u32>,
     /// log2 of the allocator's chunk size.
     pub chunk_shift: Option<u32>,
-    /// Inbox slots per node.
+    /// Slots of each sender's ring in each node's inbox (a power of two).
     pub inbox_slots: Option<u32>,
     /// Application locks.
     pub app_locks: Option<u32>,

@@ -88,7 +88,7 @@ pub struct RegionMetrics {
     pub chunks_used: u64,
     /// Evictions counted by the stripes (whichever node evicted).
     pub evictions: u64,
-    /// Inbox slots per node.
+    /// Inbox slots per node (all senders' rings).
     pub inbox_capacity: u64,
     /// Blocks each live SSD tier records: (owner node, blocks).
     pub tier_blocks: Vec<(u32, u64)>,
@@ -188,7 +188,7 @@ impl Observed {
             chunks: l.n_chunks as u64,
             chunks_used,
             evictions,
-            inbox_capacity: l.caps.inbox_slots as u64,
+            inbox_capacity: l.caps.inbox_slots as u64 * l.caps.max_nodes as u64,
             tier_blocks,
             nodes,
         })
@@ -296,7 +296,7 @@ impl RegionMetrics {
         gauge(&mut reg, "live_bytes", "Payload bytes of published blocks", self.live_bytes);
         gauge(&mut reg, "chunks", "Payload chunks", self.chunks);
         gauge(&mut reg, "chunks_used", "Payload chunks not free", self.chunks_used);
-        gauge(&mut reg, "inbox_capacity_slots", "Inbox slots per node", self.inbox_capacity);
+        gauge(&mut reg, "inbox_capacity_slots", "Inbox slots per node (all senders' rings)", self.inbox_capacity);
         let ev = Counter::<u64>::default();
         ev.inc_by(self.evictions);
         reg.register("evictions", "Blocks evicted from the region, by any node", ev);

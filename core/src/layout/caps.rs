@@ -80,7 +80,8 @@ capacities! {
     pin_slots = 512;
     /// log2 of the allocator's chunk size (12 to 32; 21 = 2 MiB).
     chunk_shift = 21;
-    /// Slots of each node's inbox ring (a power of two, 4 to 65536).
+    /// Slots of each sender's ring in each node's inbox (a power of two, 4
+    /// to 65536): a node's inbox holds `max_nodes` rings.
     inbox_slots = 64;
     /// Inter-node locks applications allocate for their own structures
     /// (TraCT's lock API; at most 128); each allocated one takes a root

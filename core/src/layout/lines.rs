@@ -15,7 +15,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
 /// repair floor and a stripe header's ticket, so a region whose headers
 /// carry no ticket is refused rather than read as void; 9: namespace ids
 /// from 2^31 up name registered namespaces).
-pub const FORMAT_VERSION: u32 = 13;
+pub const FORMAT_VERSION: u32 = 14;
 /// Largest number of nodes (pinner bitmask is one u64).
 pub const MAX_NODES: u32 = 64;
 /// Most granules a chunk is cut into (two maps of 4096 bits follow its
@@ -580,8 +580,8 @@ shared_struct! {
 }
 
 shared_struct! {
-    /// Head of node n's inbox ring: how many slots its owner has consumed.
-    /// Written only by the owner.
+    /// Head of one sender's ring in node n's inbox: how many of its slots
+    /// the inbox's owner has consumed. Written only by the owner.
     pub struct InboxHead {
         pub head: u64,
         pub reserved: [u64; 7],

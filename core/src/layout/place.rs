@@ -39,14 +39,10 @@ impl LockIds {
     pub fn alloc(&self) -> u32 {
         self.n_stripes.wrapping_add(1).wrapping_add(self.max_nodes)
     }
-    /// Lock of node `n`'s inbox (producers serialise on it; taken alone).
-    pub fn inbox(&self, n: u32) -> u32 {
-        self.alloc().wrapping_add(1).wrapping_add(n)
-    }
     /// Number of locks core itself uses; application lock `i` has id
     /// `n_core() + i`, after every one of them. Recovery takes exactly these.
     pub fn n_core(&self) -> u32 {
-        self.inbox(self.max_nodes)
+        self.alloc().wrapping_add(1)
     }
     /// Id of application lock `i`.
     pub fn app(&self, i: u32) -> u32 {
@@ -153,7 +149,9 @@ impl Layout {
         let buckets = area(&mut at, mul(mul(s, bps), size_of::<Bucket>() as u64));
         let entries = area(&mut at, mul(mul(s, eps), LINE));
         let journals = area(&mut at, mul(n, journal_len(caps.pin_slots)));
-        let inboxes = area(&mut at, mul(mul(n, mul(caps.inbox_slots as u64, SLOT_LINES).saturating_add(1)), LINE));
+        // Each node's inbox: one ring per sender (its head line, then its
+        // slots).
+        let inboxes = area(&mut at, mul(mul(mul(n, n), mul(caps.inbox_slots as u64, SLOT_LINES).saturating_add(1)), LINE));
         let tiers = area(&mut at, mul(caps.tier_slots as u64, tier_dir_len(caps.tier_records)));
         let changes = area(&mut at, mul(mul(s, caps.change_records as u64), LINE));
         // Chunk metadata depends on the chunk count, which depends on what is
@@ -377,16 +375,18 @@ impl Layout {
         let i = (s as u64).wrapping_mul(self.caps.entries_per_stripe as u64).wrapping_add(e as u64);
         at(self.entries.start, i, LINE)
     }
-    /// Offset of node `n`'s inbox head line.
-    pub fn inbox_head(&self, n: u32) -> u64 {
-        let per_node = (self.caps.inbox_slots as u64).wrapping_mul(SLOT_LINES).wrapping_add(1).wrapping_mul(LINE);
-        at(self.inboxes.start, n as u64, per_node)
+    /// Offset of the head line of sender `from`'s ring in node `n`'s inbox.
+    pub fn inbox_head(&self, n: u32, from: u32) -> u64 {
+        let per_ring = (self.caps.inbox_slots as u64).wrapping_mul(SLOT_LINES).wrapping_add(1).wrapping_mul(LINE);
+        let ring = (n as u64).wrapping_mul(self.caps.max_nodes as u64).wrapping_add(from as u64);
+        at(self.inboxes.start, ring, per_ring)
     }
-    /// Offset of the slot of node `n`'s inbox that ring position `pos` uses.
-    pub fn inbox_slot(&self, n: u32, pos: u64) -> u64 {
+    /// Offset of the slot of sender `from`'s ring in node `n`'s inbox that
+    /// ring position `pos` uses.
+    pub fn inbox_slot(&self, n: u32, from: u32, pos: u64) -> u64 {
         // `inbox_slots` is a power of two (validated): its mask.
         let i = pos & (self.caps.inbox_slots as u64).wrapping_sub(1);
-        at(self.inbox_head(n).wrapping_add(LINE), i, SLOT_LINES * LINE)
+        at(self.inbox_head(n, from).wrapping_add(LINE), i, SLOT_LINES * LINE)
     }
     /// Offset of node `n`'s pin journal: its summary line, then its records.
     pub fn journal(&self, n: u32) -> u64 {

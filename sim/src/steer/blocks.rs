@@ -421,3 +421,38 @@ pub(super) fn freed_chunk_seen_elsewhere(disable: Option<&'static str>) -> Resul
     rig.expect_clean(NAME, &mut out)?;
     Ok(out)
 }
+
+/// Node 0 (host 0) looks into its inbox while it is empty: host 0's cache
+/// keeps node 1's ring there as empty. Node 1 (host 1) sends M1 and exits;
+/// a successor process attaches as node 1 on host 0 and sends M2. Its walk
+/// must find M1 in memory (not the empty slot its host's cache shows) and
+/// write M2 after it: node 0 receives M1, then M2.
+pub(super) fn successor_sends_from_the_receivers_host(disable: Option<&'static str>) -> Result<Vec<String>> {
+    use cxlkv_core::channel::Message;
+    const NAME: &str = "successor-sends-from-the-receivers-host";
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let n0 = Node::new(&s0, 0, &env, &l0)?;
+    let mut keys = [Key::default(); 4];
+    let mut out = Vec::new();
+    if let Ok(Some(m)) = n0.try_recv(&mut keys) {
+        out.push(format!("{NAME}: an empty inbox gave {m:?}"));
+    }
+    let msg = |id| Message { kind: 1, request_id: id, ..Message::default() };
+    {
+        let n1 = Node::new(&s1, 1, &env, &l1)?;
+        n1.send(0, &msg(1), &[Key { lo: 1, hi: 1 }])?;
+        n1.detach()?;
+    }
+    attach_as(&s0, 1, 0)?;
+    let l1b = NodeLocal::default();
+    let n1b = Node::new(&s0, 1, &env, &l1b)?;
+    n1b.send(0, &msg(2), &[Key { lo: 2, hi: 2 }])?;
+    let got: Vec<_> = (0..3).map(|_| n0.try_recv(&mut keys).map(|m| m.map(|m| m.request_id))).collect();
+    if got != [Ok(Some(1)), Ok(Some(2)), Ok(None)] {
+        out.push(format!("{NAME}: node 0 received {got:?}, not M1, then M2, then nothing"));
+    }
+    Ok(out)
+}

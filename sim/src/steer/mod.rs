@@ -149,6 +149,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: blocks::root_put_elsewhere,
         },
         Scenario {
+            name: "successor-sends-from-the-receivers-host",
+            what: "a sender exits and its successor attaches on the receiver's host, whose cache shows the \
+                   sender's ring empty: the successor's send must not overwrite the message waiting there",
+            run: blocks::successor_sends_from_the_receivers_host,
+        },
+        Scenario {
             name: "late-line-over-a-newer-claim",
             what: "a stalled manager's renewal lands over a newer claimant's line: only the newer claim grants",
             run: managers::late_line_over_a_newer_claim,
