@@ -18,8 +18,11 @@
 use crate::coherence::{Coherence, Site};
 use crate::hash::{mix64, place, Key};
 use crate::index::{EvictReport, Lru, Policy, Verdict};
-use crate::layout::{Entry, NodeInfo, TierHead, TierRecord, NODE_ALIVE, TIER_EMPTY, TIER_GONE, TIER_LIVE};
+use crate::layout::{
+    Entry, NodeInfo, TierHead, TierRecord, NODE_ALIVE, NODE_DEAD, NODE_FENCED, TIER_EMPTY, TIER_GONE, TIER_LIVE,
+};
 use crate::mem::LINE;
+use crate::mutant::mutant;
 use crate::node::Node;
 use crate::store::Store;
 use crate::{Error, Result};
@@ -55,6 +58,14 @@ impl<C: Coherence> Store<C> {
     /// Tier directory `d`'s head, read fresh, and its owner as
     /// [`Store::tier_owner`] finds it.
     pub(crate) fn tier_head_owner(&self, d: u32) -> Result<(TierHead, Option<u32>)> {
+        self.tier_head_claim(d).map(|(head, o, _)| (head, o))
+    }
+
+    /// [`Store::tier_head_owner`], and whether the directory's claimant was
+    /// declared dead and is not known quiet (DEAD or FENCED in the same
+    /// incarnation): stopped, it may wake and write records back late, so
+    /// its directory is not claimed again until recovery frees its slot.
+    fn tier_head_claim(&self, d: u32) -> Result<(TierHead, Option<u32>, bool)> {
         let l = &self.layout;
         if d >= l.caps.tier_slots {
             return Err(Error::InvalidArgument);
@@ -62,12 +73,16 @@ impl<C: Coherence> Store<C> {
         // SYNC: fresh head (writer: a claim or a release, under the roots
         // lock).
         let head: TierHead = self.fresh(l.tier_head(d), Site("tier.head.read"))?;
-        let Some(n) = head.owner.checked_sub(1).filter(|&n| n < l.caps.max_nodes) else { return Ok((head, None)) };
+        let Some(n) = head.owner.checked_sub(1).filter(|&n| n < l.caps.max_nodes) else {
+            return Ok((head, None, false));
+        };
         // SYNC: the owner's identity line, fresh enough for a hint: a tier
         // that died since is found out by the request sent to it (it gets no
         // answer), and one that attached since is another incarnation.
         let info: NodeInfo = self.fresh(l.node_info(n), Site("tier.owner.hint"))?;
-        Ok((head, (info.state == NODE_ALIVE && info.incarnation == head.incarnation).then_some(n)))
+        let same = info.incarnation == head.incarnation;
+        let fenced = same && matches!(info.state, NODE_DEAD | NODE_FENCED);
+        Ok((head, (info.state == NODE_ALIVE && same).then_some(n), fenced))
     }
 
     /// Whether any tier directory is claimed by a live node.
@@ -158,7 +173,8 @@ pub struct TierDir<'a, C: Coherence> {
 
 impl<'a, C: Coherence> Node<'a, C> {
     /// Claims a tier directory for this node: one free, or whose owner is
-    /// not alive any more, emptied. `Busy` when another live node of this
+    /// not alive any more (and, declared dead, was found quiet and freed),
+    /// emptied. `Busy` when another live node of this
     /// host owns one (one tier per host), `TableFull` when every directory
     /// is taken, `InvalidArgument` when the region has none.
     pub fn tier_claim(&self, host_id: u64) -> Result<TierDir<'a, C>> {
@@ -172,11 +188,13 @@ impl<'a, C: Coherence> Node<'a, C> {
         let dir = self.with_lock(l.locks().roots(), || {
             let mut free = None;
             for d in 0..l.caps.tier_slots {
-                match st.tier_head_owner(d)? {
-                    (_, Some(n)) if n == self.id => return Err(Error::Busy),
-                    (head, Some(_)) if head.host_id == host_id => return Err(Error::Busy),
-                    (_, Some(_)) => {}
-                    (head, None) => {
+                match st.tier_head_claim(d)? {
+                    (_, Some(n), _) if n == self.id => return Err(Error::Busy),
+                    (head, Some(_), _) if head.host_id == host_id => return Err(Error::Busy),
+                    (_, Some(_), _) => {}
+                    // Its claimant may still write back records late.
+                    (_, None, true) if !mutant!("tier.claim_from_fenced") => {}
+                    (head, None, _) => {
                         free.get_or_insert((d, head));
                     }
                 }
@@ -224,8 +242,13 @@ impl<'a, C: Coherence> TierDir<'a, C> {
     }
 
     /// Records a block as held by this tier. `TableFull` when the directory
-    /// holds as many as it may (the tier removes some first).
+    /// holds as many as it may (the tier removes some first), `Revoked` when
+    /// this node was declared dead.
     pub fn put(&mut self, ns: u32, key: Key, len: u64) -> Result<()> {
+        // A node declared dead writes no more records (`Revoked`); one
+        // stopped past this check lands them in its own directory, which
+        // no other tier claims until its node is found quiet.
+        self.node.owns_slot()?;
         let st = self.node.store;
         let cap = st.layout.caps.tier_records;
         let len = u32::try_from(len).map_err(|_| Error::TooLarge)?;
@@ -255,8 +278,10 @@ impl<'a, C: Coherence> TierDir<'a, C> {
         Err(Error::TableFull)
     }
 
-    /// Removes the record of a block; false when there was none.
+    /// Removes the record of a block; false when there was none. `Revoked`
+    /// when this node was declared dead.
     pub fn remove(&mut self, ns: u32, key: Key) -> Result<bool> {
+        self.node.owns_slot()?;
         let Some((i, r)) = self.node.store.tier_probe(self.dir, ns, key, false)? else { return Ok(false) };
         self.live = self.live.saturating_sub(1);
         self.gone = self.gone.saturating_add(1);

@@ -417,6 +417,20 @@ impl SimMemory {
         }
     }
 
+    /// Completes every queued write-back of host `h` but those of the lines
+    /// `keep` names, which stay queued (flushes complete in any order).
+    pub fn drain_but(&self, h: usize, keep: impl Fn(usize) -> bool) {
+        let mut st = self.st();
+        let pend = core::mem::take(&mut st.hosts[h].pending);
+        for q in pend {
+            if keep(q.line as usize) {
+                st.hosts[h].pending.push(q);
+            } else {
+                land(&mut st, h, q, 0);
+            }
+        }
+    }
+
     /// Completes host `h`'s queued write-backs of line `i` now, the others
     /// staying queued: flushes not yet fenced complete in any order.
     pub fn land_queued(&self, h: usize, i: usize) {

@@ -858,11 +858,16 @@ impl<C: Coherence> Node<'_, C> {
             // SYNC: payload bytes the caller stored through a pointer land
             // before the block can be handed out again (a dirty line written
             // back later would overwrite the next owner's payload). Flushed
-            // while the entry is still WRITING and journaled, so a sibling
-            // burying this process, should it die here, finds the block and
-            // flushes it too; the heap lock taken to free it fences first
-            // (see `Node::lock`).
+            // and fenced while the entry is still WRITING and journaled: a
+            // sibling burying this process, should it die here, finds the
+            // block and flushes it too, and a recovery while this node is
+            // stopped here (declared dead, not quiet) quarantines the block.
+            // Once the entry is gone nothing names the block as this
+            // node's, so no write-back of it may still be in flight (a
+            // node stopped before the heap lock's fence, then recovered,
+            // would land it over the block's next owner: seed 113003).
             st.co.flush(&st.view, e.payload_off, e.payload_len as u64, Site("index.abort.payload"))?;
+            st.co.store_fence(Site("index.abort.payload.fence"));
             let tag = place(h.ns, h.key);
             let f = probe::find_held(st, s, tag, h.ns, h.key, hdr)?.ok_or(Error::Corrupt)?;
             let (off, _) = st.remove_locked(s, hdr, h.entry, f.bucket, &mut e, self.id)?;

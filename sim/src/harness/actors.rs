@@ -23,7 +23,7 @@ use crate::harness::checks::{always_invariants, check_from};
 use crate::harness::feed::feed_tail;
 use crate::harness::model::{key, Pin, WAIT_LIMIT};
 use crate::harness::ops::{
-    adopt_unrooted, chan_attached, channel_end, channel_op, raw_free, raw_op, revoked_ok, roots_op,
+    adopt_unrooted, chan_attached, chan_attaching, channel_end, channel_op, raw_free, raw_op, revoked_ok, roots_op,
 };
 use crate::harness::params::sim_caps;
 use crate::harness::params::{KEYS, LEASE, NS};
@@ -472,6 +472,7 @@ fn start_process(w: &World, h: usize, seed: u64, restarted: bool) -> Option<(Sto
     }
     let store = attach_retry(w, h)?;
     let who = identity(w, h);
+    chan_attaching(w, h as u32);
     let attached = if restarted {
         bury_predecessor(w, &store, h, kill_scans(seed)).ok_or(Error::Revoked)
     } else {
@@ -680,6 +681,7 @@ fn restart_process<C: Coherence>(
     while w.now() < t + LEASE.lease + 5_000 {
         w.yield_now(me, "restart");
     }
+    chan_attaching(w, h as u32);
     attach_node(store, Some(h as u32), identity(w, h))?;
     chan_attached(w, h as u32);
     {

@@ -109,6 +109,28 @@ pub(crate) fn acquire_op<C: Coherence>(
     }
 }
 
+/// Where a wrong payload of `k` differs first (byte `at`): the line, and
+/// who last wrote it.
+fn where_wrong<C: Coherence>(w: &World, node: &Node<'_, C>, k: Key, at: Option<usize>) -> String {
+    let Some(at) = at else { return " (its length)".to_string() };
+    let l = &node.store.layout;
+    for s in 0..l.caps.n_stripes {
+        for e in 0..l.caps.entries_per_stripe {
+            let Ok(ent) = node.store.view.read::<cxlkv_core::layout::Entry>(l.entry(s, e)) else { continue };
+            if ent.key_lo == k.lo && ent.key_hi == k.hi && ent.ns == NS {
+                let line = ((ent.payload_off + at as u64) / 64) as usize;
+                return format!(
+                    " from byte {at}: entry {s}/{e} gen {} at {}, line {line} last written by {:?}",
+                    ent.gen,
+                    ent.payload_off,
+                    w.mem.provenance(line)
+                );
+            }
+        }
+    }
+    format!(" from byte {at}")
+}
+
 /// Copies `k` out: only a published key, with its payload; a miss looks in
 /// the SSD tiers next, as the platform's get does.
 pub(crate) fn get_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, k: Key) {
@@ -118,7 +140,9 @@ pub(crate) fn get_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, k: K
             if !w.model.lock().unwrap().published.contains(&k) {
                 w.violation(format!("host {h} got key {} never published", k.hi));
             } else if buf[..n] != payload(k, n)[..] || n as u64 != len_of(k) {
-                w.violation(format!("host {h} get key {}: wrong payload", k.hi));
+                let want = payload(k, n);
+                let at = buf[..n].iter().zip(&want).position(|(a, b)| a != b);
+                w.violation(format!("host {h} get key {}: wrong payload{}", k.hi, where_wrong(w, node, k, at)));
             }
         }
         Err(Error::NotFound) => tier_find(w, node, h, k),

@@ -361,6 +361,14 @@ pub(crate) fn root_free<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, n
     Ok(())
 }
 
+/// Node `id`'s slot is about to be attached: a send from now until
+/// [`chan_attached`] may address either incarnation (the model's epoch is
+/// odd meanwhile, and a message sent across it is for neither).
+pub(crate) fn chan_attaching(w: &World, id: u32) {
+    *w.model.lock().unwrap().node_epoch.entry(id).or_default() += 1;
+}
+
+/// Node `id`'s slot was attached: messages sent from now on are for it.
 pub(crate) fn chan_attached(w: &World, id: u32) {
     *w.model.lock().unwrap().node_epoch.entry(id).or_default() += 1;
 }
@@ -389,7 +397,7 @@ pub(crate) fn chan_send<C: Coherence>(w: &World, node: &Node<'_, C>, to: u32, n:
         Ok(()) => {
             if let Some(c) = m.msgs.get_mut(&id) {
                 c.acked = true;
-                c.epoch = (epoch0 == epoch1).then_some(epoch1);
+                c.epoch = (epoch0 == epoch1 && epoch1 % 2 == 0).then_some(epoch1);
             }
         }
         // Refused before anything was written.

@@ -185,6 +185,18 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::publish_meets_a_void_entry,
         },
         Scenario {
+            name: "zombie-tier-keeps-its-directory",
+            what: "a tier's node is declared dead while stopped; another host's tier claims a directory, and the \
+                   woken node records a block in its own",
+            run: zombies::zombie_tier_keeps_its_directory,
+        },
+        Scenario {
+            name: "zombie-abort-lands-late",
+            what: "a node stops freeing the block of a reservation it aborted; declared dead and recovered, it \
+                   wakes after another node took the block",
+            run: zombies::zombie_abort_lands_late,
+        },
+        Scenario {
             name: "zombie-stripe-holder-lands-late",
             what: "a node stopped inside the stripe lock is declared dead and recovered, then wakes: its change \
                    record lands over a newer one and its header over the stripe's; readers and the next holder \

@@ -1484,3 +1484,119 @@ pub(super) fn publish_meets_a_void_entry(disable: Option<&'static str>) -> Resul
     rig.expect_clean(NAME, &mut out)?;
     Ok(out)
 }
+
+/// Node 1 (host 1) runs a host's SSD tier: it claims a tier directory. It
+/// stops, is declared dead and recovered (fenced: not known quiet). Node 2
+/// (host 2) starts a tier: it must claim another directory, not node 1's,
+/// whose stopped owner may still write records there. Node 1 wakes and
+/// records block B: no directory of a live tier may then claim B.
+pub(super) fn zombie_tier_keeps_its_directory(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "zombie-tier-keeps-its-directory";
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    let mut out = Vec::new();
+    let mut d1 = n1.tier_claim(2)?;
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    let d2 = n2.tier_claim(3)?;
+    if d2.dir() == d1.dir() {
+        out.push(format!("{NAME}: node 2 claimed directory {} of node 1, which may still write there", d2.dir()));
+    }
+    let b = Key { lo: 0xb, hi: 0xb0 };
+    let _ = d1.put(NS, b, 100);
+    match s0.tier_find(NS, b) {
+        Ok(None) => {}
+        r => out.push(format!("{NAME}: after the woken tier recorded B, a lookup finds {r:?}")),
+    }
+    Ok(out)
+}
+
+/// Node 1 (host 1) reserves a block (in node 0's chunk), stores into it
+/// through the pointer and aborts the reservation; it stops when it asks for the heap lock to
+/// free the block (its entry already gone). It is declared dead and
+/// recovered: nothing names its block, which is reclaimed. Node 2 (host 2)
+/// publishes blocks until one takes that place; node 1 wakes. Node 2's
+/// block must read back whole: the aborted payload's write-back landed
+/// before the entry went (seed 113003 found it landing after).
+pub(super) fn zombie_abort_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "zombie-abort-lands-late";
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l2) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s2, 2, &env, &l2)?);
+    let mut out = Vec::new();
+    let (stopped_tx, stopped_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let park = std::sync::Mutex::new((stopped_tx, go_rx, false));
+    rig.at_calls(move |h, site| {
+        let mut p = park.lock().unwrap_or_else(|p| p.into_inner());
+        if (h, site) == (1, "index.abort.payload") {
+            p.2 = true;
+        }
+        if !(p.2 && (h, site) == (1, "lock.doorbell.fence")) {
+            return false;
+        }
+        let _ = p.0.send(());
+        let _ = p.1.recv();
+        true
+    });
+    let a = Key { lo: 0xa, hi: 0xa0 };
+    // Node 0's block makes the KV chunk node 1's reservation shares.
+    put_byte(&n0, Key { lo: 0xc, hi: 0xc0 }, 0xc0)?;
+    let zombie_off = std::sync::atomic::AtomicU64::new(u64::MAX);
+    std::thread::scope(|sc| -> Result<()> {
+        let t = sc.spawn(|| -> Result<u64> {
+            let l1 = NodeLocal::default();
+            let n1 = Node::new(&s1, 1, &env, &l1)?;
+            let h = n1.reserve(NS, a, 256, 1)?;
+            zombie_off.store(h.off, std::sync::atomic::Ordering::SeqCst);
+            // Stores through the reservation's pointer: dirty lines in
+            // host 1's cache.
+            s1.view.write(h.off, &[0xa1u8; 256])?;
+            n1.abort(&h)?;
+            Ok(h.off)
+        });
+        if !parked(&stopped_rx, || t.is_finished(), &env)? {
+            let r = t.join().unwrap_or(Err(Error::Corrupt));
+            out.push(format!("{NAME}: node 1's abort ended ({r:?}) without stopping"));
+            return Ok(());
+        }
+        // What node 1 flushed lands, its entry's removal first among it; a
+        // payload line still in flight (none, unless the abort's fence is
+        // gone) stays so.
+        let zo = zombie_off.load(std::sync::atomic::Ordering::SeqCst);
+        let payload = (zo / 64) as usize..((zo + 256) / 64) as usize;
+        rig.mem.drain_but(1, |i| payload.contains(&i));
+        declare_dead(&s0, 1)?;
+        env.step()?;
+        n0.recover(0)?;
+        // Node 2's blocks: one of them takes the place node 1's had.
+        let mut keys = Vec::new();
+        for i in 0..8u64 {
+            let k = Key { lo: 0xb00 + i, hi: 0xb2 };
+            keys.push(k);
+            if put_byte(&n2, k, 0xb2)?.off == zo {
+                break;
+            }
+            if i == 7 {
+                out.push(format!("{NAME}: no block of node 2 took the place of node 1's ({zo})"));
+            }
+        }
+        let _ = go_tx.send(());
+        let _ = t.join();
+        let mut buf = [0u8; 256];
+        for k in &keys {
+            match n2.get(NS, *k, &mut buf) {
+                Ok(256) if buf.iter().all(|&x| x == 0xb2) => {}
+                r => out.push(format!("{NAME}: node 2's block {:#x} reads {r:?}, first bytes {:?}", k.lo, &buf[..4])),
+            }
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
