@@ -220,9 +220,9 @@ impl<C: Coherence> Node<'_, C> {
         let mut next = self.local.receiving.lock();
         let me: NodeInfo = st.view.read(st.layout.node_info(self.id))?;
         for i in 0..nn {
-            let from = next.wrapping_add(i) % nn.max(1);
+            let from = next.wrapping_add(i).checked_rem(nn).unwrap_or(0);
             if let Some(m) = self.recv_from(from, me.incarnation as u32, keys)? {
-                *next = from.wrapping_add(1) % nn.max(1);
+                *next = from.wrapping_add(1).checked_rem(nn).unwrap_or(0);
                 return Ok(Some(m));
             }
         }

@@ -151,7 +151,8 @@ impl Layout {
         let journals = area(&mut at, mul(n, journal_len(caps.pin_slots)));
         // Each node's inbox: one ring per sender (its head line, then its
         // slots).
-        let inboxes = area(&mut at, mul(mul(mul(n, n), mul(caps.inbox_slots as u64, SLOT_LINES).saturating_add(1)), LINE));
+        let inboxes =
+            area(&mut at, mul(mul(mul(n, n), mul(caps.inbox_slots as u64, SLOT_LINES).saturating_add(1)), LINE));
         let tiers = area(&mut at, mul(caps.tier_slots as u64, tier_dir_len(caps.tier_records)));
         let changes = area(&mut at, mul(mul(s, caps.change_records as u64), LINE));
         // Chunk metadata depends on the chunk count, which depends on what is

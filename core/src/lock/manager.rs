@@ -462,11 +462,7 @@ impl Manager {
             match s.state {
                 SLOT_LOCKED if is_dead => {
                     // (Each reset keeps the slot's ticket, see above.)
-                    store.publish_state_last(
-                        soff,
-                        &super::reset_slot(&s),
-                        Site("mgr.revoke"),
-                    )?;
+                    store.publish_state_last(soff, &super::reset_slot(&s), Site("mgr.revoke"))?;
                     if !mutant!("revoke.no_repair") {
                         memo.revoked = memo.revoked.max(s.seq).max(1);
                     }
@@ -492,11 +488,7 @@ impl Manager {
                 SLOT_LOCKED => holder = Some(n),
                 SLOT_CANCEL if !mutant!("lock.manager_ignores_cancel") => {
                     // SYNC: the answer to a withdrawal (reader: its poll).
-                    store.publish_state_last(
-                        soff,
-                        &super::reset_slot(&s),
-                        Site("mgr.drop_withdrawn"),
-                    )?;
+                    store.publish_state_last(soff, &super::reset_slot(&s), Site("mgr.drop_withdrawn"))?;
                 }
                 SLOT_WAITING
                     if self.alive & (1 << n) == 0

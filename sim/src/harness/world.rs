@@ -335,9 +335,9 @@ impl World {
             // less).
             let kept = ll.floor < *floor
                 && (0..l.caps.max_nodes).any(|n| {
-                    st.view.read::<LockSlot>(l.lock_slot(lock, n)).is_ok_and(|s| {
-                        s.state == SLOT_LOCKED && s.seq == *floor || s.reserved[GRANT_FLOOR] >= *floor
-                    })
+                    st.view
+                        .read::<LockSlot>(l.lock_slot(lock, n))
+                        .is_ok_and(|s| s.state == SLOT_LOCKED && s.seq == *floor || s.reserved[GRANT_FLOOR] >= *floor)
                 });
             if ll.floor < *floor && !kept {
                 let line = (l.lock_line(lock) / 64) as usize;
@@ -356,7 +356,11 @@ impl World {
                 let soff = l.lock_slot(lock, n);
                 let Ok(s) = st.view.read::<LockSlot>(soff) else { continue };
                 let by = self.mem.provenance((soff / 64) as usize);
-                if s.state == SLOT_LOCKED && s.seq > raised && s.reserved[GRANT_FLOOR] < raised && zombie != Some(by.0 as usize) {
+                if s.state == SLOT_LOCKED
+                    && s.seq > raised
+                    && s.reserved[GRANT_FLOOR] < raised
+                    && zombie != Some(by.0 as usize)
+                {
                     let msg = format!(
                         "lock {lock}: node {n} was granted ticket {} with floor {}, below the floor {raised} a recovery \
                          raised before (slot written by {by:?})",

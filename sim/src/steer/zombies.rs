@@ -1548,13 +1548,13 @@ pub(super) fn zombie_abort_lands_late(disable: Option<&'static str>) -> Result<V
     let a = Key { lo: 0xa, hi: 0xa0 };
     // Node 0's block makes the KV chunk node 1's reservation shares.
     put_byte(&n0, Key { lo: 0xc, hi: 0xc0 }, 0xc0)?;
-    let zombie_off = std::sync::atomic::AtomicU64::new(u64::MAX);
+    let zombie_off = std::sync::Mutex::new(u64::MAX);
     std::thread::scope(|sc| -> Result<()> {
         let t = sc.spawn(|| -> Result<u64> {
             let l1 = NodeLocal::default();
             let n1 = Node::new(&s1, 1, &env, &l1)?;
             let h = n1.reserve(NS, a, 256, 1)?;
-            zombie_off.store(h.off, std::sync::atomic::Ordering::SeqCst);
+            *zombie_off.lock().unwrap_or_else(|p| p.into_inner()) = h.off;
             // Stores through the reservation's pointer: dirty lines in
             // host 1's cache.
             s1.view.write(h.off, &[0xa1u8; 256])?;
@@ -1569,7 +1569,7 @@ pub(super) fn zombie_abort_lands_late(disable: Option<&'static str>) -> Result<V
         // What node 1 flushed lands, its entry's removal first among it; a
         // payload line still in flight (none, unless the abort's fence is
         // gone) stays so.
-        let zo = zombie_off.load(std::sync::atomic::Ordering::SeqCst);
+        let zo = *zombie_off.lock().unwrap_or_else(|p| p.into_inner());
         let payload = (zo / 64) as usize..((zo + 256) / 64) as usize;
         rig.mem.drain_but(1, |i| payload.contains(&i));
         declare_dead(&s0, 1)?;
