@@ -44,8 +44,9 @@ pub struct NodeLocal {
 }
 
 /// The largest ticket of each lock a node was granted and the largest
-/// repair floor of it the node learnt (see [`NodeLocal::tickets`]).
-pub(crate) struct Tickets(spin::Mutex<[(u64, u64); crate::layout::MAX_LOCKS as usize]>);
+/// repair floor of it the node learnt (see [`NodeLocal::tickets`]), and the
+/// ticket a thread of the process holds it by (0: none).
+pub(crate) struct Tickets(spin::Mutex<[(u64, u64, u64); crate::layout::MAX_LOCKS as usize]>);
 
 impl Tickets {
     /// The largest ticket of `lock` seen (0 for none).
@@ -61,6 +62,23 @@ impl Tickets {
         if let Some(t) = self.0.lock().get_mut(lock as usize) {
             t.0 = t.0.max(seq);
         }
+    }
+    /// A thread of this process took `lock` by ticket `seq`.
+    pub(crate) fn hold(&self, lock: u32, seq: u64) {
+        if let Some(t) = self.0.lock().get_mut(lock as usize) {
+            t.0 = t.0.max(seq);
+            t.2 = seq;
+        }
+    }
+    /// The hold by ticket `seq` ended (released, or found revoked).
+    pub(crate) fn let_go(&self, lock: u32, seq: u64) {
+        if let Some(t) = self.0.lock().get_mut(lock as usize).filter(|t| t.2 == seq) {
+            t.2 = 0;
+        }
+    }
+    /// A thread of this process holds `lock`.
+    pub(crate) fn holds(&self, lock: u32) -> bool {
+        self.0.lock().get(lock as usize).is_some_and(|t| t.2 != 0)
     }
     /// Records a repair floor of `lock` (a grant's, or one a recovery of
     /// this node raised).
@@ -116,7 +134,7 @@ impl Default for NodeLocal {
             stats: spin::Mutex::new(()),
             touched: spin::Mutex::new(Touched { at: [(0, 0); TOUCHED], n: 0 }),
             beat_counters: BeatCounters::default(),
-            tickets: Tickets(spin::Mutex::new([(0, 0); crate::layout::MAX_LOCKS as usize])),
+            tickets: Tickets(spin::Mutex::new([(0, 0, 0); crate::layout::MAX_LOCKS as usize])),
             void_chunk: spin::Mutex::new(false),
             void_repaired: spin::Mutex::new(false),
             sending: spin::Mutex::new(()),
@@ -515,7 +533,10 @@ impl<'a, C: Coherence> Node<'a, C> {
 
     /// The first global lock (of any kind) this node holds, if any. A
     /// grant below its lock's repair floor is not held: it landed late (a
-    /// stopped manager's, woken), and nobody holds by it.
+    /// stopped manager's, woken), and nobody holds by it. Nor is a grant no
+    /// thread of this process took that a manager replaced since made (a
+    /// stopped manager's, landed late: its grantee rejects it; seed 114076
+    /// of the zombie sweep found one refusing a detach with `Busy`).
     pub fn held_lock(&self) -> Result<Option<u32>> {
         let l = &self.store.layout;
         for lock in 0..l.n_locks {
@@ -528,7 +549,12 @@ impl<'a, C: Coherence> Node<'a, C> {
             // manager); a stale one only keeps a void grant counted, and
             // the detach refused.
             let ll: crate::layout::LockLine = self.store.fresh(l.lock_line(lock), Site("node.held.floor"))?;
-            if s.seq >= ll.floor || mutant!("detach.void_grant_held") {
+            if s.seq < ll.floor && !mutant!("detach.void_grant_held") {
+                continue;
+            }
+            // A grant of the current manager not taken yet (a thread of
+            // this process polls for it) is held: the detach waits for it.
+            if self.local.tickets.holds(lock) || mutant!("detach.stale_grant_held") || self.grant_is_current(&s)? {
                 return Ok(Some(lock));
             }
         }

@@ -167,7 +167,7 @@ impl<C: Coherence> Node<'_, C> {
             if s.state == SLOT_LOCKED {
                 match self.grant_is_current(&s) {
                     Ok(true) => {
-                        self.local.tickets.saw(lock, s.seq);
+                        self.local.tickets.hold(lock, s.seq);
                         self.local.tickets.saw_floor(lock, s.reserved[GRANT_FLOOR]);
                         let _ = self.bell(lock, false);
                         return Ok(Some(Held { lock, seq: s.seq, floor: s.reserved[GRANT_FLOOR] }));
@@ -228,7 +228,7 @@ impl<C: Coherence> Node<'_, C> {
     /// every slot after it: so either this read (after the LOCKED one) sees
     /// the newer claim, or the LOCKED slot was in memory before that claim
     /// and the newer manager's scan finds this node holding the lock.
-    fn grant_is_current(&self, s: &LockSlot) -> Result<bool> {
+    pub(crate) fn grant_is_current(&self, s: &LockSlot) -> Result<bool> {
         let l = &self.store.layout;
         let nn = l.caps.max_nodes.min(MAX_NODES);
         let mut lines = [0u64; MAX_NODES as usize];
@@ -359,6 +359,7 @@ impl<C: Coherence> Node<'_, C> {
             // ours to write. A fenced node's slot is not: revoked.
             let owned = if mutant!("unlock.late_grant_revokes") { Err(Error::Revoked) } else { self.owns_slot() };
             if let Err(e) = owned {
+                self.local.tickets.let_go(held.lock, held.seq);
                 self.env.local_unlock(held.lock);
                 return Err(e);
             }
@@ -368,6 +369,7 @@ impl<C: Coherence> Node<'_, C> {
             // slot is not ours to write: a request of another thread of this
             // node, or of the slot's next owner, may be in it. Only this
             // thread's host-local hold, if any, goes.
+            self.local.tickets.let_go(held.lock, held.seq);
             self.env.local_unlock(held.lock);
             return Err(Error::Revoked);
         }
@@ -379,6 +381,7 @@ impl<C: Coherence> Node<'_, C> {
         // lock line of a replaced manager hides it in the line.
         self.local.tickets.saw(held.lock, held.seq);
         self.local.tickets.saw_floor(held.lock, held.floor);
+        self.local.tickets.let_go(held.lock, held.seq);
         let idle = self.slot(held.lock, SLOT_IDLE, 0);
         let r = self.store.publish_state_last(slot_off, &idle, Site("lock.release"));
         self.store.co.store_fence(Site("lock.release.done"));

@@ -81,6 +81,7 @@ pub(crate) fn tier_op<'a>(w: &World, node: &Node<'a, SimCoherence<'a>>, h: usize
             match res {
                 Ok(true) => {}
                 Ok(false) => w.violation(format!("host {h} tier remove: key {} had no record", k.hi)),
+                Err(e) if revoked_ok(w, h, e) => {}
                 Err(e) => w.violation(format!("host {h} tier remove: {e:?}")),
             }
         }
@@ -144,6 +145,7 @@ fn tier_spill<'a>(w: &World, node: &Node<'a, SimCoherence<'a>>, h: usize, k: Key
             t.ssd.insert(k, buf);
         }
         Err(Error::TableFull) => {}
+        Err(e) if revoked_ok(w, h, e) => {}
         Err(e) => w.violation(format!("host {h} tier put: {e:?}")),
     }
 }

@@ -379,3 +379,40 @@ pub(super) fn floor_outlives_a_late_line(disable: Option<&'static str>) -> Resul
     }
     Ok(out)
 }
+
+/// Node 1 (host 1) takes and releases lock 0 under node 0's manager, then
+/// again under its own, which took the role over (a newer claim). Then the
+/// first grant's slot line, a replaced manager's write landing late, comes
+/// back over node 1's slot, and node 1's host reads it. Node 1 holds
+/// nothing: its detach must go through, not fail with `Busy` (seed 114076
+/// of the zombie sweep).
+pub(super) fn late_grant_does_not_hold_a_detach(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "late-grant-does-not-hold-a-detach";
+    const LOCK: u32 = 0;
+    let cfg = LeaseConfig { lease: 20, settle: 3, quarantine: 0 };
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env0 = StepEnv::new(&s0, 0);
+    let l1 = NodeLocal::default();
+    let n1 = Node::new(&s1, 1, &env0, &l1)?;
+    let slot = s1.layout.lock_slot(LOCK, 1);
+    let held = n1.lock(LOCK)?;
+    // Node 1's slot as node 0's grant left it (LOCKED, node 0's claim).
+    let late: cxlkv_core::layout::LockSlot = rig.mem.shared_region().read(slot)?;
+    n1.unlock(held)?;
+    let mut out = Vec::new();
+    if late.state != cxlkv_core::layout::SLOT_LOCKED {
+        out.push(format!("{NAME}: node 0's grant is not in memory: {late:?}"));
+        return Ok(out);
+    }
+    let env1 = StepEnv::with_lease(&s1, 1, cfg);
+    let n1b = Node::new(&s1, 1, &env1, &l1)?;
+    n1b.unlock(n1b.lock(LOCK)?)?;
+    rig.mem.shared_region().write(slot, &late)?;
+    let _: cxlkv_core::layout::LockSlot = s1.fresh(slot, cxlkv_core::coherence::Site("steer.slot"))?;
+    match n1b.detach() {
+        Ok(()) => {}
+        Err(e) => out.push(format!("{NAME}: node 1 holds nothing, but its detach failed with {e}")),
+    }
+    Ok(out)
+}

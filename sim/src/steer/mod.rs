@@ -172,6 +172,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: managers::floor_outlives_a_late_line,
         },
         Scenario {
+            name: "late-grant-does-not-hold-a-detach",
+            what: "a replaced manager's grant lands late in the slot of a node that holds nothing: its detach \
+                   goes through",
+            run: managers::late_grant_does_not_hold_a_detach,
+        },
+        Scenario {
             name: "successor-reads-a-revoked-grant",
             what: "a process dies holding a lock; a manager on another host revokes it and recovery frees the \
                    node; a successor on the same host attaches as that node, its host's cache still holding the \
