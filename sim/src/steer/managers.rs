@@ -416,3 +416,37 @@ pub(super) fn late_grant_does_not_hold_a_detach(disable: Option<&'static str>) -
     }
     Ok(out)
 }
+
+/// Node 1 (host 1) takes and releases lock 0 under node 2's manager
+/// (host 2); node 0 then runs a recovery, which raises the lock's floor
+/// past that grant. The grant's slot line comes back over node 1's slot
+/// late (a write-back of the manager's host), and node 1's host reads it:
+/// a grant of the current manager, below the floor. Node 1 holds nothing:
+/// its detach must go through, not fail with `Busy`.
+pub(super) fn late_grant_below_the_floor(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "late-grant-below-the-floor";
+    const LOCK: u32 = 0;
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s2, 2);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let slot = s1.layout.lock_slot(LOCK, 1);
+    let held = n1.lock(LOCK)?;
+    let late: cxlkv_core::layout::LockSlot = rig.mem.shared_region().read(slot)?;
+    n1.unlock(held)?;
+    n0.recover(0)?;
+    let mut out = Vec::new();
+    let ll: LockLine = rig.mem.shared_region().read(s1.layout.lock_line(LOCK))?;
+    if late.state != cxlkv_core::layout::SLOT_LOCKED || ll.floor <= late.seq {
+        out.push(format!("{NAME}: the grant {late:?} is not below the floor {}", ll.floor));
+        return Ok(out);
+    }
+    rig.mem.shared_region().write(slot, &late)?;
+    let _: cxlkv_core::layout::LockSlot = s1.fresh(slot, cxlkv_core::coherence::Site("steer.slot"))?;
+    match n1.detach() {
+        Ok(()) => {}
+        Err(e) => out.push(format!("{NAME}: node 1 holds nothing, but its detach failed with {e}")),
+    }
+    Ok(out)
+}

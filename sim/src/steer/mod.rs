@@ -178,6 +178,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: managers::late_grant_does_not_hold_a_detach,
         },
         Scenario {
+            name: "late-grant-below-the-floor",
+            what: "a grant of the current manager, released and then below a recovery's floor, lands again in \
+                   the slot of a node that holds nothing: its detach goes through",
+            run: managers::late_grant_below_the_floor,
+        },
+        Scenario {
             name: "successor-reads-a-revoked-grant",
             what: "a process dies holding a lock; a manager on another host revokes it and recovery frees the \
                    node; a successor on the same host attaches as that node, its host's cache still holding the \
