@@ -421,8 +421,9 @@ pub(super) fn late_grant_does_not_hold_a_detach(disable: Option<&'static str>) -
 /// (host 2); node 0 then runs a recovery, which raises the lock's floor
 /// past that grant. The grant's slot line comes back over node 1's slot
 /// late (a write-back of the manager's host), and node 1's host reads it:
-/// a grant of the current manager, below the floor. Node 1 holds nothing:
-/// its detach must go through, not fail with `Busy`.
+/// a grant of the current manager, below the floor (which host 1's cache
+/// still shows as it was before). Node 1 holds nothing: its detach must go
+/// through, not fail with `Busy`.
 pub(super) fn late_grant_below_the_floor(disable: Option<&'static str>) -> Result<Vec<String>> {
     const NAME: &str = "late-grant-below-the-floor";
     const LOCK: u32 = 0;
@@ -435,6 +436,9 @@ pub(super) fn late_grant_below_the_floor(disable: Option<&'static str>) -> Resul
     let held = n1.lock(LOCK)?;
     let late: cxlkv_core::layout::LockSlot = rig.mem.shared_region().read(slot)?;
     n1.unlock(held)?;
+    // Host 1 keeps the lock line as it is before the recovery (a check
+    // there read it).
+    let _: LockLine = s1.view.read(s1.layout.lock_line(LOCK))?;
     n0.recover(0)?;
     let mut out = Vec::new();
     let ll: LockLine = rig.mem.shared_region().read(s1.layout.lock_line(LOCK))?;
