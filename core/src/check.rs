@@ -774,7 +774,10 @@ impl<C: Coherence> Checker<'_, C> {
                         x.gen as u64 == r.gen
                             && (x.state == state::READY || x.state == state::WRITING && x.pinners() & (1 << node) != 0)
                     });
-                if !ok {
+                // An entry a repair lost while this node pinned or wrote
+                // it: recovery kept the block the record names, which the
+                // node frees when it lets go (see `Node::let_go_lost`).
+                if !(ok || r.count > 0 && self.block_kept(r.off)?) {
                     self.rep(FindingKind::Journal, node as u64, g as u64);
                 }
                 if !sum.covers(g) {
@@ -783,6 +786,24 @@ impl<C: Coherence> Checker<'_, C> {
             }
         }
         Ok(())
+    }
+
+    /// Whether a KV block starts at `off` (then marked referenced).
+    fn block_kept(&mut self, off: u64) -> Result<bool> {
+        let (st, l) = (self.st, &self.st.layout);
+        let Ok(c) = chunk_of(l, off) else { return Ok(false) };
+        let rec: ChunkRecord = st.view.read(l.chunk(c))?;
+        let kv = rec.kind == CHUNK_KV || rec.kind == CHUNK_LARGE && rec.large_kind == CHUNK_KV;
+        let m = read_map(st, c, None)?;
+        match block_of(l, c, &rec, &m, off) {
+            Some((bi, _)) if kv => {
+                if self.track {
+                    mark(self.scratch, l.map_words(), c, bi);
+                }
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     /// The published blocks a dead node still pins (recovery drops them).

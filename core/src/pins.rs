@@ -18,6 +18,7 @@
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{PinRecord, PinSummary, NODE_FREE};
+use crate::mutant::mutant;
 use crate::node::JournalLocal;
 use crate::node::Node;
 use crate::{Error, Result};
@@ -26,7 +27,7 @@ impl<C: Coherence> Node<'_, C> {
     /// Adds one pin of global entry `entry` at generation `gen` (flushed, not
     /// fenced). Returns true when it is this node's first pin of it. `j` is
     /// the journal mutex's content, held by the caller.
-    pub(crate) fn journal_add(&self, j: &mut JournalLocal, entry: u32, gen: u32) -> Result<bool> {
+    pub(crate) fn journal_add(&self, j: &mut JournalLocal, entry: u32, gen: u32, block: (u64, u64)) -> Result<bool> {
         let l = &self.store.layout;
         let mut free = None;
         for i in 0..l.caps.pin_slots {
@@ -45,7 +46,7 @@ impl<C: Coherence> Node<'_, C> {
             }
         }
         let off = free.ok_or(Error::JournalFull)?;
-        let r = PinRecord { entry: entry.wrapping_add(1), count: 1, gen: gen as u64 };
+        let r = PinRecord { entry: entry.wrapping_add(1), count: 1, gen: gen as u64, off: block.0, len: block.1 };
         // SYNC: the record reaches memory before the pin is used (readers:
         // evictors, recovery); the caller's fence orders it before its
         // re-validation of the entry.
@@ -97,6 +98,71 @@ impl<C: Coherence> Node<'_, C> {
             }
         }
         Err(Error::NotFound)
+    }
+
+    /// Names the block of this node's reservation of `entry` at `gen` in
+    /// its record (journaled before the block was allocated).
+    pub(crate) fn journal_place(&self, _j: &mut JournalLocal, entry: u32, gen: u32, block: (u64, u64)) -> Result<()> {
+        let l = &self.store.layout;
+        for i in 0..l.caps.pin_slots {
+            let off = l.pin_record(self.id, i);
+            let mut r: PinRecord = self.store.view.read(off)?;
+            if r.entry == entry.wrapping_add(1) && r.gen == gen as u64 {
+                (r.off, r.len) = block;
+                // SYNC: the block named before the entry is stored (reader:
+                // recovery, which keeps a block a live journal names); the
+                // stripe lock's release fences.
+                return self.store.publish(off, &r, Site("pins.place"));
+            }
+        }
+        Err(Error::NotFound)
+    }
+
+    /// The block this node's record of `entry` at `gen` names, if it has one.
+    pub(crate) fn journal_block(&self, entry: u32, gen: u32) -> Result<Option<(u64, u64)>> {
+        let l = &self.store.layout;
+        for i in 0..l.caps.pin_slots {
+            let r: PinRecord = self.store.view.read(l.pin_record(self.id, i))?;
+            if r.entry == entry.wrapping_add(1) && r.gen == gen as u64 && r.count > 0 {
+                return Ok(Some((r.off, r.len)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Lets go of a pin or reservation of global entry `g` at `gen` whose
+    /// entry a repair lost (a revoked holder's line landed over it and was
+    /// dropped: see `Node::claim_journaled`). Recovery kept the block,
+    /// which the record names, for every live node journaling it; the last
+    /// of them to let go frees it. The caller holds the entry's stripe lock,
+    /// so these let-gos run one at a time: each clears its record, fences,
+    /// and frees only when no journal names the entry at `gen` any more
+    /// (none can start to: the entry is at another generation now). One
+    /// that let go without the lock (it read the entry before the repair)
+    /// leaves the block to the next recovery, which finds no record of it.
+    pub(crate) fn let_go_lost(&self, g: u32, gen: u32) -> Result<()> {
+        let (left, block) = {
+            let mut j = self.local.journal.lock();
+            let block = self.journal_block(g, gen)?.ok_or(Error::StaleHandle)?;
+            (self.journal_sub(&mut j, g, gen)?, block)
+        };
+        // (The record's clearing reaches the next node to let go, which
+        // reads it fresh, before that node takes the stripe lock: the
+        // lock's release fences.)
+        if left > 0 {
+            return Ok(());
+        }
+        if mutant!("lost.block_kept")
+            || block.1 == 0
+            || !mutant!("lost.ignore_other_pins") && self.pinned_anywhere(g, gen)?
+        {
+            return Ok(());
+        }
+        match self.free_kv(block.0) {
+            // The allocator awaits repair: that recovery reclaims the block.
+            Ok(()) | Err(Error::Recovering) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Every record of this node's journal: (global entry, gen, count).

@@ -172,6 +172,7 @@ impl<C: Coherence> Node<'_, C> {
         if kept != 0 {
             claimed = claimed.saturating_add(self.claim_quarantined(kept, alive, &mut rep)?);
         }
+        claimed = claimed.saturating_add(self.claim_journaled(alive | kept)?);
         rep.blocks_reclaimed = reset_blocks.saturating_sub(claimed);
         let releasing = self.releases_in_flight(kept)?;
         self.settle_chunks(owners, kept, &releasing, &mut rep)?;
@@ -785,8 +786,15 @@ impl<C: Coherence> Node<'_, C> {
             // entry's, whatever else the line got wrong). (A fenced
             // writer's own reservation, landed late, is not void: steps 3
             // and 3b keep its place.)
+            // The entry may have held a live node's pin or reservation at a
+            // later generation (its block kept for that node's record: see
+            // `claim_journaled`): the entry goes on at the latest generation
+            // any live journal names, so the next reservation there takes a
+            // newer one than every record of it.
             rep.entries_dropped = rep.entries_dropped.saturating_add(1);
-            ent = Entry { ver: ent.ver & !1, gen: ent.gen, lru_prev: NIL, lru_next: NIL, ..Entry::default() };
+            let gen =
+                if mutant!("recover.void_drop_keeps_gen") { ent.gen } else { self.journaled_gen(g, alive | kept)? };
+            ent = Entry { ver: ent.ver & !1, gen: ent.gen.max(gen), lru_prev: NIL, lru_next: NIL, ..Entry::default() };
             st.put_ent(s, e, &mut ent, stamp.ticket)?;
             return Ok(Rebuilt::Dropped);
         }
@@ -994,6 +1002,56 @@ impl<C: Coherence> Node<'_, C> {
             pins = pins.saturating_add((ent.state == state::READY && ent.gen as u64 == r.gen) as u64);
         }
         Ok(pins)
+    }
+
+    /// Step 3c: every block a live or fenced node's journal names stays
+    /// allocated. An entry's own block is claimed already (step 3); one
+    /// claimed here belongs to an entry the rebuild lost (a revoked
+    /// holder's line landed over it: seed 115015) while a node still pins
+    /// it, or writes into it: that node lets go of it (see
+    /// `Node::let_go_lost`). Returns how many blocks it claimed.
+    fn claim_journaled(&self, nodes: u64) -> Result<u64> {
+        if mutant!("recover.no_journal_claims") {
+            return Ok(0);
+        }
+        let st = self.store;
+        let l = &st.layout;
+        let recs = (l.caps.pin_slots as u64).saturating_mul(core::mem::size_of::<PinRecord>() as u64);
+        let mut claimed = 0u64;
+        for n in (0..l.caps.max_nodes).filter(|&n| nodes & (1 << n) != 0) {
+            // SYNC: fresh records (writer: node n, which names a block in
+            // its record before the entry names it, under the stripe lock
+            // this recovery holds now).
+            st.co.invalidate(&st.view, l.pin_record(n, 0), recs, Site("recover.journal.blocks"))?;
+            for i in 0..l.caps.pin_slots {
+                let r: PinRecord = st.view.read(l.pin_record(n, i))?;
+                if r.entry != 0 && r.count > 0 && self.claim_block(r.off, r.len, false, nodes)? == Claim::New {
+                    claimed = claimed.saturating_add(1);
+                }
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// The latest generation at which a journal of `nodes` records global
+    /// entry `g` (0: none). Called for a void entry no live journal holds
+    /// at its line's generation, when every journal of `nodes` is fresh in
+    /// this recovery: live ones read by `held_live` just now, fenced ones
+    /// in step 2b. (A record made since pins a READY entry at its own
+    /// generation, which this void one is not.)
+    fn journaled_gen(&self, g: u32, nodes: u64) -> Result<u32> {
+        let l = &self.store.layout;
+        let mut gen = 0u32;
+        for n in (0..l.caps.max_nodes).filter(|&n| nodes & (1 << n) != 0) {
+            for i in 0..l.caps.pin_slots {
+                let r: PinRecord = self.store.view.read(l.pin_record(n, i))?;
+                if r.entry == g.wrapping_add(1) && r.count > 0 {
+                    // Generations are u32s (an entry's); a larger record is damage.
+                    gen = gen.max(u32::try_from(r.gen).unwrap_or(0));
+                }
+            }
+        }
+        Ok(gen)
     }
 
     /// True when node `n`'s journal records global entry `g` at `gen`.

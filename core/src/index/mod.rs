@@ -682,7 +682,7 @@ impl<C: Coherence> Node<'_, C> {
         // Should this node be fenced before the entry lands, recovery still
         // learns of the reservation from the record and keeps the entry's
         // place (see `Node::hold_inflight_places`).
-        self.journal_add(&mut self.local.journal.lock(), g, gen)?;
+        self.journal_add(&mut self.local.journal.lock(), g, gen, (0, 0))?;
         let off = match self.alloc_kind(it.len, Kind::Kv, true) {
             Ok(off) => off,
             Err(err) => {
@@ -690,6 +690,13 @@ impl<C: Coherence> Node<'_, C> {
                 return Err(err);
             }
         };
+        // The record names the block too, before the entry does (see
+        // `Node::let_go_lost`).
+        if let Err(err) = self.journal_place(&mut self.local.journal.lock(), g, gen, (off, it.len)) {
+            self.free_kv(off)?;
+            self.journal_sub(&mut self.local.journal.lock(), g, gen)?;
+            return Err(err);
+        }
         h.free_head = old.lru_next;
         let mut ent = Entry {
             ver: old.ver,
@@ -829,9 +836,34 @@ impl<C: Coherence> Node<'_, C> {
         Ok(e)
     }
 
+    /// A reservation `h` of this node whose entry a repair lost (see
+    /// [`Node::let_go_lost`]): its record is still there, naming `h`'s
+    /// block, and the entry (not void: `writing_entry` said so) is at
+    /// another generation, or empty. The block goes back; `StaleHandle`.
+    /// Anything else keeps `StaleHandle` alone.
+    fn lost_reservation(&self, s: u32, hdr: &HeldStripe, h: &Handle) -> Error {
+        let st = self.store;
+        let g = self.global(s, h.entry);
+        let lost = self.handle_in(s, h).is_ok()
+            && self.journal_block(g, h.gen).ok().flatten() == Some((h.off, h.len))
+            && st.ent_held(s, h.entry, hdr).is_ok_and(|e| e.gen != h.gen || e.state == state::EMPTY);
+        match lost {
+            true => self.let_go_lost(g, h.gen).err().unwrap_or(Error::StaleHandle),
+            false => Error::StaleHandle,
+        }
+    }
+
+    /// [`Self::writing_entry`], a lost reservation let go of.
+    fn writing_or_lost(&self, s: u32, hdr: &HeldStripe, h: &Handle) -> Result<Entry> {
+        match self.writing_entry(s, hdr, h) {
+            Err(Error::StaleHandle) if !mutant!("lost.reservation_kept") => Err(self.lost_reservation(s, hdr, h)),
+            r => r,
+        }
+    }
+
     fn publish_locked(&self, s: u32, hdr: &mut HeldStripe, h: &Handle) -> Result<()> {
         let st = self.store;
-        let mut e = self.writing_entry(s, hdr, h)?;
+        let mut e = self.writing_or_lost(s, hdr, h)?;
         e.state = state::READY;
         e.set_writer(None);
         st.lru_push_tail(s, hdr, h.entry, &mut e)?;
@@ -854,7 +886,7 @@ impl<C: Coherence> Node<'_, C> {
             return Err(Error::StaleHandle);
         }
         self.with_stripe(s, |hdr| {
-            let mut e = self.writing_entry(s, hdr, h)?;
+            let mut e = self.writing_or_lost(s, hdr, h)?;
             // SYNC: payload bytes the caller stored through a pointer land
             // before the block can be handed out again (a dirty line written
             // back later would overwrite the next owner's payload). Flushed

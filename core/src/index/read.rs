@@ -136,7 +136,7 @@ impl<C: Coherence> Node<'_, C> {
         payload_of(st, e.payload_off, e.payload_len as u64)?;
         {
             let mut j = self.local.journal.lock();
-            self.journal_add(&mut j, self.global(s, f.entry), e.gen)?;
+            self.journal_add(&mut j, self.global(s, f.entry), e.gen, (e.payload_off, e.payload_len as u64))?;
         }
         Ok(Handle {
             ns,
@@ -237,8 +237,22 @@ impl<C: Coherence> Node<'_, C> {
         // The caller's loads of the payload complete before the record's
         // clearing is stored (a CPU ordering; no cache maintenance).
         crate::mem::fence_seq_cst();
+        let g = self.global(h.stripe, h.entry);
+        // An entry a repair lost (not at the pin's generation, not void):
+        // the block recovery kept for the pin is let go of under the lock.
+        let held = matches!(e.state, state::READY | state::CLAIMED | state::WRITING) && e.gen == h.gen;
+        if !held && !self.store.void_now(h.stripe, &e)? && self.journal_block(g, h.gen)?.is_some() {
+            return self.with_stripe(h.stripe, |hdr| {
+                let e = self.store.ent_held(h.stripe, h.entry, hdr)?;
+                if e.gen == h.gen && e.state != state::EMPTY {
+                    let mut j = self.local.journal.lock();
+                    return self.journal_sub(&mut j, g, h.gen).map(|_| ()).map_err(|_| Error::StaleHandle);
+                }
+                self.let_go_lost(g, h.gen)
+            });
+        }
         let mut j = self.local.journal.lock();
-        self.journal_sub(&mut j, self.global(h.stripe, h.entry), h.gen).map_err(|_| Error::StaleHandle)?;
+        self.journal_sub(&mut j, g, h.gen).map_err(|_| Error::StaleHandle)?;
         Ok(())
     }
 

@@ -15,7 +15,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
 /// repair floor and a stripe header's ticket, so a region whose headers
 /// carry no ticket is refused rather than read as void; 9: namespace ids
 /// from 2^31 up name registered namespaces).
-pub const FORMAT_VERSION: u32 = 14;
+pub const FORMAT_VERSION: u32 = 15;
 /// Largest number of nodes (pinner bitmask is one u64).
 pub const MAX_NODES: u32 = 64;
 /// Most granules a chunk is cut into (two maps of 4096 bits follow its
@@ -570,13 +570,19 @@ impl PinSummary {
 }
 
 shared_struct! {
-    /// A pin journal record: node-private, four per line.
+    /// A pin journal record: node-private, two per line. It names the
+    /// entry's block too: a repair that loses the entry (a revoked holder's
+    /// line landed over it) keeps the block for the node, which frees it
+    /// when it lets go (see `Node::let_go_lost`).
     pub struct PinRecord {
         /// Global entry index + 1; 0 = free record.
         pub entry: u32,
         pub count: u32,
         pub gen: u64,
-    } size 16
+        /// The block's offset and length when the record was made.
+        pub off: u64,
+        pub len: u64,
+    } size 32
 }
 
 shared_struct! {

@@ -428,7 +428,7 @@ pub const fn tier_dir_len(records: u32) -> u64 {
 }
 
 /// Bytes of one node's pin journal: a summary line, then `pin_slots`
-/// records (a multiple of four, so whole lines).
+/// records (a multiple of two, so whole lines).
 pub const fn journal_len(pin_slots: u32) -> u64 {
     LINE.wrapping_add((pin_slots as u64).wrapping_mul(size_of::<PinRecord>() as u64))
 }

@@ -376,6 +376,11 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
         }
         if stops_fenced(w, h) {
             quiesce_fenced(w, &node, h, who.nonce);
+            if node.id == 0 {
+                // Node 1 polls for node 0's stream at the end: none comes
+                // (seed 115021 polled until the step limit).
+                w.model.lock().unwrap().stream_done = true;
+            }
             return;
         }
         // (A restarted process skips a barrier its predecessor passed.)

@@ -197,6 +197,24 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::publish_meets_a_void_entry,
         },
         Scenario {
+            name: "zombie-entry-lands-over-a-reservation",
+            what: "a revoked holder's entry line lands over another node's reservation: the repair loses the \
+                   entry but keeps the block the writer's journal names, and the writer's publish lets it go",
+            run: zombies::zombie_entry_lands_over_a_reservation,
+        },
+        Scenario {
+            name: "zombie-entry-lands-over-a-pin",
+            what: "a revoked holder's entry line lands over a block two nodes pin: the repair loses the entry but \
+                   keeps the block, and the last node to let go frees it",
+            run: zombies::zombie_entry_lands_over_a_pin,
+        },
+        Scenario {
+            name: "zombie-entry-over-a-reservation-repaired-elsewhere",
+            what: "as zombie-entry-lands-over-a-reservation, the void line dropped by another host's recovery, \
+                   which reads the writer's journal from memory",
+            run: zombies::zombie_entry_over_a_reservation_repaired_elsewhere,
+        },
+        Scenario {
             name: "zombie-tier-keeps-its-directory",
             what: "a tier's node is declared dead while stopped; another host's tier claims a directory, and the \
                    woken node records a block in its own",

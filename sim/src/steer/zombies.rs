@@ -1485,6 +1485,182 @@ pub(super) fn publish_meets_a_void_entry(disable: Option<&'static str>) -> Resul
     Ok(out)
 }
 
+/// Node 1 (host 1) publishes A and node 0 evicts it. Node 1 is declared
+/// dead and recovered; node 2 (host 2) reserves B in A's entry (a newer
+/// generation) and writes half of it. Then node 1's copy of A's entry line,
+/// from before, is written back over B's. Node 2's recovery drops the void
+/// line: B's entry is lost, but node 2 still writes into B's block, which
+/// its journal names, so the block must stay allocated through host 0's
+/// recovery too (its cache kept node 2's journal from before B) — C,
+/// reserved next, must not get it — and node 2 reserves D in that stripe,
+/// which must not reuse B's generation. Node 2 writes the rest of B: C must read back
+/// whole. B's publish then fails with `StaleHandle` and lets the block go;
+/// D publishes and the region checks clean (no block leaked, none shared).
+pub(super) fn zombie_entry_lands_over_a_reservation(disable: Option<&'static str>) -> Result<Vec<String>> {
+    entry_over_a_reservation("zombie-entry-lands-over-a-reservation", true, disable)
+}
+
+/// As [`zombie_entry_lands_over_a_reservation`], but host 0's recovery is
+/// the one that drops the void line: it must read B's block from node 2's
+/// journal in memory (node 2 named it there, flushed, before the entry).
+pub(super) fn zombie_entry_over_a_reservation_repaired_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
+    entry_over_a_reservation("zombie-entry-over-a-reservation-repaired-elsewhere", false, disable)
+}
+
+fn entry_over_a_reservation(name: &str, writer_repairs: bool, disable: Option<&'static str>) -> Result<Vec<String>> {
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    let l = &s0.layout;
+    let s = 0u32;
+    let ks = keys_in(&s0, s, 0, 3);
+    let (a, b, d) = (ks[0], ks[1], ks[2]);
+    let c = keys_in(&s0, 1, 0, 1)[0];
+    let mut out = Vec::new();
+    let ha = put_byte(&n1, a, 0xa1)?;
+    let a_line = l.entry(s, ha.entry);
+    let old: [u8; 64] = rig.mem.shared_region().read(a_line)?;
+    n0.evict(1, &mut cxlkv_core::index::Lru)?;
+    // Host 0's recovery reads (and keeps) node 2's journal before B.
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    let hb = n2.reserve(NS, b, 256, 1)?;
+    if hb.entry != ha.entry {
+        out.push(format!("{name}: B took entry {} and not A's {}: the scenario misses", hb.entry, ha.entry));
+        return Ok(out);
+    }
+    n2.write(&hb, 0, &[0xb2; 128])?;
+    rig.cache(1).write(a_line, &old)?;
+    rig.mem.evict_line(1, (a_line / 64) as usize);
+    // Node 2 has the void line dropped; host 0's next recovery must still
+    // see the record that keeps B's block.
+    if writer_repairs {
+        n2.recover(0)?;
+    }
+    n0.recover(0)?;
+    let hc = put_byte(&n0, c, 0xcc)?;
+    if hc.off == hb.off {
+        out.push(format!("{name}: C got B's block ({}) while node 2 still writes into it", hb.off));
+    }
+    let hd = n2.reserve(NS, d, 256, 1)?;
+    if hd.entry == hb.entry && hd.gen == hb.gen {
+        out.push(format!("{name}: D took B's entry at B's generation {}", hb.gen));
+    }
+    n2.write(&hd, 0, &[0xdd; 256])?;
+    n2.write(&hb, 128, &[0xb2; 128])?;
+    let mut buf = [0u8; 256];
+    match n0.get(NS, c, &mut buf) {
+        Ok(256) if buf == [0xcc; 256] => {}
+        r => out.push(format!("{name}: C reads {r:?} (first byte {:#x}) after B's writes", buf[0])),
+    }
+    let mut st = [Ok(())];
+    match n2.publish_flushed(core::slice::from_ref(&hb), &mut st) {
+        Ok(()) if st[0] == Err(Error::StaleHandle) => {}
+        r => out.push(format!("{name}: publishing B, its entry lost, gave {r:?}, item {:?}", st[0])),
+    }
+    match n2.get(NS, b, &mut buf) {
+        Err(Error::NotFound) => {}
+        r => out.push(format!("{name}: B, lost, reads {r:?}")),
+    }
+    let g = s * l.caps.entries_per_stripe + hb.entry;
+    for i in 0..l.caps.pin_slots {
+        let r: cxlkv_core::layout::PinRecord = rig.mem.shared_region().read(l.pin_record(2, i))?;
+        if r.entry == g + 1 && r.gen == hb.gen as u64 && r.count > 0 {
+            out.push(format!("{name}: node 2's journal still records B after its publish: {r:?}"));
+        }
+    }
+    n2.publish_flushed(core::slice::from_ref(&hd), &mut [Ok(())])?;
+    match n0.get(NS, d, &mut buf) {
+        Ok(256) if buf == [0xdd; 256] => {}
+        r => out.push(format!("{name}: D reads {r:?} (first byte {:#x})", buf[0])),
+    }
+    rig.expect_clean(name, &mut out)?;
+    Ok(out)
+}
+
+/// Node 1 (host 1) publishes A and node 0 evicts it; node 0 publishes B
+/// in A's entry (a newer generation), and nodes 2 and 0 pin B. Node 1 is
+/// declared dead and recovered; its copy of A's entry line, from before,
+/// lands over B's, and the next recovery drops the void line: B is lost,
+/// but both pins still read its block, which must stay allocated (C, put
+/// next, must not get it). Node 2 lets go first: node 0 still pins the
+/// block, so it stays (E, put next, must not get it, and node 0 reads B's
+/// bytes through its pin). Node 0 lets go last and frees it: the region
+/// checks clean (no block leaked) and no journal records B.
+pub(super) fn zombie_entry_lands_over_a_pin(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "zombie-entry-lands-over-a-pin";
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    let l = &s0.layout;
+    let s = 0u32;
+    let ks = keys_in(&s0, s, 0, 2);
+    let (a, b) = (ks[0], ks[1]);
+    let cs = keys_in(&s0, 1, 0, 2);
+    let (c, e) = (cs[0], cs[1]);
+    let mut out = Vec::new();
+    let ha = put_byte(&n1, a, 0xa1)?;
+    let a_line = l.entry(s, ha.entry);
+    let old: [u8; 64] = rig.mem.shared_region().read(a_line)?;
+    n0.evict(1, &mut cxlkv_core::index::Lru)?;
+    let hb = put_byte(&n0, b, 0xbb)?;
+    if hb.entry != ha.entry {
+        out.push(format!("{NAME}: B took entry {} and not A's {}: the scenario misses", hb.entry, ha.entry));
+        return Ok(out);
+    }
+    let (mut p2, mut p0) = ([Err(Error::NotFound)], [Err(Error::NotFound)]);
+    n2.acquire(NS, &[b], &mut p2)?;
+    n0.acquire(NS, &[b], &mut p0)?;
+    let (p2, p0) = (p2[0]?, p0[0]?);
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    rig.cache(1).write(a_line, &old)?;
+    rig.mem.evict_line(1, (a_line / 64) as usize);
+    n0.recover(0)?;
+    let hc = put_byte(&n0, c, 0xcc)?;
+    if hc.off == hb.off {
+        out.push(format!("{NAME}: C got B's block ({}) while two nodes pin it", hb.off));
+    }
+    if let Err(err) = n2.release(&[p2]) {
+        out.push(format!("{NAME}: node 2 letting go of B gave {err:?}"));
+    }
+    let he = put_byte(&n0, e, 0xee)?;
+    if he.off == hb.off {
+        out.push(format!("{NAME}: E got B's block ({}) while node 0 pins it", hb.off));
+    }
+    let mut buf = [0u8; 256];
+    match n0.read(&p0, 0, &mut buf) {
+        Ok(()) if buf == [0xbb; 256] => {}
+        r => out.push(format!("{NAME}: node 0's pin of B reads {r:?} (first byte {:#x})", buf[0])),
+    }
+    if let Err(err) = n0.release(&[p0]) {
+        out.push(format!("{NAME}: node 0 letting go of B gave {err:?}"));
+    }
+    let g = s * l.caps.entries_per_stripe + hb.entry;
+    for n in [0, 2] {
+        for i in 0..l.caps.pin_slots {
+            let r: cxlkv_core::layout::PinRecord = rig.mem.shared_region().read(l.pin_record(n, i))?;
+            if r.entry == g + 1 && r.count > 0 {
+                out.push(format!("{NAME}: node {n}'s journal still records B: {r:?}"));
+            }
+        }
+    }
+    for (k, byte) in [(c, 0xcc), (e, 0xee)] {
+        match n2.get(NS, k, &mut buf) {
+            Ok(256) if buf == [byte; 256] => {}
+            r => out.push(format!("{NAME}: {:#x} reads {r:?} (first byte {:#x})", byte, buf[0])),
+        }
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
+
 /// Node 1 (host 1) runs a host's SSD tier: it claims a tier directory. It
 /// stops, is declared dead and recovered (fenced: not known quiet). Node 2
 /// (host 2) starts a tier: it must claim another directory, not node 1's,
