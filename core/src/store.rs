@@ -34,6 +34,12 @@ pub trait NodeEnv: Sync {
     fn local_lock(&self, lock: u32) -> Result<()>;
     /// Releases the host-local lock `lock`.
     fn local_unlock(&self, lock: u32);
+    /// Takes the host-local lock `lock` if it is free right now (true),
+    /// without waiting. Never, by default: an environment without it gives
+    /// no stray grant back (see `Node::give_back_strays`).
+    fn try_local_lock(&self, _lock: u32) -> bool {
+        false
+    }
     /// Called on every iteration of a poll loop. Returns an error to abandon
     /// the wait (the node is shutting down or was fenced).
     fn wait(&self, iteration: u32) -> Result<()>;

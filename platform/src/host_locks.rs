@@ -212,6 +212,12 @@ impl HostLocks {
         }
     }
 
+    /// Takes lock `id` for `who` if it is free now (true), without waiting.
+    pub fn try_lock(&self, id: u32, who: Owner) -> bool {
+        let w = self.word(id);
+        w.peek() == 0 && w.take(0, who.word(tid()))
+    }
+
     /// Releases lock `id` if `who`, on this thread, holds it.
     pub fn unlock(&self, id: u32, who: Owner) {
         let w = self.word(id);

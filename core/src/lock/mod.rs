@@ -389,6 +389,54 @@ impl<C: Coherence> Node<'_, C> {
         r
     }
 
+    /// Gives back every grant this node's slots show that none of its
+    /// threads holds or waits for: a replaced manager, stopped mid-step,
+    /// woke and granted a lock to this node from what it had read before
+    /// (a request since withdrawn or served), and its line and grant landed
+    /// in memory after the newer manager's. That manager then takes this
+    /// node for the holder, and the lock waits for a release nobody would
+    /// make (seed 116066: two recoveries each waiting for a lock the other
+    /// had, one of them held by such a grant). Called from the background
+    /// thread, a lease's fraction apart. Only locks whose host-local lock
+    /// is free are looked at (taken without waiting): a thread of this host
+    /// that waits for a lock or holds it keeps that lock's host-local lock
+    /// all along. Returns how many grants went back.
+    pub fn give_back_strays(&self) -> Result<u32> {
+        let l = &self.store.layout;
+        self.owns_slot()?;
+        let mut n = 0u32;
+        for lock in 0..l.n_locks {
+            if !self.env.try_local_lock(lock) {
+                continue;
+            }
+            let r = self.give_back_stray(lock);
+            self.env.local_unlock(lock);
+            n = n.saturating_add(u32::from(r?));
+        }
+        Ok(n)
+    }
+
+    /// [`Node::give_back_strays`] for one lock, its host-local lock held.
+    fn give_back_stray(&self, lock: u32) -> Result<bool> {
+        let slot_off = self.store.layout.lock_slot(lock, self.id);
+        // SYNC: this node's slot fresh (writer: a manager's grant, which
+        // may be a replaced one's, landed late).
+        let s: LockSlot = self.store.fresh_state_first(slot_off, Site("lock.stray.read"))?;
+        let held = self.local.tickets.holds(lock) && !mutant!("stray.ignores_holders");
+        if s.state != SLOT_LOCKED || held || mutant!("stray.kept") {
+            return Ok(false);
+        }
+        // Released as a holder releases (the slot keeps the largest ticket
+        // and floor seen: the manager's count goes past the stray grant).
+        self.local.tickets.saw(lock, s.seq);
+        self.local.tickets.saw_floor(lock, s.reserved[GRANT_FLOOR]);
+        let idle = self.slot(lock, SLOT_IDLE, 0);
+        // SYNC: the release reaches memory (reader: the manager's scan).
+        self.store.publish_state_last(slot_off, &idle, Site("lock.stray.release"))?;
+        self.store.co.store_fence(Site("lock.stray.fence"));
+        Ok(true)
+    }
+
     /// Runs `f` holding lock `lock`, releasing it afterwards whatever `f`
     /// returns. The release fence orders `f`'s flushes before the release. Fails
     /// with `Revoked` when the lock was revoked meanwhile, whatever `f` returned.
@@ -517,7 +565,7 @@ pub(super) fn reset_slot(s: &LockSlot) -> LockSlot {
 pub(super) const CLAIM_AT: u64 = core::mem::offset_of!(RequestLine, reserved) as u64;
 
 /// Where a grant carries its manager's claim word (`LockSlot::reserved`).
-pub(super) const GRANT_CLAIM: usize = 0;
+pub const GRANT_CLAIM: usize = 0;
 
 /// Where a grant carries the lock's repair floor (`LockSlot::reserved`).
 pub const GRANT_FLOOR: usize = 1;

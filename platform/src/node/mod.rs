@@ -150,6 +150,9 @@ impl NodeEnv for Inner {
     fn local_unlock(&self, lock: u32) {
         self.host_locks.unlock(lock, self.owner());
     }
+    fn try_local_lock(&self, lock: u32) -> bool {
+        self.host_locks.try_lock(lock, self.owner())
+    }
     fn now_ns(&self) -> u64 {
         crate::sync::monotonic_ns()
     }

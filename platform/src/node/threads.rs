@@ -53,6 +53,9 @@ pub(super) fn background(inner: Arc<Inner>) {
             // Siblings gone from this host are buried long before the manager
             // (maybe on another host) could take their silence for death.
             let _ = inner.bury_siblings();
+            // A replaced manager's grant that landed in one of this node's
+            // idle slots would hold its lock forever.
+            let _ = inner.core().give_back_strays();
         }
         let bell = inner.host_locks.bell_count();
         let rep = match inner.mgr.lock() {

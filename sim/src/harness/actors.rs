@@ -103,6 +103,10 @@ pub(crate) fn manager_actor(w: &World, h: usize) {
                     w.now()
                 ));
             }
+            match node.give_back_strays() {
+                Ok(_) | Err(Error::Revoked) => {}
+                Err(e) => return w.violation(format!("host {h} giving stray grants back: {e}")),
+            }
             match mgr.step(&store, w.now(), LEASE, &crashed_probe) {
                 Ok(r) => {
                     active = r.active;

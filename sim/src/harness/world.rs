@@ -558,6 +558,16 @@ impl NodeEnv for Env<'_> {
             self.w.yield_now(me, "local-lock");
         }
     }
+    fn try_local_lock(&self, lock: u32) -> bool {
+        let me = ACTOR.with(|a| a.get());
+        let mut s = self.w.sched.lock().unwrap();
+        let slot = s.local.entry((me / 3, lock)).or_insert(usize::MAX);
+        if *slot == usize::MAX {
+            *slot = me;
+            return true;
+        }
+        false
+    }
     fn local_unlock(&self, lock: u32) {
         let me = ACTOR.with(|a| a.get());
         let mut s = self.w.sched.lock().unwrap();

@@ -454,3 +454,60 @@ pub(super) fn late_grant_below_the_floor(disable: Option<&'static str>) -> Resul
     }
     Ok(out)
 }
+
+/// Node 1 (host 1) takes lock 0 and gives it back (its host keeps its slot
+/// IDLE), then takes lock 1 and holds it. A replaced manager's grant of
+/// lock 0 to node 1 lands in memory (its slot LOCKED at the next ticket,
+/// under an older claim, and the lock line naming node 1): the manager
+/// (node 0, host 0) takes node 1 for the holder. Node 1's background pass
+/// must give that grant back — and only that one: lock 1, which a thread of
+/// node 1 holds, stays held — so that node 2 (host 2) is granted lock 0,
+/// and not lock 1 until node 1 releases it (seed 116066: two recoveries
+/// each waited for a lock the other had, one held by such a grant).
+pub(super) fn stray_grant_is_given_back(disable: Option<&'static str>) -> Result<Vec<String>> {
+    use cxlkv_core::layout::{LockSlot, SLOT_LOCKED};
+    use cxlkv_core::lock::{GRANT_CLAIM, GRANT_FLOOR};
+    const NAME: &str = "stray-grant-is-given-back";
+    const LOCK: u32 = 0;
+    const HELD: u32 = 1;
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l1, l2) = (NodeLocal::default(), NodeLocal::default());
+    let (n1, n2) = (Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    let l = &s0.layout;
+    let mut out = Vec::new();
+    let first = n1.lock(LOCK)?;
+    n1.unlock(first)?;
+    let held = n1.lock(HELD)?;
+    let mem = rig.mem.shared_region();
+    let line: LockLine = mem.read(l.lock_line(LOCK))?;
+    let mut stray = LockSlot { state: SLOT_LOCKED, seq: line.grant_seq + 1, ..LockSlot::default() };
+    stray.reserved[GRANT_CLAIM] = 1;
+    stray.reserved[GRANT_FLOOR] = line.floor;
+    mem.write(l.lock_slot(LOCK, 1), &stray)?;
+    mem.write(l.lock_line(LOCK), &LockLine { grant_seq: stray.seq, holder: 2, last: 1, ..line })?;
+    match n1.give_back_strays() {
+        Ok(1) => {}
+        r => out.push(format!("{NAME}: node 1's pass gave back {r:?} grants, not the stray one alone")),
+    }
+    match n2.lock(LOCK) {
+        Ok(h) => n2.unlock(h)?,
+        Err(e) => out.push(format!("{NAME}: node 2 was not granted lock {LOCK} after the stray grant went back: {e}")),
+    }
+    match n2.lock(HELD) {
+        Err(Error::Timeout) => {}
+        Ok(h) => {
+            out.push(format!("{NAME}: node 2 was granted lock {HELD}, which node 1 holds: two holders"));
+            n2.unlock(h)?;
+        }
+        Err(e) => out.push(format!("{NAME}: node 2's request of lock {HELD} ended with {e}, not a timeout")),
+    }
+    n1.unlock(held)?;
+    match n2.lock(HELD) {
+        Ok(h) => n2.unlock(h)?,
+        Err(e) => out.push(format!("{NAME}: node 2 was not granted lock {HELD} after node 1 released it: {e}")),
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}

@@ -203,6 +203,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::zombie_entry_lands_over_a_reservation,
         },
         Scenario {
+            name: "stray-grant-is-given-back",
+            what: "a replaced manager's grant lands in the slot of a node that neither holds nor waits for the \
+                   lock: the node's background pass gives it back, and no lock a thread of it holds",
+            run: managers::stray_grant_is_given_back,
+        },
+        Scenario {
             name: "zombie-entry-lands-over-a-pin",
             what: "a revoked holder's entry line lands over a block two nodes pin: the repair loses the entry but \
                    keeps the block, and the last node to let go frees it",
@@ -602,6 +608,9 @@ impl<'a> StepEnv<'a> {
 impl NodeEnv for StepEnv<'_> {
     fn local_lock(&self, _lock: u32) -> Result<()> {
         Ok(())
+    }
+    fn try_local_lock(&self, _lock: u32) -> bool {
+        true
     }
     fn local_unlock(&self, _lock: u32) {}
     fn wait(&self, iteration: u32) -> Result<()> {
