@@ -28,6 +28,19 @@ impl<C: Coherence> Node<'_, C> {
     /// fenced). Returns true when it is this node's first pin of it. `j` is
     /// the journal mutex's content, held by the caller.
     pub(crate) fn journal_add(&self, j: &mut JournalLocal, entry: u32, gen: u32, block: (u64, u64)) -> Result<bool> {
+        self.journal_add_at(j, entry, gen, block).map(|(first, _)| first)
+    }
+
+    /// [`Node::journal_add`], also returning where the record lies (for
+    /// [`Node::journal_place`]: only this node's reservation of `entry` at
+    /// `gen` uses that record until it ends).
+    pub(crate) fn journal_add_at(
+        &self,
+        j: &mut JournalLocal,
+        entry: u32,
+        gen: u32,
+        block: (u64, u64),
+    ) -> Result<(bool, u64)> {
         let l = &self.store.layout;
         let mut free = None;
         for i in 0..l.caps.pin_slots {
@@ -39,7 +52,7 @@ impl<C: Coherence> Node<'_, C> {
                 r.count = r.count.checked_add(1).ok_or(Error::JournalFull)?;
                 // SYNC: journal record durable before the pin is used (reader: recovery).
                 self.store.publish(off, &r, Site("pins.add.count"))?;
-                return Ok(false);
+                return Ok((false, off));
             }
             if r.entry == 0 && free.is_none() {
                 free = Some(off);
@@ -52,7 +65,7 @@ impl<C: Coherence> Node<'_, C> {
         // re-validation of the entry.
         self.store.publish(off, &r, Site("pins.add.new"))?;
         self.cover(j, entry, true)?;
-        Ok(true)
+        Ok((true, off))
     }
 
     /// Counts a record of `entry` in or out of its summary bit, writing the
@@ -101,21 +114,19 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// Names the block of this node's reservation of `entry` at `gen` in
-    /// its record (journaled before the block was allocated).
-    pub(crate) fn journal_place(&self, _j: &mut JournalLocal, entry: u32, gen: u32, block: (u64, u64)) -> Result<()> {
-        let l = &self.store.layout;
-        for i in 0..l.caps.pin_slots {
-            let off = l.pin_record(self.id, i);
-            let mut r: PinRecord = self.store.view.read(off)?;
-            if r.entry == entry.wrapping_add(1) && r.gen == gen as u64 {
-                (r.off, r.len) = block;
-                // SYNC: the block named before the entry is stored (reader:
-                // recovery, which keeps a block a live journal names); the
-                // stripe lock's release fences.
-                return self.store.publish(off, &r, Site("pins.place"));
-            }
+    /// its record at `at` (from [`Node::journal_add_at`], made before the
+    /// block was allocated).
+    pub(crate) fn journal_place(&self, at: u64, entry: u32, gen: u32, block: (u64, u64)) -> Result<()> {
+        let _j = self.local.journal.lock();
+        let mut r: PinRecord = self.store.view.read(at)?;
+        if r.entry != entry.wrapping_add(1) || r.gen != gen as u64 {
+            return Err(Error::NotFound);
         }
-        Err(Error::NotFound)
+        (r.off, r.len) = block;
+        // SYNC: the block named before the entry is stored (reader:
+        // recovery, which keeps a block a live journal names); the stripe
+        // lock's release fences.
+        self.store.publish(at, &r, Site("pins.place"))
     }
 
     /// The block this node's record of `entry` at `gen` names, if it has one.

@@ -682,7 +682,7 @@ impl<C: Coherence> Node<'_, C> {
         // Should this node be fenced before the entry lands, recovery still
         // learns of the reservation from the record and keeps the entry's
         // place (see `Node::hold_inflight_places`).
-        self.journal_add(&mut self.local.journal.lock(), g, gen, (0, 0))?;
+        let (_, rec) = self.journal_add_at(&mut self.local.journal.lock(), g, gen, (0, 0))?;
         let off = match self.alloc_kind(it.len, Kind::Kv, true) {
             Ok(off) => off,
             Err(err) => {
@@ -692,7 +692,7 @@ impl<C: Coherence> Node<'_, C> {
         };
         // The record names the block too, before the entry does (see
         // `Node::let_go_lost`).
-        if let Err(err) = self.journal_place(&mut self.local.journal.lock(), g, gen, (off, it.len)) {
+        if let Err(err) = self.journal_place(rec, g, gen, (off, it.len)) {
             self.free_kv(off)?;
             self.journal_sub(&mut self.local.journal.lock(), g, gen)?;
             return Err(err);

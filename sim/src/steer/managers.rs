@@ -511,3 +511,40 @@ pub(super) fn stray_grant_is_given_back(disable: Option<&'static str>) -> Result
     rig.expect_clean(NAME, &mut out)?;
     Ok(out)
 }
+
+/// Host 0 reads application lock 0's line (its cache keeps it, no repair
+/// pending). Node 1 (host 1) takes the lock, is declared dead, and the
+/// manager (node 2, host 2) revokes the grant: the line in memory awaits
+/// repair. Node 0's recovery must read that line fresh and repair the
+/// lock, so that node 0 is granted it afterwards (a recovery that took its
+/// own cached line for the truth left the lock awaiting a repair nobody
+/// makes).
+pub(super) fn app_lock_repair_read_fresh(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "app-lock-repair-read-fresh";
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s2, 2);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let l = &s0.layout;
+    let app = l.locks().app(0);
+    let mut out = Vec::new();
+    let _: LockLine = s0.fresh(l.lock_line(app), cxlkv_core::coherence::Site("steer.line"))?;
+    let _held = n1.lock(app)?;
+    declare_dead(&s2, 1)?;
+    env.step()?;
+    let ll: LockLine = rig.mem.shared_region().read(l.lock_line(app))?;
+    if ll.repair == 0 {
+        out.push(format!("{NAME}: the manager did not revoke node 1's grant ({ll:?}): the scenario misses"));
+        return Ok(out);
+    }
+    match n0.recover(0) {
+        Ok(rep) if rep.locks_repaired >= 1 => {}
+        r => out.push(format!("{NAME}: node 0's recovery repaired no application lock: {r:?}")),
+    }
+    match n0.lock(app) {
+        Ok(h) => n0.unlock(h)?,
+        Err(e) => out.push(format!("{NAME}: node 0 was not granted the lock after the recovery: {e}")),
+    }
+    Ok(out)
+}

@@ -203,6 +203,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::zombie_entry_lands_over_a_reservation,
         },
         Scenario {
+            name: "app-lock-repair-read-fresh",
+            what: "an application lock's holder is declared dead and its grant revoked while a recovering host \
+                   still caches the lock's line from before: the recovery must repair the lock",
+            run: managers::app_lock_repair_read_fresh,
+        },
+        Scenario {
             name: "stray-grant-is-given-back",
             what: "a replaced manager's grant lands in the slot of a node that neither holds nor waits for the \
                    lock: the node's background pass gives it back, and no lock a thread of it holds",
