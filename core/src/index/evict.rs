@@ -166,11 +166,24 @@ impl<C: Coherence> Node<'_, C> {
                         }
                         let key = crate::hash::Key { lo: ent.key_lo, hi: ent.key_hi };
                         let tag = crate::hash::place(ent.ns, key);
-                        let f = probe::find_held(st, s, tag, ent.ns, key, h)?.ok_or(Error::Corrupt)?;
-                        if f.entry != e {
-                            return Err(Error::Corrupt);
-                        }
-                        let (off, len) = st.remove_locked(s, h, e, f.bucket, &mut ent, self.id)?;
+                        let mut removing = ent;
+                        let removed = probe::find_held(st, s, tag, ent.ns, key, h)
+                            .and_then(|f| f.filter(|f| f.entry == e).ok_or(Error::Corrupt))
+                            .and_then(|f| st.remove_locked(s, h, e, f.bucket, &mut removing, self.id));
+                        let (off, len) = match removed {
+                            Ok(x) => x,
+                            Err(err) => {
+                                // Given up after the claim (a void line met
+                                // in the stripe, whose repair follows): the
+                                // entry goes back READY, as recovery would
+                                // make it, not left CLAIMED for the next
+                                // holder to take for an evictor deciding
+                                // (seed 119015: an acquire under the lock
+                                // answered `Changed`).
+                                st.put_ent(s, e, &mut ent, h.ticket())?;
+                                return Err(err);
+                            }
+                        };
                         h.evictions = h.evictions.wrapping_add(1);
                         // SYNC: the header is flushed by the caller before unlock;
                         // the payload is freed only after the entry is EMPTY:
