@@ -337,3 +337,28 @@ fn threads_of_one_node_read_their_own_keys_while_others_write() {
         let _ = std::fs::remove_file(&p);
     }
 }
+
+/// A node waiting for a grant steps the lock manager itself when the node
+/// that holds the manager lease is attached in the same process, instead
+/// of waiting for that node's thread to be scheduled.
+#[test]
+fn a_waiting_node_steps_a_manager_of_its_own_process() {
+    let p = std::env::temp_dir().join(format!("cxlkv-peer-step-{}", std::process::id()));
+    let a = Node::create(&p, 32 << 20, caps(), opts()).unwrap();
+    let b = Node::open(&p, opts()).unwrap();
+    // Bounded: each lock is granted whoever steps the manager; one step by
+    // the waiting node itself is all this looks for.
+    for i in 0..20_000 {
+        let n = if i % 2 == 0 { &a } else { &b };
+        let h = n.core().lock(1).unwrap();
+        n.core().unlock(h).unwrap();
+        if a.manager_steps_by_peers() + b.manager_steps_by_peers() > 0 && i > 100 {
+            break;
+        }
+    }
+    assert!(a.manager_steps_by_peers() + b.manager_steps_by_peers() > 0, "no grant came from the waiter's own step");
+    assert!(a.check().unwrap().is_empty());
+    b.close().unwrap();
+    a.close().unwrap();
+    let _ = std::fs::remove_file(&p);
+}

@@ -8,7 +8,7 @@ mod threads;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,7 @@ use crate::host::{pid_alive, random_u64, Locality};
 use crate::host_locks::{HostLocks, Owner};
 use crate::map::{Mapping, Populate};
 use crate::region::{Attachment, Region};
-use crate::sync::Flag;
+use crate::sync::{Counter, Flag};
 use crate::tier::wire::RoundTrips;
 
 /// How a node attaches and behaves.
@@ -132,10 +132,23 @@ struct Inner {
     last: Mutex<StepReport>,
     /// Round trips of this node's answered promotions (the adaptive wait).
     promotions: Mutex<RoundTrips>,
+    /// Steps of this node's lock manager made by another node of this
+    /// process while it waited for a grant.
+    peer_steps: Counter,
+    /// Pids the manager's probe found running, and when (see
+    /// [`Inner::pid_alive_lately`]).
+    alive_pids: Mutex<Vec<(u32, Instant)>>,
     // Declared last: dropped after everything that points into it (other
     // nodes of this process may share the mapping).
     map: Arc<Mapping>,
 }
+
+/// How long a pid the manager's probe found running counts as running.
+const PROBE_EVERY: Duration = Duration::from_millis(10);
+
+/// Every node attached in this process: a node waiting for a grant steps
+/// its region's lock manager itself when that manager is one of them.
+static ATTACHED: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
 
 thread_local! {
     static WAIT_START: Cell<Option<Instant>> = const { Cell::new(None) };
@@ -181,7 +194,16 @@ impl NodeEnv for Inner {
                 return Ok(());
             }
         }
-        if iteration == 0 {
+        // A manager attached in this process is stepped right here too,
+        // under its own mutex as its thread would (never waited for: that
+        // thread is stepping it then): the grant costs no thread hand-off.
+        let stepped = self.manager_here().is_some_and(|m| {
+            let Ok(mut g) = m.mgr.try_lock() else { return false };
+            let _ = m.step(&mut g);
+            m.peer_steps.add(1);
+            true
+        });
+        if iteration == 0 && !stepped {
             // A new wait: whichever node of this host (any process of this
             // PID namespace) manages the locks steps now instead of when
             // its pause ends. A manager on another host polls.
@@ -228,6 +250,19 @@ impl Inner {
             .is_ok_and(|i| i.state != NODE_ALIVE || i.nonce as u16 != nonce)
     }
 
+    /// Another node of this process, attached to this region (same
+    /// creation), that held the manager lease at its last step, running.
+    fn manager_here(&self) -> Option<Arc<Inner>> {
+        let all = ATTACHED.try_lock().ok()?;
+        all.iter().filter_map(Weak::upgrade).find(|m| {
+            !core::ptr::eq(&**m, self)
+                && m.store.creation_id == self.store.creation_id
+                && m.is_manager.get()
+                && !m.stop.get()
+                && !m.fenced.get()
+        })
+    }
+
     fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
     }
@@ -239,7 +274,7 @@ impl Inner {
         // exists but whose heartbeat stopped (stopped by a signal, frozen)
         // is declared dead by its silence all the same.
         let probe = move |_n: u32, info: &NodeInfo| {
-            (here.can_probe(info) && info.state == NODE_ALIVE).then(|| pid_alive(info.pid))
+            (here.can_probe(info) && info.state == NODE_ALIVE).then(|| self.pid_alive_lately(info.pid))
         };
         let cfg = LeaseConfig {
             lease: self.opts.lease.as_millis() as u64,
@@ -267,6 +302,26 @@ impl Inner {
             *last = r;
         }
         Ok(r)
+    }
+
+    /// Whether process `pid` of this host runs, as last probed within
+    /// [`PROBE_EVERY`]. A probe reads `/proc`, and the manager scans every
+    /// millisecond it steps: probing each node's pid on each scan read
+    /// `/proc` a thousand times a second per local node. Only a
+    /// running verdict is kept: a gone process is buried and never probed
+    /// again, and a new node that reuses its pid is probed afresh.
+    fn pid_alive_lately(&self, pid: u32) -> bool {
+        let now = Instant::now();
+        let Ok(mut seen) = self.alive_pids.lock() else { return pid_alive(pid) };
+        seen.retain(|&(_, at)| now.duration_since(at) < PROBE_EVERY);
+        if seen.iter().any(|&(p, _)| p == pid) {
+            return true;
+        }
+        let alive = pid_alive(pid);
+        if alive {
+            seen.push((pid, now));
+        }
+        alive
     }
 
     /// Buries the nodes of this host whose process is gone: what they left
@@ -430,8 +485,14 @@ impl Node {
             is_manager: Flag::new(false),
             last: Mutex::new(StepReport::default()),
             promotions: Mutex::default(),
+            peer_steps: Counter::default(),
+            alive_pids: Mutex::default(),
             map,
         });
+        if let Ok(mut all) = ATTACHED.lock() {
+            all.retain(|w| w.strong_count() > 0);
+            all.push(Arc::downgrade(&inner));
+        }
         let i2 = inner.clone();
         let thread = std::thread::Builder::new()
             .name(format!("cxlkv-node{id}"))
@@ -500,6 +561,12 @@ impl Node {
     /// declared dead on an overloaded host.
     pub fn heartbeat_priority_raised(&self) -> bool {
         self.inner.raised_priority.get()
+    }
+
+    /// How many times another node of this process, waiting for a grant,
+    /// stepped this node's lock manager itself instead of waking its thread.
+    pub fn manager_steps_by_peers(&self) -> u64 {
+        self.inner.peer_steps.get()
     }
 
     /// The options this node was opened with.
