@@ -484,6 +484,14 @@ impl<'a, C: Coherence> Node<'a, C> {
     /// strand the lock with a node that no longer exists, which no manager
     /// revokes (it revokes dead nodes' locks; a free slot is nobody's).
     pub fn detach(&self) -> Result<()> {
+        // A node declared dead whose heartbeat has not noticed yet is
+        // fenced: it writes nothing, and its slot is recovery's, which
+        // keeps what it holds until it is quiet (its FREE over FENCED let
+        // the slot be taken while recovery still waited for it: zombie
+        // sweep seed 121116).
+        if !mutant!("detach.while_fenced") {
+            self.owns_slot()?;
+        }
         if self.held_lock()?.is_some() && !mutant!("detach.while_holding_a_lock") {
             return Err(Error::Busy);
         }

@@ -368,8 +368,16 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
                 finish_write(w, &node, h, hd, raw, rnd(&mut x));
             }
             release_pins(w, &node, h, &mut pins, &check_err);
-            if let Err(e) = restart_process(w, &store, &node, h, &check_err) {
-                return w.violation(format!("host {h} re-attach: {e}"));
+            match restart_process(w, &store, &node, h, &check_err) {
+                Err(e) => return w.violation(format!("host {h} re-attach: {e}")),
+                Ok(true) => {}
+                Ok(false) => {
+                    if node.id == 0 {
+                        // As below: no end-of-run stream comes from it.
+                        w.model.lock().unwrap().stream_done = true;
+                    }
+                    return;
+                }
             }
         }
         // Woken from a stall, the node was declared dead and recovered
@@ -465,7 +473,7 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
     channel_end(w, &node, h, me);
     tier_release(w, h, &mut tier);
     release_pins(w, &node, h, &mut pins, &check_err);
-    close_process(w, me, h, &node, &check_err);
+    let _ = close_process(w, me, h, &node, &check_err);
 }
 
 /// The process of host `h` starts: host 0 formats the region first (not
@@ -676,16 +684,21 @@ fn make_counter<C: Coherence>(w: &World, node: &Node<'_, C>, me: usize) {
 /// it was the manager, another takes over), then attaches again.
 /// (Not for a process that learnt it was declared dead: it stops.)
 /// Its raw blocks are freed first (its pins and writes the caller ended).
+/// False when the detach found it declared dead all the same (before its
+/// heartbeat noticed): it then ended as a fenced process does.
 fn restart_process<C: Coherence>(
     w: &World,
     store: &Store<C>,
     node: &Node<'_, C>,
     h: usize,
     check_err: &dyn Fn(&str, Error, &[Error]),
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let me = 3 * h;
     free_own_raw(w, node, h);
-    close_process(w, me, h, node, check_err);
+    if close_process(w, me, h, node, check_err) {
+        // Declared dead before its heartbeat noticed: the process ends.
+        return Ok(false);
+    }
     let t = w.now();
     while w.now() < t + LEASE.lease + 5_000 {
         w.yield_now(me, "restart");
@@ -699,7 +712,7 @@ fn restart_process<C: Coherence>(
         m.attached[h] = true;
     }
     w.published_all(me, "attach_node again", None);
-    Ok(())
+    Ok(true)
 }
 
 /// Host `h` woke from a stall: if it was declared dead meanwhile (as memory
@@ -860,14 +873,15 @@ pub(crate) fn app_lock_churn<C: Coherence>(w: &World, node: &Node<'_, C>, h: usi
 }
 
 /// The process of host `h` closes: its recovery thread finishes first, then
-/// the node detaches and everything it published must be in memory.
+/// the node detaches and everything it published must be in memory. True
+/// when the node turned out fenced (it then ended as a fenced one does).
 fn close_process<C: Coherence>(
     w: &World,
     me: usize,
     h: usize,
     node: &Node<'_, C>,
     check_err: &dyn Fn(&str, Error, &[Error]),
-) {
+) -> bool {
     while w.model.lock().unwrap().recovering_on & (1 << h) != 0 {
         w.yield_now(me, "close");
     }
@@ -882,8 +896,10 @@ fn close_process<C: Coherence>(
         check_err("detach", e, &[]);
         if e == Error::Revoked && w.model.lock().unwrap().stall == Some(h) {
             // Fenced after its last operation: it ends as a fenced one does.
-            return quiesce_fenced(w, node, h, identity(w, h).nonce);
+            quiesce_fenced(w, node, h, identity(w, h).nonce);
+            return true;
         }
     }
     w.published_all(me, "detach", None);
+    false
 }

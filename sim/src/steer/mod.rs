@@ -411,6 +411,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::fenced_waiter_is_not_granted,
         },
         Scenario {
+            name: "fenced-node-detaches",
+            what: "a node declared dead and recovered before its heartbeat noticed closes, its cache showing its \
+                   slot ALIVE: the detach must be refused with Revoked and write nothing over the fenced slot",
+            run: zombies::fenced_node_detaches,
+        },
+        Scenario {
             name: "operator-says-a-dead-host-is-down",
             what: "a node declared dead by its silence is fenced, its block kept; an operator on a third host, \
                    its cache holding the slot as ALIVE, says the node's host is down: the next recovery frees both",

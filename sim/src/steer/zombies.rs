@@ -319,6 +319,49 @@ pub(super) fn woken_node_pins_after_its_recovery(disable: Option<&'static str>) 
     Ok(out)
 }
 
+/// Node 1 (host 1) holds nothing; it is declared dead and recovered (by
+/// node 0, host 0) before its heartbeat notices, and closes: its cache
+/// still shows its slot ALIVE. The detach must answer `Revoked` and write
+/// nothing: a FREE landing over FENCED frees a slot recovery keeps for the
+/// node until it is quiet (zombie sweep seed 121116: a successor took it).
+/// The close then ends as a fenced node's does: it says it is quiet, and
+/// the next recovery frees the slot.
+pub(super) fn fenced_node_detaches(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "fenced-node-detaches";
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let mut out = Vec::new();
+    put(&n0, Key { lo: 7, hi: 7 })?;
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    let info = s0.layout.node_info(1);
+    match n1.detach() {
+        Err(Error::Revoked) => {}
+        r => out.push(format!("{NAME}: a fenced node's detach gave {r:?}, not Revoked")),
+    }
+    // Whatever host 1 still holds dirty lands now.
+    rig.mem.drain(1);
+    let now: cxlkv_core::layout::NodeInfo = rig.mem.shared_region().read(info)?;
+    if now.state != cxlkv_core::layout::NODE_FENCED {
+        out.push(format!("{NAME}: the fenced slot reads {now:?} after the detach"));
+    }
+    if n1.quiesce(2) != Ok(true) {
+        out.push(format!("{NAME}: the fenced node could not say it is quiet"));
+    }
+    env.step()?;
+    n0.recover(0)?;
+    let now: cxlkv_core::layout::NodeInfo = rig.mem.shared_region().read(info)?;
+    if now.state != cxlkv_core::layout::NODE_FREE {
+        out.push(format!("{NAME}: the quiet node's slot reads {now:?} after the next recovery"));
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
+
 /// Node 1 (host 1) reserves a block and stores its payload with plain
 /// stores, left dirty in its cache, then stops: it is declared dead by its
 /// silence and recovered (by node 0, host 0). Node 0 publishes blocks of
