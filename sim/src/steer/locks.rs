@@ -1,7 +1,7 @@
 //! Scenarios of the lock protocol: releases, grants and requests seen through
 //! shared caches, fenced requesters and withdrawals.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 
 use cxlkv_core::check::FindingKind;
 use cxlkv_core::coherence::{Coherence, Coherent, Site};
@@ -203,6 +203,140 @@ fn fenced_case(name: &str, asking: u32, free_at: Phase) -> Result<Vec<String>> {
     }
     *env0.mgr.lock() = std::mem::replace(&mut *env1.inner.mgr.lock(), Manager::new(0));
     n0.unlock(held)?;
+    Ok(out)
+}
+
+/// Node 1's environment in [`withdrawal_finds_a_grant`]: its first wait
+/// says it asked and gives up when told; its second (the withdrawal's, its
+/// CANCEL in memory) says so and goes on when told; later ones step the
+/// manager.
+struct WithdrawsOnCue<'a> {
+    inner: &'a StepEnv<'a>,
+    waits: spin::Mutex<u32>,
+    asked: Mutex<mpsc::Sender<()>>,
+    give_up: Mutex<mpsc::Receiver<()>>,
+    cancelled: Mutex<mpsc::Sender<()>>,
+    go: Mutex<mpsc::Receiver<()>>,
+}
+
+impl NodeEnv for WithdrawsOnCue<'_> {
+    fn local_lock(&self, _lock: u32) -> Result<()> {
+        Ok(())
+    }
+    fn local_unlock(&self, _lock: u32) {}
+    fn wait(&self, _iteration: u32) -> Result<()> {
+        let n = {
+            let mut w = self.waits.lock();
+            *w += 1;
+            *w
+        };
+        match n {
+            1 => {
+                let _ = held(&self.asked).send(());
+                let _ = held(&self.give_up).recv();
+                Err(Error::Timeout)
+            }
+            2 => {
+                let _ = held(&self.cancelled).send(());
+                let _ = held(&self.go).recv();
+                Ok(())
+            }
+            _ => self.inner.step(),
+        }
+    }
+    fn withdrawal_expired(&self, _iteration: u32) -> bool {
+        *self.waits.lock() > FENCED_WAITS
+    }
+}
+
+/// `m` locked, whether or not a holder panicked.
+fn held<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits for `rx`; false when thread `t` ended first.
+fn heard<T>(rx: &mpsc::Receiver<()>, t: &std::thread::ScopedJoinHandle<'_, T>) -> bool {
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(5)) {
+            Ok(()) => return true,
+            Err(mpsc::RecvTimeoutError::Timeout) if !t.is_finished() => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Node 1 (host 1) asks for a free lock. The manager's step reads the
+/// request and stores the grant, and stops before writing it back; node 1
+/// gives up meanwhile, and its CANCEL reaches memory first; then the grant
+/// lands over it, and node 1's withdrawal finds LOCKED in its slot. It must
+/// give the lock back (a release), or the lock stays with a node that no
+/// longer asks for it and every later request waits for ever. Node 0 then
+/// takes and releases the lock.
+pub(super) fn withdrawal_finds_a_grant(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "withdrawal-finds-a-grant";
+    const LOCK: u32 = 1;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    // The manager's claim: its next step grants.
+    env.step()?;
+    let (asked_tx, asked_rx) = mpsc::channel();
+    let (give_up_tx, give_up_rx) = mpsc::channel();
+    let (cancelled_tx, cancelled_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let cue = WithdrawsOnCue {
+        inner: &env,
+        waits: spin::Mutex::new(0),
+        asked: Mutex::new(asked_tx),
+        give_up: Mutex::new(give_up_rx),
+        cancelled: Mutex::new(cancelled_tx),
+        go: Mutex::new(go_rx),
+    };
+    let mut out = Vec::new();
+    std::thread::scope(|sc| -> Result<()> {
+        let t = sc.spawn(|| {
+            let l1 = NodeLocal::default();
+            let n1 = Node::new(&s1, 1, &cue, &l1)?;
+            n1.lock(LOCK).map(|_| ())
+        });
+        if !heard(&asked_rx, &t) {
+            out.push(format!("{NAME}: node 1's request ended before its first wait"));
+            return Ok(());
+        }
+        let (stopped_rx, go_mgr) = rig.parks_at(0, "mgr.grant");
+        let m = sc.spawn(|| env.step());
+        if !heard(&stopped_rx, &m) {
+            out.push(format!("{NAME}: the manager's step ended without granting"));
+            let _ = give_up_tx.send(());
+            let _ = go_tx.send(());
+            return Ok(());
+        }
+        let _ = give_up_tx.send(());
+        if !heard(&cancelled_rx, &t) {
+            out.push(format!("{NAME}: node 1's withdrawal ended before it polled twice"));
+            drop(go_mgr);
+            return Ok(());
+        }
+        // The grant lands over the CANCEL.
+        drop(go_mgr);
+        m.join().unwrap_or(Err(Error::Corrupt))?;
+        let _ = go_tx.send(());
+        match t.join().unwrap_or(Err(Error::Corrupt)) {
+            Err(Error::Timeout) => {}
+            r => out.push(format!("{NAME}: node 1's request ended with {r:?}, not Timeout")),
+        }
+        Ok(())
+    })?;
+    let slot: LockSlot = rig.mem.shared_region().read(s0.layout.lock_slot(LOCK, 1))?;
+    if slot.state == cxlkv_core::layout::SLOT_LOCKED {
+        out.push(format!("{NAME}: node 1 gave up and kept the grant it found withdrawing: {slot:?}"));
+        return Ok(out);
+    }
+    let l0 = NodeLocal::default();
+    let n0 = Node::new(&s0, 0, &env, &l0)?;
+    let held = n0.lock(LOCK)?;
+    n0.unlock(held)?;
+    rig.expect_clean(NAME, &mut out)?;
     Ok(out)
 }
 

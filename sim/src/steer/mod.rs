@@ -84,6 +84,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: locks::fenced_withdrawal,
         },
         Scenario {
+            name: "withdrawal-finds-a-grant",
+            what: "a node gives up waiting for a lock just after the manager granted it: its withdrawal must give \
+                   the grant back, or the lock stays with a node that no longer asks for it",
+            run: locks::withdrawal_finds_a_grant,
+        },
+        Scenario {
             name: "fenced-request",
             what: "a node waiting for a lock is declared dead and freed; no manager step drops its request",
             run: locks::fenced_request,
