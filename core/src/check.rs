@@ -12,7 +12,7 @@ use crate::layout::{
     CHUNK_HELD, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, NODE_FENCED, NODE_FREE, SLOT_CANCEL,
     SLOT_IDLE, SLOT_LOCKED, SLOT_WAITING,
 };
-use crate::roots::record_valid;
+use crate::roots::{record_deferred, record_valid};
 use crate::store::Store;
 use crate::Result;
 
@@ -833,10 +833,12 @@ impl<C: Coherence> Checker<'_, C> {
         let (st, l) = (self.st, &self.st.layout);
         for i in 0..l.caps.n_roots {
             let r: RootRecord = st.fresh(l.root(i), Site("check.root"))?;
-            if r.state != 0 && !record_valid(&r) {
+            // A deferred free holds its block as a root does.
+            let holds = record_valid(&r) || record_deferred(&r);
+            if r.state != 0 && !holds {
                 self.rep(FindingKind::Root, i as u64, 0);
             }
-            if self.track && record_valid(&r) {
+            if self.track && holds {
                 if let Ok(c) = chunk_of(l, r.offset) {
                     let rec: ChunkRecord = st.view.read(l.chunk(c))?;
                     let m = read_map(st, c, None)?;

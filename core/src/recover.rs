@@ -18,7 +18,7 @@ use crate::layout::{
 use crate::lock::{Held, GRANT_FLOOR, GRANT_REPAIR};
 use crate::mutant::mutant;
 use crate::node::Node;
-use crate::roots::record_valid;
+use crate::roots::{record_deferred, record_valid};
 use crate::{Error, Result};
 
 /// What a recovery did.
@@ -174,6 +174,7 @@ impl<C: Coherence> Node<'_, C> {
         }
         claimed = claimed.saturating_add(self.claim_journaled(alive | kept)?);
         rep.blocks_reclaimed = reset_blocks.saturating_sub(claimed);
+        self.apply_deferred_frees(kept, &mut rep)?;
         let releasing = self.releases_in_flight(kept)?;
         self.settle_chunks(owners, kept, &releasing, &mut rep)?;
         // 5. Live nodes' journals are theirs alone: each node writes its own
@@ -277,7 +278,8 @@ impl<C: Coherence> Node<'_, C> {
         let mut claimed = 0u64;
         for i in 0..l.caps.n_roots {
             let r: RootRecord = st.fresh(l.root(i), Site("recover.root"))?;
-            if record_valid(&r)
+            // A deferred free holds its block until step 3d frees it.
+            if (record_valid(&r) || record_deferred(&r))
                 && r.offset != 0
                 && self.claim_block(r.offset, r.size.max(1), true, owners)? == Claim::New
             {
@@ -285,6 +287,57 @@ impl<C: Coherence> Node<'_, C> {
             }
         }
         Ok(claimed)
+    }
+
+    /// Step 3d: Deferred frees (see [`crate::roots::ROOT_DEFERRED_FREE`]) whose chunk
+    /// no fenced node (`kept`) may still write back a map line of: each
+    /// record goes first (published and fenced under the roots lock, this
+    /// recovery's), then its block's map bits (written back with the chunk
+    /// table at the end). A recovery that stops between leaves the block
+    /// allocated and named by nothing (its owner's until that owner is
+    /// gone), never a record naming a free block, which a later recovery
+    /// would free again under whoever took it.
+    fn apply_deferred_frees(&self, kept: u64, rep: &mut RecoverReport) -> Result<()> {
+        let st = self.store;
+        let l = &st.layout;
+        for i in 0..l.caps.n_roots {
+            // Fresh since step 2 (recovery holds the roots lock).
+            let r: RootRecord = st.view.read(l.root(i))?;
+            if !record_deferred(&r) {
+                continue;
+            }
+            let Ok(c) = chunk_of(l, r.offset) else {
+                self.root_clear_locked(i)?;
+                continue;
+            };
+            // Fresh since step 1, as the claims left it.
+            let mut rec: ChunkRecord = st.view.read(l.chunk(c))?;
+            let tainted = (rec.taint | self.taint_due(&rec, kept)?) & kept != 0;
+            if tainted && !mutant!("recover.deferred_free_while_tainted") {
+                continue;
+            }
+            self.root_clear_locked(i)?;
+            let g = l.granule();
+            let at = r.offset.checked_sub(l.chunk_payload(c)).filter(|x| x.is_multiple_of(g));
+            let Some(at) = at.and_then(|x| x.checked_div(g)).and_then(|x| u32::try_from(x).ok()) else {
+                continue;
+            };
+            let mut m = read_map(st, c, None)?;
+            let Some(k) = m.extent(at).filter(|_| rec.kind == CHUNK_RAW) else {
+                // Freed already (a recovery that stopped after its map
+                // write), or no such block: nothing to free.
+                continue;
+            };
+            m.clear(at, k);
+            let (lo, hi) = ((at / 64) as usize, at.saturating_add(k).div_ceil(64) as usize);
+            write_map(st, c, &m, lo, hi, None)?;
+            rec.used = rec.used.saturating_sub(k);
+            rec.blocks = rec.blocks.saturating_sub(1);
+            rec.free_max = m.longest_free();
+            st.view.write(l.chunk(c), &rec)?;
+            rep.blocks_reclaimed = rep.blocks_reclaimed.saturating_add(1);
+        }
+        Ok(())
     }
 
     /// Step 2b: A reservation of a fenced node (`kept`) whose entry is not

@@ -3,6 +3,7 @@
 //! Changes take the roots lock; `get` reads without it and validates each
 //! record's checksum.
 
+use crate::alloc::Unlink;
 use crate::coherence::{Coherence, Site};
 use crate::hash::checksum32;
 use crate::layout::{RootRecord, MAX_NODES, ROOT_AT};
@@ -47,9 +48,33 @@ fn record_sum(r: &RootRecord) -> u64 {
     checksum32(&w) as u64 | 1 << 63
 }
 
+/// [`RootRecord::state`] of a named root in use.
+pub const ROOT_LIVE: u32 = 1;
+
+/// [`RootRecord::state`] of a deferred free: a raw block freed while its
+/// chunk is tainted (a node declared dead and not yet quiet may still
+/// write back a map line of it, bringing back any block freed meanwhile).
+/// The block's map bits stay set, and the record — nameless, never
+/// returned by a lookup — holds it: the recovery that finds the chunk
+/// untainted clears the record, then the bits (see `Node::free`).
+pub const ROOT_DEFERRED_FREE: u32 = 2;
+
 /// True when a root record is in use and intact.
 pub fn record_valid(r: &RootRecord) -> bool {
-    r.state == 1 && r.checksum == record_sum(r)
+    r.state == ROOT_LIVE && r.checksum == record_sum(r)
+}
+
+/// True when a root record is an intact deferred free
+/// ([`ROOT_DEFERRED_FREE`]).
+pub fn record_deferred(r: &RootRecord) -> bool {
+    r.state == ROOT_DEFERRED_FREE && r.checksum == record_sum(r)
+}
+
+/// A deferred free of the raw block of `len` bytes at `off`, sealed.
+fn deferred_record(off: u64, len: u64) -> RootRecord {
+    let mut r = RootRecord { offset: off, size: len, state: ROOT_DEFERRED_FREE, ..RootRecord::default() };
+    r.checksum = record_sum(&r);
+    r
 }
 
 /// Reads root `name` without a lock. `NotFound` if absent.
@@ -84,15 +109,47 @@ impl<C: Coherence> Node<'_, C> {
     /// Publishes root `want`; the caller holds the roots lock. Returns the
     /// record's index.
     pub(crate) fn root_put_locked(&self, want: [u8; MAX_NAME], root: Root) -> Result<u32> {
+        let mut r = RootRecord {
+            name: want,
+            offset: root.offset,
+            size: root.size,
+            tag: root.tag,
+            state: ROOT_LIVE,
+            checksum: 0,
+        };
+        r.checksum = record_sum(&r);
+        self.root_add_locked(&r, true)
+    }
+
+    /// Records a deferred free of the raw block of `len` bytes at `off`
+    /// (see [`ROOT_DEFERRED_FREE`]); the caller holds the roots lock and
+    /// the block's heap lock. `RootsFull` when no record is left.
+    pub(crate) fn root_defer_free_locked(&self, off: u64, len: u64) -> Result<()> {
+        self.root_add_locked(&deferred_record(off, len), false).map(|_| ())
+    }
+
+    /// Turns root slot `i` (a named root, found under the roots lock the
+    /// caller holds) into a deferred free of the raw block of `len` bytes
+    /// at `off`, in one write: the name goes and the block stays held.
+    pub(crate) fn root_defer_in_place_locked(&self, i: u32, off: u64, len: u64) -> Result<()> {
+        self.root_store(i, &deferred_record(off, len))
+    }
+
+    /// Writes `r` to a free root slot; the caller holds the roots lock.
+    /// With `named`, `Exists` when a root of that name is there.
+    fn root_add_locked(&self, r: &RootRecord, named: bool) -> Result<u32> {
         let l = &self.store.layout;
         let taken = self.roots_in_flight()?;
         let mut free = None;
         let mut exists = false;
         for i in 0..l.caps.n_roots {
-            let r: RootRecord = self.store.fresh(l.root(i), Site("roots.put.scan"))?;
-            if record_valid(&r) {
-                exists |= r.name == want;
-            } else if free.is_none() && !taken.contains(&i.wrapping_add(1)) {
+            let x: RootRecord = self.store.fresh(l.root(i), Site("roots.put.scan"))?;
+            if record_valid(&x) {
+                exists |= named && x.name == r.name;
+            } else if !named && record_deferred(&x) && x.offset == r.offset {
+                // Its free is deferred already: a second free.
+                return Err(Error::InvalidArgument);
+            } else if free.is_none() && !record_deferred(&x) && !taken.contains(&i.wrapping_add(1)) {
                 free = Some(i);
             }
         }
@@ -100,12 +157,15 @@ impl<C: Coherence> Node<'_, C> {
             return Err(Error::Exists);
         }
         let i = free.ok_or(Error::RootsFull)?;
-        let mut r =
-            RootRecord { name: want, offset: root.offset, size: root.size, tag: root.tag, state: 1, checksum: 0 };
-        r.checksum = record_sum(&r);
-        // SYNC: record published under the roots lock (reader: get).
-        self.root_write(i, &r, Site("roots.put"))?;
+        self.root_store(i, r)?;
         Ok(i)
+    }
+
+    /// Writes record `r` in root slot `i`; the caller holds the roots lock.
+    fn root_store(&self, i: u32, r: &RootRecord) -> Result<()> {
+        // SYNC: record published under the roots lock (readers: get,
+        // recovery, check).
+        self.root_write(i, r, Site("roots.put"))
     }
 
     /// The root slots (+ 1; 0 none) other nodes journal as being written
@@ -179,12 +239,10 @@ impl<C: Coherence> Node<'_, C> {
             let (i, r) = self.root_find_locked(want)?;
             // The record goes once the allocation is found, under its heap
             // lock; it comes back if the free is refused after all.
-            self.free_raw_unlinking(r.offset, &mut |gone| {
-                if gone {
-                    self.root_clear_locked(i)
-                } else {
-                    self.root_put_locked(want, r).map(|_| ())
-                }
+            self.free_raw_unlinking(r.offset, &mut |u| match u {
+                Unlink::Found => self.root_clear_locked(i).map(|_| false),
+                Unlink::Undo => self.root_put_locked(want, r).map(|_| false),
+                Unlink::Defer { len } => self.root_defer_in_place_locked(i, r.offset, len).map(|_| true),
             })?;
             Ok(r)
         })
@@ -203,7 +261,7 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// Clears root slot `i`; the caller holds the roots lock.
-    fn root_clear_locked(&self, i: u32) -> Result<()> {
+    pub(crate) fn root_clear_locked(&self, i: u32) -> Result<()> {
         // SYNC: cleared record published under the roots lock (reader: get).
         self.root_write(i, &RootRecord::default(), Site("roots.destroy"))
     }

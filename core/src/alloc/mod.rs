@@ -196,6 +196,22 @@ pub fn kind_valid(kind: u32) -> bool {
     matches!(kind, CHUNK_FREE | CHUNK_KV | CHUNK_RAW | CHUNK_LARGE | CHUNK_CONT | CHUNK_HELD)
 }
 
+/// What a free asks of its caller under the block's heap lock (see
+/// [`Node::free_raw_unlinking`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unlink {
+    /// The block is found and is freed next: whatever names it goes now.
+    Found,
+    /// The free was refused after `Found`: what named the block comes back.
+    Undo,
+    /// The block's chunk is tainted: its free is to be deferred, the block
+    /// (of `len` bytes) left allocated and held by a deferred-free record
+    /// the caller writes in place of what named it (see
+    /// [`crate::roots::ROOT_DEFERRED_FREE`]). The caller answers true when
+    /// it did so (nothing else is changed), false to have it freed now.
+    Defer { len: u64 },
+}
+
 impl<C: Coherence> Node<'_, C> {
     /// Allocates `len` raw bytes of region payload for the application;
     /// returns its offset. Publish it through a named root to keep it alive
@@ -207,11 +223,42 @@ impl<C: Coherence> Node<'_, C> {
     /// Frees a raw allocation (from [`Node::alloc`], by any node).
     /// `InvalidArgument`, changing nothing, for any offset that is not the
     /// start of a live raw allocation — a KV block's payload included.
+    ///
+    /// A block in a tainted chunk (see [`ChunkRecord::taint`]) is not freed
+    /// at once: a node declared dead there may still write back a map line
+    /// that would bring it back. It stays allocated, held by a deferred-free
+    /// record in the root table (taken under the roots lock), until the
+    /// recovery that finds the chunk untainted frees it (see
+    /// [`crate::roots::ROOT_DEFERRED_FREE`]). With no root record left, it
+    /// is freed at once all the same.
     pub fn free(&self, off: u64) -> Result<()> {
         if chunk_of(&self.store.layout, off).is_err() {
             return Err(Error::InvalidArgument);
         }
-        self.after_void_repairs(|| self.free_block(off, Kind::Raw, false))
+        self.after_void_repairs(|| {
+            let mut tainted = false;
+            let r = self.free_block_with(off, Kind::Raw, false, &mut |u| match u {
+                Unlink::Defer { .. } => {
+                    // Nothing changed yet: again, under the roots lock.
+                    tainted = true;
+                    Err(Error::Busy)
+                }
+                _ => Ok(false),
+            });
+            if !tainted {
+                return r;
+            }
+            self.with_lock(self.store.layout.locks().roots(), || {
+                self.free_block_with(off, Kind::Raw, true, &mut |u| match u {
+                    Unlink::Defer { len } => match self.root_defer_free_locked(off, len) {
+                        Ok(()) => Ok(true),
+                        Err(Error::RootsFull) => Ok(false),
+                        Err(e) => Err(e),
+                    },
+                    _ => Ok(false),
+                })
+            })
+        })
     }
 
     /// Notes a chunk found void: a recovery repairs it once this node holds
@@ -439,16 +486,17 @@ impl<C: Coherence> Node<'_, C> {
     /// Frees the block at `off` (of `kind`), taking its chunk owner's heap
     /// lock; `nested` when the caller holds another lock.
     fn free_block(&self, off: u64, kind: Kind, nested: bool) -> Result<()> {
-        self.free_block_with(off, kind, nested, &mut |_| Ok(()))
+        self.free_block_with(off, kind, nested, &mut |_| Ok(false))
     }
 
     /// Frees the raw allocation at `off` for a caller holding another lock
-    /// (the roots lock): `unlink(true)` runs under the owner's heap lock
+    /// (the roots lock): `unlink(Found)` runs under the owner's heap lock
     /// once the allocation is found, just before it is freed, and
-    /// `unlink(false)` undoes it should the free then be refused
-    /// (`Recovering`). `InvalidArgument`, with `unlink` never called, when
-    /// no raw allocation starts at `off`.
-    pub(crate) fn free_raw_unlinking(&self, off: u64, unlink: &mut dyn FnMut(bool) -> Result<()>) -> Result<()> {
+    /// `unlink(Undo)` undoes it should the free then be refused
+    /// (`Recovering`); in a tainted chunk, `unlink(Defer)` runs instead
+    /// (see [`Unlink::Defer`]). `InvalidArgument`, with `unlink` never
+    /// called, when no raw allocation starts at `off`.
+    pub(crate) fn free_raw_unlinking(&self, off: u64, unlink: &mut dyn FnMut(Unlink) -> Result<bool>) -> Result<()> {
         if chunk_of(&self.store.layout, off).is_err() {
             return Err(Error::InvalidArgument);
         }
@@ -460,7 +508,7 @@ impl<C: Coherence> Node<'_, C> {
         off: u64,
         kind: Kind,
         nested: bool,
-        unlink: &mut dyn FnMut(bool) -> Result<()>,
+        unlink: &mut dyn FnMut(Unlink) -> Result<bool>,
     ) -> Result<()> {
         let l = &self.store.layout;
         let c = chunk_of(l, off)?;
@@ -486,9 +534,19 @@ impl<C: Coherence> Node<'_, C> {
                     return Ok(false);
                 }
                 let b = self.locate(c, &rec, off, kind, held)?;
-                unlink(true)?;
+                if let (CHUNK_RAW, Some((_, k))) = (rec.kind, b.block) {
+                    // A node declared dead and not yet quiet may still write
+                    // back a map line of this chunk, read before this free:
+                    // it would bring the block back (placed over by nobody:
+                    // raw blocks keep off tainted chunks, but lost).
+                    let len = u64::from(k).wrapping_mul(l.granule());
+                    if rec.taint != 0 && !mutant!("alloc.free_in_tainted") && unlink(Unlink::Defer { len })? {
+                        return Ok(true);
+                    }
+                }
+                unlink(Unlink::Found)?;
                 if let Err(e) = self.free_located(c, rec, b, held) {
-                    unlink(false)?;
+                    unlink(Unlink::Undo)?;
                     return Err(e);
                 }
                 Ok(true)

@@ -337,6 +337,13 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::zombie_map_lands_late,
         },
         Scenario {
+            name: "zombie-map-brings-back-freed-raw-blocks",
+            what: "a node holding another's heap lock stops, is declared dead and fenced; raw blocks of that \
+                   chunk are freed, one through its root; then the stopped node's map line, from before the frees, \
+                   lands: the freed blocks must be free once it is quiet, never lost",
+            run: zombies::zombie_map_brings_back_freed_raw_blocks,
+        },
+        Scenario {
             name: "zombie-map-lands-over-raw-blocks",
             what: "a node holding another's heap lock stops, is declared dead and fenced; that node's chunk \
                    empties and goes back, and raw blocks are allocated; then the stopped node's map line lands: \

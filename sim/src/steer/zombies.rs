@@ -832,6 +832,85 @@ pub(super) fn zombie_map_lands_over_raw_blocks(disable: Option<&'static str>) ->
     Ok(out)
 }
 
+/// Node 2 allocates raw blocks A, B and C in a raw chunk of its own and
+/// names B and C by roots; node 1 holds node 2's heap lock (as another
+/// node's free of one of them does) and stops there, the chunk's map line
+/// in its cache. It is declared dead and recovered (fenced: the chunk
+/// tainted). Node 2 frees A, and B through its root; a recovery runs (node
+/// 1 is not quiet yet); node 1's map line, from before both frees, lands;
+/// node 1 says it is quiet, and the recovery after runs. A and B must not
+/// come back with the late line: after that recovery both are free in the
+/// map, B's root is gone, a second free of A is refused, C keeps its bytes,
+/// and once node 2 frees C the region checks clean.
+pub(super) fn zombie_map_brings_back_freed_raw_blocks(disable: Option<&'static str>) -> Result<Vec<String>> {
+    use cxlkv_core::alloc::{chunk_of, read_map};
+    use cxlkv_core::coherence::Site;
+    const NAME: &str = "zombie-map-brings-back-freed-raw-blocks";
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    let l = &s0.layout;
+    let mut out = Vec::new();
+    const RAW: usize = 1024;
+    let blocks = [n2.alloc(RAW as u64)?, n2.alloc(RAW as u64)?, n2.alloc(RAW as u64)?];
+    for (i, &b) in blocks.iter().enumerate() {
+        fill_raw(&s2, b, RAW, 0x40 + i as u8)?;
+    }
+    let c = chunk_of(l, blocks[0])?;
+    if blocks.iter().any(|&b| chunk_of(l, b) != Ok(c)) {
+        out.push(format!("{NAME}: three small raw blocks of one node are not in one chunk"));
+        return Ok(out);
+    }
+    n2.root_put(b"freed-late", Root { offset: blocks[1], size: RAW as u64, tag: 7 })?;
+    n2.root_put(b"kept", Root { offset: blocks[2], size: RAW as u64, tag: 7 })?;
+    let map = l.chunk_map(c);
+    let old: [u8; 64] = rig.mem.shared_region().read(map)?;
+    let _held = n1.lock(l.locks().heap(2))?;
+    declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    if let Err(e) = n2.free(blocks[0]) {
+        out.push(format!("{NAME}: the free of raw block A in the tainted chunk failed: {e}"));
+    }
+    if let Err(e) = n2.root_free(b"freed-late") {
+        out.push(format!("{NAME}: the root free of raw block B in the tainted chunk failed: {e}"));
+    }
+    match n2.free(blocks[0]) {
+        Err(Error::InvalidArgument) => {}
+        r => out.push(format!("{NAME}: a second free of raw block A answered {r:?}")),
+    }
+    // Node 1 is not quiet yet: the recovery must keep both blocks held.
+    n0.recover(0)?;
+    // Node 1's copy of the map line, from before both frees, lands.
+    rig.cache(1).write(map, &old)?;
+    rig.mem.evict_line(1, (map / 64) as usize);
+    let _ = n1.quiesce(2);
+    env.step()?;
+    n0.recover(0)?;
+    let m = read_map(&s2, c, Some(Site("steer.map")))?;
+    let base = l.chunk_payload(c);
+    for (b, what) in blocks[..2].iter().zip(["A", "B"]) {
+        if m.extent(((b - base) / l.granule()) as u32).is_some() {
+            out.push(format!("{NAME}: raw block {what}, freed while its chunk was tainted, is allocated still"));
+        }
+    }
+    if !matches!(cxlkv_core::roots::get(&s2, b"freed-late"), Err(Error::NotFound)) {
+        out.push(format!("{NAME}: the root of raw block B is there after its free"));
+    }
+    let mut buf = vec![0u8; RAW];
+    rig.mem.shared_region().copy_out(blocks[2], &mut buf)?;
+    if buf.iter().any(|&b| b != 0x42) {
+        out.push(format!("{NAME}: raw block C lost its bytes"));
+    }
+    if let Err(e) = n2.root_free(b"kept") {
+        out.push(format!("{NAME}: the root free of raw block C failed: {e}"));
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
+
 /// Node 1 holds a stripe lock (as a publish or an eviction there does) and
 /// stops, the stripe's bucket lines in its cache, all empty. It is declared
 /// dead and recovered (fenced: not known quiet). Node 0 publishes B in that
