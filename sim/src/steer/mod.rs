@@ -24,6 +24,22 @@ use cxlkv_core::{Error, Result};
 use crate::harness::{sim_caps, SIM_BYTES};
 use crate::memory::{SimCoherence, SimConfig, SimMemory};
 
+/// The rig most zombie scenarios start from, bound in the caller's scope:
+/// three hosts (`rig`), node n attached on host n with its store `sn`, a
+/// step environment on host 0 (`env`), and each node's local state and
+/// node (`ln`, `nn`).
+macro_rules! three_node_rig {
+    ($disable:expr => $rig:ident, ($s0:ident, $s1:ident, $s2:ident), $env:ident,
+     ($l0:ident, $l1:ident, $l2:ident), ($n0:ident, $n1:ident, $n2:ident)) => {
+        let $rig = Rig::new(3, 3, $disable)?;
+        let ($s0, $s1, $s2) = $rig.three_hosts_one_node_each()?;
+        let $env = StepEnv::new(&$s0, 0);
+        let ($l0, $l1, $l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
+        let ($n0, $n1, $n2) =
+            (Node::new(&$s0, 0, &$env, &$l0)?, Node::new(&$s1, 1, &$env, &$l1)?, Node::new(&$s2, 2, &$env, &$l2)?);
+    };
+}
+
 mod blocks;
 mod locks;
 mod managers;

@@ -213,11 +213,7 @@ pub(super) fn zombie_stripe_holder_lands_late(disable: Option<&'static str>) -> 
 /// granted the lock, and the stale grant dropped.
 pub(super) fn replaced_manager_line_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
     const LOCK: u32 = 2;
-    let rig = Rig::new(3, 3, disable)?;
-    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
-    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
     let l = &s0.layout;
     let line = (l.lock_line(LOCK) / 64) as usize;
     // What a replaced manager would write back: the line as it read it.
@@ -463,11 +459,7 @@ pub(super) fn operator_says_a_dead_host_is_down(disable: Option<&'static str>) -
 /// clean.
 pub(super) fn void_grant_lands_in_a_live_slot(disable: Option<&'static str>) -> Result<Vec<String>> {
     const LOCK: u32 = 2;
-    let rig = Rig::new(3, 3, disable)?;
-    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
-    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
     let l = &s0.layout;
     let slot1 = l.lock_slot(LOCK, 1);
     let g1 = n1.lock(LOCK)?;
@@ -510,11 +502,7 @@ pub(super) fn void_grant_lands_in_a_live_slot(disable: Option<&'static str>) -> 
 /// next, node 1 must detach, and the region check clean.
 pub(super) fn old_grant_lands_over_a_held_one(disable: Option<&'static str>) -> Result<Vec<String>> {
     const LOCK: u32 = 2;
-    let rig = Rig::new(3, 3, disable)?;
-    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
-    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
     let slot1 = s0.layout.lock_slot(LOCK, 1);
     let g1 = n1.lock(LOCK)?;
     let old: LockSlot = rig.mem.shared_region().read(slot1)?;
@@ -716,11 +704,7 @@ pub(super) fn fenced_waiter_is_not_granted(disable: Option<&'static str>) -> Res
 /// the region checks clean.
 pub(super) fn zombie_map_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
     const NAME: &str = "zombie-map-lands-late";
-    let rig = Rig::new(3, 3, disable)?;
-    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
-    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
     let l = &s0.layout;
     let keys: Vec<Key> = (0..4u64).map(|i| Key { lo: 0x3a90 + i, hi: 7 + i }).collect();
     let mut out = Vec::new();
@@ -768,11 +752,7 @@ pub(super) fn zombie_map_lands_late(disable: Option<&'static str>) -> Result<Vec
 /// room, and frees, and the region checks clean.
 pub(super) fn zombie_map_lands_over_raw_blocks(disable: Option<&'static str>) -> Result<Vec<String>> {
     const NAME: &str = "zombie-map-lands-over-raw-blocks";
-    let rig = Rig::new(3, 3, disable)?;
-    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
-    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
     let l = &s0.layout;
     let mut out = Vec::new();
     const RAW: usize = 4096;
@@ -846,11 +826,7 @@ pub(super) fn zombie_map_brings_back_freed_raw_blocks(disable: Option<&'static s
     use cxlkv_core::alloc::{chunk_of, read_map};
     use cxlkv_core::coherence::Site;
     const NAME: &str = "zombie-map-brings-back-freed-raw-blocks";
-    let rig = Rig::new(3, 3, disable)?;
-    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
-    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
     let l = &s0.layout;
     let mut out = Vec::new();
     const RAW: usize = 1024;
@@ -921,11 +897,7 @@ pub(super) fn zombie_map_brings_back_freed_raw_blocks(disable: Option<&'static s
 /// entry no bucket names); the region checks clean.
 pub(super) fn zombie_buckets_land_late(disable: Option<&'static str>) -> Result<Vec<String>> {
     const NAME: &str = "zombie-buckets-land-late";
-    let rig = Rig::new(3, 3, disable)?;
-    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
-    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
     let l = &s0.layout;
     let s = 0u32;
     let b = keys_in(&s0, s, 0, 1)[0];
@@ -1295,11 +1267,7 @@ pub(super) fn zombie_wakes_to_release(disable: Option<&'static str>) -> Result<V
 /// free), and node 2's bytes must stay.
 pub(super) fn zombie_bitmap_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
     const NAME: &str = "zombie-bitmap-lands-late";
-    let rig = Rig::new(3, 3, disable)?;
-    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
-    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
     let l = &s0.layout;
     let mut out = Vec::new();
     let off = n1.alloc(4096)?;
@@ -1351,11 +1319,7 @@ pub(super) fn zombie_bitmap_lands_late(disable: Option<&'static str>) -> Result<
 /// empty chunk was held out of use, not given to node 2.
 pub(super) fn zombie_wakes_to_take_a_chunk(disable: Option<&'static str>) -> Result<Vec<String>> {
     const NAME: &str = "zombie-wakes-to-take-a-chunk";
-    let rig = Rig::new(3, 3, disable)?;
-    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
-    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
     let mut out = Vec::new();
     let len = (s0.layout.chunk_size() * 3 / 2) as usize;
     let kv: Vec<Key> = (0..4u64).map(|i| Key { lo: 0x3c00 + i, hi: i }).collect();
@@ -1573,11 +1537,7 @@ pub(super) fn zombie_entry_lands_under_a_live_key(disable: Option<&'static str>)
 /// seed 112020 met it so); B reads back whole and the region checks clean.
 pub(super) fn publish_meets_a_void_entry(disable: Option<&'static str>) -> Result<Vec<String>> {
     const NAME: &str = "publish-meets-a-void-entry";
-    let rig = Rig::new(3, 3, disable)?;
-    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
-    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
     let l = &s0.layout;
     let s = 0u32;
     let ks = keys_in(&s0, s, 0, 2);
@@ -1630,11 +1590,7 @@ pub(super) fn zombie_entry_over_a_reservation_repaired_elsewhere(disable: Option
 }
 
 fn entry_over_a_reservation(name: &str, writer_repairs: bool, disable: Option<&'static str>) -> Result<Vec<String>> {
-    let rig = Rig::new(3, 3, disable)?;
-    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
-    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
     let l = &s0.layout;
     let s = 0u32;
     let ks = keys_in(&s0, s, 0, 3);
@@ -1714,11 +1670,7 @@ fn entry_over_a_reservation(name: &str, writer_repairs: bool, disable: Option<&'
 /// checks clean (no block leaked) and no journal records B.
 pub(super) fn zombie_entry_lands_over_a_pin(disable: Option<&'static str>) -> Result<Vec<String>> {
     const NAME: &str = "zombie-entry-lands-over-a-pin";
-    let rig = Rig::new(3, 3, disable)?;
-    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
-    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
     let l = &s0.layout;
     let s = 0u32;
     let ks = keys_in(&s0, s, 0, 2);
@@ -1790,11 +1742,7 @@ pub(super) fn zombie_entry_lands_over_a_pin(disable: Option<&'static str>) -> Re
 /// records block B: no directory of a live tier may then claim B.
 pub(super) fn zombie_tier_keeps_its_directory(disable: Option<&'static str>) -> Result<Vec<String>> {
     const NAME: &str = "zombie-tier-keeps-its-directory";
-    let rig = Rig::new(3, 3, disable)?;
-    let (s0, s1, s2) = rig.three_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1, l2) = (NodeLocal::default(), NodeLocal::default(), NodeLocal::default());
-    let (n0, n1, n2) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?, Node::new(&s2, 2, &env, &l2)?);
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
     let mut out = Vec::new();
     let mut d1 = n1.tier_claim(2)?;
     declare_dead(&s0, 1)?;
