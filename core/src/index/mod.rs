@@ -847,10 +847,20 @@ impl<C: Coherence> Node<'_, C> {
         let lost = self.handle_in(s, h).is_ok()
             && self.journal_block(g, h.gen).ok().flatten() == Some((h.off, h.len))
             && st.ent_held(s, h.entry, hdr).is_ok_and(|e| e.gen != h.gen || e.state == state::EMPTY);
-        match lost {
-            true => self.let_go_lost(g, h.gen).err().unwrap_or(Error::StaleHandle),
-            false => Error::StaleHandle,
+        if !lost {
+            return Error::StaleHandle;
         }
+        // SYNC: payload bytes the caller stored through a pointer land
+        // before the block can be handed out again, as in `abort` (a dirty
+        // line written back later would overwrite the next owner's
+        // payload). The range is the one this node's journal names for the
+        // reservation (checked above). Completed by the fence of the lock
+        // release that frees the block, or of this stripe lock's release
+        // before the last let-go that does.
+        if let Err(e) = st.co.flush(&st.view, h.off, h.len, Site("index.lost.payload")) {
+            return e;
+        }
+        self.let_go_lost(g, h.gen).err().unwrap_or(Error::StaleHandle)
     }
 
     /// [`Self::writing_entry`], a lost reservation let go of.

@@ -221,7 +221,8 @@ pub fn scenarios() -> &'static [Scenario] {
         Scenario {
             name: "zombie-entry-lands-over-a-reservation",
             what: "a revoked holder's entry line lands over another node's reservation: the repair loses the \
-                   entry but keeps the block the writer's journal names, and the writer's publish lets it go",
+                   entry but keeps the block the writer's journal names, and the writer's abort lets it go, its \
+                   payload lines written back first",
             run: zombies::zombie_entry_lands_over_a_reservation,
         },
         Scenario {

@@ -1576,15 +1576,19 @@ pub(super) fn publish_meets_a_void_entry(disable: Option<&'static str>) -> Resul
 /// recovery too (its cache kept node 2's journal from before B) — C,
 /// reserved next, must not get it — and node 2 reserves D in that stripe,
 /// which must not reuse B's generation. Node 2 writes the rest of B: C must read back
-/// whole. B's publish then fails with `StaleHandle` and lets the block go;
-/// D publishes and the region checks clean (no block leaked, none shared).
+/// whole. Node 2 stores into B through its pointer too (plain stores), then
+/// aborts B: `StaleHandle`, and the block goes back with no line of it
+/// dirty in node 2's cache (written back later, such a line would land over
+/// the block's next owner: zombie sweep seed 125027). D publishes and the
+/// region checks clean (no block leaked, none shared).
 pub(super) fn zombie_entry_lands_over_a_reservation(disable: Option<&'static str>) -> Result<Vec<String>> {
     entry_over_a_reservation("zombie-entry-lands-over-a-reservation", true, disable)
 }
 
 /// As [`zombie_entry_lands_over_a_reservation`], but host 0's recovery is
 /// the one that drops the void line: it must read B's block from node 2's
-/// journal in memory (node 2 named it there, flushed, before the entry).
+/// journal in memory (node 2 named it there, flushed, before the entry),
+/// and node 2 lets B go by a publish (`StaleHandle`) rather than an abort.
 pub(super) fn zombie_entry_over_a_reservation_repaired_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
     entry_over_a_reservation("zombie-entry-over-a-reservation-repaired-elsewhere", false, disable)
 }
@@ -1634,10 +1638,25 @@ fn entry_over_a_reservation(name: &str, writer_repairs: bool, disable: Option<&'
         Ok(256) if buf == [0xcc; 256] => {}
         r => out.push(format!("{name}: C reads {r:?} (first byte {:#x}) after B's writes", buf[0])),
     }
+    // Node 2 stores into B through its pointer too (plain stores, left in
+    // its cache), then lets B go: by a publish, or by an abort.
+    s2.view.copy_in(hb.off, &[0xb3; 64])?;
     let mut st = [Ok(())];
-    match n2.publish_flushed(core::slice::from_ref(&hb), &mut st) {
-        Ok(()) if st[0] == Err(Error::StaleHandle) => {}
-        r => out.push(format!("{name}: publishing B, its entry lost, gave {r:?}, item {:?}", st[0])),
+    if writer_repairs {
+        match n2.abort(&hb) {
+            Err(Error::StaleHandle) => {}
+            r => out.push(format!("{name}: aborting B, its entry lost, gave {r:?}")),
+        }
+    } else {
+        match n2.publish_flushed(core::slice::from_ref(&hb), &mut st) {
+            Ok(()) if st[0] == Err(Error::StaleHandle) => {}
+            r => out.push(format!("{name}: publishing B, its entry lost, gave {r:?}, item {:?}", st[0])),
+        }
+    }
+    // Its block goes back: no line of it may stay dirty in node 2's cache,
+    // to land later over the block's next owner.
+    if (hb.off / 64..(hb.off + hb.len).div_ceil(64)).any(|i| rig.mem.is_dirty(2, i as usize)) {
+        out.push(format!("{name}: B's block went back with payload lines dirty in its writer's cache"));
     }
     match n2.get(NS, b, &mut buf) {
         Err(Error::NotFound) => {}
