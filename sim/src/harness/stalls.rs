@@ -87,13 +87,25 @@ pub(crate) fn stall_in_release(w: &World, a: usize) -> bool {
 pub(crate) fn stall_zombie(w: &World, a: usize, site: &str) -> bool {
     let h = a / 3;
     {
-        let mut m = w.model.lock().unwrap();
+        let m = w.model.lock().unwrap();
         if !m.zombie || m.stall != Some(h) || m.stalled || m.op_at.get(h).is_none_or(|&o| o < m.ops_per_host / 3) {
             return false;
         }
         if !w.mem.random().is_multiple_of(400) {
             return false;
         }
+    }
+    // A process of the host attaching again whose slot is FREE in memory
+    // still (ALIVE not landed) holds nothing and is watched by no manager:
+    // nobody would declare it dead, and when it wakes it attaches as any
+    // process does (seed 126118 of zombie-lazy-3x80 waited forever for its
+    // fencing). (Actors run one at a time: nothing changes the model
+    // between.)
+    if !slot_taken(w, h) {
+        return false;
+    }
+    {
+        let mut m = w.model.lock().unwrap();
         m.stalled = true;
         // Recovery will reclaim the stalled node's raw blocks.
         m.raw.retain(|b| b.2 != h);
@@ -103,6 +115,13 @@ pub(crate) fn stall_zombie(w: &World, a: usize, site: &str) -> bool {
     }
     park_host(w, h);
     true
+}
+
+/// True when host `h`'s node slot is not FREE in memory.
+fn slot_taken(w: &World, h: usize) -> bool {
+    let Ok(st) = attach(w.mem.shared_region(), cxlkv_core::coherence::Coherent) else { return false };
+    let info: Result<cxlkv_core::layout::NodeInfo, _> = st.view.read(st.layout.node_info(h as u32));
+    info.is_ok_and(|i| i.state != cxlkv_core::layout::NODE_FREE)
 }
 
 /// Deschedules all three actors of host `h` for three leases; on some seeds
