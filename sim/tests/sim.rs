@@ -144,7 +144,7 @@ fn runs_found_outside_ci_pass() {
 /// Zombie runs a sweep found failing, each with what it found:
 #[test]
 fn zombie_runs_found_in_sweeps_pass() {
-    let runs: [(u64, usize, u32, bool, bool); 2] = [
+    let runs: [(u64, usize, u32, bool, bool); 3] = [
         // a holder of a heap lock stopped with a map line queued for
         // write-back; declared dead, recovered and woken, its line landed
         // over the map that holders had changed since, and live blocks read
@@ -154,6 +154,12 @@ fn zombie_runs_found_in_sweeps_pass() {
         // recovery that fenced it reclaimed the block, and the entry landed
         // later naming a block the allocator calls free
         (90033, 3, 80, true, false),
+        // the stopped host was the manager: a successor claimed the role
+        // and detached, the next had not watched a whole lease of silence
+        // when three leases were over, and the host woke undeclared while
+        // the run waited for its fencing (the harness now holds a stop until
+        // the declaration lands)
+        (129103, 4, 200, false, true),
     ];
     for (seed, hosts, ops, lazy, mixed) in runs {
         must_pass(RunConfig {

@@ -40,8 +40,21 @@ pub(crate) struct Sched {
     pub(crate) watch_dirty: Vec<bool>,
     /// An actor parked (descheduled, as a preempted thread is) until this step.
     pub(crate) sleep_until: Vec<u64>,
+    /// A stopped host (`stalls::park_host`), the step it wakes at, and the
+    /// latest step it may be held to while not yet declared dead.
+    pub(crate) parked: Option<Parked>,
     /// Host-local locks: (host, lock) → holding actor.
     pub(crate) local: std::collections::HashMap<(usize, u32), usize>,
+}
+
+/// A host held still past its lease (see `stalls::park_host`).
+#[derive(Clone, Copy)]
+pub(crate) struct Parked {
+    pub(crate) host: usize,
+    pub(crate) until: u64,
+    pub(crate) limit: u64,
+    /// The heartbeat (manager actor) wakes this long after the others.
+    pub(crate) late: u64,
 }
 
 /// Park actors now and then (`CXLKV_SIM_PARK=1`): long windows in which a

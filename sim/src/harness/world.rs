@@ -410,10 +410,15 @@ impl World {
             s.sleep_until[cur] = s.steps + 500 + rnd(&mut s.rng) % 8000;
         }
         let awake = |s: &Sched, a: usize| s.runnable[a] && s.sleep_until[a] <= s.steps;
-        if s.runnable.iter().any(|&r| r) && !(0..n).any(|a| awake(s, a)) {
-            // Everyone is parked: time jumps to the first wake-up.
-            let t = (0..n).filter(|&a| s.runnable[a]).map(|a| s.sleep_until[a]).min().unwrap_or(s.steps);
-            s.steps = s.steps.max(t);
+        loop {
+            if s.runnable.iter().any(|&r| r) && !(0..n).any(|a| awake(s, a)) {
+                // Everyone is parked: time jumps to the first wake-up.
+                let t = (0..n).filter(|&a| s.runnable[a]).map(|a| s.sleep_until[a]).min().unwrap_or(s.steps);
+                s.steps = s.steps.max(t);
+            }
+            if !crate::harness::stalls::hold_parked(self, s) {
+                break;
+            }
         }
         let live = (0..n).filter(|&a| awake(s, a)).count();
         if live == 0 {
