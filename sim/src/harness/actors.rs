@@ -11,7 +11,7 @@ use cxlkv_core::hash::{mix64, Key};
 use cxlkv_core::index::Lru;
 use cxlkv_core::layout::NodeInfo;
 use cxlkv_core::lock::Manager;
-use cxlkv_core::node::{attach_node, Identity, Node, NodeLocal};
+use cxlkv_core::node::{attach_node, Identity, Node};
 use cxlkv_core::store::{attach, Store};
 use cxlkv_core::Error;
 
@@ -46,7 +46,7 @@ pub(crate) fn manager_actor(w: &World, h: usize) {
     let mut mgr = Manager::new(id);
     let nonce = identity(w, h).nonce;
     let env = Env { w };
-    let local = NodeLocal::default();
+    let local = w.local(h);
     let node = Node::attached(&store, id, &env, &local);
     let mut active = false;
     let mut was_attached = false;
@@ -196,7 +196,7 @@ pub(crate) fn resign_checked(w: &World, h: usize, mgr: &mut Manager, store: &Sto
 pub(crate) fn recovery_actor(w: &World, h: usize) {
     let Some(store) = attach_retry(w, h) else { return };
     let env = Env { w };
-    let local = NodeLocal::default();
+    let local = w.local(h);
     let node = Node::attached(&store, h as u32, &env, &local);
     loop {
         let (need, recovered) = {
@@ -348,7 +348,7 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
     let Some((store, id, who)) = start_process(w, h, seed, restarted) else { return };
     let me = 3 * h;
     let env = Env { w };
-    let local = NodeLocal::default();
+    let local = w.local(h);
     let node = Node::attached(&store, id, &env, &local);
     let mut x = seed ^ mix64(h as u64 + 1) ^ mix64(who.pid as u64);
     let mut pins: Vec<Pin> = Vec::new();

@@ -140,6 +140,7 @@ fn new_world(cfg: &RunConfig) -> Arc<World> {
             ..Model::default()
         }),
         hosts,
+        locals: Mutex::new(Vec::new()),
     })
 }
 

@@ -2,11 +2,11 @@
 //! the scheduler and the model, and what a node needs from it (`Env`).
 
 use std::collections::HashSet;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use cxlkv_core::hash::Key;
 use cxlkv_core::layout::{Entry, Layout, NodeInfo};
-use cxlkv_core::node::Identity;
+use cxlkv_core::node::{Identity, NodeLocal};
 use cxlkv_core::store::{attach, read_header, NodeEnv, Store};
 use cxlkv_core::Error;
 
@@ -23,9 +23,28 @@ pub(crate) struct World {
     pub(crate) cvs: Vec<Condvar>,
     pub(crate) model: Mutex<Model>,
     pub(crate) hosts: usize,
+    /// Each host's process-local node state and the process generation it
+    /// belongs to: the threads of one process share it, as platform's
+    /// background threads share their node's.
+    pub(crate) locals: Mutex<Vec<(u32, Arc<NodeLocal>)>>,
 }
 
 impl World {
+    /// The node state of host `h`'s current process, shared by its actors
+    /// (a process killed and started again has a new one).
+    pub(crate) fn local(&self, h: usize) -> Arc<NodeLocal> {
+        let gen = self.sched.lock().unwrap().gen.get(h).copied().unwrap_or(0);
+        let mut locals = self.locals.lock().unwrap();
+        if locals.len() < self.hosts {
+            locals.resize_with(self.hosts, || (u32::MAX, Arc::new(NodeLocal::default())));
+        }
+        let slot = &mut locals[h];
+        if slot.0 != gen {
+            *slot = (gen, Arc::new(NodeLocal::default()));
+        }
+        slot.1.clone()
+    }
+
     pub(crate) fn violation(&self, s: String) {
         let mut m = self.model.lock().unwrap();
         if m.violations.is_empty() && std::env::var("CXLKV_SIM_DEBUG").is_ok() {
