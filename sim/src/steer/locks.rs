@@ -40,7 +40,7 @@ pub(super) fn release_seen_early(disable: Option<&'static str>) -> Result<Vec<St
     let f2 = fired.clone();
     // The manager's batch for the lock: its line, node 1's slot, node 2's.
     let mut calls = 0;
-    rig.at_calls(move |h, site| {
+    rig.at_calls(0, move |h, site| {
         match (h, site) {
             (0, "mgr.line") => calls = 0,
             (0, "mgr.lock") => calls += 1,
@@ -378,7 +378,7 @@ pub(super) fn waiter_attached_mid_step(disable: Option<&'static str>) -> Result<
     let done = Arc::new(Mutex::new(None::<Result<()>>));
     let d2 = done.clone();
     let mem = rig.mem.clone();
-    rig.at_calls(move |h, site| {
+    rig.at_calls(0, move |h, site| {
         if (h, site) != (0, "mgr.doorbell") {
             return false;
         }
@@ -454,7 +454,7 @@ pub(super) fn grant_seen_before_its_line(disable: Option<&'static str>) -> Resul
     let r2 = repaired.clone();
     let v1 = rig.cache(1);
     let mem = rig.mem.clone();
-    rig.at_calls(move |h, site| {
+    rig.at_calls(0, move |h, site| {
         if (h, site) != (0, "mgr.grant") {
             return false;
         }

@@ -211,7 +211,7 @@ pub(super) fn zombie_manager_grants_late(disable: Option<&'static str>) -> Resul
     let got: Arc<Mutex<Option<Result<u64>>>> = Arc::new(Mutex::new(None));
     let g2 = got.clone();
     let mem = rig.mem.clone();
-    rig.at_calls(move |h, site| {
+    rig.at_calls(0, move |h, site| {
         if (h, site) != (0, "mgr.grant.line") {
             return false;
         }

@@ -474,7 +474,7 @@ type Action = Box<dyn FnMut(usize, &'static str) -> bool + Send>;
 /// action (if any) at every coherence call until the action returns true.
 pub(super) struct Rig {
     mem: Arc<SimMemory>,
-    action: Arc<Mutex<Option<Action>>>,
+    action: Arc<Mutex<Option<(usize, Action)>>>,
 }
 
 impl Drop for Rig {
@@ -490,17 +490,26 @@ impl Rig {
         format(mem.view(0), mem.host(0), sim_caps(nodes), 1)?;
         mem.drain(0);
         mem.disable(disable);
-        let action: Arc<Mutex<Option<Action>>> = Arc::new(Mutex::new(None));
+        let action: Arc<Mutex<Option<(usize, Action)>>> = Arc::new(Mutex::new(None));
         let a = action.clone();
         mem.set_yield_hook(Box::new(move |h, site| {
+            // Only its host's calls see the action (another host's thread
+            // taking it out would hide it from its own host's call meanwhile).
             // Taken out while it runs: what it calls makes coherence calls
             // of its own, which pass by it.
-            let taken = a.lock().unwrap_or_else(|p| p.into_inner()).take();
-            if let Some(mut f) = taken {
+            let taken = {
+                let mut slot = a.lock().unwrap_or_else(|p| p.into_inner());
+                if slot.as_ref().is_some_and(|(ah, _)| *ah == h) {
+                    slot.take()
+                } else {
+                    None
+                }
+            };
+            if let Some((ah, mut f)) = taken {
                 if !f(h, site) {
                     let mut slot = a.lock().unwrap_or_else(|p| p.into_inner());
                     if slot.is_none() {
-                        *slot = Some(f);
+                        *slot = Some((ah, f));
                     }
                 }
             }
@@ -536,9 +545,10 @@ impl Rig {
         self.mem.view(h)
     }
 
-    /// Runs `f` at coherence calls from now on, until it returns true.
-    fn at_calls(&self, f: impl FnMut(usize, &'static str) -> bool + Send + 'static) {
-        *self.action.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(f));
+    /// Runs `f` at host `h`'s coherence calls from now on, until it returns
+    /// true.
+    fn at_calls(&self, h: usize, f: impl FnMut(usize, &'static str) -> bool + Send + 'static) {
+        *self.action.lock().unwrap_or_else(|p| p.into_inner()) = Some((h, Box::new(f)));
     }
 
     /// Parks host `h`'s thread at its coherence call `site`, once: the
@@ -548,7 +558,7 @@ impl Rig {
         let (stopped_tx, stopped_rx) = mpsc::channel::<()>();
         let (go_tx, go_rx) = mpsc::channel::<()>();
         let parked = Mutex::new((stopped_tx, go_rx));
-        self.at_calls(move |host, at| {
+        self.at_calls(h, move |host, at| {
             if (host, at) != (h, site) {
                 return false;
             }
@@ -565,7 +575,7 @@ impl Rig {
     /// stored since stays in its cache. True when it died there.
     fn dies_at<T>(&self, h: usize, site: &'static str, f: impl FnOnce() -> T) -> bool {
         let mem = self.mem.clone();
-        self.at_calls(move |host, at| {
+        self.at_calls(h, move |host, at| {
             if (host, at) != (h, site) {
                 return false;
             }

@@ -1798,7 +1798,7 @@ pub(super) fn zombie_abort_lands_late(disable: Option<&'static str>) -> Result<V
     let (stopped_tx, stopped_rx) = std::sync::mpsc::channel::<()>();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let park = std::sync::Mutex::new((stopped_tx, go_rx, false));
-    rig.at_calls(move |h, site| {
+    rig.at_calls(1, move |h, site| {
         let mut p = park.lock().unwrap_or_else(|p| p.into_inner());
         if (h, site) == (1, "index.abort.payload") {
             p.2 = true;
