@@ -30,12 +30,20 @@
 //!   no repair.
 //! - A stale head only makes a sender walk further or refuse with
 //!   `InboxFull` sooner; it never makes it overwrite an unread message.
+//! - **The cursor.** Being its rings' one writer, a sender process keeps
+//!   where it writes next in each ring and the head it last read there
+//!   ([`Cursors`]): a send that fits before that head writes at once,
+//!   reading neither the head nor the slot. Only a ring that looks full has
+//!   its head read fresh; a head that is not at most a ring behind the
+//!   cursor (an owner's successor that went on from an older copy of it)
+//!   drops the cursor for a walk from that head, as above. A new process in
+//!   the node's slot starts without cursors: its first send to a ring walks.
 //! - Each message names the incarnation of its receiver; the owner drops
 //!   messages for an earlier incarnation of its slot.
 
 use crate::coherence::{Coherence, Site};
 use crate::hash::{mix64, Key};
-use crate::layout::{InboxHead, MsgHeader, MsgKeys, NodeInfo, KEYS_PER_SLOT, NODE_ALIVE, SLOT_LINES};
+use crate::layout::{InboxHead, MsgHeader, NodeInfo, KEYS_PER_SLOT, MAX_NODES, NODE_ALIVE};
 use crate::mem::LINE;
 use crate::mutant::mutant;
 use crate::node::Node;
@@ -58,6 +66,36 @@ pub struct Message {
     pub from: u32,
     /// Keys the message carries (set by `send` and `try_recv`).
     pub n_keys: u32,
+}
+
+/// Where a sender process writes next in each of its rings (see the
+/// module's "The cursor"), by receiver node.
+pub(crate) struct Cursors(pub(crate) [Option<Cursor>; MAX_NODES as usize]);
+
+impl Default for Cursors {
+    fn default() -> Cursors {
+        Cursors([None; MAX_NODES as usize])
+    }
+}
+
+/// The owner's side of an inbox, per process: the ring the next receive
+/// looks at first, and each ring's head once read.
+pub(crate) struct Heads {
+    next: u32,
+    at: [Option<u64>; MAX_NODES as usize],
+}
+
+impl Default for Heads {
+    fn default() -> Heads {
+        Heads { next: 0, at: [None; MAX_NODES as usize] }
+    }
+}
+
+/// A sender's next position in one ring, and the owner's head it last read.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cursor {
+    pos: u64,
+    head: u64,
 }
 
 /// Slots a message of `n_keys` keys spans.
@@ -104,9 +142,12 @@ fn claimed_slots(h: &MsgHeader, cap: u64) -> u64 {
     }
 }
 
-fn key_at(k: &MsgKeys, i: usize) -> Key {
-    let mut w = k.words.chunks_exact(2).nth(i).unwrap_or(&[0, 0]).iter().copied();
-    Key { lo: w.next().unwrap_or(0), hi: w.next().unwrap_or(0) }
+/// Keys in one key line of a slot.
+const KEYS_PER_LINE: usize = (LINE / 16) as usize;
+
+/// The `j`-th key line of the slot at `off` (its header is the first line).
+fn key_line(off: u64, j: usize) -> u64 {
+    off.wrapping_add(LINE).wrapping_add((j as u64).wrapping_mul(LINE))
 }
 
 impl<C: Coherence> Node<'_, C> {
@@ -126,14 +167,21 @@ impl<C: Coherence> Node<'_, C> {
             return Err(Error::TooLarge);
         }
         // The ring's one writer: this node's threads take turns.
-        let _turn = self.local.sending.lock();
+        let mut cursors = self.local.sending.lock();
         // A node declared dead writes nothing more: its slot (and so its
         // rings) may be recovered and taken by another process.
         self.owns_slot()?;
-        self.send_turn(to, msg, keys, k)
+        let cursor = cursors.0.get_mut(to as usize).ok_or(Error::BadNode)?;
+        // Dropped while the send runs: one that fails half-way walks again.
+        let known = cursor.take();
+        let (pos, head) = self.send_turn(to, msg, keys, k, known)?;
+        *cursor = Some(Cursor { pos: pos.wrapping_add(k), head });
+        Ok(())
     }
 
-    fn send_turn(&self, to: u32, msg: &Message, keys: &[Key], k: u64) -> Result<()> {
+    /// Writes the message at the ring's next free position, from `known`
+    /// when it is there; that position and the head it counted from.
+    fn send_turn(&self, to: u32, msg: &Message, keys: &[Key], k: u64, known: Option<Cursor>) -> Result<(u64, u64)> {
         let st = self.store;
         let l = &st.layout;
         let cap = l.caps.inbox_slots as u64;
@@ -142,19 +190,25 @@ impl<C: Coherence> Node<'_, C> {
             return Err(Error::BadNode);
         }
         let me = self.id;
-        let head = st.fresh::<InboxHead>(l.inbox_head(to, me), Site("inbox.send.head"))?.head;
-        // Walk the pending messages to the first free position.
-        let mut pos = head;
-        loop {
-            // Positions are sequence numbers: differences wrap as a ring's.
-            if pos.wrapping_sub(head) >= cap {
-                return Err(Error::InboxFull);
+        // SYNC: fresh head (writer: the inbox's owner, as it consumes).
+        let read_head = || st.fresh::<InboxHead>(l.inbox_head(to, me), Site("inbox.send.head")).map(|h| h.head);
+        let (mut pos, mut head) = match known {
+            Some(c) => (c.pos, c.head),
+            _ => {
+                let head = read_head()?;
+                (self.walk(to, head)?, head)
             }
-            let h: MsgHeader = st.fresh_state_first(l.inbox_slot(to, me, pos), Site("inbox.send.probe"))?;
-            if !starts_message(&h, pos) {
-                break;
+        };
+        // Positions are sequence numbers: differences wrap as a ring's.
+        if pos.wrapping_add(k).wrapping_sub(head) > cap && known.is_some() && !mutant!("inbox.cursor_head_kept") {
+            // Full as last seen: what the owner consumed since.
+            head = read_head()?;
+            if pos.wrapping_sub(head) > cap {
+                // More than a ring behind (or ahead of) this sender's
+                // writes: not a head this ring's owner could have written
+                // after them. As without a cursor: walk from it.
+                pos = self.walk(to, head)?;
             }
-            pos = pos.wrapping_add(claimed_slots(&h, cap));
         }
         if pos.wrapping_add(k).wrapping_sub(head) > cap {
             return Err(Error::InboxFull);
@@ -181,14 +235,18 @@ impl<C: Coherence> Node<'_, C> {
         }
         for i in 0..k {
             let off = l.inbox_slot(to, me, pos.wrapping_add(i));
-            let mut words = MsgKeys::default();
-            let slot_keys = keys.iter().skip((i as usize).saturating_mul(KEYS_PER_SLOT)).take(KEYS_PER_SLOT);
-            for (pair, key) in words.words.chunks_exact_mut(2).zip(slot_keys) {
-                pair.copy_from_slice(&[key.lo, key.hi]);
+            let slot_keys = keys.chunks(KEYS_PER_SLOT).nth(i as usize).unwrap_or_default();
+            // Only the key lines that hold keys are written (and read by the
+            // owner): a message without keys is its header alone.
+            for (j, line_keys) in slot_keys.chunks(KEYS_PER_LINE).enumerate() {
+                let mut words = [0u64; 8];
+                for (pair, key) in words.chunks_exact_mut(2).zip(line_keys) {
+                    pair.copy_from_slice(&[key.lo, key.hi]);
+                }
+                // A slot's lines lie inside the inbox area (the layout's
+                // offsets); the view checks every access.
+                st.view.write(key_line(off, j), &words)?;
             }
-            // A slot's lines lie inside the inbox area (the layout's offsets);
-            // the view checks every access.
-            st.view.write(off.wrapping_add(LINE), &words)?;
             if i > 0 {
                 let cont = MsgHeader { seq: pos.wrapping_add(i).wrapping_add(1), index: i as u32, ..first };
                 st.view.write(off, &cont)?;
@@ -196,8 +254,10 @@ impl<C: Coherence> Node<'_, C> {
             // SYNC: every line but the first header lands before it (reader:
             // the owner, which trusts the others once that header is seen).
             let from = if i == 0 && !early { off.wrapping_add(LINE) } else { off };
-            let end = off.wrapping_add(SLOT_LINES * LINE);
-            st.co.flush(&st.view, from, end.wrapping_sub(from), Site("inbox.send.body"))?;
+            let end = key_line(off, slot_keys.len().div_ceil(KEYS_PER_LINE));
+            if end > from {
+                st.co.flush(&st.view, from, end.wrapping_sub(from), Site("inbox.send.body"))?;
+            }
         }
         st.co.store_fence(Site("inbox.send.fence"));
         // SYNC: the first header, state word last, makes the message whole
@@ -205,7 +265,27 @@ impl<C: Coherence> Node<'_, C> {
         st.publish_state_last(l.inbox_slot(to, me, pos), &first, Site("inbox.send.publish"))?;
         // The message is in memory when the send returns.
         st.co.store_fence(Site("inbox.send.done"));
-        Ok(())
+        Ok((pos, head))
+    }
+
+    /// Walks the pending messages of this node's ring in `to`'s inbox from
+    /// `head` to the first free position; `InboxFull` when a whole ring of
+    /// them is pending.
+    fn walk(&self, to: u32, head: u64) -> Result<u64> {
+        let st = self.store;
+        let l = &st.layout;
+        let cap = l.caps.inbox_slots as u64;
+        let mut pos = head;
+        loop {
+            if pos.wrapping_sub(head) >= cap {
+                return Err(Error::InboxFull);
+            }
+            let h: MsgHeader = st.fresh_state_first(l.inbox_slot(to, self.id, pos), Site("inbox.send.probe"))?;
+            if !starts_message(&h, pos) {
+                return Ok(pos);
+            }
+            pos = pos.wrapping_add(claimed_slots(&h, cap));
+        }
     }
 
     /// Takes the next message of this node's inbox, copying its keys into
@@ -217,12 +297,13 @@ impl<C: Coherence> Node<'_, C> {
         let st = self.store;
         let nn = st.layout.caps.max_nodes;
         // The heads' one writer: this node's threads take turns.
-        let mut next = self.local.receiving.lock();
+        let mut heads = self.local.receiving.lock();
         let me: NodeInfo = st.view.read(st.layout.node_info(self.id))?;
         for i in 0..nn {
-            let from = next.wrapping_add(i).checked_rem(nn).unwrap_or(0);
-            if let Some(m) = self.recv_from(from, me.incarnation as u32, keys)? {
-                *next = from.wrapping_add(1).checked_rem(nn).unwrap_or(0);
+            let from = heads.next.wrapping_add(i).checked_rem(nn).unwrap_or(0);
+            let head = heads.at.get_mut(from as usize).ok_or(Error::BadNode)?;
+            if let Some(m) = self.recv_from(from, me.incarnation as u32, keys, head)? {
+                heads.next = from.wrapping_add(1).checked_rem(nn).unwrap_or(0);
                 return Ok(Some(m));
             }
         }
@@ -230,17 +311,34 @@ impl<C: Coherence> Node<'_, C> {
     }
 
     /// Takes the next message of sender `from`'s ring in this node's inbox
-    /// (see [`Node::try_recv`]); `incarnation` is this node's.
-    fn recv_from(&self, from: u32, incarnation: u32, keys: &mut [Key]) -> Result<Option<Message>> {
+    /// (see [`Node::try_recv`]); `incarnation` is this node's, `known` the
+    /// ring's head as this process last wrote it.
+    fn recv_from(
+        &self,
+        from: u32,
+        incarnation: u32,
+        keys: &mut [Key],
+        known: &mut Option<u64>,
+    ) -> Result<Option<Message>> {
         let st = self.store;
         let l = &st.layout;
         let cap = l.caps.inbox_slots as u64;
         let head_at = l.inbox_head(self.id, from);
-        // SYNC: the owner is the head's only writer; its own cache holds its
-        // last write. A successor on another host may hold an older copy: it
-        // then re-reads consumed messages, which name an earlier incarnation
-        // and are dropped below.
-        let start = st.view.read::<InboxHead>(head_at)?.head;
+        let start = match *known {
+            // The owner is the head's only writer: after its first read, this
+            // process knows it.
+            Some(h) => h,
+            _ => {
+                // SYNC: fresh head, once a process (writer: this slot's
+                // earlier owners). A copy in this host's cache may be older
+                // than memory by more than a ring (another host's process
+                // owned the inbox since): read from there, a whole ring of
+                // messages overwritten since would stop this owner for good.
+                let h = st.fresh::<InboxHead>(head_at, Site("inbox.recv.head.first"))?.head;
+                *known = Some(h);
+                h
+            }
+        };
         let mut head = start;
         let mut out = None;
         let mut err = None;
@@ -281,6 +379,7 @@ impl<C: Coherence> Node<'_, C> {
             // A message for an earlier incarnation of this slot: dropped.
         }
         if head != start {
+            *known = Some(head);
             // SYNC: the sender reads the head fresh to see the room it frees.
             st.publish(head_at, &InboxHead { head, reserved: [0; 7] }, Site("inbox.recv.head"))?;
             st.co.store_fence(Site("inbox.recv.head.fence"));
@@ -310,13 +409,29 @@ impl<C: Coherence> Node<'_, C> {
                     return Ok(false);
                 }
             }
-            let w: MsgKeys = st.fresh(off.wrapping_add(LINE), Site("inbox.recv.keys"))?;
             let take = n.saturating_sub(got).min(KEYS_PER_SLOT);
-            for (j, k) in buf.iter_mut().enumerate().take(take) {
-                *k = key_at(&w, j);
-                if let Some(dst) = keys.get_mut(got.saturating_add(j)) {
-                    *dst = *k;
+            // The key lines that hold this slot's keys, and no more (see
+            // `send_turn`).
+            let lines = take.div_ceil(KEYS_PER_LINE);
+            if lines > 0 {
+                st.co.invalidate(
+                    &st.view,
+                    off.wrapping_add(LINE),
+                    (lines as u64).wrapping_mul(LINE),
+                    Site("inbox.recv.keys"),
+                )?;
+            }
+            let mine = buf.get_mut(..take).unwrap_or_default();
+            for (j, line_keys) in mine.chunks_mut(KEYS_PER_LINE).enumerate() {
+                let w: [u64; 8] = st.view.read(key_line(off, j))?;
+                for (k, pair) in line_keys.iter_mut().zip(w.chunks_exact(2)) {
+                    if let &[lo, hi] = pair {
+                        *k = Key { lo, hi };
+                    }
                 }
+            }
+            for (dst, k) in keys.iter_mut().skip(got).zip(mine.iter()) {
+                *dst = *k;
             }
             sum = fold_keys(sum, buf.get(..take).unwrap_or_default());
             got = got.saturating_add(take);
@@ -383,9 +498,10 @@ mod tests {
         with_two(|_, a, b| {
             let mut buf = std::vec![Key::default(); 100];
             assert_eq!(b.try_recv(&mut buf), Ok(None));
-            // 8 slots; sizes 0, 1, 12, 13, 25, 96 keys span 1, 1, 1, 2, 3, 8 slots.
+            // 8 slots; sizes 0, 1, 6, 12, 13, 25, 96 keys span 1, 1, 1, 1,
+            // 2, 3, 8 slots (and 0, 1, 2, 3, 4, 7, 24 key lines).
             for round in 0..5u64 {
-                for (i, n) in [0usize, 1, 12, 13, 25, 96].into_iter().enumerate() {
+                for (i, n) in [0usize, 1, 6, 12, 13, 25, 96].into_iter().enumerate() {
                     let id = round * 100 + i as u64;
                     a.send(1, &msg(id), &keys(id * 1000, n)).unwrap();
                     let m = b.try_recv(&mut buf).unwrap().unwrap();

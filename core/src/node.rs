@@ -36,11 +36,13 @@ pub struct NodeLocal {
     /// Such a repair ran through since an operation last asked.
     pub(crate) void_repaired: spin::Mutex<bool>,
     /// Held while this node's threads send: each ring of an inbox has one
-    /// writer, its sender node (see `channel.rs`).
-    pub(crate) sending: spin::Mutex<()>,
+    /// writer, its sender node (see `channel.rs`); where it writes next in
+    /// each of its rings.
+    pub(crate) sending: spin::Mutex<crate::channel::Cursors>,
     /// Held while this node's threads receive (the inbox's heads have one
-    /// writer, its owner); the sender ring the next receive looks at first.
-    pub(crate) receiving: spin::Mutex<u32>,
+    /// writer, its owner); the sender ring the next receive looks at first,
+    /// and the heads this process knows.
+    pub(crate) receiving: spin::Mutex<crate::channel::Heads>,
 }
 
 /// The largest ticket of each lock a node was granted and the largest
@@ -137,8 +139,8 @@ impl Default for NodeLocal {
             tickets: Tickets(spin::Mutex::new([(0, 0, 0); crate::layout::MAX_LOCKS as usize])),
             void_chunk: spin::Mutex::new(false),
             void_repaired: spin::Mutex::new(false),
-            sending: spin::Mutex::new(()),
-            receiving: spin::Mutex::new(0),
+            sending: spin::Mutex::new(crate::channel::Cursors::default()),
+            receiving: spin::Mutex::new(crate::channel::Heads::default()),
         }
     }
 }

@@ -456,3 +456,89 @@ pub(super) fn successor_sends_from_the_receivers_host(disable: Option<&'static s
     }
     Ok(out)
 }
+
+/// Node 0's inbox is owned by a process on host 2, which reads node 1's
+/// ring there empty (host 2's cache keeps its head line), then by one on
+/// host 0, which takes more than a ring of node 1's messages, then by a
+/// process on host 2 again. Its first receive must read the head from
+/// memory, not from host 2's old copy: from there, the slot it would look
+/// at holds a later message, and the owner would never receive again.
+pub(super) fn owner_returns_to_a_host_with_an_old_head(disable: Option<&'static str>) -> Result<Vec<String>> {
+    use cxlkv_core::channel::Message;
+    const NAME: &str = "owner-returns-to-a-host-with-an-old-head";
+    let rig = Rig::new(3, 2, disable)?;
+    let (s0, s1, s2) = (rig.store(0)?, rig.store(1)?, rig.store(2)?);
+    let env = StepEnv::new(&s1, 1);
+    attach_as(&s1, 1, 1)?;
+    let l1 = NodeLocal::default();
+    let n1 = Node::new(&s1, 1, &env, &l1)?;
+    let mut keys = [Key::default(); 4];
+    let mut out = Vec::new();
+    let msg = |id| Message { kind: 1, request_id: id, ..Message::default() };
+    let cap = s0.layout.caps.inbox_slots as u64;
+    // A first owner on host 2 finds the inbox empty, and goes.
+    attach_as(&s2, 0, 2)?;
+    {
+        let l = NodeLocal::default();
+        let n0 = Node::new(&s2, 0, &env, &l)?;
+        if let Ok(Some(m)) = n0.try_recv(&mut keys) {
+            out.push(format!("{NAME}: an empty inbox gave {m:?}"));
+        }
+        n0.detach()?;
+    }
+    // The next, on host 0, takes more than a ring of messages.
+    attach_as(&s0, 0, 0)?;
+    {
+        let l = NodeLocal::default();
+        let n0 = Node::new(&s0, 0, &env, &l)?;
+        for id in 1..=cap + 1 {
+            n1.send(0, &msg(id), &[])?;
+            let got = n0.try_recv(&mut keys).map(|m| m.map(|m| m.request_id));
+            if got != Ok(Some(id)) {
+                out.push(format!("{NAME}: the owner on host 0 received {got:?}, not message {id}"));
+            }
+        }
+        n0.detach()?;
+    }
+    // The third, on host 2 again.
+    attach_as(&s2, 0, 2)?;
+    let l = NodeLocal::default();
+    let n0 = Node::new(&s2, 0, &env, &l)?;
+    let last = cap + 2;
+    n1.send(0, &msg(last), &[])?;
+    let got: Vec<_> = (0..2).map(|_| n0.try_recv(&mut keys).map(|m| m.map(|m| m.request_id))).collect();
+    if got != [Ok(Some(last)), Ok(None)] {
+        out.push(format!("{NAME}: the owner back on host 2 received {got:?}, not message {last}, then nothing"));
+    }
+    Ok(out)
+}
+
+/// Node 1 sends node 0 three rings' worth of messages, one at a time, each
+/// received before the next: the sender's cursor finds its ring full as
+/// last seen after a ring of them, and must read the head again to see the
+/// room the owner made, not refuse with `InboxFull` from then on.
+pub(super) fn a_drained_ring_takes_messages_again(disable: Option<&'static str>) -> Result<Vec<String>> {
+    use cxlkv_core::channel::Message;
+    const NAME: &str = "a-drained-ring-takes-messages-again";
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let n0 = Node::new(&s0, 0, &env, &l0)?;
+    let n1 = Node::new(&s1, 1, &env, &l1)?;
+    let mut keys = [Key::default(); 16];
+    let mut out = Vec::new();
+    let cap = s0.layout.caps.inbox_slots as u64;
+    for id in 1..=3 * cap {
+        let sent: Vec<Key> = (0..id % 14).map(|i| Key { lo: id, hi: i }).collect();
+        if let Err(e) = n1.send(0, &Message { kind: 1, request_id: id, ..Message::default() }, &sent) {
+            out.push(format!("{NAME}: message {id} to a drained ring was refused: {e:?}"));
+            break;
+        }
+        match n0.try_recv(&mut keys) {
+            Ok(Some(m)) if m.request_id == id && keys.get(..sent.len()) == Some(&sent[..]) => {}
+            got => out.push(format!("{NAME}: the owner received {got:?}, not message {id} whole")),
+        }
+    }
+    Ok(out)
+}

@@ -177,6 +177,18 @@ pub fn scenarios() -> &'static [Scenario] {
             run: blocks::successor_sends_from_the_receivers_host,
         },
         Scenario {
+            name: "owner-returns-to-a-host-with-an-old-head",
+            what: "an inbox's owner comes back to a host whose cache holds a head more than a ring old: its \
+                   first receive reads the head from memory and gets the next message",
+            run: blocks::owner_returns_to_a_host_with_an_old_head,
+        },
+        Scenario {
+            name: "a-drained-ring-takes-messages-again",
+            what: "a sender whose cursor finds its ring full as last seen reads the head again and sends into \
+                   the room the owner made",
+            run: blocks::a_drained_ring_takes_messages_again,
+        },
+        Scenario {
             name: "late-line-over-a-newer-claim",
             what: "a stalled manager's renewal lands over a newer claimant's line: only the newer claim grants",
             run: managers::late_line_over_a_newer_claim,
