@@ -144,7 +144,7 @@ fn runs_found_outside_ci_pass() {
 /// Zombie runs a sweep found failing, each with what it found:
 #[test]
 fn zombie_runs_found_in_sweeps_pass() {
-    let runs: [(u64, usize, u32, bool, bool); 3] = [
+    let runs: [(u64, usize, u32, bool, bool); 4] = [
         // a holder of a heap lock stopped with a map line queued for
         // write-back; declared dead, recovered and woken, its line landed
         // over the map that holders had changed since, and live blocks read
@@ -160,6 +160,13 @@ fn zombie_runs_found_in_sweeps_pass() {
         // the run waited for its fencing (the harness now holds a stop until
         // the declaration lands)
         (129103, 4, 200, false, true),
+        // a manager stopped inside a step woke after a recovery raised a
+        // lock's floor and released it: its late grant went over the
+        // recovery's released slot and its line over the raised floor; the
+        // host's thread that gave the stray grant back wrote an older floor,
+        // as the harness gave each thread of a process its own node state
+        // (5 hosts, lazy-alt; now shared, as in platform)
+        (131026, 5, 300, true, false),
     ];
     for (seed, hosts, ops, lazy, mixed) in runs {
         must_pass(RunConfig {

@@ -14,10 +14,7 @@ use super::{attach_as, declare_dead, Rig, StepEnv};
 /// `root_free`, which must find it (the scan reads each record afresh).
 pub(super) fn root_put_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
     let mut out = Vec::new();
     if cxlkv_core::roots::get(&s1, b"r") != Err(Error::NotFound) {
         out.push("root-put-elsewhere: a root named before any put".to_string());
@@ -43,10 +40,7 @@ pub(super) fn root_put_elsewhere(disable: Option<&'static str>) -> Result<Vec<St
 /// made to agree with it (`check` clean), not trusted.
 pub(super) fn free_cut_after_its_map(disable: Option<&'static str>) -> Result<Vec<String>> {
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
     let a = n0.alloc(1000)?;
     let _b = n0.alloc(1000)?;
     // The map's write-back (queued at its flush) lands; the record, stored
@@ -86,10 +80,7 @@ pub(super) fn eviction_cut_before_its_record(disable: Option<&'static str>) -> R
     use cxlkv_core::changes::{Change, Tail};
     use cxlkv_core::hash::Key;
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
     let key = Key { lo: 0x1234_5678_9abc_def1, hi: 7 };
     let h = n1.reserve(1, key, 256, 16)?;
     n1.publish(&h)?;
@@ -162,10 +153,7 @@ pub(super) fn eviction_cut_before_its_record(disable: Option<&'static str>) -> R
 pub(super) fn evictor_dies_claiming_a_pinned_block(disable: Option<&'static str>) -> Result<Vec<String>> {
     use cxlkv_core::hash::Key;
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
     let key = Key { lo: 0x0bad_cafe_1234_5678, hi: 11 };
     let bytes: Vec<u8> = (0..256u32).map(|i| (i * 7 + 3) as u8).collect();
     let h = n0.reserve(1, key, bytes.len() as u64, 16)?;
@@ -212,10 +200,7 @@ pub(super) fn evictor_dies_claiming_a_pinned_block(disable: Option<&'static str>
 pub(super) fn lookup_after_a_publish_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
     use cxlkv_core::hash::Key;
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
     let key = Key { lo: 0x5eed_0000_1111_2222, hi: 21 };
     let h = n0.reserve(1, key, 512, 16)?;
     if n1.lookup(1, &[key])? != 0 {
@@ -357,10 +342,7 @@ pub(super) fn pin_races_an_eviction(disable: Option<&'static str>) -> Result<Vec
 pub(super) fn tier_claimed_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
     const NAME: &str = "tier-claimed-elsewhere";
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
     let mut out = Vec::new();
     if s0.tiers_active()? {
         out.push(format!("{NAME}: a tier is active before any claim"));
@@ -388,10 +370,7 @@ pub(super) fn tier_claimed_elsewhere(disable: Option<&'static str>) -> Result<Ve
 pub(super) fn freed_chunk_seen_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
     const NAME: &str = "freed-chunk-seen-elsewhere";
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
     let chunk = s0.layout.chunk_size();
     let mut mine = Vec::new();
     loop {
@@ -521,11 +500,7 @@ pub(super) fn a_drained_ring_takes_messages_again(disable: Option<&'static str>)
     use cxlkv_core::channel::Message;
     const NAME: &str = "a-drained-ring-takes-messages-again";
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let n0 = Node::new(&s0, 0, &env, &l0)?;
-    let n1 = Node::new(&s1, 1, &env, &l1)?;
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
     let mut keys = [Key::default(); 16];
     let mut out = Vec::new();
     let cap = s0.layout.caps.inbox_slots as u64;

@@ -40,6 +40,18 @@ macro_rules! three_node_rig {
     };
 }
 
+/// The two-host rig most scenarios go on from (after `Rig::new`): node n
+/// attached on host n, each with its process's state, host 0's manager
+/// stepped inline.
+macro_rules! two_nodes {
+    ($rig:ident => ($s0:ident, $s1:ident), $env:ident, ($l0:ident, $l1:ident), ($n0:ident, $n1:ident)) => {
+        let ($s0, $s1) = $rig.two_hosts_one_node_each()?;
+        let $env = StepEnv::new(&$s0, 0);
+        let ($l0, $l1) = (NodeLocal::default(), NodeLocal::default());
+        let ($n0, $n1) = (Node::new(&$s0, 0, &$env, &$l0)?, Node::new(&$s1, 1, &$env, &$l1)?);
+    };
+}
+
 mod blocks;
 mod locks;
 mod managers;

@@ -295,10 +295,7 @@ pub(super) fn replaced_manager_line_lands_late(disable: Option<&'static str>) ->
 /// Revoked.
 pub(super) fn woken_node_pins_after_its_recovery(disable: Option<&'static str>) -> Result<Vec<String>> {
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
     let k = Key { lo: 7, hi: 7 };
     put(&n0, k)?;
     declare_dead(&s0, 1)?;
@@ -325,10 +322,7 @@ pub(super) fn woken_node_pins_after_its_recovery(disable: Option<&'static str>) 
 pub(super) fn fenced_node_detaches(disable: Option<&'static str>) -> Result<Vec<String>> {
     const NAME: &str = "fenced-node-detaches";
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
     let mut out = Vec::new();
     put(&n0, Key { lo: 7, hi: 7 })?;
     declare_dead(&s0, 1)?;
@@ -369,10 +363,7 @@ pub(super) fn fenced_node_detaches(disable: Option<&'static str>) -> Result<Vec<
 pub(super) fn zombie_payload_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
     const LEN: usize = 4096;
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
     let w = n1.reserve(NS, Key { lo: 0x5107, hi: 1 }, LEN as u64, 16)?;
     // Plain stores through a zero-copy view: dirty in host 1's cache.
     s1.view.copy_in(w.off, &[0x77; LEN])?;
@@ -559,10 +550,7 @@ pub(super) fn old_grant_lands_over_a_held_one(disable: Option<&'static str>) -> 
 pub(super) fn quiet_word_lands_before_the_payload(disable: Option<&'static str>) -> Result<Vec<String>> {
     const LEN: usize = 4096;
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
     let w = n1.reserve(NS, Key { lo: 0x5407, hi: 1 }, LEN as u64, 16)?;
     s1.view.copy_in(w.off, &[0x77; LEN])?;
     declare_dead(&s0, 1)?;
@@ -662,10 +650,7 @@ pub(super) fn late_burial_meets_a_successor(disable: Option<&'static str>) -> Re
 pub(super) fn fenced_waiter_is_not_granted(disable: Option<&'static str>) -> Result<Vec<String>> {
     const LOCK: u32 = 2;
     let rig = Rig::new(2, 2, disable)?;
-    let (s0, s1) = rig.two_hosts_one_node_each()?;
-    let env = StepEnv::new(&s0, 0);
-    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
-    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
     let held = n0.lock(LOCK)?;
     let mut out = Vec::new();
     let (stopped_rx, go_tx) = rig.parks_at(1, "lock.poll");
