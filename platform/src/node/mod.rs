@@ -150,6 +150,9 @@ const PROBE_EVERY: Duration = Duration::from_millis(10);
 /// its region's lock manager itself when that manager is one of them.
 static ATTACHED: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
 
+/// How long a lock waiter spins before it yields.
+const SPIN_FOR: Duration = Duration::from_micros(20);
+
 thread_local! {
     static WAIT_START: Cell<Option<Instant>> = const { Cell::new(None) };
     static WITHDRAW_START: Cell<Option<Instant>> = const { Cell::new(None) };
@@ -209,7 +212,11 @@ impl NodeEnv for Inner {
             // its pause ends. A manager on another host polls.
             self.host_locks.ring();
         }
-        if iteration < 64 {
+        // Spin first, for as long as a manager of this host takes to answer
+        // a ring (measured in time, not polls: a coherent poll is a plain
+        // load, a flush-mode poll a flush and a load); then yield; then
+        // sleep between polls.
+        if now.duration_since(start) < SPIN_FOR {
             core::hint::spin_loop();
         } else if iteration < 512 {
             std::thread::yield_now();
@@ -666,7 +673,9 @@ impl Node {
         }
         let Some(t) = self.thread.take() else { return Ok(()) };
         self.inner.stop.set(true);
-        // Wakes this host's background threads, ours among them.
+        // Wakes our background thread: parked (not the manager), or asleep
+        // on the host's bell (the manager; other nodes' managers step once).
+        t.thread().unpark();
         self.inner.host_locks.ring();
         let _ = t.join();
         if let Some(b) = self.beating.take() {

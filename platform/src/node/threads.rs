@@ -98,6 +98,12 @@ pub(super) fn background(inner: Arc<Inner>) {
         };
         if pause.is_zero() {
             std::thread::yield_now();
+        } else if !rep.active {
+            // Not the manager: a lock request's ring is not for this
+            // thread. It steps again after the pause (a vacant role is
+            // claimed then), or when the node closes (`shutdown` unparks
+            // it).
+            std::thread::park_timeout(pause);
         } else {
             // Woken early by a request of any process of this host (a ring
             // since `bell` was read returns at once), or to stop.
