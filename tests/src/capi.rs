@@ -572,7 +572,7 @@ impl Pool {
         let _ = std::fs::create_dir_all(&dir);
         let local_dir = std::ffi::CString::new(dir.to_string_lossy().as_bytes()).ok()?;
         let mut region = core::ptr::null_mut();
-        if c!(cxlkv_region_memfd(8 << 20, false, &mut region)) != R::Ok {
+        if c!(cxlkv_region_memfd(2 << 20, false, &mut region)) != R::Ok {
             return None;
         }
         let mut pool = Pool { region, nodes: Vec::new(), dir, local_dir };
