@@ -187,12 +187,26 @@ pub(super) fn cross_process(mode: FlushMode, quick: bool) -> Result<CrossProcess
         let r: LockRun = last_json(&mut child)?;
         LockPeer { ns_per_op: r.ns_per_op, p50_ns: r.p50_ns, p99_ns: r.p99_ns }
     };
+    // The same, each pair after a pause of 5 ms (locks taken now and then:
+    // the manager's thread has gone to sleep, and the grant waits for it
+    // to wake).
+    let paused = {
+        let n = if quick { 40 } else { 400 };
+        let args = ["lock-paused".to_string(), n.to_string(), "5000".to_string()];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut child = spawn_peer(&args, &path, &local, mode, &attached)?;
+        let to = wait_ready(&attached)?;
+        attached.send(to, &Message { kind: GO, ..Message::default() }, &[])?;
+        let r: LockRun = last_json(&mut child)?;
+        LockPeer { ns_per_op: r.ns_per_op, p50_ns: r.p50_ns, p99_ns: r.p99_ns }
+    };
     attached.close()?;
     let wake = wake_reference(&path, &local, mode, if quick { 200 } else { 2000 })?;
     Ok(CrossProcess {
         working_set_bytes: ws,
         wake_reference_ns: wake,
         lock_other_process_uncontended: alone,
+        lock_other_process_after_pause: paused,
         get,
         rpc_round_trip_ns: Quantiles { p50: quantile(&mut rtt, 0.5), p99: quantile(&mut rtt, 0.99) },
         handoff_ns: rpc.handoff_ns,
@@ -328,7 +342,8 @@ pub fn peer_main(args: &[String]) -> Result<(), String> {
     let out = match role.as_str() {
         "get" => json(serde_json::to_string(&peer_get(&attached, num(0), num(1))?)),
         "echo" => json(serde_json::to_string(&peer_echo(&attached, parent)?)),
-        "lock" => json(serde_json::to_string(&peer_lock(&attached, parent, num(0))?)),
+        "lock" => json(serde_json::to_string(&peer_lock(&attached, parent, num(0), 0)?)),
+        "lock-paused" => json(serde_json::to_string(&peer_lock(&attached, parent, num(0), num(1))?)),
         other => Err(format!("bench-peer: unknown role {other}")),
     }?;
     attached.close().map_err(|e| e.to_string())?;
@@ -467,7 +482,9 @@ pub(super) fn peer_echo(attached: &Node, parent: u32) -> Result<Echo, String> {
     Ok(Echo { handoff_ns: Quantiles { p50: quantile(&mut one_way, 0.5), p99: quantile(&mut one_way, 0.99) } })
 }
 
-pub(super) fn peer_lock(attached: &Node, parent: u32, n: usize) -> Result<LockRun, String> {
+/// `n` lock+unlock pairs of lock 0, back to back, or `pause_us` apart (each
+/// pair then timed alone).
+pub(super) fn peer_lock(attached: &Node, parent: u32, n: usize, pause_us: usize) -> Result<LockRun, String> {
     attached.send(parent, &Message { kind: READY, ..Message::default() }, &[]).map_err(|e| e.to_string())?;
     loop {
         let (m, _) = attached.recv(Duration::from_secs(60)).map_err(|e| e.to_string())?;
@@ -477,13 +494,15 @@ pub(super) fn peer_lock(attached: &Node, parent: u32, n: usize) -> Result<LockRu
     }
     let node = attached.core();
     let mut lat = Vec::with_capacity(n);
-    let t = Instant::now();
     for _ in 0..n {
+        if pause_us > 0 {
+            std::thread::sleep(Duration::from_micros(pause_us as u64));
+        }
         let t = Instant::now();
         let h = node.lock(0).map_err(|e| e.to_string())?;
         node.unlock(h).map_err(|e| e.to_string())?;
         lat.push(t.elapsed().as_nanos() as u64);
     }
-    let mean = t.elapsed().as_nanos() as f64 / n as f64;
+    let mean = lat.iter().sum::<u64>() as f64 / n.max(1) as f64;
     Ok(LockRun { ns_per_op: mean, p50_ns: quantile(&mut lat, 0.5), p99_ns: quantile(&mut lat, 0.99) })
 }

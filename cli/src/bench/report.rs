@@ -62,6 +62,8 @@ pub struct CrossProcess {
     /// by a sleeping manager there).
     pub wake_reference_ns: Quantiles,
     pub lock_other_process_uncontended: LockPeer,
+    /// The same, each lock after a pause of 5 ms.
+    pub lock_other_process_after_pause: LockPeer,
     /// Gets of each block size.
     pub get: Vec<GetReport>,
     pub rpc_round_trip_ns: Quantiles,

@@ -124,6 +124,16 @@ fn print_cross_process(modes: &[ModeReport]) {
         &|x| x.lock_other_process_uncontended.p99_ns as f64,
         0,
     );
+    row(
+        "lock+unlock, other process, each after 5 ms idle, p50 ns".into(),
+        &|x| x.lock_other_process_after_pause.p50_ns as f64,
+        0,
+    );
+    row(
+        "lock+unlock, other process, each after 5 ms idle, p99 ns".into(),
+        &|x| x.lock_other_process_after_pause.p99_ns as f64,
+        0,
+    );
     row("wake a sleeping thread of another process p50, us".into(), &|x| us(x.wake_reference_ns.p50), 1);
     row("lock+unlock, 2 processes contending, ns".into(), &|x| x.lock_contended.ns_per_op, 0);
 }

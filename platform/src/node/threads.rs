@@ -41,12 +41,18 @@ pub(super) fn beat(attached: std::sync::mpsc::Receiver<Arc<Inner>>) {
     }
 }
 
+/// How long a manager's thread keeps stepping without sleeping after a
+/// grant: waking a sleeping thread can take longer than many steps (an
+/// idle virtual CPU), and locks come in bursts.
+const HOT: Duration = Duration::from_millis(1);
+
 /// The lock manager's steps, automatic recovery and the burial of this
 /// host's gone siblings, until the node closes or is fenced.
 pub(super) fn background(inner: Arc<Inner>) {
     let beat_every = (inner.opts.lease / 8).max(Duration::from_millis(1));
     let mut last_bury = Instant::now();
     let mut idle = 0u32;
+    let mut granted_at = Instant::now();
     while !inner.stop.get() && !inner.fenced.get() {
         if last_bury.elapsed() >= beat_every {
             last_bury = Instant::now();
@@ -83,13 +89,14 @@ pub(super) fn background(inner: Arc<Inner>) {
         }
         if rep.grants > 0 {
             idle = 0;
+            granted_at = Instant::now();
             std::thread::yield_now();
             continue;
         }
         idle = idle.saturating_add(1);
         let pause = if !rep.active {
             Duration::from_millis(5).min(beat_every)
-        } else if idle < 16 {
+        } else if idle < 16 || granted_at.elapsed() < HOT {
             Duration::from_micros(0)
         } else if idle < 2000 {
             Duration::from_micros(50)
