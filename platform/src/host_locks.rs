@@ -151,13 +151,16 @@ impl HostLocks {
 
     /// Rings the bell: every background thread of this host sleeping in
     /// [`HostLocks::sleep`] wakes (a system call only when one sleeps).
-    pub fn ring(&self) {
+    /// True when a sleeper was there to wake.
+    pub fn ring(&self) -> bool {
         let bell = self.bell();
-        if bell.ring() {
+        let sleeping = bell.ring();
+        if sleeping {
             // SAFETY: `count` is a live, aligned u32 in a shared mapping;
             // FUTEX_WAKE touches no memory.
             unsafe { libc::syscall(libc::SYS_futex, bell.futex(), libc::FUTEX_WAKE, i32::MAX) };
         }
+        sleeping
     }
 
     /// Takes lock `id` for `who` (ids ≥ n share the last word, used for

@@ -150,10 +150,14 @@ const PROBE_EVERY: Duration = Duration::from_millis(10);
 /// its region's lock manager itself when that manager is one of them.
 static ATTACHED: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
 
-/// How long a lock waiter spins before it yields.
+/// How long a lock waiter spins before it yields: while the manager's
+/// thread was awake, and when its ring woke it.
 const SPIN_FOR: Duration = Duration::from_micros(20);
+const SPIN_AFTER_WAKE: Duration = Duration::from_micros(2);
 
 thread_local! {
+    /// This thread's last new wait woke a sleeping manager's thread.
+    static WOKE_MANAGER: Cell<bool> = const { Cell::new(false) };
     static WAIT_START: Cell<Option<Instant>> = const { Cell::new(None) };
     static WITHDRAW_START: Cell<Option<Instant>> = const { Cell::new(None) };
 }
@@ -210,13 +214,17 @@ impl NodeEnv for Inner {
             // A new wait: whichever node of this host (any process of this
             // PID namespace) manages the locks steps now instead of when
             // its pause ends. A manager on another host polls.
-            self.host_locks.ring();
+            let woke = self.host_locks.ring();
+            WOKE_MANAGER.with(|w| w.set(woke));
         }
         // Spin first, for as long as a manager of this host takes to answer
         // a ring (measured in time, not polls: a coherent poll is a plain
         // load, a flush-mode poll a flush and a load); then yield; then
-        // sleep between polls.
-        if now.duration_since(start) < SPIN_FOR {
+        // sleep between polls. A manager's thread this ring woke from its
+        // sleep is often put on this CPU: it runs when this thread yields,
+        // so the spin is short then.
+        let spin = if WOKE_MANAGER.with(Cell::get) { SPIN_AFTER_WAKE } else { SPIN_FOR };
+        if now.duration_since(start) < spin {
             core::hint::spin_loop();
         } else if iteration < 512 {
             std::thread::yield_now();
