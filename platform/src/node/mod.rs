@@ -152,7 +152,7 @@ static ATTACHED: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
 
 /// How long a lock waiter spins before it yields: while the manager's
 /// thread was awake, and when its ring woke it.
-const SPIN_FOR: Duration = Duration::from_micros(20);
+const SPIN_FOR: Duration = Duration::from_micros(5);
 const SPIN_AFTER_WAKE: Duration = Duration::from_micros(2);
 
 thread_local! {
