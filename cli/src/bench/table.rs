@@ -1,7 +1,7 @@
 //! The bench's report as tables on a terminal.
 
 use super::peers::{llc_bytes, GET_SIZES};
-use super::report::{CrossProcess, GetReport, GetRow, ModeReport, PutReport, PutRow, Report};
+use super::report::{CrossProcess, GetReport, GetRow, LockPeer, ModeReport, PutReport, PutRow, Report};
 
 /// Prints the report as tables.
 pub fn print_table(r: &Report) {
@@ -109,31 +109,16 @@ fn print_cross_process(modes: &[ModeReport]) {
     row("handoff (one way) p99, us".into(), &|x| us(x.handoff_ns.p99), 1);
     row("RPC round trip p50, us".into(), &|x| us(x.rpc_round_trip_ns.p50), 1);
     row("RPC round trip p99, us".into(), &|x| us(x.rpc_round_trip_ns.p99), 1);
-    row(
-        "lock+unlock, other process than the manager, mean ns".into(),
-        &|x| x.lock_other_process_uncontended.ns_per_op,
-        0,
-    );
-    row(
-        "lock+unlock, other process than the manager, p50 ns".into(),
-        &|x| x.lock_other_process_uncontended.p50_ns as f64,
-        0,
-    );
-    row(
-        "lock+unlock, other process than the manager, p99 ns".into(),
-        &|x| x.lock_other_process_uncontended.p99_ns as f64,
-        0,
-    );
-    row(
-        "lock+unlock, other process, each after 5 ms idle, p50 ns".into(),
-        &|x| x.lock_other_process_after_pause.p50_ns as f64,
-        0,
-    );
-    row(
-        "lock+unlock, other process, each after 5 ms idle, p99 ns".into(),
-        &|x| x.lock_other_process_after_pause.p99_ns as f64,
-        0,
-    );
+    type Pick = fn(&CrossProcess) -> &LockPeer;
+    let peers: [(&str, Pick); 2] = [
+        ("other process than the manager", |x| &x.lock_other_process_uncontended),
+        ("other process, each after 5 ms idle", |x| &x.lock_other_process_after_pause),
+    ];
+    for (what, pick) in peers {
+        row(format!("lock+unlock, {what}, mean ns"), &|x| pick(x).ns_per_op, 0);
+        row(format!("lock+unlock, {what}, p50 ns"), &|x| pick(x).p50_ns as f64, 0);
+        row(format!("lock+unlock, {what}, p99 ns"), &|x| pick(x).p99_ns as f64, 0);
+    }
     row("wake a sleeping thread of another process p50, us".into(), &|x| us(x.wake_reference_ns.p50), 1);
     row("lock+unlock, 2 processes contending, ns".into(), &|x| x.lock_contended.ns_per_op, 0);
 }
