@@ -67,6 +67,14 @@ struct State {
 
 const NS: u32 = 5;
 
+/// True when node `n` was declared dead (its process stopped, or starved of
+/// CPU, past the lease): every call answers REVOKED from then on, and it
+/// can neither recover nor check for the end of an input.
+fn fenced(n: *const cxlkv_node) -> bool {
+    let (k, mut prefix) = (key(0), 0usize);
+    c!(cxlkv_lookup(n, NS, &k, 1, core::ptr::null_mut(), &mut prefix)) == R::Revoked
+}
+
 fn key(i: usize) -> cxlkv_key {
     cxlkv_key { lo: (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15), hi: i as u64 % 5 }
 }
@@ -95,9 +103,10 @@ impl State {
         }
     }
 
+    /// Attached, and not declared dead (see [`fenced`]).
     fn live(&self, n: *const cxlkv_node) -> bool {
         let mut id = 0u32;
-        c!(cxlkv_node_id(n, &mut id)) == R::Ok
+        c!(cxlkv_node_id(n, &mut id)) == R::Ok && !fenced(n)
     }
 
     fn step(&mut self, inp: &mut Input<'_>) -> Option<()> {
@@ -610,7 +619,14 @@ impl Pool {
         }
         for i in 0..self.nodes.len() {
             let mut id = 0u32;
-            if c!(cxlkv_node_id(self.nodes[i], &mut id)) != R::Ok {
+            let closed = c!(cxlkv_node_id(self.nodes[i], &mut id)) != R::Ok;
+            // A pooled node declared dead answers REVOKED to every call from
+            // then on: replaced, or every later input would meet only that.
+            let dead = !closed && fenced(self.nodes[i]);
+            if dead {
+                let _ = c!(cxlkv_node_detach(self.nodes[i]));
+            }
+            if closed || dead {
                 match pool_attach(self.region, &self.local_dir) {
                     Some(n) => self.nodes[i] = n,
                     None => return false,
@@ -744,7 +760,7 @@ impl State {
             // them to recovery (as a dead one does): `check` reports them
             // until it runs.
             let mut rep = cxlkv_recover_report::default();
-            let _ = c!(cxlkv_recover(n, &mut rep));
+            let recovered = c!(cxlkv_recover(n, &mut rep));
             let mut nf = 0usize;
             let mut f = [cxlkv_finding { what: [0; 48], a: 0, b: 0 }; 4];
             if c!(cxlkv_check(n, f.as_mut_ptr(), f.len(), &mut nf)) == R::Ok {
@@ -756,7 +772,13 @@ impl State {
                         format!("{} ({}, {})", t.to_string_lossy(), x.a, x.b)
                     })
                     .collect();
-                assert_eq!(nf, 0, "the region checks clean after any call sequence: {what:?}");
+                let mut id = u32::MAX;
+                let _ = c!(cxlkv_node_id(n, &mut id));
+                assert_eq!(
+                    nf, 0,
+                    "the region checks clean after any call sequence: {what:?} (checked by node {id}, after its \
+                     recovery: {recovered:?}, {rep:?})"
+                );
             }
         }
     }
