@@ -68,11 +68,15 @@ struct State {
 const NS: u32 = 5;
 
 /// True when node `n` was declared dead (its process stopped, or starved of
-/// CPU, past the lease): every call answers REVOKED from then on, and it
-/// can neither recover nor check for the end of an input.
+/// CPU, past the lease): the region no longer says it is alive. Calls that
+/// take a lock answer REVOKED from then on, and it can neither recover nor
+/// check for the end of an input.
 fn fenced(n: *const cxlkv_node) -> bool {
-    let (k, mut prefix) = (key(0), 0usize);
-    c!(cxlkv_lookup(n, NS, &k, 1, core::ptr::null_mut(), &mut prefix)) == R::Revoked
+    let (mut id, mut s) = (0u32, cxlkv_stats::default());
+    c!(cxlkv_node_id(n, &mut id)) == R::Ok
+        && c!(cxlkv_node_stats(n, &mut s)) == R::Ok
+        && id < 64
+        && s.alive_mask & (1 << id) == 0
 }
 
 fn key(i: usize) -> cxlkv_key {
