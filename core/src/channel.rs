@@ -157,6 +157,7 @@ impl<C: Coherence> Node<'_, C> {
     /// ring, `Revoked` when this node was declared dead. Sets nothing in
     /// `msg`; the receiver sees `from` = this node.
     pub fn send(&self, to: u32, msg: &Message, keys: &[Key]) -> Result<()> {
+        self.not_revoked()?;
         let l = &self.store.layout;
         if to >= l.caps.max_nodes {
             return Err(Error::BadNode);
@@ -294,6 +295,7 @@ impl<C: Coherence> Node<'_, C> {
     /// message is skipped) when it fails its checksum. Messages of one
     /// sender come in the order sent; the senders' rings take turns.
     pub fn try_recv(&self, keys: &mut [Key]) -> Result<Option<Message>> {
+        self.not_revoked()?;
         let st = self.store;
         let nn = st.layout.caps.max_nodes;
         // The heads' one writer: this node's threads take turns.

@@ -170,6 +170,18 @@ pub struct Node<'a, C: Coherence> {
     pub(crate) local: &'a NodeLocal,
 }
 
+impl<C: Coherence> Node<'_, C> {
+    /// `Revoked` once this node learnt it was declared dead (see
+    /// [`NodeEnv::revoked`]): the first check of an operation that takes no
+    /// lock (one that does learns it in its wait).
+    pub(crate) fn not_revoked(&self) -> Result<()> {
+        if self.env.revoked() {
+            return Err(Error::Revoked);
+        }
+        Ok(())
+    }
+}
+
 impl<C: Coherence> Clone for Node<'_, C> {
     fn clone(&self) -> Self {
         *self

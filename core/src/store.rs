@@ -51,6 +51,14 @@ pub trait NodeEnv: Sync {
     fn withdrawal_expired(&self, _iteration: u32) -> bool {
         false
     }
+    /// True once this node learnt it was declared dead (fenced): every
+    /// operation then fails with `Revoked` at once, those that take no lock
+    /// too (a lookup, a pin, a copy, a payload write, a message), so that
+    /// its process attaches again instead of going on as a zombie that
+    /// reads, pins and sends. Never, by default.
+    fn revoked(&self) -> bool {
+        false
+    }
     /// A monotonic clock in nanoseconds, for the lock-wait counters; 0 where
     /// the environment has none (the counters then count grants only).
     fn now_ns(&self) -> u64 {

@@ -89,6 +89,9 @@ impl Node {
     /// Whether `key` is stored (published, and not removed: a block an
     /// evictor is deciding about still is) in namespace `ns`. Takes no lock.
     pub fn exists(&self, ns: u32, key: Key) -> Result<bool> {
+        if self.fenced() {
+            return Err(Error::Core(cxlkv_core::Error::Revoked));
+        }
         Ok(self.store().find_stored(ns, key)?.is_some())
     }
 

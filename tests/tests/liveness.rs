@@ -140,7 +140,10 @@ fn a_live_holder_in_another_pid_namespace_is_never_declared_dead() {
     let out = h.results(Duration::from_secs(30));
     let status = h.child.wait().unwrap();
     assert!(status.success(), "{status} {out}");
-    assert_eq!(out.trim(), r#"{"release":"ok","abort":"ok","unlock":"ok","close":"ok"}"#);
+    assert_eq!(
+        out.trim(),
+        r#"{"lookup":"ok","get":"ok","pin":"ok","exists":"ok","release":"ok","abort":"ok","unlock":"ok","close":"ok"}"#
+    );
     // Its lock is free, its pins are gone: everything can be taken again.
     let g = parent.core().lock_app(h.lock).unwrap();
     parent.core().unlock_app(g).unwrap();
@@ -183,7 +186,7 @@ fn a_stopped_holder_is_declared_dead_and_fails_with_revoked_when_it_wakes() {
     let g = got.expect("the stopped holder's lock is granted again");
     let out = h.results(Duration::from_secs(30));
     parent.core().unlock_app(g).unwrap();
-    for field in ["release", "abort", "unlock", "close"] {
+    for field in ["lookup", "get", "pin", "exists", "release", "abort", "unlock", "close"] {
         assert!(out.contains(&format!(r#""{field}":"lock revoked""#)), "{field} after waking: {out}");
     }
     drop(h);

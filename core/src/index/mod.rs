@@ -557,6 +557,7 @@ impl<C: Coherence> Node<'_, C> {
     /// Length of the longest prefix of `keys` whose blocks are all published
     /// (read-only; takes no lock).
     pub fn lookup(&self, ns: u32, keys: &[Key]) -> Result<usize> {
+        self.not_revoked()?;
         let mut n = 0usize;
         let mut found = [false; PROBE_BATCH];
         for ks in keys.chunks(PROBE_BATCH) {
@@ -576,6 +577,7 @@ impl<C: Coherence> Node<'_, C> {
 
     /// Presence of every key in `present`; returns the longest prefix length.
     pub fn presence(&self, ns: u32, keys: &[Key], present: &mut [bool]) -> Result<usize> {
+        self.not_revoked()?;
         if present.len() < keys.len() {
             return Err(Error::InvalidArgument);
         }
@@ -723,6 +725,7 @@ impl<C: Coherence> Node<'_, C> {
 
     /// Writes `data` into a reserved block at byte `at` (bulk path, flushed).
     pub fn write(&self, h: &Handle, at: u64, data: &[u8]) -> Result<()> {
+        self.not_revoked()?;
         let end = at.checked_add(data.len() as u64).ok_or(Error::InvalidArgument)?;
         if end > h.len {
             return Err(Error::InvalidArgument);

@@ -18,6 +18,7 @@ impl<C: Coherence> Node<'_, C> {
     /// whose entry changed meanwhile is tried again, and pinned under its
     /// stripe lock if it keeps changing.
     pub fn acquire(&self, ns: u32, keys: &[Key], out: &mut [Result<Handle>]) -> Result<usize> {
+        self.not_revoked()?;
         if out.len() < keys.len() {
             return Err(Error::InvalidArgument);
         }
@@ -305,6 +306,7 @@ impl<C: Coherence> Node<'_, C> {
 
     /// Copies `buf.len()` bytes of a pinned or reserved block from byte `at`.
     pub fn read(&self, h: &Handle, at: u64, buf: &mut [u8]) -> Result<()> {
+        self.not_revoked()?;
         let end = at.checked_add(buf.len() as u64).ok_or(Error::InvalidArgument)?;
         if end > h.len {
             return Err(Error::InvalidArgument);
@@ -335,6 +337,7 @@ impl<C: Coherence> Node<'_, C> {
     /// `Changed` when it kept changing (the caller may pin it instead);
     /// `NotFound` when absent.
     pub fn get_into(&self, ns: u32, key: Key, parts: &mut [&mut [u8]]) -> Result<Got> {
+        self.not_revoked()?;
         let room: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let (mut tries, mut waits) = (0u32, 0u32);
         while tries < 8 {

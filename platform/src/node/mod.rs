@@ -176,6 +176,9 @@ impl NodeEnv for Inner {
     fn now_ns(&self) -> u64 {
         crate::sync::monotonic_ns()
     }
+    fn revoked(&self) -> bool {
+        self.fenced.get()
+    }
     fn wait(&self, iteration: u32) -> cxlkv_core::Result<()> {
         if self.fenced.get() {
             return Err(cxlkv_core::Error::Revoked);

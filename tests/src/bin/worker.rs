@@ -306,13 +306,21 @@ fn hold_for(path: &Path, millis: u64) -> i32 {
     let _ = std::io::stdout().flush();
     std::thread::sleep(Duration::from_millis(millis));
     let text = |r: Result<(), String>| r.err().unwrap_or_else(|| "ok".to_string());
+    // Calls that take no lock learn the fencing too (the heartbeat thread
+    // marked it while the process ran on).
+    let lookup = text(c.core().lookup(NS, &keys).map(|_| ()).map_err(|e| e.to_string()));
+    let mut b = vec![0u8; 1 << 16];
+    let get = text(c.core().get(NS, keys[0], &mut b).map(|_| ()).map_err(|e| e.to_string()));
+    let mut one = vec![Err(Error::InvalidArgument)];
+    let pin = text(c.core().acquire(NS, &keys[..1], &mut one).map(|_| ()).map_err(|e| e.to_string()));
+    let exists = text(c.exists(NS, keys[0]).map(|_| ()).map_err(|e| e.to_string()));
     let release = text(c.core().release(&pins).map_err(|e| e.to_string()));
     let abort = text(c.core().abort(&w).map_err(|e| e.to_string()));
     let unlock = text(c.core().unlock_app(held).map_err(|e| e.to_string()));
     let close = text(c.close().map_err(|e| e.to_string()));
     let _ = writeln!(
         std::io::stdout(),
-        "{{\"release\":\"{release}\",\"abort\":\"{abort}\",\"unlock\":\"{unlock}\",\"close\":\"{close}\"}}"
+        "{{\"lookup\":\"{lookup}\",\"get\":\"{get}\",\"pin\":\"{pin}\",\"exists\":\"{exists}\",\"release\":\"{release}\",\"abort\":\"{abort}\",\"unlock\":\"{unlock}\",\"close\":\"{close}\"}}"
     );
     0
 }
