@@ -34,6 +34,7 @@ fn simulated_hosts_without_crashes_keep_every_invariant() {
             mixed: false,
             feed_at: None,
             zombie: false,
+            cut_steps: false,
         });
     }
     assert!(ops > 1000);
@@ -52,6 +53,7 @@ fn simulated_hosts_with_a_crash_recover_and_keep_every_invariant() {
             mixed: false,
             feed_at: None,
             zombie: false,
+            cut_steps: false,
         });
     }
 }
@@ -72,6 +74,7 @@ fn a_process_killed_on_a_live_host_is_buried_and_recovered() {
             mixed: false,
             feed_at: None,
             zombie: false,
+            cut_steps: false,
         });
     }
 }
@@ -100,6 +103,7 @@ fn runs_that_found_defects_pass() {
             mixed,
             feed_at: None,
             zombie: false,
+            cut_steps: false,
         });
     }
 }
@@ -137,7 +141,18 @@ fn runs_found_outside_ci_pass() {
         (66007, 3, 80, false, false, false),
     ];
     for (seed, hosts, ops, crash, lazy, mixed) in runs {
-        must_pass(RunConfig { seed, hosts, ops, crash, disable: None, lazy, mixed, feed_at: None, zombie: false });
+        must_pass(RunConfig {
+            seed,
+            hosts,
+            ops,
+            crash,
+            disable: None,
+            lazy,
+            mixed,
+            feed_at: None,
+            zombie: false,
+            cut_steps: false,
+        });
     }
 }
 
@@ -179,6 +194,7 @@ fn zombie_runs_found_in_sweeps_pass() {
             mixed,
             feed_at: None,
             zombie: true,
+            cut_steps: false,
         });
     }
 }
@@ -214,6 +230,7 @@ fn a_dropped_pin_record_reaches_memory_before_acquire_returns() {
         mixed: false,
         feed_at: Some(0),
         zombie: false,
+        cut_steps: false,
     });
 }
 
@@ -229,6 +246,7 @@ fn same_seed_replays_the_same_run() {
         mixed: false,
         feed_at: None,
         zombie: false,
+        cut_steps: false,
     };
     let (a, b) = (run(&cfg), run(&cfg));
     assert_eq!((a.steps, a.ops, a.crashed), (b.steps, b.ops, b.crashed));
@@ -250,6 +268,7 @@ fn a_disabled_publish_flush_is_caught() {
             mixed: false,
             feed_at: None,
             zombie: false,
+            cut_steps: false,
         })
         .violations
         .is_empty()
@@ -271,4 +290,29 @@ fn a_reformat_without_clearing_the_magic_first_is_caught() {
     // crash leaves the old header over half-written metadata.
     assert!((1..=16)
         .any(|seed| !cxlkv_sim::harness::reformat_run(seed, Some("format.unmagic.fence"), seed % 2 == 0).is_empty()));
+}
+
+/// Manager steps cut off part-way (a peer process stepping a node's
+/// manager for it killed; the host lives on), the node going on from a
+/// fresh state: runs must pass and the cuts must happen.
+#[test]
+fn manager_steps_cut_off_part_way_pass() {
+    let mut cuts = 0;
+    for (seed, zombie, mixed) in [(1, false, false), (2, true, true)] {
+        let r = run(&RunConfig {
+            seed,
+            hosts: 4,
+            ops: 120,
+            crash: false,
+            disable: None,
+            lazy: !mixed,
+            mixed,
+            feed_at: None,
+            zombie,
+            cut_steps: true,
+        });
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        cuts += r.cuts;
+    }
+    assert!(cuts > 0, "no manager step was cut off");
 }

@@ -10,6 +10,7 @@ use crate::layout::{
 use crate::mutant::mutant;
 use crate::store::Store;
 use crate::Result;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::{CLAIM_AT, GRANT_CLAIM, GRANT_FLOOR, GRANT_REPAIR};
 
@@ -63,11 +64,25 @@ pub struct StepReport {
     pub quarantine_ended: u64,
 }
 
-/// The lock manager's process-local state. Driven by [`Manager::step`] from a
-/// platform thread (or the simulator's scheduler).
+/// The lock manager's state. Driven by [`Manager::step`] from a platform
+/// thread (or the simulator's scheduler), one step at a time.
+///
+/// Plain data of fixed layout, every bit pattern valid: the platform keeps
+/// it in a host-local shared file, so that any process of the manager's
+/// host can step it (under a host-local lock). Nothing in it is trusted as
+/// an index: every table is read and written through bounds checks.
+#[derive(Clone, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
 pub struct Manager {
     me: u32,
-    claimed_at: Option<u64>,
+    seen_manager: u32,
+    /// Non-zero once the first step ran.
+    started: u32,
+    /// Non-zero: scan every slot of every lock next step (after start or
+    /// takeover).
+    full_scan: u32,
+    /// When this node's current claim was made ([`UNCLAIMED`]: none).
+    claimed_at: u64,
     /// This node's claim word as published in its request line (0: none).
     /// Only the node holding the largest claim of those it reads grants.
     claim: u64,
@@ -75,16 +90,14 @@ pub struct Manager {
     /// goes above it (a dead node's claim must not outrank every later one).
     epoch_seen: u64,
     seen_lease: u64,
-    seen_manager: u32,
     lease_moved_at: u64,
     /// Per node: the heartbeat as last seen, with the incarnation of the
     /// node it belonged to (a new incarnation restarts the silence clock).
-    beat: [(u64, u64); MAX_NODES as usize],
+    beat: [[u64; 2]; MAX_NODES as usize],
     beat_moved_at: [u64; MAX_NODES as usize],
     /// Per node: since when (this manager's ticks) it has seen the node
     /// fenced, with the incarnation it saw fenced.
-    fenced_since: [(u64, u64); MAX_NODES as usize],
-    started: bool,
+    fenced_since: [[u64; 2]; MAX_NODES as usize],
     /// Locks this manager believes held (granted and not seen released).
     held: [u64; 4],
     /// Per lock: node id + 1 of the last holder this manager saw (0 none).
@@ -95,8 +108,6 @@ pub struct Manager {
     released: [u64; MAX_LOCKS as usize],
     /// Per lock: what this manager knows of its line (see `LockMemo`).
     memo: [LockMemo; MAX_LOCKS as usize],
-    /// Scan every slot of every lock next step (after start or takeover).
-    full_scan: bool,
     /// When the last full step was.
     full_at: u64,
     steps: u64,
@@ -108,12 +119,24 @@ pub struct Manager {
     listed: u64,
 }
 
+/// The claim time of a manager with no claim.
+const UNCLAIMED: u64 = u64::MAX;
+
+// The layout platform's host-local file holds: four u32, ten u64, per node
+// 40 bytes (beat, beat_moved_at, fenced_since), `held`, per lock 44 bytes
+// (last_holder, released, memo). No padding anywhere (`IntoBytes`).
+const _: () = assert!(core::mem::size_of::<LockMemo>() == 32);
+const _: () =
+    assert!(core::mem::size_of::<Manager>() == 16 + 10 * 8 + 40 * MAX_NODES as usize + 32 + 44 * MAX_LOCKS as usize);
+const _: () = assert!(core::mem::size_of::<Manager>() == 13_952 && core::mem::align_of::<Manager>() == 8);
+
 /// A manager's own copy of a lock line's count, `repair` and floor: the
 /// line in memory may be a late write-back of a replaced manager (a zombie),
 /// so the manager never takes a smaller count or floor from it, nor a
 /// `repair` cleared by anyone but a recovery (whose clear raises the floor
 /// to its ticket, past the revoked grant).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
 struct LockMemo {
     /// The largest grant sequence written or read.
     seq: u64,
@@ -122,9 +145,10 @@ struct LockMemo {
     /// The grant this manager revoked (or found awaiting repair), until a
     /// recovery's floor reaches it; 0 none.
     revoked: u64,
-    /// The line was read since this manager's claim: until then, memory's
-    /// `repair` is taken as it is (another manager may have revoked).
-    known: bool,
+    /// Non-zero once the line was read since this manager's claim: until
+    /// then, memory's `repair` is taken as it is (another manager may have
+    /// revoked).
+    known: u64,
 }
 
 impl LockMemo {
@@ -132,8 +156,8 @@ impl LockMemo {
     /// the memo says. True when the line in memory differs from that.
     fn merge(&mut self, ll: &mut LockLine) -> bool {
         let read = *ll;
-        if !self.known {
-            self.known = true;
+        if self.known == 0 {
+            self.known = 1;
             if ll.repair != 0 {
                 self.revoked = self.revoked.max(ll.grant_seq).max(1);
             }
@@ -177,21 +201,21 @@ impl Manager {
     pub fn new(me: u32) -> Manager {
         Manager {
             me,
-            claimed_at: None,
+            seen_manager: u32::MAX,
+            started: 0,
+            full_scan: 1,
+            claimed_at: UNCLAIMED,
             claim: 0,
             epoch_seen: 0,
             seen_lease: 0,
-            seen_manager: u32::MAX,
             lease_moved_at: 0,
-            beat: [(0, 0); MAX_NODES as usize],
+            beat: [[0; 2]; MAX_NODES as usize],
             beat_moved_at: [0; MAX_NODES as usize],
-            fenced_since: [(0, 0); MAX_NODES as usize],
-            started: false,
+            fenced_since: [[0; 2]; MAX_NODES as usize],
             held: [0; 4],
             last_holder: [0; MAX_LOCKS as usize],
             released: [u64::MAX; MAX_LOCKS as usize],
             memo: [LockMemo::default(); MAX_LOCKS as usize],
-            full_scan: true,
             full_at: 0,
             steps: 0,
             liveness_at: u64::MAX,
@@ -211,8 +235,8 @@ impl Manager {
     ) -> Result<StepReport> {
         let l = &store.layout;
         let mut rep = StepReport::default();
-        if !self.started {
-            self.started = true;
+        if self.started == 0 {
+            self.started = 1;
             self.lease_moved_at = now;
             for t in self.beat_moved_at.iter_mut() {
                 *t = now;
@@ -236,11 +260,14 @@ impl Manager {
             // SYNC: the claim reaches memory before the settle starts (reader:
             // a rival's doorbell scan, which then steps it down).
             store.co.full_fence(Site("mgr.reclaim.fence"));
-            self.claimed_at = Some(now);
-            self.full_scan = true;
+            self.claimed_at = now;
+            self.full_scan = 1;
             return Ok(rep);
         }
-        let claimed = *self.claimed_at.get_or_insert(now.saturating_sub(cfg.settle));
+        if self.claimed_at == UNCLAIMED {
+            self.claimed_at = now.saturating_sub(cfg.settle);
+        }
+        let claimed = self.claimed_at;
         if now.saturating_sub(claimed) < cfg.settle && !mutant!("lease.no_settle") {
             return Ok(rep);
         }
@@ -263,8 +290,8 @@ impl Manager {
         // sixteenth of a lease) is the safety net for whatever the narrow
         // steps leave unread.
         let periodic = self.steps.is_multiple_of(1024) && now.saturating_sub(self.full_at) >= cfg.lease / 16;
-        let full = self.full_scan || rep.newly_dead != 0 || periodic;
-        self.full_scan = false;
+        let full = self.full_scan != 0 || rep.newly_dead != 0 || periodic;
+        self.full_scan = 0;
         if full {
             self.full_at = now;
         }
@@ -309,8 +336,8 @@ impl Manager {
         probe: LivenessProbe<'_>,
     ) -> Result<()> {
         let l = &store.layout;
-        self.claimed_at = None;
-        self.full_scan = true;
+        self.claimed_at = UNCLAIMED;
+        self.full_scan = 1;
         self.liveness_at = u64::MAX;
         if ml.lease != self.seen_lease || ml.manager != self.seen_manager {
             self.seen_lease = ml.lease;
@@ -335,7 +362,7 @@ impl Manager {
             self.publish_claim(store, ml.epoch)?;
             // (Completes both the line above and the claim word.)
             store.co.full_fence(Site("mgr.claim.fence"));
-            self.claimed_at = Some(now);
+            self.claimed_at = now;
         }
         Ok(())
     }
@@ -705,11 +732,11 @@ impl Manager {
                     // Recovered, its reservations kept until it is quiet:
                     // once it is, recovery is due again to free them.
                     let mut quiet = crate::node::quiet_incarnation(store, n)? == Some(info.incarnation);
-                    let (inc, since) = self.fenced_since.at(n as usize);
+                    let [inc, since] = self.fenced_since.at(n as usize);
                     let since = if inc == info.incarnation && since != 0 {
                         since
                     } else {
-                        self.fenced_since.set(n as usize, (info.incarnation, now.max(1)));
+                        self.fenced_since.set(n as usize, [info.incarnation, now.max(1)]);
                         now.max(1)
                     };
                     if !quiet && cfg.quarantine != 0 && now.saturating_sub(since) >= cfg.quarantine {
@@ -734,9 +761,9 @@ impl Manager {
             // without a fence between, so its predecessor's last beat can
             // still be in memory beside the new ALIVE. Silence is measured
             // per incarnation, never across one.
-            let seen = (info.incarnation, hb.beat);
+            let seen = [info.incarnation, hb.beat];
             if mutant!("liveness.beat_across_incarnations") {
-                if hb.beat != self.beat.at(n as usize).1 {
+                if hb.beat != self.beat.at(n as usize)[1] {
                     self.beat.set(n as usize, seen);
                     self.beat_moved_at.set(n as usize, now);
                 }
@@ -824,7 +851,7 @@ impl Manager {
         // Another manager may have revoked locks since this one last read
         // their lines: each line's `repair` is learnt afresh.
         for m in self.memo.iter_mut() {
-            m.known = false;
+            m.known = 0;
         }
         store.view.store_u64(off, self.claim)?;
         // SYNC: the claim on its way to memory (reader: every other
@@ -840,8 +867,8 @@ impl Manager {
     fn drop_claim<C: Coherence>(&mut self, store: &Store<C>) -> Result<()> {
         if self.claim != 0 {
             self.claim = 0;
-            self.claimed_at = None;
-            self.full_scan = true;
+            self.claimed_at = UNCLAIMED;
+            self.full_scan = 1;
             let off = store.layout.requests(self.me).wrapping_add(CLAIM_AT);
             store.view.store_u64(off, 0)?;
             // SYNC: the withdrawal on its way to memory (reader: the other
@@ -850,6 +877,23 @@ impl Manager {
             store.co.store_fence(Site("mgr.claim.drop.fence"));
         }
         Ok(())
+    }
+
+    /// Fresh manager state for node `me` after a step of it was cut off
+    /// part-way (the process stepping it died; its host lives on): every
+    /// line that step may have stored and not yet written back is written
+    /// back from this host's cache first. The fresh state then claims anew
+    /// above every claim seen and settles before it grants, like any
+    /// claimant (see [`Manager::step`]).
+    pub fn after_cut<C: Coherence>(store: &Store<C>, me: u32) -> Result<Manager> {
+        // SYNC: what the cut step stored (manager line, claim word, lock
+        // lines and slots, node infos: all metadata) reaches memory before
+        // the fresh state reads or writes any of it; left in this host's
+        // cache it could land whenever it liked, over a later step's lines
+        // (reader: every other host).
+        store.co.flush(&store.view, 0, store.layout.payload.start, Site("mgr.cut.flush"))?;
+        store.co.store_fence(Site("mgr.cut.fence"));
+        Ok(Manager::new(me))
     }
 
     /// Gives up the manager role if this node holds it, so another node can
@@ -864,8 +908,8 @@ impl Manager {
             store.co.store_fence(Site("mgr.resign.fence"));
         }
         self.drop_claim(store)?;
-        self.claimed_at = None;
-        self.full_scan = true;
+        self.claimed_at = UNCLAIMED;
+        self.full_scan = 1;
         Ok(())
     }
 }

@@ -83,6 +83,11 @@ struct Config {
     /// runs on; no crash.
     #[arg(long, conflicts_with_all = ["crash", "crash_odd"])]
     zombie: bool,
+    /// Cut one manager step in 32 off part-way (the process stepping that
+    /// node's manager for it is killed; the host lives on) and go on from a
+    /// fresh manager state.
+    #[arg(long)]
+    cut_steps: bool,
 }
 
 #[derive(Args)]
@@ -211,7 +216,7 @@ fn main() -> ExitCode {
 fn cmd_run(a: RunArgs) -> Result<u8, String> {
     let disable = apply(&a.mutant)?;
     let c = &a.cfg;
-    let (mut total_ops, mut steps) = (0u64, 0u64);
+    let (mut total_ops, mut steps, mut cuts) = (0u64, 0u64, 0u64);
     let t = Instant::now();
     for sd in a.seed..a.seed.saturating_add(a.seeds) {
         let crash = c.crash || c.crash_odd && sd % 2 == 1;
@@ -226,11 +231,13 @@ fn cmd_run(a: RunArgs) -> Result<u8, String> {
             mixed: c.mixed,
             feed_at: None,
             zombie: c.zombie,
+            cut_steps: c.cut_steps,
         };
         let mut r = run(&cfg);
         r.violations.extend(reformat_run(sd, disable, lazy));
         total_ops += r.ops;
         steps += r.steps;
+        cuts += r.cuts;
         if !r.violations.is_empty() {
             println!("FAIL seed {sd} hosts {} ops {} crash {:?} lazy {lazy}", c.hosts, c.ops, r.crashed);
             for v in &r.violations {
@@ -245,8 +252,9 @@ fn cmd_run(a: RunArgs) -> Result<u8, String> {
             return Ok(VIOLATION);
         }
     }
+    let cut = if cuts > 0 { format!(", {cuts} manager steps cut off") } else { String::new() };
     println!(
-        "pass: {} runs, {total_ops} operations, {steps} scheduler steps, {:.1}s",
+        "pass: {} runs, {total_ops} operations, {steps} scheduler steps{cut}, {:.1}s",
         a.seeds,
         t.elapsed().as_secs_f64()
     );
@@ -295,6 +303,7 @@ fn cmd_sites(a: SitesArgs) -> Result<u8, String> {
         mixed: true,
         feed_at: None,
         zombie: false,
+        cut_steps: false,
     });
     for (s, n) in r.executed {
         println!("{s} {n}");
@@ -329,6 +338,14 @@ const SWEEP: &[SweepConfig] = &[
     SweepConfig { name: "zombie-lazy-3x80", args: &["--hosts", "3", "--ops", "80", "--zombie", "--lazy"] },
     SweepConfig { name: "zombie-mixed-4x200", args: &["--hosts", "4", "--ops", "200", "--zombie", "--mixed"] },
     SweepConfig { name: "zombie-lazy-alt-5x300", args: &["--hosts", "5", "--ops", "300", "--zombie", "--lazy-alt"] },
+    // A manager step cut off part-way now and then, the node going on from
+    // a fresh manager state (a peer process stepping it was killed; README,
+    // "Locks").
+    SweepConfig { name: "cut-lazy-4x200", args: &["--hosts", "4", "--ops", "200", "--lazy", "--cut-steps"] },
+    SweepConfig {
+        name: "cut-zombie-mixed-4x150",
+        args: &["--hosts", "4", "--ops", "150", "--zombie", "--mixed", "--cut-steps"],
+    },
 ];
 
 /// How a run of the sweep ended.

@@ -27,7 +27,7 @@ use crate::harness::ops::{
 };
 use crate::harness::params::sim_caps;
 use crate::harness::params::{KEYS, LEASE, NS};
-use crate::harness::sched::rnd;
+use crate::harness::sched::{rnd, StepCut};
 use crate::harness::stalls::{await_stalled_quiet, barrier, stall_here, stall_now};
 use crate::harness::tier::{tier_op, tier_release, TierState};
 use crate::harness::world::unpin_model;
@@ -107,8 +107,9 @@ pub(crate) fn manager_actor(w: &World, h: usize) {
                 Ok(_) | Err(Error::Revoked) => {}
                 Err(e) => return w.violation(format!("host {h} giving stray grants back: {e}")),
             }
-            match mgr.step(&store, w.now(), LEASE, &crashed_probe) {
-                Ok(r) => {
+            match cut_step(w, h, &store, &mut mgr, |m| m.step(&store, w.now(), LEASE, &crashed_probe)) {
+                None => {}
+                Some(Ok(r)) => {
                     active = r.active;
                     if r.newly_dead != 0 {
                         only_silent_declared_dead(w, h, r.newly_dead);
@@ -117,7 +118,7 @@ pub(crate) fn manager_actor(w: &World, h: usize) {
                         w.model.lock().unwrap().need_recovery = true;
                     }
                 }
-                Err(e) => return w.violation(format!("manager {h} step: {e}")),
+                Some(Err(e)) => return w.violation(format!("manager {h} step: {e}")),
             }
             w.published_all(3 * h + 1, "heartbeat and manager step", None);
             w.grants_monotonic(3 * h + 1);
@@ -126,6 +127,48 @@ pub(crate) fn manager_actor(w: &World, h: usize) {
         w.model.lock().unwrap().mgr_idle[h] = !active;
         w.yield_now(3 * h + 1, "mgr");
         w.model.lock().unwrap().mgr_idle[h] = false;
+    }
+}
+
+/// Runs manager step `f` of host `h`. In runs that cut steps
+/// ([`crate::harness::scenarios::RunConfig::cut_steps`]), one step in 32 is
+/// cut off at one of its first 32 scheduling points, as when the process
+/// stepping the node's manager for it (any process of the host may) is
+/// killed part-way: what the step stored stays in the host's cache, and the
+/// node goes on with a fresh manager state, as the platform's does when it
+/// takes the step lock over from a dead process (`None` then).
+fn cut_step<T>(
+    w: &World,
+    h: usize,
+    store: &Store<SimCoherence<'_>>,
+    mgr: &mut Manager,
+    f: impl FnOnce(&mut Manager) -> T,
+) -> Option<T> {
+    let actor = 3 * h + 1;
+    if w.model.lock().unwrap().cut_steps {
+        let mut s = w.sched.lock().unwrap();
+        if rnd(&mut s.rng).is_multiple_of(32) {
+            let n = 1 + (rnd(&mut s.rng) % 32) as u32;
+            if s.cut_in.len() <= actor {
+                s.cut_in.resize(actor + 1, 0);
+            }
+            s.cut_in[actor] = n;
+        }
+    }
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(mgr)));
+    if let Some(n) = w.sched.lock().unwrap().cut_in.get_mut(actor) {
+        *n = 0;
+    }
+    match r {
+        Ok(r) => Some(r),
+        Err(p) if p.is::<StepCut>() => {
+            match Manager::after_cut(store, h as u32) {
+                Ok(m) => *mgr = m,
+                Err(e) => w.violation(format!("host {h} writing back a cut manager step: {e}")),
+            }
+            None
+        }
+        Err(p) => std::panic::resume_unwind(p),
     }
 }
 

@@ -104,6 +104,8 @@ pub(crate) struct Model {
     /// The stall is a zombie's ([`RunConfig::zombie`]): anywhere, once
     /// the host's op actor is a third of the way through.
     pub(crate) zombie: bool,
+    /// Cut manager steps off part-way now and then (`RunConfig::cut_steps`).
+    pub(crate) cut_steps: bool,
     /// The stalled host's op actor asks for the stall.
     pub(crate) stall_req: bool,
     /// Stall requests that timed out (the host's manager actor stayed the

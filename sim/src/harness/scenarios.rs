@@ -48,6 +48,10 @@ pub struct RunConfig {
     /// recovered meanwhile, then runs on from where it stopped; its dirty
     /// lines land whenever its cache writes them back. No crash or kill.
     pub zombie: bool,
+    /// Now and then a manager step is cut off part-way (the process
+    /// stepping that node's manager for it is killed: the host and its
+    /// cache live on) and the node goes on from a fresh manager state.
+    pub cut_steps: bool,
 }
 
 /// What a run found.
@@ -63,6 +67,8 @@ pub struct RunResult {
     pub trace: Vec<String>,
     /// Whether a host crashed.
     pub crashed: Option<usize>,
+    /// Manager steps cut off part-way ([`RunConfig::cut_steps`]).
+    pub cuts: u64,
     /// Sites that ran, with counts.
     pub executed: Vec<(&'static str, u64)>,
 }
@@ -108,6 +114,7 @@ pub fn run(cfg: &RunConfig) -> RunResult {
         steps: s.steps,
         trace: s.trace.iter().cloned().collect(),
         crashed: s.crashed,
+        cuts: s.cuts,
         executed: w.mem.executed().into_iter().collect(),
     }
 }
@@ -212,6 +219,7 @@ fn arm_faults(w: &World, cfg: &RunConfig) {
         m.slow_readers = cfg.seed % 5 < 2;
         m.kill_in_fill = (cfg.seed / 6).is_multiple_of(2);
     }
+    w.model.lock().unwrap().cut_steps = cfg.cut_steps;
     if cfg.zombie && cfg.ops >= 8 {
         let mut m = w.model.lock().unwrap();
         m.stall = Some(mix64(cfg.seed) as usize % hosts);

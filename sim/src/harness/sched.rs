@@ -13,6 +13,12 @@ pub(crate) struct Crashed;
 /// its host's next process.
 pub(crate) struct Killed;
 
+/// Unwinds a manager actor's step cut off part-way: the process that was
+/// stepping that node's lock manager (any process of its host may) was
+/// killed; the host and its cache live on, and the node steps on from a
+/// fresh manager state.
+pub(crate) struct StepCut;
+
 /// A run taking more scheduler steps than this is livelocked
 /// (`CXLKV_SIM_STEP_LIMIT`, default 3,000,000).
 pub(crate) fn step_limit() -> u64 {
@@ -43,6 +49,11 @@ pub(crate) struct Sched {
     /// A stopped host (`stalls::park_host`), the step it wakes at, and the
     /// latest step it may be held to while not yet declared dead.
     pub(crate) parked: Option<Parked>,
+    /// Per actor: cut its manager step at its n-th scheduling point from now
+    /// (0: none; see [`StepCut`]).
+    pub(crate) cut_in: Vec<u32>,
+    /// Manager steps cut off so far.
+    pub(crate) cuts: u64,
     /// Host-local locks: (host, lock) → holding actor.
     pub(crate) local: std::collections::HashMap<(usize, u32), usize>,
 }

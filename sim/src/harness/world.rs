@@ -12,7 +12,7 @@ use cxlkv_core::Error;
 
 use crate::harness::model::{Model, Pin, ACTOR, WAIT_LIMIT};
 use crate::harness::params::LEASE;
-use crate::harness::sched::{park, rnd, step_limit, tag_of, trace_len, watch_line, Crashed, Killed, Sched};
+use crate::harness::sched::{park, rnd, step_limit, tag_of, trace_len, watch_line, Crashed, Killed, Sched, StepCut};
 use crate::memory::{SimCoherence, SimMemory};
 
 pub(crate) struct World {
@@ -121,6 +121,17 @@ impl World {
         if s.actor_gen[actor] != s.gen[actor / 3] {
             drop(s);
             std::panic::resume_unwind(Box::new(Killed));
+        }
+        if let Some(n) = s.cut_in.get_mut(actor).filter(|n| **n != 0) {
+            *n -= 1;
+            if *n == 0 {
+                // This actor holds the baton: its manager actor catches the
+                // cut and runs on from here (see `StepCut`).
+                s.cuts += 1;
+                s.trace.push_back(format!("{step}: actor {actor}'s manager step is cut off"));
+                drop(s);
+                std::panic::resume_unwind(Box::new(StepCut));
+            }
         }
     }
 

@@ -548,3 +548,118 @@ pub(super) fn app_lock_repair_read_fresh(disable: Option<&'static str>) -> Resul
     }
     Ok(out)
 }
+
+/// Node 0 (host 0) manages; node 1 (host 1) asks for lock 0. The manager's
+/// step is cut off at its grant: the grant is stored in host 0's cache, not
+/// written back (the process stepping node 0's manager for it, a peer of
+/// its host, was killed there). Node 0 goes on from a fresh manager state
+/// ([`Manager::after_cut`]): what the cut step stored must be in memory
+/// before the fresh state acts, and node 1 must then hold the lock, alone.
+pub(super) fn manager_step_cut(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "manager-step-cut";
+    const LOCK: u32 = 0;
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let cfg = LeaseConfig { lease: u64::MAX / 4, settle: 2, quarantine: 0 };
+    let env = CutEnv { rig: &rig, store: &s0, mgr: spin::Mutex::new(Manager::new(0)), st: Default::default(), cfg };
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let mut out = Vec::new();
+    // The role claimed and settled before the request.
+    for _ in 0..4 {
+        env.step()?;
+    }
+    let held = n1.lock(LOCK)?;
+    let st = *env.st.lock();
+    match st.cut {
+        None => {
+            out.push(format!("{NAME}: the manager's step was not cut at its grant: the scenario misses"));
+            return Ok(out);
+        }
+        Some(slot) if slot != cxlkv_core::layout::SLOT_LOCKED => out.push(format!(
+            "{NAME}: once the fresh manager state was made, memory held node 1's slot in state {slot}, not \
+             LOCKED: the cut step's grant was left in host 0's cache, to land whenever it liked"
+        )),
+        Some(_) => {}
+    }
+    let ll: LockLine = rig.mem.shared_region().read(s0.layout.lock_line(LOCK))?;
+    if ll.holder != 2 {
+        out.push(format!("{NAME}: node 1 holds lock {LOCK}, but memory's line names holder {} ({ll:?})", ll.holder));
+    }
+    // Alone: node 0 is not granted the lock while node 1 holds it.
+    match n0.lock(LOCK) {
+        Err(Error::Timeout) => {}
+        Ok(h) => {
+            out.push(format!("{NAME}: node 0 was granted lock {LOCK}, which node 1 holds: two holders"));
+            n0.unlock(h)?;
+        }
+        Err(e) => out.push(format!("{NAME}: node 0's request ended with {e}, not a timeout")),
+    }
+    n1.unlock(held)?;
+    match n0.lock(LOCK) {
+        Ok(h) => n0.unlock(h)?,
+        Err(e) => out.push(format!("{NAME}: node 0 was not granted lock {LOCK} after node 1 released it: {e}")),
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
+
+/// What [`CutEnv`] did: its step cut, with the state memory then held for
+/// node 1's slot of lock 0, and the manager's clock.
+#[derive(Clone, Copy, Default)]
+struct CutState {
+    cut: Option<u32>,
+    now: u64,
+}
+
+/// Node 0's manager, stepped inline by every wait, whose first step to
+/// grant is cut off at the grant (see [`manager_step_cut`]).
+struct CutEnv<'a> {
+    rig: &'a Rig,
+    store: &'a cxlkv_core::store::Store<crate::memory::SimCoherence<'a>>,
+    mgr: spin::Mutex<Manager>,
+    st: spin::Mutex<CutState>,
+    cfg: LeaseConfig,
+}
+
+impl CutEnv<'_> {
+    fn step(&self) -> Result<()> {
+        let now = {
+            let mut st = self.st.lock();
+            st.now += 1;
+            st.now
+        };
+        let probe = |_: u32, _: &NodeInfo| None;
+        self.mgr.lock().step(self.store, now, self.cfg, &probe).map(|_| ())
+    }
+}
+
+impl cxlkv_core::store::NodeEnv for CutEnv<'_> {
+    fn local_lock(&self, _lock: u32) -> Result<()> {
+        Ok(())
+    }
+    fn try_local_lock(&self, _lock: u32) -> bool {
+        true
+    }
+    fn local_unlock(&self, _lock: u32) {}
+    fn wait(&self, iteration: u32) -> Result<()> {
+        if iteration > 10_000 {
+            return Err(Error::Timeout);
+        }
+        if self.st.lock().cut.is_some() {
+            return self.step();
+        }
+        let mut r = Ok(());
+        if self.rig.dies_at(0, "mgr.grant", || r = self.step()) {
+            *self.mgr.lock() = Manager::after_cut(self.store, 0)?;
+            let slot: cxlkv_core::layout::LockSlot =
+                self.rig.mem.shared_region().read(self.store.layout.lock_slot(0, 1))?;
+            self.st.lock().cut = Some(slot.state);
+            return Ok(());
+        }
+        r
+    }
+    fn withdrawal_expired(&self, iteration: u32) -> bool {
+        iteration > 10_000
+    }
+}

@@ -483,6 +483,13 @@ pub fn scenarios() -> &'static [Scenario] {
             run: blocks::pin_races_an_eviction,
         },
         Scenario {
+            name: "manager-step-cut",
+            what: "a manager step is cut off at its grant (the process stepping it for its node was killed; the \
+                   host lives on): the node goes on from a fresh state, which must first write back what the cut \
+                   step stored",
+            run: managers::manager_step_cut,
+        },
+        Scenario {
             name: "named-without-a-claim",
             what: "the manager line names two nodes in turn, neither holding a claim: each claims and settles first",
             run: managers::named_without_a_claim,
