@@ -88,10 +88,37 @@ fn is_zombie(pid: u32) -> bool {
     matches!(state, Some('Z' | 'X'))
 }
 
+thread_local! {
+    /// This thread's kernel id once asked for (0: not yet). A lock word is
+    /// made with it at every host-local lock and every manager step: a
+    /// system call each time cost more than the rest of the lock.
+    static TID: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// In a child made by `fork`, the forking thread's id kept in its copy of
+/// that thread's storage is its parent's: forgotten there.
+extern "C" fn forget_tid_in_child() {
+    TID.with(|t| t.set(0));
+}
+
 /// This thread's kernel id.
 pub fn tid() -> u32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() as u32 }
+    TID.with(|t| {
+        let known = t.get();
+        if known != 0 {
+            return known;
+        }
+        static FORK_HOOK: std::sync::Once = std::sync::Once::new();
+        FORK_HOOK.call_once(|| {
+            // SAFETY: registers a child handler that only writes this
+            // library's thread-local; no memory is passed.
+            unsafe { libc::pthread_atfork(None, None, Some(forget_tid_in_child)) };
+        });
+        // SAFETY: gettid has no preconditions.
+        let id = unsafe { libc::gettid() as u32 };
+        t.set(id);
+        id
+    })
 }
 
 /// A random 64-bit value (for nonces and creation ids).
@@ -158,5 +185,28 @@ mod tests {
         c.wait().unwrap();
         assert!(!pid_alive(c.id()));
         assert!(pid_alive(std::process::id()));
+    }
+
+    #[test]
+    fn the_kept_thread_id_is_each_threads_own_and_a_forked_childs_own() {
+        let here = tid();
+        // SAFETY: gettid has no preconditions.
+        assert_eq!(here, unsafe { libc::gettid() as u32 });
+        let there = std::thread::spawn(tid).join().unwrap();
+        assert_ne!(here, there);
+        // SAFETY: the child only reads its thread id and exits at once
+        // (`_exit`: nothing of the parent's is run or flushed).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: as above.
+            let own = unsafe { libc::gettid() as u32 };
+            // SAFETY: ends the child without unwinding or running handlers.
+            unsafe { libc::_exit(if tid() == own && own != here { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child; `status` is a valid out-pointer.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child kept its parent's id");
     }
 }

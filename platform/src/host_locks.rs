@@ -15,7 +15,8 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::host::{pid_alive, tid};
 use crate::map::Mapping;
-use crate::sync::{HostBell, HostLockWord};
+use crate::mgr_cell::{ManagerCell, CELL_BYTES};
+use crate::sync::{HostBell, HostLockWord, HostWord};
 
 /// Who holds (or asks for) a host-local lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +47,8 @@ fn unpack(w: u64) -> (u32, Option<u32>, u16) {
 pub struct HostLocks {
     map: Mapping,
     n: u32,
+    /// Manager cells (one per node slot of the region; see `mgr_cell`).
+    cells: u32,
     path: PathBuf,
 }
 
@@ -53,16 +56,18 @@ const STRIDE: usize = 64;
 
 impl HostLocks {
     /// Opens (creating if needed) the tier for region `creation_id` with `n`
-    /// locks, under `dir` (normally /dev/shm). One file per PID namespace:
+    /// locks and `cells` manager cells (the region's node slots), under
+    /// `dir` (normally /dev/shm). One file per PID namespace:
     /// a lock word names its owner by thread id, which only its namespace
     /// can probe (processes of other containers contend on the global level,
     /// which stays exact: each node has its own slot).
-    pub fn open(dir: &std::path::Path, creation_id: u64, n: u32) -> Result<HostLocks> {
+    pub fn open(dir: &std::path::Path, creation_id: u64, n: u32, cells: u32) -> Result<HostLocks> {
         let ns = crate::host::pid_ns() as u32;
         let path = dir.join(format!("cxlkv-local-{creation_id:016x}-{ns:08x}"));
         sweep_stale(dir, ns, &path);
-        // n lock lines, the attach lock's, the background bell's.
-        let want = (n as u64 + 2) * STRIDE as u64;
+        // n lock lines, the attach lock's, the background bell's, the
+        // active manager's, then the cells.
+        let want = Self::cells_at(n) as u64 + cells as u64 * CELL_BYTES as u64;
         // A sweep of another process (see `sweep_stale`) may remove the
         // file between its creation and our shared lock: once locked, the
         // file must still be the one at `path`, else start again.
@@ -106,7 +111,56 @@ impl HostLocks {
             drop(f);
             break map;
         };
-        Ok(HostLocks { map, n, path })
+        Ok(HostLocks { map, n, cells, path })
+    }
+
+    /// Where the manager cells begin, for `n` locks.
+    fn cells_at(n: u32) -> usize {
+        (n as usize + 3) * STRIDE
+    }
+
+    /// Node `node`'s manager cell; `None` beyond the cells this file has.
+    pub(crate) fn cell(&self, node: u32) -> Option<ManagerCell<'_>> {
+        if node >= self.cells {
+            return None;
+        }
+        let at = Self::cells_at(self.n) + node as usize * CELL_BYTES;
+        let p = self.map.view().base().wrapping_add(at);
+        // SAFETY: the cell's CELL_BYTES lie inside the mapping (the file was
+        // sized for `cells` cells at open), 64-aligned (page-aligned base,
+        // 64-byte multiples); the mapping lives as long as `self`; every
+        // process touches a cell's header only atomically and its state only
+        // under its step lock.
+        Some(unsafe { ManagerCell::at(p) })
+    }
+
+    /// The word naming this host's active lock manager (node id + 1; 0
+    /// none known), in the line after the bell's.
+    fn active_word(&self) -> HostWord<'_> {
+        let p = self.map.view().base().wrapping_add((self.n as usize + 2) * STRIDE);
+        // SAFETY: an 8-aligned word inside the mapping (n+3 lines at least);
+        // it lives as long as `self`; every process accesses it atomically.
+        unsafe { HostWord::at(p.cast::<u64>()) }
+    }
+
+    /// The node of this host (and PID namespace) whose manager step last
+    /// found it the active lock manager, if one did.
+    pub fn active_manager(&self) -> Option<u32> {
+        self.active_word().get().checked_sub(1).map(|n| n as u32)
+    }
+
+    /// Records the verdict of a step of node `node`'s manager: active, it is
+    /// this host's active manager; not, it no longer is (if it was).
+    pub fn note_manager(&self, node: u32, active: bool) {
+        let w = self.active_word();
+        let me = node as u64 + 1;
+        if active {
+            if w.get() != me {
+                w.set(me);
+            }
+        } else {
+            w.replace(me, 0);
+        }
     }
 
     fn word(&self, id: u32) -> HostLockWord<'_> {
@@ -285,7 +339,7 @@ mod tests {
     fn lock_excludes_other_threads() {
         let dir = std::env::temp_dir();
         let id = crate::host::random_u64();
-        let sut = Arc::new(HostLocks::open(&dir, id, 4).unwrap());
+        let sut = Arc::new(HostLocks::open(&dir, id, 4, 0).unwrap());
         let counter = Arc::new(std::sync::Mutex::new((0u32, 0u32)));
         let mut hs = Vec::new();
         for _ in 0..4 {
@@ -314,7 +368,7 @@ mod tests {
     fn lock_held_by_dead_thread_is_taken_over() {
         let dir = std::env::temp_dir();
         let id = crate::host::random_u64();
-        let sut = Arc::new(HostLocks::open(&dir, id, 2).unwrap());
+        let sut = Arc::new(HostLocks::open(&dir, id, 2, 0).unwrap());
         let s2 = sut.clone();
         std::thread::spawn(move || s2.lock(0, Owner::NONE)).join().unwrap();
         sut.lock(0, Owner::NONE); // the holder thread has exited
@@ -326,7 +380,7 @@ mod tests {
     fn lock_of_a_node_that_is_gone_is_taken_over_though_its_thread_lives() {
         let dir = std::env::temp_dir();
         let id = crate::host::random_u64();
-        let sut = Arc::new(HostLocks::open(&dir, id, 2).unwrap());
+        let sut = Arc::new(HostLocks::open(&dir, id, 2, 0).unwrap());
         let s2 = sut.clone();
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let (held_tx, held) = std::sync::mpsc::channel::<()>();
@@ -353,8 +407,8 @@ mod tests {
     fn a_ring_from_another_mapping_of_the_file_wakes_a_sleeper() {
         let dir = std::env::temp_dir();
         let id = crate::host::random_u64();
-        let a = Arc::new(HostLocks::open(&dir, id, 3).unwrap());
-        let b = HostLocks::open(&dir, id, 3).unwrap(); // as another process would map it
+        let a = Arc::new(HostLocks::open(&dir, id, 3, 0).unwrap());
+        let b = HostLocks::open(&dir, id, 3, 0).unwrap(); // as another process would map it
         let seen = a.bell_count();
         b.ring();
         let t = std::time::Instant::now();
@@ -387,8 +441,8 @@ mod tests {
         let other_ns = dir.join(format!("cxlkv-local-{:016x}-{:08x}", 0x5eedu64, ns ^ 1));
         std::fs::write(&other_ns, [0u8; 4096]).unwrap();
         // In use by this process (another region's tier).
-        let live = HostLocks::open(&dir, 0x1111, 2).unwrap();
-        let mine = HostLocks::open(&dir, 0x2222, 2).unwrap();
+        let live = HostLocks::open(&dir, 0x1111, 2, 0).unwrap();
+        let mine = HostLocks::open(&dir, 0x2222, 2, 0).unwrap();
         assert!(!stale.exists(), "a file nothing maps was left behind");
         assert!(other_ns.exists() && live.path().exists() && mine.path().exists());
         drop((live, mine));
@@ -412,7 +466,7 @@ mod tests {
         };
         let mut held = Vec::new();
         for i in 0..300u64 {
-            let t = HostLocks::open(&dir, 0x7000 + i, 2).unwrap();
+            let t = HostLocks::open(&dir, 0x7000 + i, 2, 0).unwrap();
             let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
             // SAFETY: `fstat` fills `st` from the mapping's open descriptor.
             assert_eq!(unsafe { libc::fstat(t.map.fd(), st.as_mut_ptr()) }, 0);

@@ -25,6 +25,7 @@ pub mod host_locks;
 pub mod inspect;
 pub mod map;
 pub mod metrics;
+mod mgr_cell;
 pub mod node;
 pub mod nvme;
 pub mod pattern;

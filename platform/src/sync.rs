@@ -87,6 +87,42 @@ impl<'a> HostLockWord<'a> {
     }
 }
 
+/// A 64-bit word of the host-local file that is not a lock (a manager
+/// cell's owner, clock or verdict; the host's active manager), read and
+/// written by any process of the host.
+pub(crate) struct HostWord<'a>(&'a AtomicU64);
+
+impl<'a> HostWord<'a> {
+    /// # Safety
+    /// `p` is 8-aligned, inside a shared mapping that outlives `'a`, and
+    /// every process accesses the word only atomically.
+    pub(crate) unsafe fn at(p: *mut u64) -> HostWord<'a> {
+        // SAFETY: the caller's contract is `AtomicU64::from_ptr`'s.
+        HostWord(unsafe { AtomicU64::from_ptr(p) })
+    }
+
+    /// The word, with what its writer wrote before it (a cell's owner: the
+    /// state it initialised).
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Sets the word after what the caller wrote before it.
+    pub(crate) fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Release)
+    }
+
+    /// Sets the word to `new` if it still holds `cur`.
+    pub(crate) fn replace(&self, cur: u64, new: u64) -> bool {
+        self.0.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    }
+
+    /// Adds `n` (a count; no memory it guards).
+    pub(crate) fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
 /// The background bell of the host-local lock file: a ring count (the
 /// futex word) and the number of sleepers.
 pub(crate) struct HostBell<'a> {

@@ -212,3 +212,43 @@ fn a_stopped_holder_is_declared_dead_and_fails_with_revoked_when_it_wakes() {
     );
     parent.close().unwrap();
 }
+
+/// The manager's process is stopped. The other process of its host steps
+/// that manager from its cell in the host-local file while its process
+/// runs (its lock waits did, before the stop), and stops doing so within
+/// half a lease of the stop: this process's node takes the role over,
+/// declares the stopped node dead and is granted the lock it held; the
+/// stopped node, woken, is fenced.
+#[test]
+fn a_stopped_manager_process_loses_the_role_though_its_peers_could_step_it() {
+    let r = Region(shm_path("sigstop-manager"));
+    let region = cxlkv_platform::Region::create(&r.0, 16 << 20, true).unwrap();
+    region.format(caps(), opts().mode).unwrap();
+    drop(region);
+    // Attached first and alone: the worker's node manages.
+    let h = Holder::start(false, r#"exec "$W" hold-for "$P" "$MS""#, &r.0, 5000);
+    let parent = Node::open(&r.0, opts()).unwrap();
+    // The parent's locks are granted by stepping the worker's manager from
+    // its cell, or by its thread; the parent's node never manages meanwhile.
+    for _ in 0..200 {
+        let g = parent.core().lock(2).unwrap();
+        parent.core().unlock(g).unwrap();
+    }
+    assert!(!parent.manager_report().active, "the parent's node took the role from a running manager");
+    // SAFETY: stopping our own child.
+    unsafe { libc::kill(h.child.id() as i32, libc::SIGSTOP) };
+    let got = parent.core().lock_app(h.lock);
+    // SAFETY: waking our own child.
+    unsafe { libc::kill(h.child.id() as i32, libc::SIGCONT) };
+    let g = got.expect("the stopped manager's lock is granted here");
+    assert!(parent.manager_report().active, "the parent's node manages now");
+    parent.core().unlock_app(g).unwrap();
+    let out = h.results(Duration::from_secs(30));
+    assert!(out.contains(r#""lookup":"lock revoked""#), "the woken manager's node is fenced: {out}");
+    drop(h);
+    assert!(wait_for(Duration::from_secs(20), || parent
+        .stats()
+        .is_ok_and(|s| s.alive.count_ones() == 1 && s.dead == 0)));
+    assert_eq!(parent.check().unwrap(), vec![]);
+    parent.close().unwrap();
+}

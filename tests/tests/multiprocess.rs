@@ -253,3 +253,28 @@ fn a_hostile_peer_scribbling_metadata_never_crashes_the_others() {
     }
     eprintln!("hostile peer: {}", outs.join(" "));
 }
+
+/// A lock waiter in another process steps the manager of this host from
+/// its cell in the host-local file (the manager's thread, in this process,
+/// is idle or asleep): grants need no hand-off to that thread. The manager
+/// counts steps other processes made of it.
+#[test]
+fn a_waiter_in_another_process_steps_the_host_manager_from_its_cell() {
+    let r = Region(shm_path("cell-step"));
+    let parent = Node::create(&r.0, 32 << 20, caps(), opts()).unwrap();
+    // The parent's node manages (the first one attached, alone for a step).
+    let t = Instant::now();
+    while !parent.manager_report().active {
+        assert!(t.elapsed() < Duration::from_secs(30), "the parent's node never became the manager");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let before = parent.manager_steps_by_peers();
+    let mut c = Command::new(WORKER).args(["locks", r.0.to_str().unwrap(), "3000"]).spawn().unwrap();
+    let status = wait_with_watchdog(&mut c, Duration::from_secs(120));
+    assert!(status.success(), "the locking worker failed: {status}");
+    let by_others = parent.manager_steps_by_peers() - before;
+    assert!(by_others > 0, "3,000 locks of another process and none stepped the manager from its cell");
+    // Still the manager, and the region clean.
+    assert!(parent.manager_report().active);
+    assert!(parent.check().unwrap().is_empty());
+}

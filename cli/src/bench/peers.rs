@@ -225,7 +225,7 @@ pub(super) fn wake_reference(
     n: usize,
 ) -> Result<Quantiles, cxlkv_platform::Error> {
     let ids = (mix64(std::process::id() as u64 ^ 0xa11), mix64(std::process::id() as u64 ^ 0xb22));
-    let (a, b) = (HostLocks::open(local, ids.0, 0)?, HostLocks::open(local, ids.1, 0)?);
+    let (a, b) = (HostLocks::open(local, ids.0, 0, 0)?, HostLocks::open(local, ids.1, 0, 0)?);
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|s| {
         let (a, b) = (&a, &b);
@@ -446,8 +446,8 @@ pub(super) fn cold_memcpy(size: usize, n: usize, order: &[u64], dst: &mut [u8]) 
 }
 
 pub(super) fn peer_wake(local: &Path, n: usize, id_a: u64, id_b: u64) -> Result<Quantiles, String> {
-    let a = HostLocks::open(local, id_a, 0).map_err(|e| e.to_string())?;
-    let b = HostLocks::open(local, id_b, 0).map_err(|e| e.to_string())?;
+    let a = HostLocks::open(local, id_a, 0, 0).map_err(|e| e.to_string())?;
+    let b = HostLocks::open(local, id_b, 0, 0).map_err(|e| e.to_string())?;
     let mut lat = Vec::with_capacity(n);
     for _ in 0..n {
         std::thread::sleep(Duration::from_micros(200));

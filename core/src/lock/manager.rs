@@ -224,6 +224,11 @@ impl Manager {
         }
     }
 
+    /// The node whose manager this is.
+    pub fn node(&self) -> u32 {
+        self.me
+    }
+
     /// One manager step at time `now`: renew or contest the lease, watch
     /// heartbeats, revoke dead holders, grant waiting requests round-robin.
     pub fn step<C: Coherence>(

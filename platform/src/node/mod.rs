@@ -3,6 +3,7 @@
 //! lock manager step (active only in the node that holds the manager lease).
 
 mod inbox;
+mod stepping;
 mod threads;
 
 use std::cell::Cell;
@@ -17,7 +18,7 @@ use cxlkv_core::check::{check, scratch_words, Finding};
 use cxlkv_core::coherence::Site;
 use cxlkv_core::hash::Key;
 use cxlkv_core::layout::{Capacities, NodeInfo, NodeStats, StripeHeader, NODE_ALIVE, NODE_DEAD, NODE_FENCED};
-use cxlkv_core::lock::{LeaseConfig, Manager, StepReport};
+use cxlkv_core::lock::{Manager, StepReport};
 use cxlkv_core::node::{attach_node, bury, Identity, Node as CoreNode, NodeLocal};
 use cxlkv_core::recover::RecoverReport;
 use cxlkv_core::store::{attach, NodeEnv, Store};
@@ -116,7 +117,6 @@ struct Inner {
     nonce: u64,
     here: Locality,
     opts: Options,
-    start: Instant,
     stop: Flag,
     fenced: Flag,
     recovering: Flag,
@@ -128,6 +128,15 @@ struct Inner {
     /// When the last automatic recovery ended (ms since attach).
     recovered_at: Mutex<Option<u64>>,
     is_manager: Flag,
+    /// This node's manager lives in its cell of the host-local file (any
+    /// process of the host may step it); else in `mgr`.
+    in_cell: Flag,
+    /// The holder of this node's cell's step lock found there, and since
+    /// when (see `stepping`).
+    cell_busy: Mutex<Option<(u64, Instant)>>,
+    /// Steps of this node's manager cut off part-way by a process that
+    /// died, taken over.
+    cuts: Counter,
     mgr: Mutex<Manager>,
     last: Mutex<StepReport>,
     /// Round trips of this node's answered promotions (the adaptive wait).
@@ -198,21 +207,20 @@ impl NodeEnv for Inner {
         // a same-process grant then costs no thread hand-off. A closing node
         // has no background thread left: it steps its manager itself, or
         // nobody would (claiming the role if it is vacant).
-        if self.is_manager.get() || self.stop.get() {
-            if let Ok(mut m) = self.mgr.try_lock() {
-                let _ = self.step(&mut m);
-                return Ok(());
-            }
+        if (self.is_manager.get() || self.stop.get()) && self.step_own().is_some() {
+            return Ok(());
         }
-        // A manager attached in this process is stepped right here too,
-        // under its own mutex as its thread would (never waited for: that
-        // thread is stepping it then): the grant costs no thread hand-off.
+        // A manager attached in this process is stepped right here too, as
+        // its thread would (never waited for: that thread is stepping it
+        // then); one of another process of this host, from its cell (see
+        // `crate::mgr_cell`): the grant costs no thread hand-off.
         let stepped = self.manager_here().is_some_and(|m| {
-            let Ok(mut g) = m.mgr.try_lock() else { return false };
-            let _ = m.step(&mut g);
-            m.peer_steps.add(1);
-            true
-        });
+            let stepped = m.step_own().is_some();
+            if stepped {
+                m.peer_steps.add(1);
+            }
+            stepped
+        }) || self.host_locks.active_manager().is_some_and(|a| a != self.id && self.step_peer(a));
         if iteration == 0 && !stepped {
             // A new wait: whichever node of this host (any process of this
             // PID namespace) manages the locks steps now instead of when
@@ -279,67 +287,6 @@ impl Inner {
                 && !m.stop.get()
                 && !m.fenced.get()
         })
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64
-    }
-
-    fn step(&self, m: &mut Manager) -> cxlkv_core::Result<StepReport> {
-        let here = self.here;
-        // A pid is probed only where it means something (same host, same PID
-        // namespace); elsewhere the heartbeat alone decides. A process that
-        // exists but whose heartbeat stopped (stopped by a signal, frozen)
-        // is declared dead by its silence all the same.
-        let probe = move |_n: u32, info: &NodeInfo| {
-            (here.can_probe(info) && info.state == NODE_ALIVE).then(|| self.pid_alive_lately(info.pid))
-        };
-        let cfg = LeaseConfig {
-            lease: self.opts.lease.as_millis() as u64,
-            settle: self.opts.settle.as_millis() as u64,
-            quarantine: self.opts.quarantine.map_or(0, |q| (q.as_millis() as u64).max(1)),
-        };
-        let r = m.step(&self.store, self.now_ms(), cfg, &probe)?;
-        if r.quarantine_ended != 0 {
-            eprintln!(
-                "cxlkv: node {} (lock manager) took fenced nodes {:#b} as quiet: nothing said so within the \
-                 quarantine ({:?}); recovery frees their slots and blocks",
-                self.id, r.quarantine_ended, self.opts.quarantine
-            );
-        }
-        if r.running_dead != 0 {
-            self.core().count_running_declared_dead(u64::from(r.running_dead.count_ones()));
-            eprintln!(
-                "cxlkv: node {} (lock manager) declared nodes {:#b} dead: silent for a lease ({:?}) while their \
-                 processes ran (stopped, or starved of CPU: raise Options::lease if this host is overloaded)",
-                self.id, r.running_dead, self.opts.lease
-            );
-        }
-        self.is_manager.set(r.active);
-        if let Ok(mut last) = self.last.lock() {
-            *last = r;
-        }
-        Ok(r)
-    }
-
-    /// Whether process `pid` of this host runs, as last probed within
-    /// [`PROBE_EVERY`]. A probe reads `/proc`, and the manager scans every
-    /// millisecond it steps: probing each node's pid on each scan read
-    /// `/proc` a thousand times a second per local node. Only a
-    /// running verdict is kept: a gone process is buried and never probed
-    /// again, and a new node that reuses its pid is probed afresh.
-    fn pid_alive_lately(&self, pid: u32) -> bool {
-        let now = Instant::now();
-        let Ok(mut seen) = self.alive_pids.lock() else { return pid_alive(pid) };
-        seen.retain(|&(_, at)| now.duration_since(at) < PROBE_EVERY);
-        if seen.iter().any(|&(p, _)| p == pid) {
-            return true;
-        }
-        let alive = pid_alive(pid);
-        if alive {
-            seen.push((pid, now));
-        }
-        alive
     }
 
     /// Buries the nodes of this host whose process is gone: what they left
@@ -463,7 +410,8 @@ impl Node {
         if opts.populate {
             map.populate_background()?;
         }
-        let host_locks = HostLocks::open(&opts.local_dir, store.creation_id, store.layout.n_locks)?;
+        let host_locks =
+            HostLocks::open(&opts.local_dir, store.creation_id, store.layout.n_locks, store.layout.caps.max_nodes)?;
         let nonce = random_u64();
         let here = Locality::here();
         let who = Identity {
@@ -493,7 +441,6 @@ impl Node {
             here,
             mgr: Mutex::new(Manager::new(id)),
             opts,
-            start: Instant::now(),
             stop: Flag::new(false),
             fenced: Flag::new(false),
             recovering: Flag::new(false),
@@ -501,12 +448,16 @@ impl Node {
             recovery: Mutex::new(None),
             recovered_at: Mutex::new(None),
             is_manager: Flag::new(false),
+            in_cell: Flag::new(false),
+            cell_busy: Mutex::new(None),
+            cuts: Counter::default(),
             last: Mutex::new(StepReport::default()),
             promotions: Mutex::default(),
             peer_steps: Counter::default(),
             alive_pids: Mutex::default(),
             map,
         });
+        inner.init_cell();
         if let Ok(mut all) = ATTACHED.lock() {
             all.retain(|w| w.strong_count() > 0);
             all.push(Arc::downgrade(&inner));
@@ -581,10 +532,13 @@ impl Node {
         self.inner.raised_priority.get()
     }
 
-    /// How many times another node of this process, waiting for a grant,
-    /// stepped this node's lock manager itself instead of waking its thread.
+    /// How many times another node, waiting for a grant, stepped this
+    /// node's lock manager itself instead of waking its thread: one of this
+    /// process, or (from the manager's cell in the host-local file) of
+    /// another process of this host.
     pub fn manager_steps_by_peers(&self) -> u64 {
-        self.inner.peer_steps.get()
+        let other_processes = self.inner.host_locks.cell(self.inner.id).map_or(0, |c| c.peer_steps());
+        self.inner.peer_steps.get() + other_processes
     }
 
     /// The options this node was opened with.
@@ -715,9 +669,7 @@ impl Node {
             // Fenced before its heartbeat noticed: as above.
             let _ = self.core().quiesce(self.inner.nonce);
         }
-        if let Ok(mut m) = self.inner.mgr.lock() {
-            let _ = m.resign(&self.inner.store);
-        }
+        self.inner.resign_manager();
         if r.is_ok() && !self.inner.local_peers() {
             self.inner.host_locks.remove();
         }

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cxlkv_core::lock::StepReport;
+
 use super::Inner;
 
 /// The heartbeat's own thread: it beats every eighth of the lease and does
@@ -26,6 +28,7 @@ pub(super) fn beat(attached: std::sync::mpsc::Receiver<Arc<Inner>>) {
         let t = Instant::now();
         if inner.core().heartbeat(inner.nonce) == Err(cxlkv_core::Error::Revoked) {
             inner.fenced.set(true);
+            inner.disown_cell();
             eprintln!(
                 "cxlkv: node {} learnt it was declared dead (silent for a lease of {:?}: stopped, or starved of \
                  CPU) and recovered; every call now fails with REVOKED: attach again to go on",
@@ -64,9 +67,11 @@ pub(super) fn background(inner: Arc<Inner>) {
             let _ = inner.core().give_back_strays();
         }
         let bell = inner.host_locks.bell_count();
-        let rep = match inner.mgr.lock() {
-            Ok(mut m) => inner.step(&mut m).unwrap_or_default(),
-            Err(_) => return,
+        // Skipped while another thread steps it (a waiter of this or
+        // another process of the host).
+        let rep = match inner.step_own() {
+            Some(r) => r.unwrap_or_default(),
+            None => StepReport { active: inner.is_manager.get(), ..StepReport::default() },
         };
         // A dead node's bit stays in the manager's mask until its next
         // liveness scan: one that ran before the last recovery ended names

@@ -51,6 +51,7 @@ fn main() {
         Some("hold") if a.len() == 3 => hold(Path::new(&a[2])),
         Some("tier") if a.len() == 4 => tier(Path::new(&a[2]), Path::new(&a[3])),
         Some("hold-for") if a.len() == 4 => hold_for(Path::new(&a[2]), a[3].parse().unwrap_or(1000)),
+        Some("locks") if a.len() == 4 => locks(Path::new(&a[2]), a[3].parse().unwrap_or(100)),
         Some(m @ ("hostile" | "tolerant")) if a.len() == 5 => {
             let (seed, ms) = (a[3].parse().unwrap_or(1), a[4].parse().unwrap_or(1000));
             let until = std::time::Instant::now() + Duration::from_millis(ms);
@@ -62,7 +63,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: cxlkv-test-worker mixed PATH SEED OPS | hold PATH | hold-for PATH MILLIS | hostile PATH SEED MILLIS | tolerant PATH SEED MILLIS"
+                "usage: cxlkv-test-worker mixed PATH SEED OPS | hold PATH | hold-for PATH MILLIS | locks PATH N | hostile PATH SEED MILLIS | tolerant PATH SEED MILLIS"
             );
             2
         }
@@ -245,6 +246,33 @@ fn tier(path: &Path, dir: &Path) -> i32 {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Takes and gives back global lock 1 `n` times, then says `done`.
+fn locks(path: &Path, n: u64) -> i32 {
+    let c = match Node::open(path, opts()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("attach: {e}");
+            return 3;
+        }
+    };
+    for i in 0..n {
+        match c.core().lock(1) {
+            Ok(h) => {
+                if let Err(e) = c.core().unlock(h) {
+                    eprintln!("unlock {i}: {e}");
+                    return 5;
+                }
+            }
+            Err(e) => {
+                eprintln!("lock {i}: {e}");
+                return 4;
+            }
+        }
+    }
+    let _ = writeln!(std::io::stdout(), "done");
+    0
 }
 
 fn hold(path: &Path) -> i32 {
