@@ -561,17 +561,17 @@ pub(super) fn manager_step_cut(disable: Option<&'static str>) -> Result<Vec<Stri
     let rig = Rig::new(2, 2, disable)?;
     let (s0, s1) = rig.two_hosts_one_node_each()?;
     let cfg = LeaseConfig { lease: u64::MAX / 4, settle: 2, quarantine: 0 };
-    let env = CutEnv { rig: &rig, store: &s0, mgr: spin::Mutex::new(Manager::new(0)), st: Default::default(), cfg };
+    let env = CutEnv { rig: &rig, env: StepEnv::with_lease(&s0, 0, cfg), cut: spin::Mutex::new(None) };
     let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
     let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
     let mut out = Vec::new();
     // The role claimed and settled before the request.
     for _ in 0..4 {
-        env.step()?;
+        env.env.step()?;
     }
     let held = n1.lock(LOCK)?;
-    let st = *env.st.lock();
-    match st.cut {
+    let cut = *env.cut.lock();
+    match cut {
         None => {
             out.push(format!("{NAME}: the manager's step was not cut at its grant: the scenario misses"));
             return Ok(out);
@@ -604,34 +604,14 @@ pub(super) fn manager_step_cut(disable: Option<&'static str>) -> Result<Vec<Stri
     Ok(out)
 }
 
-/// What [`CutEnv`] did: its step cut, with the state memory then held for
-/// node 1's slot of lock 0, and the manager's clock.
-#[derive(Clone, Copy, Default)]
-struct CutState {
-    cut: Option<u32>,
-    now: u64,
-}
-
-/// Node 0's manager, stepped inline by every wait, whose first step to
-/// grant is cut off at the grant (see [`manager_step_cut`]).
+/// Node 0's manager, stepped inline by every wait (a [`StepEnv`]), whose
+/// first step to grant is cut off at the grant (see [`manager_step_cut`]);
+/// `cut` is then the state memory held for node 1's slot of lock 0 once
+/// the fresh state was made.
 struct CutEnv<'a> {
     rig: &'a Rig,
-    store: &'a cxlkv_core::store::Store<crate::memory::SimCoherence<'a>>,
-    mgr: spin::Mutex<Manager>,
-    st: spin::Mutex<CutState>,
-    cfg: LeaseConfig,
-}
-
-impl CutEnv<'_> {
-    fn step(&self) -> Result<()> {
-        let now = {
-            let mut st = self.st.lock();
-            st.now += 1;
-            st.now
-        };
-        let probe = |_: u32, _: &NodeInfo| None;
-        self.mgr.lock().step(self.store, now, self.cfg, &probe).map(|_| ())
-    }
+    env: StepEnv<'a>,
+    cut: spin::Mutex<Option<u32>>,
 }
 
 impl cxlkv_core::store::NodeEnv for CutEnv<'_> {
@@ -646,15 +626,15 @@ impl cxlkv_core::store::NodeEnv for CutEnv<'_> {
         if iteration > 10_000 {
             return Err(Error::Timeout);
         }
-        if self.st.lock().cut.is_some() {
-            return self.step();
+        if self.cut.lock().is_some() {
+            return self.env.step();
         }
         let mut r = Ok(());
-        if self.rig.dies_at(0, "mgr.grant", || r = self.step()) {
-            *self.mgr.lock() = Manager::after_cut(self.store, 0)?;
-            let slot: cxlkv_core::layout::LockSlot =
-                self.rig.mem.shared_region().read(self.store.layout.lock_slot(0, 1))?;
-            self.st.lock().cut = Some(slot.state);
+        if self.rig.dies_at(0, "mgr.grant", || r = self.env.step()) {
+            let store = self.env.store;
+            *self.env.mgr.lock() = Manager::after_cut(store, 0)?;
+            let slot: cxlkv_core::layout::LockSlot = self.rig.mem.shared_region().read(store.layout.lock_slot(0, 1))?;
+            *self.cut.lock() = Some(slot.state);
             return Ok(());
         }
         r
