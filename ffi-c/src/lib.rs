@@ -97,12 +97,13 @@ pub(crate) fn guard(f: impl FnOnce() -> Res<()>) -> cxlkv_result {
 
 /// A handle's shell. Closing drops what it holds but never frees the shell,
 /// so a closed handle passed again is recognised and refused instead of
-/// reading freed memory. Shells are a few dozen bytes and are kept, still
-/// reachable, in [`CLOSED`].
+/// reading freed memory. Shells are a few dozen bytes whatever they hold
+/// (the object is boxed: a closed node's shell once kept a node's size) and
+/// are kept, still reachable, in [`CLOSED`].
 #[repr(C)] // `magic` first in every shell, whatever it holds.
 pub(crate) struct Shell<T> {
     magic: u64,
-    inner: RwLock<Option<T>>,
+    inner: RwLock<Option<Box<T>>>,
 }
 
 /// Closed shells (addresses), kept reachable for leak checkers.
@@ -110,7 +111,7 @@ static CLOSED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 impl<T> Shell<T> {
     pub(crate) fn new(magic: u64, v: T) -> Shell<T> {
-        Shell { magic, inner: RwLock::new(Some(v)) }
+        Shell { magic, inner: RwLock::new(Some(Box::new(v))) }
     }
 
     /// The object, for one call; `InvalidHandle` for a foreign or closed
@@ -136,7 +137,7 @@ impl<T> Shell<T> {
         if v.is_some() {
             CLOSED.lock().unwrap_or_else(|e| e.into_inner()).push(self as *const Shell<T> as usize);
         }
-        v
+        v.map(|b| *b)
     }
 }
 
@@ -229,7 +230,7 @@ pub(crate) unsafe fn text<'a>(p: *const c_char) -> Res<&'a str> {
 }
 
 /// A live handle's object, borrowed for one call (closing waits for it).
-pub(crate) struct Live<'a, T>(RwLockReadGuard<'a, Option<T>>);
+pub(crate) struct Live<'a, T>(RwLockReadGuard<'a, Option<Box<T>>>);
 
 impl<T> core::ops::Deref for Live<'_, T> {
     type Target = T;
@@ -309,6 +310,16 @@ mod tests {
         // - as above.
         let s = unsafe { CStr::from_ptr(cxlkv_result_str(0)) };
         assert_eq!(s, c"unknown result");
+    }
+
+    /// Closed shells are kept for good: what one keeps must not grow with
+    /// what it held (a node, a region, a tier).
+    #[test]
+    fn a_closed_shell_keeps_a_few_dozen_bytes_whatever_it_held() {
+        assert!(size_of::<crate::region::cxlkv_node>() <= 64, "{}", size_of::<crate::region::cxlkv_node>());
+        assert!(size_of::<crate::region::cxlkv_region>() <= 64);
+        assert!(size_of::<crate::tier::cxlkv_tier>() <= 64);
+        assert!(size_of::<crate::events::cxlkv_change_cursor>() <= 64);
     }
 
     #[test]
