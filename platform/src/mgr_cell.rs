@@ -136,12 +136,15 @@ impl<'a> ManagerCell<'a> {
         self.lock_word().take(cur, mine).then_some(CellGuard { cell: *self, mine })
     }
 
-    /// The owner learnt it was declared dead: no other process steps its
-    /// manager from now on (one that read the owner before finishes its
-    /// step, as the owner's own thread would).
-    pub(crate) fn disown(&self) {
-        self.word(W_OWNER).set(0);
-        self.word(W_ACTIVE).set(0);
+    /// Incarnation `nonce` learnt it was declared dead: no other process
+    /// steps its manager from now on (one that read the owner before
+    /// finishes its step, as the owner's own thread would). A cell a later
+    /// incarnation of the node made its own (the slot freed and taken
+    /// while this one was stopped) is left alone.
+    pub(crate) fn disown(&self, nonce: u64) {
+        if self.word(W_OWNER).replace(nonce, 0) {
+            self.word(W_ACTIVE).set(0);
+        }
     }
 
     /// Takes the step lock as lock word `word` names (a test's stand-in for
@@ -258,6 +261,11 @@ mod tests {
         assert_eq!((cell.cfg().lease, cell.owner_pid()), (2000, 4242));
         cell.owner_ran(300);
         assert_eq!(cell.own_step_ms(), 300);
+        // Another incarnation's disowning leaves the cell alone.
+        cell.disown(78);
+        assert_eq!(cell.owner(), 77);
+        cell.disown(77);
+        assert_eq!(cell.owner(), 0);
         let mut g = cell.try_lock().expect("free again");
         g.vacate();
         drop(g);

@@ -65,6 +65,14 @@ impl Inner {
         let now = self.now_ms();
         cell.owner_ran(now);
         let (mut g, cut) = self.lock_own_cell(cell, Duration::ZERO)?;
+        if cell.owner() != self.nonce {
+            // A later incarnation of this node made the cell its own: this
+            // one was declared dead and its slot freed while it was
+            // stopped. It keeps its hands off (it learns it is fenced at
+            // its next heartbeat).
+            self.in_cell.set(false);
+            return None;
+        }
         if cut {
             self.cuts.add(1);
             eprintln!(
@@ -129,7 +137,7 @@ impl Inner {
     /// stepping its manager.
     pub(super) fn disown_cell(&self) {
         if let Some(cell) = self.in_cell.get().then(|| self.host_locks.cell(self.id)).flatten() {
-            cell.disown();
+            cell.disown(self.nonce);
             self.host_locks.note_manager(self.id, false);
         }
     }
@@ -146,6 +154,10 @@ impl Inner {
             return;
         };
         let Some((mut g, cut)) = self.lock_own_cell(cell, Duration::from_millis(100)) else { return };
+        self.in_cell.set(false);
+        if cell.owner() != self.nonce {
+            return; // a later incarnation's (see `step_own`)
+        }
         if cut {
             match Manager::after_cut(&self.store, self.id) {
                 Ok(m) => *g.state() = m,
@@ -156,7 +168,6 @@ impl Inner {
         g.vacate();
         drop(g);
         self.host_locks.note_manager(self.id, false);
-        self.in_cell.set(false);
     }
 
     /// This node's cell's step lock: free at once, or within `wait`; else
