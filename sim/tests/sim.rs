@@ -159,7 +159,7 @@ fn runs_found_outside_ci_pass() {
 /// Zombie runs a sweep found failing, each with what it found:
 #[test]
 fn zombie_runs_found_in_sweeps_pass() {
-    let runs: [(u64, usize, u32, bool, bool); 4] = [
+    let runs: [(u64, usize, u32, bool, bool); 5] = [
         // a holder of a heap lock stopped with a map line queued for
         // write-back; declared dead, recovered and woken, its line landed
         // over the map that holders had changed since, and live blocks read
@@ -182,6 +182,11 @@ fn zombie_runs_found_in_sweeps_pass() {
         // as the harness gave each thread of a process its own node state
         // (5 hosts, lazy-alt; now shared, as in platform)
         (131026, 5, 300, true, false),
+        // the stopped host, woken, restarted: its detach answered Revoked
+        // and it ended as a fenced process does, but its heartbeat (a
+        // detached node beats no more) never said so, and the others'
+        // barriers waited for it until the step limit (the harness)
+        (140017, 3, 80, true, false),
     ];
     for (seed, hosts, ops, lazy, mixed) in runs {
         must_pass(RunConfig {

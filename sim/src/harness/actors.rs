@@ -939,6 +939,12 @@ fn close_process<C: Coherence>(
         check_err("detach", e, &[]);
         if e == Error::Revoked && w.model.lock().unwrap().stall == Some(h) {
             // Fenced after its last operation: it ends as a fenced one does.
+            // The process learnt it from its detach, as the platform's close
+            // does, before its heartbeat could (a detached node beats no
+            // more): fenced all the same, so the other hosts' barriers no
+            // longer wait for it (seed 140017 of zombie-lazy-3x80, a
+            // restart's detach, waited for it until the step limit).
+            w.model.lock().unwrap().fenced = true;
             quiesce_fenced(w, node, h, identity(w, h).nonce);
             return true;
         }
