@@ -229,12 +229,11 @@ fn a_stopped_manager_process_loses_the_role_though_its_peers_could_step_it() {
     let h = Holder::start(false, r#"exec "$W" hold-for "$P" "$MS""#, &r.0, 5000);
     let parent = Node::open(&r.0, opts()).unwrap();
     // The parent's locks are granted by stepping the worker's manager from
-    // its cell, or by its thread; the parent's node never manages meanwhile.
+    // its cell, or by its thread.
     for _ in 0..200 {
         let g = parent.core().lock(2).unwrap();
         parent.core().unlock(g).unwrap();
     }
-    assert!(!parent.manager_report().active, "the parent's node took the role from a running manager");
     // SAFETY: stopping our own child.
     unsafe { libc::kill(h.child.id() as i32, libc::SIGSTOP) };
     let got = parent.core().lock_app(h.lock);
