@@ -213,14 +213,19 @@ impl NodeEnv for Inner {
         // A manager attached in this process is stepped right here too, as
         // its thread would (never waited for: that thread is stepping it
         // then); one of another process of this host, from its cell (see
-        // `crate::mgr_cell`): the grant costs no thread hand-off.
+        // `crate::mgr_cell`): the grant costs no thread hand-off. That one
+        // only as the wait begins and every 64th poll after: a wait for a
+        // lock someone holds gains nothing from a step at every poll, and
+        // waiters of several processes stepping at every one kept a loaded
+        // host's CPUs from the heartbeats (a worker was declared dead).
+        let peer_turn = iteration.is_multiple_of(64);
         let stepped = self.manager_here().is_some_and(|m| {
             let stepped = m.step_own().is_some();
             if stepped {
                 m.peer_steps.add(1);
             }
             stepped
-        }) || self.host_locks.active_manager().is_some_and(|a| a != self.id && self.step_peer(a));
+        }) || peer_turn && self.host_locks.active_manager().is_some_and(|a| a != self.id && self.step_peer(a));
         if iteration == 0 && !stepped {
             // A new wait: whichever node of this host (any process of this
             // PID namespace) manages the locks steps now instead of when
