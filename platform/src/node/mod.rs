@@ -225,7 +225,8 @@ impl NodeEnv for Inner {
                 m.peer_steps.add(1);
             }
             stepped
-        }) || peer_turn && self.host_locks.active_manager().is_some_and(|a| a != self.id && self.step_peer(a));
+        }) || peer_turn
+            && self.host_locks.active_manager().is_some_and(|a| a != self.id && self.step_peer(a));
         if iteration == 0 && !stepped {
             // A new wait: whichever node of this host (any process of this
             // PID namespace) manages the locks steps now instead of when
