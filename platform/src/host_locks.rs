@@ -126,11 +126,11 @@ impl HostLocks {
         }
         let at = Self::cells_at(self.n) + node as usize * CELL_BYTES;
         let p = self.map.view().base().wrapping_add(at);
-        // SAFETY: the cell's CELL_BYTES lie inside the mapping (the file was
-        // sized for `cells` cells at open), 64-aligned (page-aligned base,
-        // 64-byte multiples); the mapping lives as long as `self`; every
-        // process touches a cell's header only atomically and its state only
-        // under its step lock.
+        // The cell's CELL_BYTES lie inside the mapping (the file was sized
+        // for `cells` cells at open), 64-aligned (page-aligned base, 64-byte
+        // multiples); every process touches a cell's header only atomically
+        // and its state only under its step lock.
+        // SAFETY: in the mapping and aligned (above), which outlives `self`'s borrow.
         Some(unsafe { ManagerCell::at(p) })
     }
 

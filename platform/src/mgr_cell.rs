@@ -175,16 +175,14 @@ impl CellGuard<'_> {
             p.cast::<T>()
         }
         let p = plain_data::<Manager>(self.cell.base.wrapping_add(HEADER));
-        // SAFETY:
-        // - in bounds: the state's bytes follow the header line inside the
-        //   cell's CELL_BYTES, all in the mapping (see `ManagerCell::at`);
-        // - aligned: the cell is 64-aligned, the state at 128, and
-        //   `Manager` is 8-aligned;
-        // - valid: `Manager` is `FromBytes` (checked above): any bytes are
-        //   a manager state, and it trusts none of them as an index;
-        // - exclusive: only the step lock's holder touches the state, and
-        //   this guard holds it for the borrow (it is never taken from a
-        //   thread that exists).
+        // In bounds: the state's bytes follow the header inside the cell's
+        // CELL_BYTES, all in the mapping (see `ManagerCell::at`). Aligned:
+        // the cell is 64-aligned, the state at 128, `Manager` 8-aligned.
+        // Valid: `Manager` is `FromBytes` (checked above), any bytes are a
+        // state, and it trusts none of them as an index. Exclusive: only the
+        // step lock's holder touches the state, and this guard holds it for
+        // the borrow (it is never taken from a thread that exists).
+        // SAFETY: in bounds, aligned, valid and exclusive, as shown above.
         unsafe { &mut *p }
     }
 

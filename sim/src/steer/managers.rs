@@ -615,13 +615,15 @@ struct CutEnv<'a> {
 }
 
 impl cxlkv_core::store::NodeEnv for CutEnv<'_> {
-    fn local_lock(&self, _lock: u32) -> Result<()> {
-        Ok(())
+    fn local_lock(&self, lock: u32) -> Result<()> {
+        self.env.local_lock(lock)
     }
-    fn try_local_lock(&self, _lock: u32) -> bool {
-        true
+    fn try_local_lock(&self, lock: u32) -> bool {
+        self.env.try_local_lock(lock)
     }
-    fn local_unlock(&self, _lock: u32) {}
+    fn local_unlock(&self, lock: u32) {
+        self.env.local_unlock(lock)
+    }
     fn wait(&self, iteration: u32) -> Result<()> {
         if iteration > 10_000 {
             return Err(Error::Timeout);
@@ -640,6 +642,6 @@ impl cxlkv_core::store::NodeEnv for CutEnv<'_> {
         r
     }
     fn withdrawal_expired(&self, iteration: u32) -> bool {
-        iteration > 10_000
+        self.env.withdrawal_expired(iteration)
     }
 }
