@@ -337,6 +337,13 @@ pub(crate) struct DemoArgs {
     /// Requests each decode worker keeps in flight (1 to 64).
     #[arg(long, default_value_t = 2)]
     pub(crate) inflight: usize,
+    /// Requests a second, all prefill workers together, started on a fixed
+    /// schedule whatever the answers (an open loop; 0.1 to 100000). Without
+    /// it each prefill worker starts its next request as soon as it can, so
+    /// the run measures the most the machine does, and its latencies are
+    /// those of a saturated one.
+    #[arg(long)]
+    pub(crate) rate: Option<f64>,
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,

@@ -559,8 +559,12 @@ fn demo_config(a: &DemoArgs) -> Result<demo::Config, String> {
         mode: a.mode,
         seed: a.seed,
         inflight: a.inflight,
+        rate: a.rate,
         ssd: a.ssd.clone(),
     };
+    if cfg.rate.is_some_and(|r| !(0.1..=100_000.0).contains(&r)) {
+        return Err("--rate takes 0.1 to 100000 requests a second".into());
+    }
     if !(1..=16).contains(&cfg.prefill) || !(1..=16).contains(&cfg.decode) {
         return Err("--prefill and --decode take 1 to 16 workers".into());
     }

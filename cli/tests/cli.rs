@@ -363,3 +363,26 @@ fn demo_progress_is_lines_in_a_log_and_nothing_when_quiet() {
     assert!(!err.contains("handed off"), "no progress with --quiet: {err}");
     assert!(out.contains("result             PASS"), "{out}");
 }
+
+/// `demo --rate R` starts requests on a fixed schedule: R a second, all
+/// prefill workers together, never more (a run as fast as it goes makes
+/// dozens a second with these blocks); a rate outside 0.1..=100000 is
+/// refused before anything runs.
+#[test]
+fn demo_rate_starts_requests_on_a_schedule_and_never_ahead_of_it() {
+    let args = ["demo", "--duration", "3", "--block-size", "256K", "--region", "512M", "--rate", "4", "--json"];
+    let o = run(&args);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["config"]["rate"].as_f64(), Some(4.0), "{out}");
+    let n = v["requests_handed_off"].as_u64().unwrap();
+    // Due at k / 4 s for k = 0, 1, ...: those before 3 s.
+    assert!((1..=12).contains(&n), "{n} requests at 4 a second over 3 s: {out}");
+    assert!(v["requests_late"].as_u64().is_some(), "{out}");
+    for bad in ["0", "-1", "nan", "1e9"] {
+        let o = run(&["demo", "--duration", "1", &format!("--rate={bad}")]);
+        assert!(!o.status.success(), "--rate {bad} refused");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("--rate"), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+}

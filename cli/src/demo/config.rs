@@ -36,6 +36,10 @@ pub struct Config {
     pub seed: u64,
     /// Requests a prefill worker keeps handed off at once (their blocks pinned).
     pub inflight: usize,
+    /// Requests a second, all prefill workers together, on a fixed schedule
+    /// (open loop); `None`: each worker as fast as it can.
+    #[serde(default)]
+    pub rate: Option<f64>,
     /// An SSD tier on this directory: blocks evicted from the region are
     /// kept there and prefill workers get missing prefixes back from it.
     #[serde(default)]

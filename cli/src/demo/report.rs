@@ -96,6 +96,8 @@ pub struct Report {
     /// Requests decoded.
     pub requests: u64,
     pub requests_handed_off: u64,
+    /// Requests of an open-loop run started more than one interval late.
+    pub requests_late: u64,
     /// Tokens per request.
     pub input_tokens: MeanSd,
     /// Tokens of a request's own part.
@@ -142,6 +144,8 @@ pub struct ReportConfig {
     pub region_bytes: u64,
     pub mode: String,
     pub seed: u64,
+    /// Requests a second asked for (`--rate`); `None`: as fast as it goes.
+    pub rate: Option<f64>,
 }
 
 /// Mean and standard deviation.
@@ -178,6 +182,13 @@ pub fn print(r: &Report) {
         c.seed
     );
     println!("  requests           {} decoded ({} handed off)", r.requests, r.requests_handed_off);
+    if let Some(rate) = c.rate {
+        println!(
+            "  request rate       {rate:.1}/s asked, {:.1}/s handed off ({} started more than an interval late)",
+            r.requests_handed_off as f64 / c.seconds.max(1e-9),
+            r.requests_late
+        );
+    }
     println!(
         "  input tokens       {:.0} ± {:.0} per request (unique part {:.0} ± {:.0})",
         r.input_tokens.mean, r.input_tokens.sd, r.unique_tokens.mean, r.unique_tokens.sd

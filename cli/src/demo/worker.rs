@@ -74,6 +74,10 @@ pub(super) struct WorkerCounters {
     /// The worker finished its run (its last line).
     pub(super) done: bool,
     pub(super) requests: u64,
+    /// Requests of an open-loop run (`--rate`) started more than one
+    /// interval after their turn: the machine did not keep up.
+    #[serde(default)]
+    pub(super) late: u64,
     pub(super) blocks: u64,
     pub(super) hit_blocks: u64,
     /// Of the blocks missing from the region, those the SSD tier put back.
@@ -186,9 +190,27 @@ pub(super) fn prefill(attached: &Node, cfg: &Config, index: usize) -> Result<(),
     let mut keys = vec![Key::default(); MAX_TOKENS / TOKENS_PER_BLOCK];
     let mut inflight: HashMap<u64, Inflight> = HashMap::new();
     let mut n = 0u64;
+    // An open loop (`--rate`): this worker's k-th request is due at
+    // `start + (k * prefill + index) / rate`, the workers taking turns.
+    let every = cfg.rate.map(|r| Duration::from_secs_f64(cfg.prefill as f64 / r));
+    let offset = cfg.rate.map_or(Duration::ZERO, |r| Duration::from_secs_f64(index as f64 / r));
     while start.elapsed() < cfg.duration {
+        let due =
+            every.map(|every| (every, start + offset + every.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))));
+        if let Some((_, due)) = due {
+            if due.duration_since(start) >= cfg.duration {
+                break;
+            }
+            // Answers are taken while waiting for the turn (their pins go).
+            while let Some(left) = due.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
+                take_answers(attached, &mut inflight, &mut c, left)?;
+            }
+        }
         while inflight.len() >= cfg.inflight.max(1) {
             take_answers(attached, &mut inflight, &mut c, Duration::from_millis(200))?;
+        }
+        if due.is_some_and(|(every, due)| Instant::now().duration_since(due) > every) {
+            c.late += 1;
         }
         take_answers(attached, &mut inflight, &mut c, Duration::ZERO)?;
         n += 1;
