@@ -39,6 +39,42 @@ const SCAN_LIMIT: u32 = 1024;
 /// repair (one is enough unless the chunk keeps coming back void).
 const VOID_RETRIES: u32 = 3;
 
+/// Chunk records dropped from this host's cache together, then read (their
+/// loads miss in parallel): one ordering per batch instead of one per record.
+const RECORD_BATCH: usize = 64;
+
+/// Reads the records of chunks `cs` fresh (each one's line dropped from this
+/// host's cache, at `site`, before it is read), handing each to `f` in
+/// order. Like [`Store::fresh`] of each, batched: a batch's lines are
+/// dropped with one ordering after them, so a scan of many records costs
+/// about one memory round trip per batch rather than one per record.
+fn fresh_records<C: Coherence>(
+    store: &Store<C>,
+    cs: impl Iterator<Item = u32>,
+    site: Site,
+    mut f: impl FnMut(u32, ChunkRecord) -> Result<()>,
+) -> Result<()> {
+    let l = &store.layout;
+    let mut ids = [0u32; RECORD_BATCH];
+    let mut lines = [0u64; RECORD_BATCH];
+    let mut cs = cs.peekable();
+    while cs.peek().is_some() {
+        let mut n = 0usize;
+        // The batch's room first: a zip pulls from its first iterator first,
+        // and an id pulled past the room would be lost.
+        for ((id, line), c) in ids.iter_mut().zip(lines.iter_mut()).zip(cs.by_ref()) {
+            (*id, *line) = (c, l.chunk(c));
+            n = n.saturating_add(1);
+        }
+        let (ids, lines) = (ids.get(..n).unwrap_or(&[]), lines.get(..n).unwrap_or(&[]));
+        store.co.invalidate_lines(&store.view, lines, site)?;
+        for (&c, &line) in ids.iter().zip(lines) {
+            f(c, store.view.read(line)?)?;
+        }
+    }
+    Ok(())
+}
+
 /// What an allocation is for: payload of index entries, or raw bytes the
 /// application manages (named roots point at these).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -372,15 +408,14 @@ impl<C: Coherence> Node<'_, C> {
         kind: Kind,
         held: &Held,
     ) -> Result<Option<(u32, u64)>> {
-        let l = &self.store.layout;
         let mut best: Option<(u32, u32, ChunkRecord)> = None;
-        for c in cs {
-            // SYNC: fresh record (writers: this heap lock's holders).
-            let rec: ChunkRecord = self.store.fresh(l.chunk(c), Site("alloc.own.rec"))?;
+        // SYNC: fresh records (writers: this heap lock's holders).
+        fresh_records(self.store, cs, Site("alloc.own.rec"), |c, rec| {
             if self.fits(&rec, self.id, k, kind) && best.is_none_or(|(f, _, _)| rec.free_max < f) {
                 best = Some((rec.free_max, c, rec));
             }
-        }
+            Ok(())
+        })?;
         match best {
             Some((_, c, rec)) => Ok(self.take_in(c, rec, k, held)?.map(|off| (c, off))),
             None => Ok(None),
@@ -433,17 +468,16 @@ impl<C: Coherence> Node<'_, C> {
         // The tightest few, tried in order: a lost race moves on to the next.
         const TRIES: usize = 4;
         let mut cand = [(u32::MAX, u32::MAX, 0u32); TRIES];
-        for c in hints.iter().copied().filter(|&c| c < n).chain(window) {
-            // SYNC: a hint only (writer: the owner's heap-lock holders): the
-            // record is read again under the lock before anything is taken,
-            // so a stale copy costs a missed or a wasted try, never a
-            // wrong block.
-            let rec: ChunkRecord = self.store.fresh(l.chunk(c), Site("alloc.shared.hint"))?;
+        // SYNC: hints only (writer: the owner's heap-lock holders): the
+        // record is read again under the lock before anything is taken, so
+        // a stale copy costs a missed or a wasted try, never a wrong block.
+        let cs = hints.iter().copied().filter(|&c| c < n).chain(window);
+        fresh_records(self.store, cs, Site("alloc.shared.hint"), |c, rec| {
             if rec.kind != CHUNK_KV || rec.free_max < k || rec.owner == 0 || rec.owner > l.caps.max_nodes {
-                continue;
+                return Ok(());
             }
             if cand.iter().any(|&(_, x, _)| x == c) {
-                continue;
+                return Ok(());
             }
             if let Some(worst) = cand.iter_mut().max_by_key(|x| x.0) {
                 if rec.free_max < worst.0 {
@@ -451,7 +485,8 @@ impl<C: Coherence> Node<'_, C> {
                     *worst = (rec.free_max, c, rec.owner.wrapping_sub(1));
                 }
             }
-        }
+            Ok(())
+        })?;
         cand.sort_unstable();
         for &(_, c, owner) in cand.iter().filter(|&&(f, _, _)| f != u32::MAX) {
             let got = self.with_held(l.locks().heap(owner), true, |held| {
