@@ -659,6 +659,79 @@ impl<C: Coherence> Node<'_, C> {
         })
     }
 
+    /// Reserves `item`, has `write` store its payload, and publishes the
+    /// block, all under one hold of its stripe lock: one lock round trip
+    /// fewer than [`Node::reserve`] then [`Node::publish_flushed`], for
+    /// small blocks (the stripe's other users wait while `write` runs).
+    /// `write` leaves the payload flushed or written by streaming stores, as
+    /// [`Node::write`] does; it runs only once the block is reserved.
+    ///
+    /// The block's result as [`Node::reserve_batch`] and
+    /// [`Node::publish_flushed`] give an item's: `Some(Ok(()))` once
+    /// published, `Some(Err(Exists))` and the like, or the write's error
+    /// (the reservation aborted); `None` when there was no room
+    /// (`OutOfSpace`: nothing reserved; the caller reserves the usual way,
+    /// which evicts). `Err` as those calls fail whole (fenced, say).
+    pub fn put_with(
+        &self,
+        ns: u32,
+        item: ReserveItem,
+        write: impl FnOnce(&Handle) -> Result<()>,
+    ) -> Result<Option<Result<()>>> {
+        let st = self.store;
+        let s = st.stripe_of(ns, item.key);
+        let mut write = Some(write);
+        // What the hold did: the reserve's outcome, then (when reserved)
+        // the write's and the publish's.
+        let mut reserved: Result<Handle> = Err(Error::InvalidArgument);
+        let mut wrote: Result<()> = Ok(());
+        let mut published: Result<()> = Ok(());
+        let held = self.with_stripe(s, |hdr| {
+            self.refresh_touched_locked(s, hdr)?;
+            reserved = self.reserve_locked(ns, s, hdr, item);
+            if let Ok(h) = &reserved {
+                wrote = write.take().map_or(Err(Error::InvalidArgument), |f| f(h));
+                if wrote.is_ok() {
+                    // SYNC: the payload reaches memory before the entry
+                    // turns READY (reader: lookup, acquire): `write` left it
+                    // flushed or streamed, and this orders it before the
+                    // entry's stores (`publish_flushed` has the stripe
+                    // lock's grant to do it).
+                    st.co.store_fence(Site("index.put.fence"));
+                    published = self.publish_locked(s, hdr, h);
+                }
+            }
+            st.put_hdr(s, hdr)
+        });
+        let counted = match reserved {
+            Ok(_) => self.count(|c| c.inserts = c.inserts.wrapping_add(1)),
+            Err(Error::Exists) => self.count(|c| c.exists = c.exists.wrapping_add(1)),
+            Err(_) => Ok(()),
+        };
+        held?;
+        counted?;
+        let h = match reserved {
+            Ok(h) => h,
+            Err(Error::OutOfSpace) => return Ok(None),
+            Err(e) => return Ok(Some(Err(e))),
+        };
+        if let Err(e) = wrote {
+            // The payload's lines go with the block (`abort` flushes them).
+            self.abort(&h)?;
+            return Ok(Some(Err(e)));
+        }
+        match published {
+            // A line met void: the stripe was repaired since; the usual
+            // publish tries again.
+            Err(Error::Recovering) => {
+                let mut out = [Ok(())];
+                self.publish_flushed(core::slice::from_ref(&h), &mut out)?;
+                Ok(Some(out[0]))
+            }
+            r => Ok(Some(r)),
+        }
+    }
+
     fn reserve_locked(&self, ns: u32, s: u32, h: &mut HeldStripe, it: ReserveItem) -> Result<Handle> {
         let st = self.store;
         let len32 = u32::try_from(it.len).map_err(|_| Error::TooLarge)?;

@@ -418,3 +418,62 @@ fn reads_that_meet_an_evictors_claim_wait_for_its_answer() {
     assert_eq!(buf, payload(key(5), 1000));
     assert!(findings(&f).is_empty(), "{:?}", findings(&f));
 }
+
+/// `put_with` reserves, writes and publishes under one hold of the stripe
+/// lock: the block reads back; a second put of the key says `Exists` and
+/// writes nothing; a write that fails aborts the reservation (the key stays
+/// absent, its space goes back); a block too large for the region finds no
+/// room (`None`, nothing reserved) and the usual reserve, which evicts, is
+/// the caller's to make.
+#[test]
+fn put_with_publishes_refuses_a_stored_key_aborts_on_a_failed_write_and_says_when_no_room() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let sut = node(&f, &env, &local, 0);
+    let item = |i: u64, len: u64| ReserveItem { key: key(i), len, tokens: 16 };
+    let wrote = sut.put_with(3, item(1, 5000), |h| sut.write(h, 0, &payload(key(1), 5000))).unwrap();
+    assert_eq!(wrote, Some(Ok(())));
+    let mut buf = std::vec![0u8; 5000];
+    let mut parts = [&mut buf[..]];
+    assert_eq!(sut.get_into(3, key(1), &mut parts).unwrap(), crate::index::Got::Copied(5000));
+    assert_eq!(buf, payload(key(1), 5000));
+    let mut called = false;
+    let again = sut.put_with(3, item(1, 100), |_| {
+        called = true;
+        Ok(())
+    });
+    assert_eq!(again, Ok(Some(Err(Error::Exists))));
+    assert!(!called, "nothing written for a stored key");
+    let failed = sut.put_with(3, item(2, 4000), |_| Err(Error::TooLarge));
+    assert_eq!(failed, Ok(Some(Err(Error::TooLarge))), "the write's error");
+    assert_eq!(sut.lookup(3, &[key(2)]).unwrap(), 0, "an aborted put leaves no block");
+    // Nor a reservation: the key can be put again.
+    let retry = sut.put_with(3, item(2, 4000), |h| sut.write(h, 0, &payload(key(2), 4000)));
+    assert_eq!(retry, Ok(Some(Ok(()))), "the key is free after the aborted put");
+    // Its block went back: `check` finds no allocated block without its entry.
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+    let c = sut.stats().unwrap();
+    assert_eq!((c.inserts, c.exists), (3, 1), "reserves counted as the usual path counts them");
+    // Blocks of 1 MiB until the region is full: then no room, and the write
+    // is not called.
+    let mut full = false;
+    for i in 10..30 {
+        let mut called = false;
+        match sut.put_with(3, item(i, 1 << 20), |h| {
+            called = true;
+            sut.write(h, 0, &payload(key(i), 1 << 20))
+        }) {
+            Ok(Some(Ok(()))) => assert!(called),
+            Ok(None) => {
+                assert!(!called, "nothing reserved, nothing written");
+                full = true;
+                break;
+            }
+            r => panic!("put {i}: {r:?}"),
+        }
+    }
+    assert!(full, "an 8 MiB region holds fewer than twenty 1 MiB blocks");
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}

@@ -16,7 +16,7 @@ use cxlkv_core::store::{attach, Store};
 use cxlkv_core::Error;
 
 use crate::harness::blocks::{
-    acquire_op, check, finish_write, get_op, lookup_op, release_pins, reserve_batch_op, reserve_op,
+    acquire_op, check, finish_write, get_op, lookup_op, put_with_op, release_pins, reserve_batch_op, reserve_op,
     stale_handle_misuse, verify_pinned, Writing,
 };
 use crate::harness::checks::{always_invariants, check_from};
@@ -467,6 +467,7 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
                 Err(e) => check_err("evict", e, &[]),
             },
             13 if (r >> 50) % 4 == 0 && writing.is_none() => stale_handle_misuse(w, &node, h, key(i)),
+            13 if (r >> 50) % 4 == 1 => put_with_op(w, &node, h, i),
             13 => reserve_batch_op(w, &node, h, i),
             14 if (r >> 50) % 4 == 0 => app_lock_churn(w, &node, h),
             14 => lock_counter(w, &node, h, r),

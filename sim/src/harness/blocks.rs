@@ -240,6 +240,44 @@ pub(crate) fn reserve_batch_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: u
     }
 }
 
+/// Puts keys `i..i + 3` one at a time, each reserved, written and published
+/// under one hold of its stripe lock (`put_with`, as the C and Python doors
+/// put one small block); one that finds no room is reserved the usual way.
+pub(crate) fn put_with_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, i: u64) {
+    for k in (i..i + 3).map(key) {
+        let item = ReserveItem { key: k, len: len_of(k), tokens: 16 };
+        let mut reserved = None;
+        let r = node.put_with(NS, item, |hd| {
+            reserved = Some(*hd);
+            counted_insert(w, h);
+            log(w, hd.off, format!("host {h} put-with key {} len {}", k.hi, hd.len));
+            // Published before the call returns: the model knows it first.
+            w.model.lock().unwrap().published.insert(k);
+            node.write(hd, 0, &payload(k, hd.len as usize))
+        });
+        match r {
+            Err(e) => check(w, h, "put_with", e, &[]),
+            Ok(None) => {
+                if let Some(hd) = reserved {
+                    w.violation(format!("host {h} put_with reserved key {} yet said no room", hd.key.hi));
+                }
+            }
+            Ok(Some(Ok(()))) => {}
+            Ok(Some(Err(e))) => match reserved {
+                Some(hd) if lost_ok(w, &hd, e) => {}
+                Some(_) => check(w, h, "put_with publish", e, &[]),
+                None => check(
+                    w,
+                    h,
+                    "put_with reserve",
+                    e,
+                    &[Error::Exists, Error::TableFull, Error::JournalFull, Error::Recovering],
+                ),
+            },
+        }
+    }
+}
+
 pub(crate) fn finish_write<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, hd: Handle, raw: bool, r: u64) {
     let p = payload(hd.key, hd.len as usize);
     let half = p.len() / 2;

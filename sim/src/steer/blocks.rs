@@ -517,3 +517,74 @@ pub(super) fn a_drained_ring_takes_messages_again(disable: Option<&'static str>)
     }
     Ok(out)
 }
+
+/// Node 1 (host 1) puts a block with `put_with` (reserved, written and
+/// published under one hold of its stripe lock) and stops at its change
+/// record, just after the entry turned READY. What it queued for
+/// write-back since its last fence lands, but its payload's lines. Node 0
+/// (host 0) gets the block meanwhile, without a lock: finding it READY, it
+/// must copy the key's bytes (the payload reached memory before the entry
+/// was stored), never what the block held before.
+pub(super) fn put_with_payload_before_ready(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "put-with-payload-before-ready";
+    let rig = Rig::new(2, 2, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::new(&s0, 0);
+    let l0 = NodeLocal::default();
+    let n0 = Node::new(&s0, 0, &env, &l0)?;
+    let k = Key { lo: 31, hi: 31 };
+    let mut out = Vec::new();
+    let (stopped_rx, go_tx) = rig.parks_at(1, "changes.record.write");
+    // The block's payload lines, as node 1 reserved them.
+    let payload = std::sync::Mutex::new(None);
+    let put = std::thread::scope(|sc| -> Result<Result<Option<Result<()>>>> {
+        let t = sc.spawn(|| -> Result<Option<Result<()>>> {
+            let l1 = NodeLocal::default();
+            let n1 = Node::new(&s1, 1, &env, &l1)?;
+            let item = cxlkv_core::index::ReserveItem { key: k, len: 256, tokens: 1 };
+            n1.put_with(NS, item, |h| {
+                *payload.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((h.off / 64) as usize..(h.off + 256).div_ceil(64) as usize);
+                // Streamed (flushed here), as a writer other than
+                // `Node::write` leaves it: nothing fences it but the put.
+                cxlkv_core::coherence::Coherence::write_payload(
+                    &s1.co,
+                    &s1.view,
+                    h.off,
+                    &[k.hi as u8; 256],
+                    cxlkv_core::coherence::Site("steer.put"),
+                )
+            })
+        });
+        // Its lock requests are granted by node 0's manager, stepped here.
+        if !super::zombies::parked(&stopped_rx, || t.is_finished(), &env)? {
+            out.push(format!("{NAME}: node 1's put did not stop at its change record"));
+            return Ok(t.join().unwrap_or(Err(Error::Corrupt)));
+        }
+        let Some(lines) = payload.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
+            out.push(format!("{NAME}: node 1 stopped before it reserved the block"));
+            let _ = go_tx.send(());
+            return Ok(t.join().unwrap_or(Err(Error::Corrupt)));
+        };
+        // Everything node 1 queued lands (its entry, READY, among it) but
+        // its payload's lines, should any still be queued.
+        rig.mem.drain_but(1, |i| lines.contains(&i));
+        let mut bytes = [0u8; 256];
+        match n0.get_into(NS, k, &mut [&mut bytes[..]]) {
+            Ok(cxlkv_core::index::Got::Copied(256)) if bytes.iter().all(|&b| b == k.hi as u8) => {}
+            Ok(cxlkv_core::index::Got::Copied(n)) => out.push(format!(
+                "{NAME}: node 0 got {n} bytes of the READY block starting {:?}, not the key's payload",
+                &bytes[..4]
+            )),
+            r => out.push(format!("{NAME}: node 0's get of the READY block gave {r:?}")),
+        }
+        let _ = go_tx.send(());
+        Ok(t.join().unwrap_or(Err(Error::Corrupt)))
+    })?;
+    if put != Ok(Some(Ok(()))) {
+        out.push(format!("{NAME}: node 1's put gave {put:?}"));
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    let _ = n0;
+    Ok(out)
+}

@@ -483,6 +483,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: blocks::pin_races_an_eviction,
         },
         Scenario {
+            name: "put-with-payload-before-ready",
+            what: "a block put under one hold of its stripe lock turns READY; the writer stops there and \
+                   everything but its payload lands: a reader getting it without a lock must copy the key's bytes",
+            run: blocks::put_with_payload_before_ready,
+        },
+        Scenario {
             name: "manager-step-cut",
             what: "a manager step is cut off at its grant (the process stepping it for its node was killed; the \
                    host lives on): the node goes on from a fresh state, which must first write back what the cut \

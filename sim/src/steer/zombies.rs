@@ -27,7 +27,11 @@ fn keys_in(st: &Store<SimCoherence<'_>>, s: u32, skip: u64, n: usize) -> Vec<Key
 /// Steps `env`'s manager (whose grants a node parked by
 /// [`Rig::parks_at`] waits for) until that node stops: true, or false when
 /// its thread ended first (`finished`).
-fn parked(stopped: &std::sync::mpsc::Receiver<()>, finished: impl Fn() -> bool, env: &StepEnv<'_>) -> Result<bool> {
+pub(super) fn parked(
+    stopped: &std::sync::mpsc::Receiver<()>,
+    finished: impl Fn() -> bool,
+    env: &StepEnv<'_>,
+) -> Result<bool> {
     while stopped.try_recv().is_err() {
         if finished() {
             return Ok(false);
