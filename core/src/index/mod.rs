@@ -554,6 +554,25 @@ impl<C: Coherence> Node<'_, C> {
         s.wrapping_mul(self.store.layout.caps.entries_per_stripe).wrapping_add(e)
     }
 
+    /// Runs `read` (a read without a lock) again while it meets an entry
+    /// mid-change (`Changed`): its writer, which holds the stripe lock, may
+    /// be descheduled there for a time slice or more on a loaded host (one
+    /// that died is repaired by recovery). Waits as a lock waiter does, so
+    /// it ends (`Timeout`) after the lock timeout at most. A reader must not
+    /// fail because another thread of the rack happened to be writing.
+    fn settled<T>(&self, mut read: impl FnMut() -> Result<T>) -> Result<T> {
+        let mut i = 0u32;
+        loop {
+            match read() {
+                Err(Error::Changed) => {
+                    self.env.wait(i)?;
+                    i = i.wrapping_add(1);
+                }
+                r => return r,
+            }
+        }
+    }
+
     /// Length of the longest prefix of `keys` whose blocks are all published
     /// (read-only; takes no lock).
     pub fn lookup(&self, ns: u32, keys: &[Key]) -> Result<usize> {
@@ -561,7 +580,7 @@ impl<C: Coherence> Node<'_, C> {
         let mut n = 0usize;
         let mut found = [false; PROBE_BATCH];
         for ks in keys.chunks(PROBE_BATCH) {
-            self.store.find_stored_batch(ns, ks, &mut found)?;
+            self.settled(|| self.store.find_stored_batch(ns, ks, &mut found))?;
             let hits = found.iter().take(ks.len()).take_while(|&&f| f).count();
             n = n.saturating_add(hits);
             if hits < ks.len() {
@@ -582,7 +601,7 @@ impl<C: Coherence> Node<'_, C> {
             return Err(Error::InvalidArgument);
         }
         for (ks, ps) in keys.chunks(PROBE_BATCH).zip(present.chunks_mut(PROBE_BATCH)) {
-            self.store.find_stored_batch(ns, ks, ps)?;
+            self.settled(|| self.store.find_stored_batch(ns, ks, ps))?;
         }
         Ok(present.iter().take(keys.len()).take_while(|&&p| p).count())
     }

@@ -249,12 +249,16 @@ pub(crate) fn put_with_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize,
         let mut reserved = None;
         let r = node.put_with(NS, item, |hd| {
             reserved = Some(*hd);
-            counted_insert(w, h);
             log(w, hd.off, format!("host {h} put-with key {} len {}", k.hi, hd.len));
             // Published before the call returns: the model knows it first.
             w.model.lock().unwrap().published.insert(k);
             node.write(hd, 0, &payload(k, hd.len as usize))
         });
+        // Counted once the call returned, as a reserve is: its stripe's
+        // header (which counts it) is published by then.
+        if r.is_ok() && reserved.is_some() {
+            counted_insert(w, h);
+        }
         match r {
             Err(e) => check(w, h, "put_with", e, &[]),
             Ok(None) => {

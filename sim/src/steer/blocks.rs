@@ -286,6 +286,53 @@ pub(super) fn buried_writer_payload_lands_late(disable: Option<&'static str>) ->
     Ok(v)
 }
 
+/// Host 0 runs node 0 and node 1; node 2 runs on host 1. Node 1's process
+/// dies part-way through a reserve, after it stored an index entry and
+/// before that line's flush: the line is left dirty in host 0's cache.
+/// Node 0 buries it. A burial writes back every line the dead process may
+/// have left dirty in the host's cache before it says the node is dead:
+/// none of its metadata lines may still be dirty there afterwards (left,
+/// the cache writes it back whenever it likes, over what recovery on
+/// another host rebuilt).
+pub(super) fn buried_metadata_written_back(disable: Option<&'static str>) -> Result<Vec<String>> {
+    use cxlkv_core::hash::Key;
+    const NAME: &str = "buried-metadata-written-back";
+    let rig = Rig::new(2, 3, disable)?;
+    let (s0, s1) = (rig.store(0)?, rig.store(1)?);
+    attach_as(&s0, 0, 0)?;
+    attach_as(&s0, 1, 0)?;
+    attach_as(&s1, 2, 1)?;
+    let env = StepEnv::new(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s0, 1, &env, &l1)?);
+    let mut v = Vec::new();
+    if !rig.dies_at(0, "index.entry.write", || n1.reserve(1, Key { lo: 0xb0_0001, hi: 41 }, 512, 16)) {
+        v.push(format!("{NAME}: node 1's reserve was not cut at its entry's write"));
+        return Ok(v);
+    }
+    let meta_lines = (s0.layout.payload.start / 64) as usize;
+    let left: Vec<usize> = (0..meta_lines).filter(|&i| rig.mem.is_dirty(0, i)).collect();
+    if left.is_empty() {
+        v.push(format!("{NAME}: the cut reserve left no metadata line dirty in host 0's cache"));
+        return Ok(v);
+    }
+    if !cxlkv_core::node::bury(&s0, 1)? {
+        v.push(format!("{NAME}: the bury found node 1 not alive"));
+        return Ok(v);
+    }
+    let still: Vec<usize> = left.iter().copied().filter(|&i| rig.mem.is_dirty(0, i)).collect();
+    if !still.is_empty() {
+        v.push(format!(
+            "{NAME}: after the burial, {} metadata line(s) the dead process stored are still dirty in host 0's \
+             cache (first line {})",
+            still.len(),
+            still[0]
+        ));
+    }
+    let _ = n0;
+    Ok(v)
+}
+
 /// Node 1 (host 1) pins a block and stops after it journaled the pin, before
 /// the fence that publishes it; node 0 (host 0) evicts the block meanwhile
 /// (it sees no pin in memory) and publishes another one in its place. Node

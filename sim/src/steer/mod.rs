@@ -483,6 +483,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: blocks::pin_races_an_eviction,
         },
         Scenario {
+            name: "buried-metadata-written-back",
+            what: "a process dies after storing an index entry, before its flush; its sibling buries it: no \
+                   metadata line the dead process stored may stay dirty in the host's cache",
+            run: blocks::buried_metadata_written_back,
+        },
+        Scenario {
             name: "put-with-payload-before-ready",
             what: "a block put under one hold of its stripe lock turns READY; the writer stops there and \
                    everything but its payload lands: a reader getting it without a lock must copy the key's bytes",

@@ -142,7 +142,8 @@ fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
             8..=13 => {
                 let keys: Vec<_> = (i..i + 4).map(key).collect();
                 let mut out = vec![Err(Error::InvalidArgument); 4];
-                if c.core().acquire(NS, &keys, &mut out).is_err() {
+                if let Err(e) = c.core().acquire(NS, &keys, &mut out) {
+                    eprintln!("acquire {i}: {e}");
                     errors += 1;
                     continue;
                 }
@@ -157,7 +158,8 @@ fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
                         hs.push(*h);
                     }
                 }
-                if c.core().release(&hs).is_err() {
+                if let Err(e) = c.core().release(&hs) {
+                    eprintln!("release {i}: {e}");
                     errors += 1;
                 }
             }
@@ -176,13 +178,17 @@ fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
             },
             18 => {
                 let keys: Vec<_> = (i..i + 16).map(key).collect();
-                if c.core().lookup(NS, &keys).is_err() {
+                if let Err(e) = c.core().lookup(NS, &keys) {
+                    eprintln!("lookup {i}: {e}");
                     errors += 1;
                 }
             }
             _ => {
-                if rng.random_range(0..8u32) == 0 && c.core().evict(256 << 10, &mut Lru).is_err() {
-                    errors += 1;
+                if rng.random_range(0..8u32) == 0 {
+                    if let Err(e) = c.core().evict(256 << 10, &mut Lru) {
+                        eprintln!("evict: {e}");
+                        errors += 1;
+                    }
                 }
             }
         }
