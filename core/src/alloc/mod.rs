@@ -348,6 +348,74 @@ impl<C: Coherence> Node<'_, C> {
         }
     }
 
+    /// Places a KV block of `len` bytes for a caller holding a stripe lock
+    /// and placing several blocks in a row (a batch's reserves): in this
+    /// node's recent chunks, under a hold of its heap lock kept in `hold`
+    /// from one block to the next (taken on first use), so a batch pays one
+    /// lock round trip, not one a block. Anywhere else (another node's
+    /// chunk, a fresh chunk, a block of whole chunks) the hold goes back
+    /// first and [`Node::alloc_kind`] places it: a heap lock is never
+    /// waited for while this one is held. The caller gives the hold back
+    /// with [`Node::release_heap`] before it frees or evicts (which take
+    /// heap locks) and before its stripe lock goes.
+    pub(crate) fn alloc_kv_held(&self, len: u64, hold: &mut Option<Held>) -> Result<u64> {
+        let l = &self.store.layout;
+        let k = match placement(l, len)? {
+            Placement::Granules(k) => k,
+            Placement::Chunks(_) => {
+                self.release_heap(hold)?;
+                return self.alloc_kind(len, Kind::Kv, true);
+            }
+        };
+        // As `alloc_kind` places a KV block for a caller holding a lock:
+        // this node's recent chunks, then any node's, then a fresh chunk.
+        let hints = *self.local.hints.lock();
+        let hinted = hints.iter().copied().filter(|&c| c < l.n_chunks);
+        let got = match self.under_heap(hold, |held| self.take_tightest(hinted, k, Kind::Kv, held))? {
+            Some(got) => Some(got),
+            None => {
+                self.release_heap(hold)?;
+                match self.alloc_shared(k)? {
+                    Some(got) => Some(got),
+                    None => self.under_heap(hold, |held| self.take_fresh(k, Kind::Kv, held))?,
+                }
+            }
+        };
+        let (c, off) = got.ok_or(Error::OutOfSpace)?;
+        self.hint(c);
+        Ok(off)
+    }
+
+    /// Runs `f` under this node's heap lock as `hold` keeps it (taking it
+    /// first, nested, when it does not). On an error `f` met, the hold goes
+    /// back: a revoked one outranks that error.
+    fn under_heap<T>(&self, hold: &mut Option<Held>, f: impl FnOnce(&Held) -> Result<T>) -> Result<T> {
+        if hold.is_none() {
+            *hold = Some(self.lock_with(self.store.layout.locks().heap(self.id), 0, true)?);
+        }
+        let r = match hold.as_ref() {
+            Some(held) => f(held),
+            None => Err(Error::InvalidArgument),
+        };
+        if let Err(e) = r {
+            return Err(match self.release_heap(hold) {
+                Err(Error::Revoked) => Error::Revoked,
+                _ => e,
+            });
+        }
+        r
+    }
+
+    /// Gives back a heap-lock hold kept by [`Node::alloc_kv_held`], if any.
+    /// `Revoked` when it was revoked meanwhile: what was placed under it
+    /// cannot be trusted.
+    pub(crate) fn release_heap(&self, hold: &mut Option<Held>) -> Result<()> {
+        match hold.take() {
+            Some(held) => self.unlock(held),
+            None => Ok(()),
+        }
+    }
+
     /// Allocates `len` bytes of the given kind. KV blocks are reclaimed by
     /// recovery unless an index entry references them.
     /// `nested`: the caller holds another lock (a lock awaiting repair then

@@ -12,10 +12,10 @@ pub mod evict;
 pub mod probe;
 mod read;
 
-use crate::alloc::Kind;
 use crate::coherence::{Coherence, Site};
 use crate::hash::{checksum32, checksum32_fold, checksum32_lanes, place, Key};
 use crate::layout::{state, Bucket, Entry, StripeHeader};
+use crate::lock::Held;
 use crate::mutant::mutant;
 use crate::node::Node;
 use crate::off::Off;
@@ -637,17 +637,22 @@ impl<C: Coherence> Node<'_, C> {
                     }
                     let r = self.with_stripe(s, |h| {
                         self.refresh_touched_locked(s, h)?;
+                        // This node's heap lock, kept from one block of the
+                        // stripe to the next.
+                        let mut heap = None;
                         for &i in idx {
                             let (Some(o), Some(item)) = (out.get_mut(i), items.get(i)) else { continue };
                             if attempt > 0 && !retry(o) {
                                 continue;
                             }
-                            *o = self.reserve_locked(ns, s, h, *item);
+                            *o = self.reserve_locked(ns, s, h, *item, &mut heap);
                             if retry(o) {
                                 short = short.saturating_add(item.len);
                             }
                         }
-                        st.put_hdr(s, h)
+                        let released = self.release_heap(&mut heap);
+                        st.put_hdr(s, h)?;
+                        released
                     });
                     void_if_revoked(&r, idx, out);
                     r
@@ -707,7 +712,12 @@ impl<C: Coherence> Node<'_, C> {
         let mut published: Result<()> = Ok(());
         let held = self.with_stripe(s, |hdr| {
             self.refresh_touched_locked(s, hdr)?;
-            reserved = self.reserve_locked(ns, s, hdr, item);
+            let mut heap = None;
+            reserved = self.reserve_locked(ns, s, hdr, item, &mut heap);
+            if let Err(e) = self.release_heap(&mut heap) {
+                st.put_hdr(s, hdr)?;
+                return Err(e);
+            }
             if let Ok(h) = &reserved {
                 wrote = write.take().map_or(Err(Error::InvalidArgument), |f| f(h));
                 if wrote.is_ok() {
@@ -751,7 +761,17 @@ impl<C: Coherence> Node<'_, C> {
         }
     }
 
-    fn reserve_locked(&self, ns: u32, s: u32, h: &mut HeldStripe, it: ReserveItem) -> Result<Handle> {
+    ///
+    /// `heap`: a hold of this node's heap lock kept from one reserve to the
+    /// next (see [`Node::alloc_kv_held`]); the caller releases it.
+    fn reserve_locked(
+        &self,
+        ns: u32,
+        s: u32,
+        h: &mut HeldStripe,
+        it: ReserveItem,
+        heap: &mut Option<Held>,
+    ) -> Result<Handle> {
         let st = self.store;
         let len32 = u32::try_from(it.len).map_err(|_| Error::TooLarge)?;
         let tag = place(ns, it.key);
@@ -759,7 +779,9 @@ impl<C: Coherence> Node<'_, C> {
             return Err(Error::Exists);
         }
         if h.free_head == NIL {
-            // A full stripe: make room by evicting its least recent entry.
+            // A full stripe: make room by evicting its least recent entry
+            // (whose free takes a heap lock: the kept one goes first).
+            self.release_heap(heap)?;
             if self.evict_one_locked(s, h, &mut Lru)?.is_none() {
                 return Err(Error::TableFull);
             }
@@ -777,7 +799,13 @@ impl<C: Coherence> Node<'_, C> {
         // learns of the reservation from the record and keeps the entry's
         // place (see `Node::hold_inflight_places`).
         let (_, rec) = self.journal_add_at(&mut self.local.journal.lock(), g, gen, (0, 0))?;
-        let off = match self.alloc_kind(it.len, Kind::Kv, true) {
+        if heap.is_some() {
+            // SYNC: the record in memory before the entry is stored (reader:
+            // recovery, see above): a heap lock kept from the batch's last
+            // block is not granted again, so nothing else fences here.
+            st.co.store_fence(Site("index.reserve.journal"));
+        }
+        let off = match self.alloc_kv_held(it.len, heap) {
             Ok(off) => off,
             Err(err) => {
                 self.journal_sub(&mut self.local.journal.lock(), g, gen)?;
@@ -787,6 +815,7 @@ impl<C: Coherence> Node<'_, C> {
         // The record names the block too, before the entry does (see
         // `Node::let_go_lost`).
         if let Err(err) = self.journal_place(rec, g, gen, (off, it.len)) {
+            self.release_heap(heap)?;
             self.free_kv(off)?;
             self.journal_sub(&mut self.local.journal.lock(), g, gen)?;
             return Err(err);

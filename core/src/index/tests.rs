@@ -230,7 +230,12 @@ fn delete_keeps_every_other_key_findable() {
             sut.acquire(1, &others, &mut out).unwrap();
             let rep = sut.evict(1, &mut Lru).unwrap();
             assert_eq!(rep.entries, 1, "step {step}");
-            let hs: Vec<_> = out.iter().map(|r| r.unwrap()).collect();
+            let hs: Vec<_> = out
+                .iter()
+                .map(|r| {
+                    r.unwrap_or_else(|e| panic!("{e:?} in {:?}", out.iter().map(|r| r.map(|_| ())).collect::<Vec<_>>()))
+                })
+                .collect();
             sut.release(&hs).unwrap();
             assert_eq!(sut.lookup(1, &[key(victim)]).unwrap(), 0);
         }
@@ -475,5 +480,62 @@ fn put_with_publishes_refuses_a_stored_key_aborts_on_a_failed_write_and_says_whe
         }
     }
     assert!(full, "an 8 MiB region holds fewer than twenty 1 MiB blocks");
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
+
+/// A batch's blocks of one stripe share one hold of the node's heap lock:
+/// twelve blocks take two grants (the stripe's, the heap's), not thirteen.
+/// A batch that fills the stripe (evicting, whose frees take the heap lock)
+/// and holds a block larger than a chunk (placed the usual way) gives the
+/// hold back first: every block is reserved, reads back once published,
+/// and the region checks clean.
+#[test]
+fn a_batch_places_its_blocks_under_one_heap_hold_and_gives_it_back_to_evict() {
+    let f = Fixture::new(8 << 20, small_caps());
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let sut = node(&f, &env, &local, 0);
+    let grants = || local.beat_counters.get().lock_grants;
+    let s = f.store.stripe_of(5, key(0));
+    let keys: Vec<Key> = (0..400).map(key).filter(|&k| f.store.stripe_of(5, k) == s).take(44).collect();
+    assert_eq!(keys.len(), 44);
+    let put_all = |items: &[ReserveItem]| {
+        let mut out = std::vec![Err(Error::InvalidArgument); items.len()];
+        sut.reserve_batch(5, items, &mut out).unwrap();
+        let hs: Vec<_> = out
+            .iter()
+            .map(|r| {
+                r.unwrap_or_else(|e| panic!("{e:?} in {:?}", out.iter().map(|r| r.map(|_| ())).collect::<Vec<_>>()))
+            })
+            .collect();
+        for h in &hs {
+            sut.write(h, 0, &payload(h.key, h.len as usize)).unwrap();
+        }
+        let mut done = std::vec![Ok(()); hs.len()];
+        sut.publish_flushed(&hs, &mut done).unwrap();
+        assert!(done.iter().all(|r| r.is_ok()), "{done:?}");
+    };
+    let item = |k: Key, len: u64| ReserveItem { key: k, len, tokens: 1 };
+    // A first block gives the node a chunk with room.
+    put_all(&[item(keys[0], 3000)]);
+    let before = grants();
+    put_all(&keys[1..13].iter().map(|&k| item(k, 3000)).collect::<Vec<_>>());
+    // The publish takes the stripe lock once more.
+    assert_eq!(grants() - before, 3, "stripe and heap for the reserves, stripe for the publish");
+    // 13 blocks stored; 31 more fill the stripe's 32 entries and evict.
+    let big = 100 << 10;
+    let rest: Vec<ReserveItem> =
+        keys[13..].iter().enumerate().map(|(i, &k)| item(k, if i == 9 { big } else { 2000 })).collect();
+    put_all(&rest);
+    let mut buf = std::vec![0u8; big as usize];
+    for it in &rest {
+        let n = it.len as usize;
+        let mut parts = [&mut buf[..n]];
+        assert_eq!(sut.get_into(5, it.key, &mut parts).unwrap(), crate::index::Got::Copied(it.len));
+        assert_eq!(buf[..n], payload(it.key, n)[..]);
+    }
+    let present = keys.iter().filter(|&&k| sut.lookup(5, &[k]).unwrap() == 1).count();
+    assert!((rest.len()..=32).contains(&present), "the stripe's 32 entries filled and evicted: {present} present");
     assert!(findings(&f).is_empty(), "{:?}", findings(&f));
 }

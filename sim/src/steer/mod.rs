@@ -433,6 +433,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: zombies::reservation_entry_lands_late,
         },
         Scenario {
+            name: "batched-reservation-entry-lands-late",
+            what: "as reservation-entry-lands-late, the node stopped at the second block of a batch, reserved \
+                   under the heap lock it kept from the first: its journal record is in memory all the same",
+            run: zombies::batched_reservation_entry_lands_late,
+        },
+        Scenario {
             name: "woken-node-pins-after-its-recovery",
             what: "a node declared dead and recovered while stopped wakes and pins a block, its own cache still \
                    showing its slot ALIVE: the pins fail with Revoked",
@@ -598,13 +604,25 @@ impl Rig {
     /// receiver hears when it stopped there; it goes on when the sender
     /// sends (or is dropped).
     fn parks_at(&self, h: usize, site: &'static str) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
+        self.parks_at_nth(h, site, 1)
+    }
+
+    /// [`Rig::parks_at`] at the `nth` call of `site` (from 1), once.
+    fn parks_at_nth(&self, h: usize, site: &'static str, nth: u32) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
         let (stopped_tx, stopped_rx) = mpsc::channel::<()>();
         let (go_tx, go_rx) = mpsc::channel::<()>();
         let parked = Mutex::new((stopped_tx, go_rx));
+        let seen = Mutex::new(0u32);
         self.at_calls(h, move |host, at| {
             if (host, at) != (h, site) {
                 return false;
             }
+            let mut calls = seen.lock().unwrap_or_else(|p| p.into_inner());
+            *calls = calls.saturating_add(1);
+            if *calls != nth {
+                return false;
+            }
+            drop(calls);
             let p = parked.lock().unwrap_or_else(|p| p.into_inner());
             let _ = p.0.send(());
             let _ = p.1.recv();

@@ -4,6 +4,7 @@
 
 use cxlkv_core::changes::{Change, Tail};
 use cxlkv_core::hash::Key;
+use cxlkv_core::index::ReserveItem;
 use cxlkv_core::layout::{LockLine, LockSlot, StripeHeader, SLOT_LOCKED};
 use cxlkv_core::node::{Node, NodeLocal};
 use cxlkv_core::roots::Root;
@@ -1073,7 +1074,18 @@ pub(super) fn zombie_root_clear_lands_first(disable: Option<&'static str>) -> Re
 /// wakes, fails with Revoked and says it is quiet; the recovery after
 /// frees its place and the region checks clean.
 pub(super) fn reservation_entry_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
-    const NAME: &str = "reservation-entry-lands-late";
+    entry_lands_late("reservation-entry-lands-late", false, disable)
+}
+
+/// [`reservation_entry_lands_late`], node 1 reserving two blocks of the
+/// stripe in one batch and stopping at the second one's entry: that
+/// block's journal record went out under the heap lock kept from the first
+/// block, with no grant to fence it.
+pub(super) fn batched_reservation_entry_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    entry_lands_late("batched-reservation-entry-lands-late", true, disable)
+}
+
+fn entry_lands_late(name: &'static str, batch: bool, disable: Option<&'static str>) -> Result<Vec<String>> {
     let rig = Rig::new(2, 2, disable)?;
     let (s0, s1) = rig.two_hosts_one_node_each()?;
     let env = StepEnv::new(&s0, 0);
@@ -1081,63 +1093,84 @@ pub(super) fn reservation_entry_lands_late(disable: Option<&'static str>) -> Res
     let n0 = Node::new(&s0, 0, &env, &l0)?;
     let l = &s0.layout;
     let s = 0u32;
-    let keys = keys_in(&s0, s, 0, 3);
+    let keys = keys_in(&s0, s, 0, 8);
+    // Node 0's blocks after the first recovery: enough to take every place
+    // of the stripe that recovery left free.
+    let later: Vec<Key> = if batch { [2, 4, 5, 6, 7].map(|i| keys[i]).to_vec() } else { vec![keys[2]] };
     let mut out = Vec::new();
-    put(&n0, keys[0])?;
     let stored = |what: &str, out: &mut Vec<String>| {
-        for k in [keys[0], keys[2]] {
+        for &k in core::iter::once(&keys[0]).chain(&later) {
             let mut buf = [0u8; 256];
             match n0.get(NS, k, &mut buf) {
                 Ok(256) if buf == [k.hi as u8; 256] => {}
-                r => out.push(format!("{NAME}: {what}, block {k:?} reads {r:?} with bytes {:?}", &buf[..4])),
+                r => out.push(format!("{name}: {what}, block {k:?} reads {r:?} with bytes {:?}", &buf[..4])),
             }
         }
     };
-    // Node 1 stops at its entry's flush (the entry stored), until told to
-    // go on.
-    let (stopped_rx, go_tx) = rig.parks_at(1, "index.entry.write");
+    let l1 = NodeLocal::default();
+    if batch {
+        // A block elsewhere first, before node 0 has a chunk: node 1 then
+        // owns one with room, which its batch's blocks share under one hold
+        // of its heap lock.
+        let other = keys_in(&s0, s.wrapping_add(1), 0, 1);
+        put(&Node::new(&s1, 1, &env, &l1)?, other.first().copied().ok_or(Error::Corrupt)?)?;
+    }
+    put(&n0, keys[0])?;
+    // Node 1 stops at its (last) entry's flush (the entry stored), until
+    // told to go on.
+    let (stopped_rx, go_tx) = rig.parks_at_nth(1, "index.entry.write", if batch { 2 } else { 1 });
     let zombie = std::thread::scope(|sc| -> Result<Result<()>> {
         let t = sc.spawn(|| {
-            let l1 = NodeLocal::default();
             let n1 = Node::new(&s1, 1, &env, &l1)?;
-            n1.reserve(NS, keys[1], 256, 1).map(|_| ())
+            if !batch {
+                return n1.reserve(NS, keys[1], 256, 1).map(|_| ());
+            }
+            let items = [keys[1], keys[3]].map(|key| ReserveItem { key, len: 256, tokens: 1 });
+            let mut got = [Err(Error::InvalidArgument), Err(Error::InvalidArgument)];
+            n1.reserve_batch(NS, &items, &mut got)?;
+            got.into_iter().try_for_each(|r| r.map(|_| ()))
         });
         if !parked(&stopped_rx, || t.is_finished(), &env)? {
             let r = t.join().unwrap_or(Err(Error::Corrupt));
-            out.push(format!("{NAME}: node 1's reservation ended ({r:?}) without stopping"));
+            out.push(format!("{name}: node 1's reservation ended ({r:?}) without stopping"));
             return Ok(r);
         }
-        let Some(line) = (0..l.caps.entries_per_stripe)
+        let lines: Vec<usize> = (0..l.caps.entries_per_stripe)
             .map(|e| (l.entry(s, e) / 64) as usize)
-            .find(|&line| rig.mem.is_dirty(1, line))
-        else {
-            out.push(format!("{NAME}: node 1 stopped with no entry of stripe {s} stored"));
+            .filter(|&line| rig.mem.is_dirty(1, line))
+            .collect();
+        if lines.is_empty() {
+            out.push(format!("{name}: node 1 stopped with no entry of stripe {s} stored"));
             let _ = go_tx.send(());
             return Ok(t.join().unwrap_or(Err(Error::Corrupt)));
-        };
+        }
         declare_dead(&s0, 1)?;
         env.step()?;
         n0.recover(0)?;
-        put(&n0, keys[2])?;
-        rig.mem.evict_line(1, line);
+        for &k in &later {
+            put(&n0, k)?;
+        }
+        for &line in &lines {
+            rig.mem.evict_line(1, line);
+        }
         n0.recover(0)?;
         stored("after the late entry and a recovery", &mut out);
         let _ = go_tx.send(());
         Ok(t.join().unwrap_or(Err(Error::Corrupt)))
     })?;
     if zombie != Err(Error::Revoked) {
-        out.push(format!("{NAME}: the woken node's reservation gave {zombie:?}, not Revoked"));
+        out.push(format!("{name}: the woken node's reservation gave {zombie:?}, not Revoked"));
     }
     let l1 = NodeLocal::default();
     let n1 = Node::new(&s1, 1, &env, &l1)?;
     match n1.quiesce(2) {
         Ok(true) => {}
-        r => out.push(format!("{NAME}: the woken node's quiesce gave {r:?}")),
+        r => out.push(format!("{name}: the woken node's quiesce gave {r:?}")),
     }
     env.step()?;
     n0.recover(0)?;
     stored("after the recovery that frees the woken node", &mut out);
-    rig.expect_clean(NAME, &mut out)?;
+    rig.expect_clean(name, &mut out)?;
     Ok(out)
 }
 
