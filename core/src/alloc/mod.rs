@@ -616,44 +616,9 @@ impl<C: Coherence> Node<'_, C> {
         let l = &self.store.layout;
         let c = chunk_of(l, off)?;
         for _ in 0..4 {
-            // A hint from this host's copy, however stale: the owner's heap
-            // lock to take. The record read fresh under that lock decides
-            // (and refreshes the hint when it was wrong).
-            let mut rec: ChunkRecord = self.store.view.read(l.chunk(c))?;
-            let bad = |r: &ChunkRecord| r.owner == 0 || r.owner > l.caps.max_nodes || r.kind == CHUNK_CONT;
-            if bad(&rec) {
-                // SYNC: before refusing, a fresh look (writer: the owner's
-                // allocator, under its heap lock).
-                rec = self.store.fresh(l.chunk(c), Site("alloc.free.peek"))?;
-                if bad(&rec) {
-                    return Err(Error::InvalidArgument);
-                }
-            }
-            // Not 0 (`bad` refuses it).
-            let owner = rec.owner.wrapping_sub(1);
-            let done = self.with_held(l.locks().heap(owner), nested, |held| {
-                let rec: ChunkRecord = self.store.fresh(l.chunk(c), Site("alloc.free.rec"))?;
-                if rec.owner != owner.wrapping_add(1) && !mutant!("alloc.free_under_wrong_lock") {
-                    return Ok(false);
-                }
-                let b = self.locate(c, &rec, off, kind, held)?;
-                if let (CHUNK_RAW, Some((_, k))) = (rec.kind, b.block) {
-                    // A node declared dead and not yet quiet may still write
-                    // back a map line of this chunk, read before this free:
-                    // it would bring the block back (placed over by nobody:
-                    // raw blocks keep off tainted chunks, but lost).
-                    let len = u64::from(k).wrapping_mul(l.granule());
-                    if rec.taint != 0 && !mutant!("alloc.free_in_tainted") && unlink(Unlink::Defer { len })? {
-                        return Ok(true);
-                    }
-                }
-                unlink(Unlink::Found)?;
-                if let Err(e) = self.free_located(c, rec, b, held) {
-                    unlink(Unlink::Undo)?;
-                    return Err(e);
-                }
-                Ok(true)
-            })?;
+            let owner = self.owner_hint(c)?;
+            let done = self
+                .with_held(l.locks().heap(owner), nested, |held| self.free_under(c, off, kind, owner, held, unlink))?;
             if done {
                 if kind == Kind::Kv {
                     self.hint(c);
@@ -662,6 +627,141 @@ impl<C: Coherence> Node<'_, C> {
             }
         }
         Err(Error::Busy)
+    }
+
+    /// Frees the KV blocks at `offs` (their entries are gone: removed, and
+    /// stored, by the caller, which holds the stripe lock), `out[i]` saying
+    /// how block `i` went as [`Node::free_kv`] would (`Recovering`: it stays
+    /// allocated until the pending recovery reclaims it). Blocks of one
+    /// chunk owner in a row share one hold of that owner's heap lock: one
+    /// round trip for them all, not one a block. No two heap locks are ever
+    /// held at once. The first grant fences, as `free_kv`'s does: the
+    /// entries stored before the call are in memory before any block is
+    /// freed. `Err` only when this node was fenced meanwhile (`Revoked`).
+    pub(crate) fn free_kv_batch(&self, offs: &[u64], out: &mut [Result<()>]) -> Result<()> {
+        let l = &self.store.layout;
+        // The heap lock kept from one block to the next, and whose it is.
+        let mut kept: Option<(u32, Held)> = None;
+        let mut fenced = false;
+        for (&off, o) in offs.iter().zip(out.iter_mut()) {
+            *o = Err(Error::Busy);
+            let Ok(c) = chunk_of(l, off) else {
+                *o = Err(Error::Corrupt);
+                continue;
+            };
+            for _ in 0..4 {
+                let owner = match self.owner_hint(c) {
+                    Ok(owner) => owner,
+                    Err(e) => {
+                        *o = Err(e);
+                        break;
+                    }
+                };
+                if kept.as_ref().is_some_and(|(w, _)| *w != owner) {
+                    if let Some((_, held)) = kept.take() {
+                        match self.unlock(held) {
+                            Err(Error::Revoked) => {
+                                fenced = true;
+                                break;
+                            }
+                            r => r?,
+                        }
+                    }
+                }
+                if kept.is_none() {
+                    match self.lock_with(l.locks().heap(owner), 0, true) {
+                        Ok(held) => kept = Some((owner, held)),
+                        Err(Error::Revoked) => fenced = true,
+                        Err(e) => *o = Err(e),
+                    }
+                }
+                let Some((_, held)) = kept.as_ref() else { break };
+                match self.free_under(c, off, Kind::Kv, owner, held, &mut |_| Ok(false)) {
+                    Ok(true) => {
+                        *o = Ok(());
+                        self.hint(c);
+                        break;
+                    }
+                    // The chunk changed hands: its new owner's lock next.
+                    Ok(false) => {}
+                    Err(e) => {
+                        *o = Err(e);
+                        break;
+                    }
+                }
+            }
+            if *o == Err(Error::InvalidArgument) {
+                *o = Err(Error::Corrupt);
+            }
+            if fenced {
+                break;
+            }
+        }
+        if let Some((_, held)) = kept.take() {
+            // A revoked hold outranks what was freed under it.
+            fenced |= self.unlock(held) == Err(Error::Revoked);
+        }
+        if fenced {
+            return Err(Error::Revoked);
+        }
+        Ok(())
+    }
+
+    /// The node whose heap lock guards chunk `c`, from this host's copy of
+    /// its record however stale (the record read fresh under that lock
+    /// decides, and refreshes the copy when it was wrong). `InvalidArgument`
+    /// when a fresh look finds no owner (or a continuation chunk).
+    fn owner_hint(&self, c: u32) -> Result<u32> {
+        let l = &self.store.layout;
+        let mut rec: ChunkRecord = self.store.view.read(l.chunk(c))?;
+        let bad = |r: &ChunkRecord| r.owner == 0 || r.owner > l.caps.max_nodes || r.kind == CHUNK_CONT;
+        if bad(&rec) {
+            // SYNC: before refusing, a fresh look (writer: the owner's
+            // allocator, under its heap lock).
+            rec = self.store.fresh(l.chunk(c), Site("alloc.free.peek"))?;
+            if bad(&rec) {
+                return Err(Error::InvalidArgument);
+            }
+        }
+        // Not 0 (`bad` refuses it).
+        Ok(rec.owner.wrapping_sub(1))
+    }
+
+    /// Frees the block of `kind` at `off` in chunk `c` under `owner`'s heap
+    /// lock (`held`): false, freeing nothing, when the chunk is no longer
+    /// `owner`'s (the caller takes the new owner's lock and tries again).
+    /// `unlink` as [`Node::free_raw_unlinking`] has it.
+    fn free_under(
+        &self,
+        c: u32,
+        off: u64,
+        kind: Kind,
+        owner: u32,
+        held: &Held,
+        unlink: &mut dyn FnMut(Unlink) -> Result<bool>,
+    ) -> Result<bool> {
+        let l = &self.store.layout;
+        let rec: ChunkRecord = self.store.fresh(l.chunk(c), Site("alloc.free.rec"))?;
+        if rec.owner != owner.wrapping_add(1) && !mutant!("alloc.free_under_wrong_lock") {
+            return Ok(false);
+        }
+        let b = self.locate(c, &rec, off, kind, held)?;
+        if let (CHUNK_RAW, Some((_, k))) = (rec.kind, b.block) {
+            // A node declared dead and not yet quiet may still write back a
+            // map line of this chunk, read before this free: it would bring
+            // the block back (placed over by nobody: raw blocks keep off
+            // tainted chunks, but lost).
+            let len = u64::from(k).wrapping_mul(l.granule());
+            if rec.taint != 0 && !mutant!("alloc.free_in_tainted") && unlink(Unlink::Defer { len })? {
+                return Ok(true);
+            }
+        }
+        unlink(Unlink::Found)?;
+        if let Err(e) = self.free_located(c, rec, b, held) {
+            unlink(Unlink::Undo)?;
+            return Err(e);
+        }
+        Ok(true)
     }
 
     /// Finds the block of `kind` at `off` in chunk `c` (record `rec`, read

@@ -27,6 +27,10 @@ pub trait Policy {
     fn consider(&mut self, stripe: u32, entry: &Entry) -> Verdict;
 }
 
+/// Blocks an eviction frees together, under one heap-lock hold per chunk
+/// owner in a row.
+const FREE_BATCH: usize = 32;
+
 /// Least recently used: evicts candidates in LRU order.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Lru;
@@ -83,16 +87,58 @@ impl<C: Coherence> Node<'_, C> {
                 self.with_stripe(s, |h| {
                     self.refresh_touched_locked(s, h)?;
                     let mut got = 0u64;
-                    while got < share {
-                        match self.evict_one_locked(s, h, policy)? {
-                            Some(ev) => {
-                                got = got.saturating_add(ev.len);
-                                rep.entries = rep.entries.saturating_add(1);
-                                rep.bytes = rep.bytes.saturating_add(ev.len);
-                                rep.deferred = rep.deferred.saturating_add(if ev.deferred { ev.len } else { 0 });
+                    let mut more = true;
+                    while got < share && more {
+                        // Entries removed first, then their blocks freed
+                        // together (one heap-lock round trip for a run of
+                        // blocks of one chunk owner).
+                        let mut taken = [(0u64, 0u64); FREE_BATCH];
+                        let mut n = 0usize;
+                        let mut failed = Ok(());
+                        while got < share && n < FREE_BATCH {
+                            match self.remove_one_locked(s, h, policy) {
+                                Ok(Some((off, len))) => {
+                                    if let Some(t) = taken.get_mut(n) {
+                                        *t = (off, len);
+                                    }
+                                    n = n.saturating_add(1);
+                                    got = got.saturating_add(len);
+                                }
+                                Ok(None) => {
+                                    more = false;
+                                    break;
+                                }
+                                Err(e) => {
+                                    // What was removed is still freed.
+                                    failed = Err(e);
+                                    more = false;
+                                    break;
+                                }
                             }
-                            None => break,
                         }
+                        let taken = taken.get(..n).unwrap_or(&[]);
+                        let mut offs = [0u64; FREE_BATCH];
+                        for (o, &(off, _)) in offs.iter_mut().zip(taken) {
+                            *o = off;
+                        }
+                        let mut freed = [Ok(()); FREE_BATCH];
+                        // SYNC: the header is flushed before unlock; each
+                        // payload is freed only after its entry is EMPTY:
+                        // `free_kv_batch` takes the heap lock, which fences
+                        // first.
+                        self.free_kv_batch(offs.get(..n).unwrap_or(&[]), &mut freed)?;
+                        for (&(_, len), r) in taken.iter().zip(freed) {
+                            match r {
+                                Ok(()) => {}
+                                // The block stays allocated until the pending
+                                // recovery reclaims it (no entry references it).
+                                Err(Error::Recovering) => rep.deferred = rep.deferred.saturating_add(len),
+                                Err(e) => return Err(e),
+                            }
+                            rep.entries = rep.entries.saturating_add(1);
+                            rep.bytes = rep.bytes.saturating_add(len);
+                        }
+                        failed?;
                     }
                     st.put_hdr(s, h)
                 })?;
@@ -143,6 +189,26 @@ impl<C: Coherence> Node<'_, C> {
         h: &mut HeldStripe,
         policy: &mut dyn Policy,
     ) -> Result<Option<Evicted>> {
+        let Some((off, len)) = self.remove_one_locked(s, h, policy)? else {
+            return Ok(None);
+        };
+        // SYNC: the header is flushed by the caller before unlock; the
+        // payload is freed only after the entry is EMPTY: `free_kv` takes
+        // the heap lock, which fences first.
+        let deferred = match self.free_kv(off) {
+            Ok(()) => false,
+            // The block stays allocated until the pending recovery reclaims
+            // it (no entry references it).
+            Err(Error::Recovering) => true,
+            Err(e) => return Err(e),
+        };
+        Ok(Some(Evicted { len, deferred }))
+    }
+
+    /// Removes the entry of stripe `s` that `policy` chooses, leaving its
+    /// block (offset, length) for the caller to free; `None` when no
+    /// candidate was taken. Caller holds the lock.
+    fn remove_one_locked(&self, s: u32, h: &mut HeldStripe, policy: &mut dyn Policy) -> Result<Option<(u64, u64)>> {
         let st = self.store;
         let mut e = h.lru_head;
         for _ in 0..st.layout.caps.entries_per_stripe {
@@ -185,17 +251,7 @@ impl<C: Coherence> Node<'_, C> {
                             }
                         };
                         h.evictions = h.evictions.wrapping_add(1);
-                        // SYNC: the header is flushed by the caller before unlock;
-                        // the payload is freed only after the entry is EMPTY:
-                        // `free_kv` takes the heap lock, which fences first.
-                        let deferred = match self.free_kv(off) {
-                            Ok(()) => false,
-                            // The block stays allocated until the pending
-                            // recovery reclaims it (no entry references it).
-                            Err(Error::Recovering) => true,
-                            Err(e) => return Err(e),
-                        };
-                        return Ok(Some(Evicted { len, deferred }));
+                        return Ok(Some((off, len)));
                     }
                     Verdict::Skip => {}
                     Verdict::Stop => return Ok(None),
