@@ -17,7 +17,7 @@
 //! (`writer`), which recovery and `check` use to find it.
 
 use crate::coherence::{Coherence, Site};
-use crate::layout::{PinRecord, PinSummary, NODE_FREE};
+use crate::layout::{PinRecord, PinSummary, MAX_NODES, NODE_FREE};
 use crate::mutant::mutant;
 use crate::node::JournalLocal;
 use crate::node::Node;
@@ -197,9 +197,17 @@ impl<C: Coherence> Node<'_, C> {
     pub(crate) fn pinned_anywhere(&self, g: u32, gen: u32) -> Result<bool> {
         let st = self.store;
         let l = &st.layout;
-        for n in 0..l.caps.max_nodes {
-            // SYNC: fresh summary (writer: node n's pins).
-            let sum: PinSummary = st.fresh(l.pin_summary(n), Site("evict.pins.summary"))?;
+        let nn = l.caps.max_nodes.min(MAX_NODES);
+        let mut lines = [0u64; MAX_NODES as usize];
+        for (n, x) in lines.iter_mut().enumerate().take(nn as usize) {
+            *x = l.pin_summary(n as u32);
+        }
+        // SYNC: every node's summary fresh (writer: node n's pins), dropped
+        // together so their loads miss together, not one after another.
+        let lines = lines.get(..nn as usize).unwrap_or(&[]);
+        st.co.invalidate_lines(&st.view, lines, Site("evict.pins.summary"))?;
+        for (n, &off) in (0u32..).zip(lines) {
+            let sum: PinSummary = st.view.read(off)?;
             if !sum.covers(g) {
                 continue;
             }
