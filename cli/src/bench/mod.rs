@@ -271,28 +271,38 @@ fn puts(mode: FlushMode, size: usize, ws: usize) -> Result<PutReport, cxlkv_plat
     let n = (ws / size).max(16);
     let entries = (n as u32 * 2).next_power_of_two().max(1024);
     let caps = Capacities { max_nodes: 4, n_stripes: 64, entries_per_stripe: entries / 64, ..Capacities::default() };
-    let region = (n * size) as u64 + (n as u64 * 256) + (64 << 20);
+    let room = (n * size) as u64 + (n as u64 * 256) + (64 << 20);
     let payload = vec![0x6bu8; size];
-    let pass = |payload_stores: PayloadStores| -> Result<Vec<u64>, cxlkv_platform::Error> {
-        let path = PathBuf::from(format!("/dev/shm/cxlkv-bench-p-{}-{}", std::process::id(), mode.name()));
-        let _cleanup = Cleanup(path.clone());
-        let opts = Options { mode, payload: payload_stores, populate: false, ..Options::default() };
-        let attached = Node::create(&path, region + region / 8, caps, opts)?;
-        // Measure the store, not first-touch page faults of fresh shm pages.
-        attached.prefault()?;
-        let parts = [&payload[..]];
-        let mut lat = Vec::with_capacity(n);
-        for i in 0..n as u64 {
-            let items = [PutItem { key: key(i), tokens: 16, parts: &parts }];
-            let mut out = [Ok(())];
-            let t = Instant::now();
-            attached.put(1, &items, &mut out)?;
-            lat.push(t.elapsed().as_nanos() as u64);
-            out[0]?;
-        }
-        attached.close()?;
-        Ok(lat)
-    };
+    // `region` bytes; the latencies of the puts from the `from`th on, and
+    // the blocks evicted meanwhile.
+    let pass =
+        |payload_stores: PayloadStores, region: u64, from: usize| -> Result<(Vec<u64>, u64), cxlkv_platform::Error> {
+            let path = PathBuf::from(format!("/dev/shm/cxlkv-bench-p-{}-{}", std::process::id(), mode.name()));
+            let _cleanup = Cleanup(path.clone());
+            let opts = Options { mode, payload: payload_stores, populate: false, ..Options::default() };
+            let attached = Node::create(&path, region, caps, opts)?;
+            // Measure the store, not first-touch page faults of fresh shm pages.
+            attached.prefault()?;
+            let parts = [&payload[..]];
+            let mut lat = Vec::with_capacity(n);
+            let mut evicted = 0u64;
+            for i in 0..n {
+                if i == from {
+                    evicted = attached.stats()?.node.evictions;
+                }
+                let items = [PutItem { key: key(i as u64), tokens: 16, parts: &parts }];
+                let mut out = [Ok(())];
+                let t = Instant::now();
+                attached.put(1, &items, &mut out)?;
+                if i >= from {
+                    lat.push(t.elapsed().as_nanos() as u64);
+                }
+                out[0]?;
+            }
+            evicted = attached.stats()?.node.evictions.saturating_sub(evicted);
+            attached.close()?;
+            Ok((lat, evicted))
+        };
     let row = |mut lat: Vec<u64>, copy_gbps: f64| {
         let total: u64 = lat.iter().sum();
         let gb_per_s = (size * lat.len()) as f64 / total.max(1) as f64;
@@ -303,8 +313,12 @@ fn puts(mode: FlushMode, size: usize, ws: usize) -> Result<PutReport, cxlkv_plat
             pct_of_memcpy: 100.0 * gb_per_s / copy_gbps.max(1e-9),
         }
     };
-    let default_stores = pass(PayloadStores::Auto)?;
-    let plain_stores = pass(PayloadStores::Plain)?;
+    let (default_stores, _) = pass(PayloadStores::Auto, room + room / 8, 0)?;
+    let (plain_stores, _) = pass(PayloadStores::Plain, room + room / 8, 0)?;
+    // A region a quarter as large: it is full before half the puts are in,
+    // and the second half evict (the least recently used blocks) to make
+    // room, as a running cache does.
+    let (full_region, full_evictions) = pass(PayloadStores::Auto, room / 4, n / 2)?;
     // The reference: memcpy into memory of the same kind (a faulted-in
     // /dev/shm mapping as large, 4 KiB pages like the region's).
     let path = PathBuf::from(format!("/dev/shm/cxlkv-bench-pm-{}-{}", std::process::id(), mode.name()));
@@ -326,6 +340,8 @@ fn puts(mode: FlushMode, size: usize, ws: usize) -> Result<PutReport, cxlkv_plat
         blocks: n,
         default_stores: row(default_stores, copy_gbps),
         plain_stores: row(plain_stores, copy_gbps),
+        full_region: row(full_region, copy_gbps),
+        full_evictions_per_put: full_evictions as f64 / (n - n / 2).max(1) as f64,
         memcpy,
     })
 }

@@ -118,6 +118,11 @@ pub struct PutReport {
     pub default_stores: PutRow,
     /// Payloads by plain stores, then the mode's flush of every line.
     pub plain_stores: PutRow,
+    /// Default stores into a full region (a quarter of the working set):
+    /// each put evicts, in the second half of the puts, which alone count.
+    pub full_region: PutRow,
+    /// Blocks evicted per put of the full-region pass.
+    pub full_evictions_per_put: f64,
     /// Same-run memcpy of as many blocks into a faulted-in /dev/shm mapping
     /// as large.
     pub memcpy: CopyRow,

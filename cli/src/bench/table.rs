@@ -45,7 +45,11 @@ fn header(modes: &[ModeReport], first: &str) {
 /// Puts through `Node::put`, per size and mode.
 fn print_puts(modes: &[ModeReport]) {
     let ws = modes.first().map_or(0, |m| m.cross_process.working_set_bytes);
-    println!("put through Node::put (as cxlkv_put and Python's Node.put; QD1, fresh keys over {} MiB)", ws >> 20);
+    println!(
+        "put through Node::put (as cxlkv_put and Python's Node.put; QD1, fresh keys over {} MiB; a full region: a \
+         quarter as large, its puts evicting)",
+        ws >> 20
+    );
     header(modes, "measure");
     for (i, size) in GET_SIZES.iter().enumerate() {
         let kib = size >> 10;
@@ -64,6 +68,12 @@ fn print_puts(modes: &[ModeReport]) {
             put_row(format!("put {kib} KiB{how}, GB/s"), &|p| pick(p).gb_per_s, 2);
             put_row(format!("put {kib} KiB{how}, % of memcpy"), &|p| pick(p).pct_of_memcpy, 0);
         }
+        let full = |p: &PutReport| -> f64 { p.full_region.gb_per_s };
+        put_row(format!("put {kib} KiB, full region p50, us"), &|p| p.full_region.p50_ns as f64 / 1e3, 1);
+        put_row(format!("put {kib} KiB, full region p99, us"), &|p| p.full_region.p99_ns as f64 / 1e3, 1);
+        put_row(format!("put {kib} KiB, full region mean, us"), &|p| kib as f64 * 1.024 / full(p), 1);
+        put_row(format!("put {kib} KiB, full region, GB/s"), &full, 2);
+        put_row(format!("put {kib} KiB, full region, evictions a put"), &|p| p.full_evictions_per_put, 2);
         put_row(format!("memcpy {kib} KiB, GB/s (same run)"), &|p| p.memcpy.gb_per_s, 2);
     }
     println!();
