@@ -137,6 +137,12 @@ fn one_mode(mode: FlushMode, cfg: &Config) -> Result<Vec<(&'static str, f64)>, c
 
     // Uncontended global lock.
     rows.push(("lock+unlock (uncontended)", lock_loop(&attached, m)?));
+
+    // Every block of the namespace removed, as an engine's clear does (an
+    // eviction that picks them: entries removed, blocks freed in runs).
+    let t = Instant::now();
+    let (cleared, _) = attached.clear_namespaces(&[ns])?;
+    rows.push(("clear_namespaces (per block)", per_block(t.elapsed(), cleared as usize)));
     attached.close()?;
 
     // The same in a region formatted for 64 nodes and 256 locks: a grant's
