@@ -373,13 +373,10 @@ impl<C: Coherence> Node<'_, C> {
         let hinted = hints.iter().copied().filter(|&c| c < l.n_chunks);
         let got = match self.under_heap(hold, |held| self.take_tightest(hinted, k, Kind::Kv, held))? {
             Some(got) => Some(got),
-            None => {
-                self.release_heap(hold)?;
-                match self.alloc_shared(k)? {
-                    Some(got) => Some(got),
-                    None => self.under_heap(hold, |held| self.take_fresh(k, Kind::Kv, held))?,
-                }
-            }
+            None => match self.alloc_shared(k, hold)? {
+                Some(got) => Some(got),
+                None => self.under_heap(hold, |held| self.take_fresh(k, Kind::Kv, held))?,
+            },
         };
         let (c, off) = got.ok_or(Error::OutOfSpace)?;
         self.hint(c);
@@ -450,10 +447,23 @@ impl<C: Coherence> Node<'_, C> {
         })?;
         let got = match own {
             Some(got) => Some(got),
-            None if kind == Kind::Kv && nested => match self.alloc_shared(k)? {
-                Some(got) => Some(got),
-                None => self.with_held(heap, true, |held| self.take_fresh(k, kind, held))?,
-            },
+            None if kind == Kind::Kv && nested => {
+                let mut hold = None;
+                let shared = self.alloc_shared(k, &mut hold);
+                // A revoked hold outranks what was placed under it.
+                match (shared, self.release_heap(&mut hold)) {
+                    (_, Err(Error::Revoked)) => return Err(Error::Revoked),
+                    (Ok(Some(got)), released) => {
+                        released?;
+                        Some(got)
+                    }
+                    (Ok(None), released) => {
+                        released?;
+                        self.with_held(heap, true, |held| self.take_fresh(k, kind, held))?
+                    }
+                    (Err(e), _) => return Err(e),
+                }
+            }
             None if kind == Kind::Kv => self.with_held(heap, nested, |held| self.take_fresh(k, kind, held))?,
             None => None,
         };
@@ -520,8 +530,10 @@ impl<C: Coherence> Node<'_, C> {
     /// window of every chunk (the records are peeked at without a lock).
     /// Each try takes that chunk owner's heap lock and reads the record
     /// again; a lock that awaits repair is passed over. The caller holds a
-    /// lock.
-    fn alloc_shared(&self, k: u32) -> Result<Option<(u32, u64)>> {
+    /// lock. A chunk of this node's own is tried under `hold` (this node's
+    /// heap lock, kept, or taken and kept: see [`Node::alloc_kv_held`]);
+    /// before another owner's lock is taken, `hold` goes back.
+    fn alloc_shared(&self, k: u32, hold: &mut Option<Held>) -> Result<Option<(u32, u64)>> {
         let l = &self.store.layout;
         let hints = *self.local.hints.lock();
         let n = l.n_chunks;
@@ -557,13 +569,19 @@ impl<C: Coherence> Node<'_, C> {
         })?;
         cand.sort_unstable();
         for &(_, c, owner) in cand.iter().filter(|&&(f, _, _)| f != u32::MAX) {
-            let got = self.with_held(l.locks().heap(owner), true, |held| {
+            let take = |held: &Held| {
                 let rec: ChunkRecord = self.store.fresh(l.chunk(c), Site("alloc.shared.rec"))?;
                 if !self.fits(&rec, owner, k, Kind::Kv) {
                     return Ok(None);
                 }
                 self.take_in(c, rec, k, held)
-            });
+            };
+            let got = if owner == self.id {
+                self.under_heap(hold, take)
+            } else {
+                self.release_heap(hold)?;
+                self.with_held(l.locks().heap(owner), true, take)
+            };
             match got {
                 Ok(Some(off)) => return Ok(Some((c, off))),
                 Ok(None) | Err(Error::Recovering | Error::InvalidArgument) => {}

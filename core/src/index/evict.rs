@@ -31,6 +31,10 @@ pub trait Policy {
 /// owner in a row.
 const FREE_BATCH: usize = 32;
 
+/// Stripes an eviction spreads its bytes over at first (it visits more
+/// when those do not have them).
+const EVICT_SPREAD: u32 = 8;
+
 /// Least recently used: evicts candidates in LRU order.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Lru;
@@ -72,7 +76,7 @@ impl<C: Coherence> Node<'_, C> {
         let start = {
             let mut c = self.local.evict_cursor.lock();
             let v = *c;
-            *c = c.wrapping_add(1);
+            *c = c.wrapping_add(EVICT_SPREAD);
             v
         };
         loop {
@@ -83,7 +87,12 @@ impl<C: Coherence> Node<'_, C> {
                 }
                 // `ns` is a power of two (the layout checks it); `k < ns`.
                 let s = (start.wrapping_add(k)) & ns.wrapping_sub(1);
-                let share = bytes.saturating_sub(rep.bytes).div_ceil(ns.saturating_sub(k).max(1) as u64);
+                // Over a few stripes at a time (the next call starts past
+                // them): each visit is a stripe-lock round trip and a
+                // heap-lock hold, so two blocks from every stripe would cost
+                // one of each a block.
+                let spread = ns.saturating_sub(k).clamp(1, EVICT_SPREAD);
+                let share = bytes.saturating_sub(rep.bytes).div_ceil(spread as u64);
                 self.with_stripe(s, |h| {
                     self.refresh_touched_locked(s, h)?;
                     let mut got = 0u64;
