@@ -76,7 +76,9 @@ impl<C: Coherence> Node<'_, C> {
         let start = {
             let mut c = self.local.evict_cursor.lock();
             let v = *c;
-            *c = c.wrapping_add(EVICT_SPREAD);
+            // One stripe on, whatever this call visits: every stripe gets
+            // to be the first visited in turn.
+            *c = c.wrapping_add(1);
             v
         };
         loop {
@@ -87,10 +89,9 @@ impl<C: Coherence> Node<'_, C> {
                 }
                 // `ns` is a power of two (the layout checks it); `k < ns`.
                 let s = (start.wrapping_add(k)) & ns.wrapping_sub(1);
-                // Over a few stripes at a time (the next call starts past
-                // them): each visit is a stripe-lock round trip and a
-                // heap-lock hold, so two blocks from every stripe would cost
-                // one of each a block.
+                // Over a few stripes at a time: each visit is a stripe-lock
+                // round trip and a heap-lock hold, so two blocks from every
+                // stripe would cost one of each a block.
                 let spread = ns.saturating_sub(k).clamp(1, EVICT_SPREAD);
                 let share = bytes.saturating_sub(rep.bytes).div_ceil(spread as u64);
                 self.with_stripe(s, |h| {

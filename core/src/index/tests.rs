@@ -575,3 +575,41 @@ fn an_eviction_frees_its_blocks_under_one_heap_hold_per_owner_run() {
         assert!(findings(f).is_empty(), "{:?}", findings(f));
     });
 }
+
+/// Evictions take turns over the stripes: sixteen evictions of one block
+/// each, in a region of sixteen stripes holding four blocks each, take one
+/// block from every stripe (none is emptied while others keep their
+/// oldest blocks).
+#[test]
+fn evictions_take_every_stripe_in_turn() {
+    let caps = crate::layout::Capacities { n_stripes: 16, ..small_caps() };
+    let f = Fixture::new(8 << 20, caps);
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let sut = node(&f, &env, &local, 0);
+    let mut per = std::vec![0u32; 16];
+    let mut i = 0u64;
+    while per.iter().any(|&n| n < 4) {
+        let k = key(i);
+        i += 1;
+        let s = f.store.stripe_of(2, k) as usize;
+        if per[s] < 4 {
+            per[s] += 1;
+            let h = sut.reserve(2, k, 1000, 1).unwrap();
+            sut.publish(&h).unwrap();
+        }
+    }
+    for _ in 0..16 {
+        assert_eq!(sut.evict(1, &mut Lru).unwrap().entries, 1);
+    }
+    let mut left = std::vec![0u32; 16];
+    for j in 0..i {
+        let k = key(j);
+        if sut.lookup(2, &[k]).unwrap() == 1 {
+            left[f.store.stripe_of(2, k) as usize] += 1;
+        }
+    }
+    assert_eq!(left, std::vec![3u32; 16], "one block from each stripe");
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
