@@ -403,6 +403,44 @@ impl<C: Coherence> Node<'_, C> {
         r
     }
 
+    /// Whole chunks a block of `len` bytes takes: its run of chunks, one
+    /// for a block of a chunk's every granule, 0 for a smaller block (or a
+    /// length no block can have).
+    pub(crate) fn whole_chunks(&self, len: u64) -> u32 {
+        match placement(&self.store.layout, len) {
+            Ok(Placement::Chunks(c)) => c,
+            Ok(Placement::Granules(k)) if k >= self.store.layout.granules() => 1,
+            _ => 0,
+        }
+    }
+
+    /// Free chunks as the chunk bitmap shows them now, taking no lock: a
+    /// hint (an allocation or a release may land at once). A block of a
+    /// whole chunk or more fits only a free one (a chunk whose last block
+    /// goes is released).
+    pub(crate) fn free_chunks_hint(&self) -> Result<u32> {
+        let l = &self.store.layout;
+        let words = l.n_chunks.div_ceil(64);
+        // SYNC: hint only (writers: the alloc lock's holders): what it
+        // decides, evicting before a reserve rather than after that reserve
+        // found no room, the reserve itself checks under the locks.
+        self.store.co.invalidate(
+            &self.store.view,
+            l.chunk_bitmap.start,
+            u64::from(words).saturating_mul(8),
+            Site("alloc.room.hint"),
+        )?;
+        let mut free = 0u32;
+        for w in 0..words {
+            let used = self.store.view.load_u64(bitmap_word(l, w.saturating_mul(64)))?;
+            // Bits past the last chunk do not count.
+            let valid = l.n_chunks.saturating_sub(w.saturating_mul(64)).min(64);
+            let mask = if valid >= 64 { u64::MAX } else { (1u64 << valid).wrapping_sub(1) };
+            free = free.saturating_add((!used & mask).count_ones());
+        }
+        Ok(free)
+    }
+
     /// Gives back a heap-lock hold kept by [`Node::alloc_kv_held`], if any.
     /// `Revoked` when it was revoked meanwhile: what was placed under it
     /// cannot be trusted.

@@ -626,6 +626,7 @@ impl<C: Coherence> Node<'_, C> {
         }
         let st = self.store;
         let retry = |r: &Result<Handle>| matches!(r, Err(Error::OutOfSpace));
+        self.room_for_whole_chunks(ns, items)?;
         for attempt in 0..MAX_ROUNDS {
             let mut short: u64 = 0;
             by_stripe(
@@ -681,6 +682,28 @@ impl<C: Coherence> Node<'_, C> {
             c.inserts = c.inserts.wrapping_add(ok);
             c.exists = c.exists.wrapping_add(ex);
         })
+    }
+
+    /// Blocks of a whole chunk or more fit only free chunks. When the
+    /// bitmap (read without a lock) shows fewer than `items` need (those
+    /// not stored already), evicts that much first: a full region's every
+    /// such reserve would otherwise be refused once (its stripe, heap and
+    /// alloc locks taken for nothing) before the eviction that makes room.
+    /// A hint: should room appear meanwhile, a block went early; should it
+    /// not be enough, the reserve evicts again.
+    fn room_for_whole_chunks(&self, ns: u32, items: &[ReserveItem]) -> Result<()> {
+        let st = self.store;
+        let mut need = 0u64;
+        for it in items {
+            let whole = self.whole_chunks(it.len);
+            if whole > 0 && st.find_stored(ns, it.key)?.is_none() {
+                need = need.saturating_add(u64::from(whole));
+            }
+        }
+        if need == 0 || u64::from(self.free_chunks_hint()?) >= need {
+            return Ok(());
+        }
+        self.evict_for(need.saturating_mul(st.layout.chunk_size())).map(|_| ())
     }
 
     /// Reserves `item`, has `write` store its payload, and publishes the

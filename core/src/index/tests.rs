@@ -613,3 +613,43 @@ fn evictions_take_every_stripe_in_turn() {
     assert_eq!(left, std::vec![3u32; 16], "one block from each stripe");
     assert!(findings(&f).is_empty(), "{:?}", findings(&f));
 }
+
+/// A block of a whole chunk into a region whose chunks are all taken:
+/// the reserve evicts before it tries (the bitmap shows no free chunk),
+/// rather than being refused once with its locks taken for nothing. Its
+/// lock grants say so: the eviction's (stripe, heap, alloc), then the
+/// reserve's (stripe, heap, alloc), the publish's stripe.
+#[test]
+fn a_whole_chunk_block_into_a_full_region_evicts_first() {
+    // Stripes with room to spare: only the region fills.
+    let caps = crate::layout::Capacities { entries_per_stripe: 256, ..small_caps() };
+    let f = Fixture::new(8 << 20, caps);
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    let sut = node(&f, &env, &local, 0);
+    let chunk = f.store.layout.chunk_size();
+    let n = f.store.layout.n_chunks as u64;
+    let put = |i: u64| {
+        let h = sut.reserve(4, key(i), chunk, 1).unwrap();
+        sut.write(&h, 0, &payload(key(i), chunk as usize)).unwrap();
+        sut.publish(&h).unwrap();
+    };
+    // Until every chunk is taken (a stripe that fills evicts on its own).
+    let mut i = 0;
+    while sut.free_chunks_hint().unwrap() > 0 {
+        assert!(i < 4 * n, "the region never filled");
+        put(i);
+        i += 1;
+    }
+    let before = local.beat_counters.get().lock_grants;
+    put(i);
+    let grants = local.beat_counters.get().lock_grants - before;
+    assert!(grants <= 7, "{grants} grants: refused once before the eviction");
+    assert_eq!(sut.lookup(4, &[key(i)]).unwrap(), 1);
+    // A block already stored evicts nothing.
+    let evicted = sut.stats().unwrap().evictions;
+    assert_eq!(sut.reserve(4, key(i), chunk, 1), Err(Error::Exists));
+    assert_eq!(sut.stats().unwrap().evictions, evicted);
+    assert!(findings(&f).is_empty(), "{:?}", findings(&f));
+}
