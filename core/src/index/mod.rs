@@ -626,7 +626,7 @@ impl<C: Coherence> Node<'_, C> {
         }
         let st = self.store;
         let retry = |r: &Result<Handle>| matches!(r, Err(Error::OutOfSpace));
-        self.room_for_whole_chunks(ns, items)?;
+        self.room_for_whole_chunks(ns, items);
         for attempt in 0..MAX_ROUNDS {
             let mut short: u64 = 0;
             by_stripe(
@@ -691,19 +691,21 @@ impl<C: Coherence> Node<'_, C> {
     /// alloc locks taken for nothing) before the eviction that makes room.
     /// A hint: should room appear meanwhile, a block went early; should it
     /// not be enough, the reserve evicts again.
-    fn room_for_whole_chunks(&self, ns: u32, items: &[ReserveItem]) -> Result<()> {
+    /// Nothing here fails the reserve: a look that fails (an entry caught
+    /// mid-change, say) counts the block as new, and an eviction that
+    /// fails leaves the reserve to meet the same fault itself.
+    fn room_for_whole_chunks(&self, ns: u32, items: &[ReserveItem]) {
         let st = self.store;
         let mut need = 0u64;
         for it in items {
             let whole = self.whole_chunks(it.len);
-            if whole > 0 && st.find_stored(ns, it.key)?.is_none() {
+            if whole > 0 && !matches!(st.find_stored(ns, it.key), Ok(Some(_))) {
                 need = need.saturating_add(u64::from(whole));
             }
         }
-        if need == 0 || u64::from(self.free_chunks_hint()?) >= need {
-            return Ok(());
+        if need > 0 && self.free_chunks_hint().is_ok_and(|free| u64::from(free) < need) {
+            let _ = self.evict_for(need.saturating_mul(st.layout.chunk_size()));
         }
-        self.evict_for(need.saturating_mul(st.layout.chunk_size())).map(|_| ())
     }
 
     /// Reserves `item`, has `write` store its payload, and publishes the
