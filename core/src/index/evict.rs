@@ -35,6 +35,10 @@ const FREE_BATCH: usize = 32;
 /// when those do not have them).
 const EVICT_SPREAD: u32 = 8;
 
+/// Bytes an eviction takes from one stripe at least, where it can (fewer
+/// stripes for a smaller eviction: a chunk's worth goes from two).
+const EVICT_SHARE: u64 = 1 << 20;
+
 /// Least recently used: evicts candidates in LRU order.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Lru;
@@ -92,7 +96,8 @@ impl<C: Coherence> Node<'_, C> {
                 // Over a few stripes at a time: each visit is a stripe-lock
                 // round trip and a heap-lock hold, so two blocks from every
                 // stripe would cost one of each a block.
-                let spread = ns.saturating_sub(k).clamp(1, EVICT_SPREAD);
+                let few = (bytes / EVICT_SHARE).clamp(1, u64::from(EVICT_SPREAD)) as u32;
+                let spread = ns.saturating_sub(k).clamp(1, few);
                 let share = bytes.saturating_sub(rep.bytes).div_ceil(spread as u64);
                 self.with_stripe(s, |h| {
                     self.refresh_touched_locked(s, h)?;
