@@ -818,18 +818,13 @@ impl<C: Coherence> Node<'_, C> {
         }
         let gen = old.gen.wrapping_add(1);
         let g = self.global(s, e);
-        // Journaled before the block is placed: the heap lock's grant
-        // fences, so the record is in memory before the entry is stored.
+        // Journaled before the block is placed: the heap lock's grant (or,
+        // the lock kept, the fence below) puts the record in memory before
+        // the entry is stored.
         // Should this node be fenced before the entry lands, recovery still
         // learns of the reservation from the record and keeps the entry's
         // place (see `Node::hold_inflight_places`).
         let (_, rec) = self.journal_add_at(&mut self.local.journal.lock(), g, gen, (0, 0))?;
-        if heap.is_some() {
-            // SYNC: the record in memory before the entry is stored (reader:
-            // recovery, see above): a heap lock kept from the batch's last
-            // block is not granted again, so nothing else fences here.
-            st.co.store_fence(Site("index.reserve.journal"));
-        }
         let off = match self.alloc_kv_held(it.len, heap) {
             Ok(off) => off,
             Err(err) => {
@@ -837,6 +832,14 @@ impl<C: Coherence> Node<'_, C> {
                 return Err(err);
             }
         };
+        if heap.is_some() {
+            // SYNC: the record, and the chunk's map and record that place
+            // the block, in memory before the entry is stored (reader:
+            // recovery, see above; and whoever reads the entry's block as
+            // allocated). The heap lock's release fenced them; a hold kept
+            // for the batch's next block is not released yet.
+            st.co.store_fence(Site("index.reserve.placed"));
+        }
         // The record names the block too, before the entry does (see
         // `Node::let_go_lost`).
         if let Err(err) = self.journal_place(rec, g, gen, (off, it.len)) {
