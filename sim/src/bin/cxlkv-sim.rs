@@ -134,7 +134,8 @@ struct SweepArgs {
     /// `--list` shows them).
     #[arg(long = "config", value_name = "NAME")]
     configs: Vec<String>,
-    /// Scheduler steps after which a run counts as livelocked.
+    /// Scheduler steps without a finished operation after which a run
+    /// counts as livelocked (a run may take four such windows in all).
     #[arg(long, default_value_t = 3_000_000)]
     step_limit: u64,
     /// Seconds after which a run counts as livelocked and is killed.
@@ -378,7 +379,7 @@ fn cmd_sweep(a: SweepArgs) -> Result<u8, String> {
     let t0 = Instant::now();
     let mut running: Vec<(usize, u64, std::process::Child, Instant)> = Vec::new();
     let mut results: Vec<(usize, u64, Verdict, String)> = Vec::new();
-    let mut shown = 0;
+    let (mut shown, mut reported) = (0, 0);
     while !queue.is_empty() || !running.is_empty() {
         while running.len() < jobs {
             let Some((c, s)) = queue.pop_front() else { break };
@@ -414,9 +415,23 @@ fn cmd_sweep(a: SweepArgs) -> Result<u8, String> {
             let (v, first) = verdict_of(child, done);
             results.push((c, s, v, first));
         }
+        // Each failing run as soon as it is known, with the command that
+        // replays it: a sweep stopped early still says what it found.
+        for r in results.iter().skip(reported) {
+            if r.2 != Verdict::Pass {
+                let kind = if r.2 == Verdict::Livelock { "livelock" } else { "violation" };
+                eprintln!("sweep: {kind}: run --seed {} {}: {}", r.1, configs[r.0].args.join(" "), r.3);
+            }
+        }
+        reported = results.len();
         if results.len() >= shown + 50 {
             shown = results.len();
-            eprintln!("sweep: {shown}/{total} runs");
+            let bad = |v: Verdict| results.iter().filter(|r| r.2 == v).count();
+            eprintln!(
+                "sweep: {shown}/{total} runs, {} violations, {} livelocks so far",
+                bad(Verdict::Violation),
+                bad(Verdict::Livelock)
+            );
         }
     }
     let (viol, live) = print_sweep(&a, &configs, &results, t0);

@@ -457,6 +457,9 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
             }
         }
         let (r, i) = draw(w, h, &mut x);
+        if std::env::var("CXLKV_SIM_OPS").is_ok() {
+            eprintln!("step {}: host {h} op {op} kind {} key {i}", w.now(), (r >> 20) % 18);
+        }
         match (r >> 20) % 18 {
             0..=4 if writing.is_none() => writing = reserve_op(w, &node, h, op, r, key(i)),
             5..=7 => acquire_op(w, &node, h, op, i, &mut x, &mut pins),
@@ -643,6 +646,9 @@ fn op_done<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, op: u32, writi
         let mut m = w.model.lock().unwrap();
         m.ops += 1;
         m.release_armed = false;
+        drop(m);
+        w.progressed();
+        let mut m = w.model.lock().unwrap();
         if m.stall == Some(h) && m.stalled_in_release && m.revoked_ops == 0 {
             m.revoked_ops = 1;
             drop(m);

@@ -5,7 +5,9 @@
 //! (`CXLKV_SIM_LOCK_WATCH=LOCK`; `*` marks a line dirty in that cache), and
 //! the manager line likewise (`CXLKV_SIM_MGR_WATCH=1`), and any line's
 //! contents in memory with who wrote it (`CXLKV_SIM_MEM_LINE=N`, or
-//! `chunk:C` for chunk C's record, `node:N` for node N's info line, `map:C`, `root:I`, `slot:N` for node N's slot of the watched lock or lock 0).
+//! `chunk:C` for chunk C's record, `node:N` for node N's info line, `map:C`, `root:I`, `slot:N` for node N's slot of the watched lock or lock 0),
+//! and each operation as an op actor begins it (`CXLKV_SIM_OPS=1`). A
+//! livelock's report ends with every node's state and journal records.
 
 use cxlkv_core::store::attach;
 

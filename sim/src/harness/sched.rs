@@ -19,11 +19,26 @@ pub(crate) struct Killed;
 /// fresh manager state.
 pub(crate) struct StepCut;
 
-/// A run taking more scheduler steps than this is livelocked
-/// (`CXLKV_SIM_STEP_LIMIT`, default 3,000,000).
+/// A run in which no operation finishes for this many scheduler steps is
+/// livelocked (`CXLKV_SIM_STEP_LIMIT`, default 3,000,000). A window, not a
+/// total: a long run that keeps finishing operations (five hosts, slow
+/// pinners, a zombie's lease to wait out) is not a livelock, and a wedged
+/// one is found as soon as the others have nothing left to do.
 pub(crate) fn step_limit() -> u64 {
     static N: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *N.get_or_init(|| std::env::var("CXLKV_SIM_STEP_LIMIT").ok().and_then(|v| v.parse().ok()).unwrap_or(3_000_000))
+}
+
+/// The most scheduler steps a run may take in all, progress or not
+/// (`CXLKV_SIM_STEP_CAP`, default four windows of [`step_limit`]).
+pub(crate) fn step_cap() -> u64 {
+    static N: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("CXLKV_SIM_STEP_CAP")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| step_limit().saturating_mul(4))
+    })
 }
 
 #[derive(Default)]
@@ -34,6 +49,10 @@ pub(crate) struct Sched {
     pub(crate) host_crashed: Vec<bool>,
     pub(crate) rng: u64,
     pub(crate) steps: u64,
+    /// The step at which an operation last finished (or an actor ended).
+    pub(crate) progress: u64,
+    /// The run was found livelocked: everyone unwinds.
+    pub(crate) out_of_steps: bool,
     pub(crate) crash_at: Option<(usize, u64)>,
     pub(crate) crashed: Option<usize>,
     /// Kill the process of a host (SIGKILL; the host lives on) at a step.

@@ -12,7 +12,9 @@ use cxlkv_core::Error;
 
 use crate::harness::model::{Model, Pin, ACTOR, WAIT_LIMIT};
 use crate::harness::params::LEASE;
-use crate::harness::sched::{park, rnd, step_limit, tag_of, trace_len, watch_line, Crashed, Killed, Sched, StepCut};
+use crate::harness::sched::{
+    park, rnd, step_cap, step_limit, tag_of, trace_len, watch_line, Crashed, Killed, Sched, StepCut,
+};
 use crate::memory::{SimCoherence, SimMemory};
 
 pub(crate) struct World {
@@ -73,17 +75,21 @@ impl World {
     pub(crate) fn yield_maybe(&self, actor: usize, what: impl std::fmt::Display, force: bool) {
         let mut s = self.sched.lock().unwrap();
         s.steps += 1;
-        let limit = step_limit();
-        if s.steps == limit {
-            let m = format!(
-                "run did not finish within {limit} scheduler steps (livelock); host-local locks held {:?}, finished {:?}",
-                s.local, s.finished
-            );
+        let (limit, cap) = (step_limit(), step_cap());
+        if !s.out_of_steps && (s.steps.saturating_sub(s.progress) >= limit || s.steps >= cap) {
+            s.out_of_steps = true;
+            let m = if s.steps >= cap {
+                format!("run did not finish within {cap} scheduler steps (livelock)")
+            } else {
+                format!("no operation finished within {limit} scheduler steps (livelock)")
+            };
+            let m = format!("{m}; host-local locks held {:?}, finished {:?}", s.local, s.finished);
             drop(s);
             self.violation(m);
-            s = self.sched.lock().unwrap();
+            // The next scheduling point stops everyone.
+            return;
         }
-        if s.steps > limit {
+        if s.out_of_steps {
             // Stop everyone: unwind this actor like a crash.
             for r in s.runnable.iter_mut() {
                 *r = false;
@@ -114,7 +120,7 @@ impl World {
             s = self.cvs[actor].wait(s).unwrap();
         }
         self.mem.set_tag(tag_of(&s, actor));
-        if s.host_crashed[actor / 3] || s.steps > step_limit() {
+        if s.host_crashed[actor / 3] || s.out_of_steps {
             drop(s);
             std::panic::resume_unwind(Box::new(Crashed));
         }
@@ -500,10 +506,17 @@ impl World {
         }
     }
 
+    /// An operation finished: the run is not livelocked.
+    pub(crate) fn progressed(&self) {
+        let mut s = self.sched.lock().unwrap();
+        s.progress = s.steps;
+    }
+
     pub(crate) fn finish(&self, actor: usize) {
         let mut s = self.sched.lock().unwrap();
         s.runnable[actor] = false;
         s.finished[actor] = true;
+        s.progress = s.steps;
         self.pass(&mut s);
     }
 
@@ -804,6 +817,27 @@ fn dump_locks(w: &World) {
         );
     }
     eprintln!("at timeout: manager {:?} step {}", g.view.read::<ManagerLine>(l.manager.start), w.now());
+    // Every node's state and journal records (a pin no one drops blocks
+    // every evictor that meets its entry).
+    for n in 0..l.caps.max_nodes {
+        let Ok(info) = g.view.read::<cxlkv_core::layout::NodeInfo>(l.node_info(n)) else { continue };
+        let mut recs = Vec::new();
+        for i in 0..l.caps.pin_slots {
+            if let Ok(r) = g.view.read::<cxlkv_core::layout::PinRecord>(l.pin_record(n, i)) {
+                if r.entry != 0 {
+                    let e = r.entry - 1;
+                    let eps = l.caps.entries_per_stripe;
+                    recs.push((e / eps, e % eps, r.gen, r.count));
+                }
+            }
+        }
+        if info.state != 0 || !recs.is_empty() {
+            eprintln!(
+                "at timeout: node {n} state {} incarnation {} journal (stripe, entry, gen, count) {recs:?}",
+                info.state, info.incarnation
+            );
+        }
+    }
 }
 
 /// Each key's pin ids held now, with the count of recoveries begun (`None`
