@@ -352,10 +352,12 @@ impl<C: Coherence> Node<'_, C> {
     /// and placing several blocks in a row (a batch's reserves): in this
     /// node's recent chunks, under a hold of its heap lock kept in `hold`
     /// from one block to the next (taken on first use), so a batch pays one
-    /// lock round trip, not one a block. Anywhere else (another node's
-    /// chunk, a fresh chunk, a block of whole chunks) the hold goes back
-    /// first and [`Node::alloc_kind`] places it: a heap lock is never
-    /// waited for while this one is held. The caller gives the hold back
+    /// lock round trip, not one a block. Then in any node's chunk (this
+    /// node's own under the same hold; before another owner's heap lock
+    /// is taken, the hold goes back), then in a fresh chunk, under the
+    /// hold again. A block of whole chunks gives the hold back first and
+    /// [`Node::alloc_kind`] places it: a heap lock is never waited for
+    /// while this one is held. The caller gives the hold back
     /// with [`Node::release_heap`] before it frees or evicts (which take
     /// heap locks) and before its stripe lock goes.
     pub(crate) fn alloc_kv_held(&self, len: u64, hold: &mut Option<Held>) -> Result<u64> {
@@ -367,8 +369,7 @@ impl<C: Coherence> Node<'_, C> {
                 return self.alloc_kind(len, Kind::Kv, true);
             }
         };
-        // As `alloc_kind` places a KV block for a caller holding a lock:
-        // this node's recent chunks, then any node's, then a fresh chunk.
+        // This node's recent chunks, then any node's, then a fresh chunk.
         let hints = *self.local.hints.lock();
         let hinted = hints.iter().copied().filter(|&c| c < l.n_chunks);
         let got = match self.under_heap(hold, |held| self.take_tightest(hinted, k, Kind::Kv, held))? {
@@ -467,51 +468,36 @@ impl<C: Coherence> Node<'_, C> {
             Placement::Chunks(k) => return self.with_held(heap, nested, |held| self.alloc_run(k, kind, held)),
             Placement::Granules(k) => k,
         };
+        if kind == Kind::Kv {
+            // A KV block smaller than a chunk goes as a batch's do, under
+            // one hold of the heap lock: this node's recent chunks, any
+            // node's, a fresh one, with no release and retake between.
+            let mut hold = None;
+            let got = self.alloc_kv_held(len, &mut hold);
+            // A revoked hold outranks what was placed under it.
+            return match (got, self.release_heap(&mut hold)) {
+                (_, Err(Error::Revoked)) => Err(Error::Revoked),
+                (Ok(off), released) => released.map(|()| off),
+                (Err(e), _) => Err(e),
+            };
+        }
+        // Raw blocks go in this node's chunks only: its recent ones, then
+        // all of them, then a fresh one.
         let hints = *self.local.hints.lock();
-        let own = self.with_held(heap, nested, |held| {
-            let hinted = hints.iter().copied().filter(|&c| c < l.n_chunks);
-            if let Some(got) = self.take_tightest(hinted, k, kind, held)? {
-                return Ok(Some(got));
-            }
-            if kind == Kind::Raw {
-                // Raw blocks go in this node's chunks only: look at them all,
-                // then take a fresh one.
+        let (c, off) = self
+            .with_held(heap, nested, |held| {
+                let hinted = hints.iter().copied().filter(|&c| c < l.n_chunks);
+                if let Some(got) = self.take_tightest(hinted, k, kind, held)? {
+                    return Ok(Some(got));
+                }
                 if let Some(got) = self.take_tightest(0..l.n_chunks, k, kind, held)? {
                     return Ok(Some(got));
                 }
-                return self.take_fresh(k, kind, held);
-            }
-            Ok(None)
-        })?;
-        let got = match own {
-            Some(got) => Some(got),
-            None if kind == Kind::Kv && nested => {
-                let mut hold = None;
-                let shared = self.alloc_shared(k, &mut hold);
-                // A revoked hold outranks what was placed under it.
-                match (shared, self.release_heap(&mut hold)) {
-                    (_, Err(Error::Revoked)) => return Err(Error::Revoked),
-                    (Ok(Some(got)), released) => {
-                        released?;
-                        Some(got)
-                    }
-                    (Ok(None), released) => {
-                        released?;
-                        self.with_held(heap, true, |held| self.take_fresh(k, kind, held))?
-                    }
-                    (Err(e), _) => return Err(e),
-                }
-            }
-            None if kind == Kind::Kv => self.with_held(heap, nested, |held| self.take_fresh(k, kind, held))?,
-            None => None,
-        };
-        match got {
-            Some((c, off)) => {
-                self.hint(c);
-                Ok(off)
-            }
-            None => Err(Error::OutOfSpace),
-        }
+                self.take_fresh(k, kind, held)
+            })?
+            .ok_or(Error::OutOfSpace)?;
+        self.hint(c);
+        Ok(off)
     }
 
     /// Among chunks `cs`, takes `k` granules of `kind` in the one of this
