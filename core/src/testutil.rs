@@ -148,6 +148,21 @@ pub fn with_two_nodes(body: impl FnOnce(&Fixture, &InlineEnv<'_>, Node<'_, Coher
     body(&f, &env, node(&f, &env, &l0, 0), node(&f, &env, &l1, 1));
 }
 
+/// Runs `body` on a fresh region of `len` bytes formatted with `caps`, node
+/// 0 attached, handing it the fixture, the inline environment, the node's
+/// local state (its counters) and the node.
+pub fn with_one_node(
+    len: usize,
+    caps: Capacities,
+    body: impl FnOnce(&Fixture, &InlineEnv<'_>, &NodeLocal, Node<'_, Coherent>),
+) {
+    let f = Fixture::new(len, caps);
+    f.attach(0);
+    let env = InlineEnv::new(&f.store);
+    let local = NodeLocal::default();
+    body(&f, &env, &local, node(&f, &env, &local, 0));
+}
+
 /// Every finding of `check` on the fixture's region.
 pub fn findings(f: &Fixture) -> Vec<crate::check::Finding> {
     let mut v = Vec::new();
