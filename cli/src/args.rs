@@ -296,9 +296,14 @@ pub(crate) struct FormatArgs {
     /// reader of the log may fall behind before it must rescan.
     #[arg(long, default_value_t = Capacities::default().change_records)]
     pub(crate) change_records: u32,
-    /// Overwrite an existing file.
+    /// Overwrite an existing file (never one another user owns).
     #[arg(long)]
     pub(crate) force: bool,
+    /// Let the file's group read and write the region too (mode 0660; the
+    /// default is 0600, its owner alone). Every process that maps a
+    /// region can read and write all of it.
+    #[arg(long)]
+    pub(crate) group: bool,
     #[command(flatten)]
     pub(crate) mode: ModeArg,
     /// Print JSON.

@@ -156,6 +156,11 @@ fn cmd_format(a: &FormatArgs) -> Result<(), Fail> {
         }
     }
     if a.path.exists() {
+        if !dax && Region::refuse_foreign(&a.path).is_err() {
+            return Err(Fail::Run(format!(
+                "{path} belongs to another user: cxlkv format never reuses a file it does not own"
+            )));
+        }
         // Never under a running node: a format erases what it uses.
         let live = Region::live_nodes_at(&a.path, cxlkv_platform::region::LIVE_WAIT)?;
         if !live.is_empty() {
@@ -169,7 +174,9 @@ fn cmd_format(a: &FormatArgs) -> Result<(), Fail> {
             return Err(Fail::Run(format!("{path} exists (use --force to overwrite)")));
         }
     }
-    let l = Region::create(&a.path, a.size, true)?.format(caps, a.mode.mode)?;
+    let file_mode =
+        if a.group { cxlkv_platform::region::REGION_GROUP_MODE } else { cxlkv_platform::region::REGION_FILE_MODE };
+    let l = Region::create_with_mode(&a.path, a.size, true, file_mode)?.format(caps, a.mode.mode)?;
     if a.json {
         println!(
             "{}",

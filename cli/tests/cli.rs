@@ -386,3 +386,33 @@ fn demo_rate_starts_requests_on_a_schedule_and_never_ahead_of_it() {
         assert!(String::from_utf8_lossy(&o.stderr).contains("--rate"), "{}", String::from_utf8_lossy(&o.stderr));
     }
 }
+
+/// `format` gives the file mode 0600, or 0660 with `--group`, whatever the
+/// umask, and never reuses a file another user owns, `--force` or not.
+#[test]
+fn format_sets_the_file_mode_and_never_reuses_another_users_file() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let p = path("mode");
+    let mode = || std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+    let fmt = |extra: &str| {
+        let cmd = format!("umask 077; exec {BIN} format {p} --size 16M --chunk 64K --entries 1024 {extra}");
+        Command::new("sh").args(["-c", &cmd]).output().unwrap()
+    };
+    assert!(fmt("").status.success());
+    assert_eq!(mode(), 0o600);
+    let o = fmt("--force --group");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(mode(), 0o660, "the group's bits, under a umask of 077");
+    let ino = std::fs::metadata(&p).unwrap().ino();
+    if std::os::unix::fs::chown(&p, Some(4242), None).is_err() {
+        eprintln!("not root: another user's file is not checked here");
+        let _ = std::fs::remove_file(&p);
+        return;
+    }
+    let o = fmt("--force");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("belongs to another user"), "{o:?}");
+    assert_eq!(std::fs::metadata(&p).unwrap().ino(), ino, "the file is kept");
+    assert_eq!(run(&["check", &p]).status.code(), Some(0), "and its region with it");
+    let _ = std::fs::remove_file(&p);
+}

@@ -54,6 +54,13 @@ impl std::fmt::Display for LiveNode {
     }
 }
 
+/// Permissions of a region file by default: its owner's alone.
+pub const REGION_FILE_MODE: u32 = 0o600;
+
+/// Permissions of a region file its owner's group shares (`cxlkv format
+/// --group`).
+pub const REGION_GROUP_MODE: u32 = 0o660;
+
 /// How long a format watches the heartbeats of nodes this host cannot
 /// probe (another host or PID namespace) before it counts them as stopped:
 /// a default lease.
@@ -72,16 +79,36 @@ impl Region {
     /// region it holds has nodes that may still run. A device-DAX path is
     /// opened instead: the device is the region, whatever its size.
     pub fn create(path: &Path, size: u64, overwrite: bool) -> Result<Region> {
+        Region::create_with_mode(path, size, overwrite, REGION_FILE_MODE)
+    }
+
+    /// [`Region::create`] with the file's permissions: `mode` exactly
+    /// (0o600 is [`REGION_FILE_MODE`], owner-only; 0o660 is
+    /// [`REGION_GROUP_MODE`], the owner's group too). Every process that
+    /// maps a region can read and write all of it: the mode is the only
+    /// boundary between users. `InvalidArgument` for bits beyond 0o777 or
+    /// a mode the owner cannot read and write; a device-DAX path keeps the
+    /// device's own permissions.
+    pub fn create_with_mode(path: &Path, size: u64, overwrite: bool, mode: u32) -> Result<Region> {
         let map = match Source::for_path(path) {
             Source::DevDax(_) => Mapping::open(path)?,
             _ => {
+                if overwrite {
+                    Region::refuse_foreign(path)?;
+                }
                 if overwrite && !Region::live_nodes_at(path, LIVE_WAIT)?.is_empty() {
                     return Err(Error::Core(cxlkv_core::Error::Busy));
                 }
-                Mapping::create_file(path, size, 0o600, overwrite)?
+                Mapping::create_file(path, size, mode, overwrite)?
             }
         };
         Ok(Region::from_mapping(map))
+    }
+
+    /// `Io` (permission denied) when a file exists at `path` and another
+    /// user owns it: [`Region::create`] never replaces such a file.
+    pub fn refuse_foreign(path: &Path) -> Result<()> {
+        crate::map::refuse_foreign(path)
     }
 
     /// Maps the existing region at `path`: a file, /dev/shm, hugetlbfs or a

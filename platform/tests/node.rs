@@ -362,3 +362,42 @@ fn a_waiting_node_steps_a_manager_of_its_own_process() {
     a.close().unwrap();
     let _ = std::fs::remove_file(&p);
 }
+
+/// A region file has exactly the mode asked, whatever the umask; a mode
+/// its owner cannot read and write, or with more than permission bits, is
+/// refused; a file another user owns is never replaced.
+#[test]
+fn region_files_get_the_mode_asked_and_another_users_file_is_kept() {
+    use cxlkv_platform::region::{REGION_FILE_MODE, REGION_GROUP_MODE};
+    use cxlkv_platform::{Error, Region};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let p = std::path::PathBuf::from(format!("/dev/shm/cxlkv-mode-{}", std::process::id()));
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    // SAFETY: umask has no preconditions; this test's files only.
+    let old = unsafe { libc::umask(0o077) };
+    let r = Region::create_with_mode(&p, 4 << 20, true, REGION_GROUP_MODE);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    drop(r.unwrap());
+    assert_eq!(mode(&p), 0o660, "the group's bits, under a umask of 077");
+    drop(Region::create(&p, 4 << 20, true).unwrap());
+    assert_eq!(mode(&p), REGION_FILE_MODE);
+    for bad in [0o400, 0o1600, 0o060] {
+        let e = Region::create_with_mode(&p, 4 << 20, true, bad).err();
+        assert!(matches!(e, Some(Error::Core(cxlkv_core::Error::InvalidArgument))), "{bad:o}: {e:?}");
+    }
+    assert!(p.exists(), "a refused mode leaves the file");
+    let before = std::fs::metadata(&p).unwrap().ino();
+    if std::os::unix::fs::chown(&p, Some(4242), None).is_err() {
+        // Only root gives a file away; the rest of the check needs that.
+        eprintln!("not root: another user's file is not checked here");
+        let _ = std::fs::remove_file(&p);
+        return;
+    }
+    match Region::create(&p, 4 << 20, true) {
+        Err(Error::Io { err, .. }) => assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied),
+        other => panic!("another user's file replaced: {:?}", other.err()),
+    }
+    assert_eq!(std::fs::metadata(&p).unwrap().ino(), before, "the file is still there, the same one");
+    let _ = std::fs::remove_file(&p);
+}

@@ -154,6 +154,22 @@ pub(crate) fn map_aligned(fd: &OwnedFd, len: usize, align: usize) -> Result<*mut
     Ok(aligned as *mut u8)
 }
 
+/// `Io` (permission denied) when a file at `path` exists and another user
+/// owns it: a region file is replaced only by its owner.
+pub(crate) fn refuse_foreign(path: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(md) = std::fs::symlink_metadata(path) else { return Ok(()) };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if md.uid() != me {
+        return Err(Error::Io {
+            what: "replace a region file owned by another user",
+            err: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        });
+    }
+    Ok(())
+}
+
 fn fd_len(fd: &OwnedFd) -> Result<u64> {
     // SAFETY: zeroed stat is a valid out-buffer for fstat.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
@@ -165,13 +181,21 @@ fn fd_len(fd: &OwnedFd) -> Result<u64> {
 }
 
 impl Mapping {
-    /// Creates a file of `size` bytes with permissions `mode` (owner-only
-    /// by default: 0o600) and maps it. With `overwrite`, an existing file at
-    /// `path` is unlinked first and a new one created, never truncated: a
-    /// process that still maps the old one keeps its pages (truncating a
-    /// mapped file kills its users with SIGBUS).
+    /// Creates a file of `size` bytes with exactly the permissions `mode`
+    /// (whatever the umask; owner-only by default: 0o600) and maps it. With
+    /// `overwrite`, an existing file at `path` is unlinked first and a new
+    /// one created, never truncated: a process that still maps the old one
+    /// keeps its pages (truncating a mapped file kills its users with
+    /// SIGBUS). A file another user owns is never replaced (`Io`,
+    /// permission denied), even where the directory would allow it: its
+    /// owner's nodes would keep working on a region nobody else sees.
     pub fn create_file(path: &Path, size: u64, mode: u32, overwrite: bool) -> Result<Mapping> {
+        if mode & !0o777 != 0 || mode & 0o600 != 0o600 {
+            // Permission bits only, and the owner reads and writes.
+            return Err(Error::Core(cxlkv_core::Error::InvalidArgument));
+        }
         if overwrite {
+            refuse_foreign(path)?;
             match std::fs::remove_file(path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -180,6 +204,12 @@ impl Mapping {
         }
         let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_EXCL;
         let fd = open_fd(path, flags, mode, "open region file")?;
+        // The mode as asked, not as the umask left it (a group option means
+        // the group can write).
+        // SAFETY: `fd` is an open file this call created.
+        if unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) } != 0 {
+            return Err(Error::io("fchmod region file"));
+        }
         let len = usize::try_from(size).map_err(|_| Error::Core(cxlkv_core::Error::TooLarge))?;
         // SAFETY: `fd` is an open regular file.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
