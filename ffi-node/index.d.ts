@@ -439,8 +439,17 @@ export declare function codes(): Record<string, number>
 
 /** Options of `Region.create`. */
 export interface CreateOptions {
-  /** Replace an existing file (default false: an existing file is refused). */
+  /**
+   * Replace an existing file (default false: an existing file is refused;
+   * a file another user owns is never replaced).
+   */
   overwrite?: boolean
+  /**
+   * The file's permission bits, exactly (default 0o600, its owner
+   * alone; 0o660 lets its group map it too). The owner must read and
+   * write. Every process that maps a region can read all of it.
+   */
+  mode?: number
 }
 
 /** What `evict` freed. */

@@ -875,6 +875,21 @@ cxlkv_result cxlkv_region_create(const char *path,
                                  bool overwrite,
                                  struct cxlkv_region **out);
 
+// `cxlkv_region_create` with the file's permission bits: `mode` exactly,
+// whatever the umask (0600 is the default, its owner alone; 0660 lets its
+// group map it too). CXLKV_RESULT_INVALID_ARGUMENT for bits beyond 0777 or
+// a mode its owner cannot read and write. Neither call replaces a file
+// another user owns (CXLKV_RESULT_IO). Every process that maps a region can
+// read and write all of it: the mode is the boundary between users.
+//
+// # Safety
+// `path` is a NUL-terminated string; `out` is valid for one write.
+cxlkv_result cxlkv_region_create_mode(const char *path,
+                                      uint64_t size,
+                                      bool overwrite,
+                                      uint32_t mode,
+                                      struct cxlkv_region **out);
+
 // Maps the existing region at `path`: a file, /dev/shm, hugetlbfs or a
 // device-DAX character device (/dev/daxX.Y).
 //

@@ -203,6 +203,35 @@ pub unsafe extern "C" fn cxlkv_region_create(
     })
 }
 
+/// `cxlkv_region_create` with the file's permission bits: `mode` exactly,
+/// whatever the umask (0600 is the default, its owner alone; 0660 lets its
+/// group map it too). CXLKV_RESULT_INVALID_ARGUMENT for bits beyond 0777 or
+/// a mode its owner cannot read and write. Neither call replaces a file
+/// another user owns (CXLKV_RESULT_IO). Every process that maps a region can
+/// read and write all of it: the mode is the boundary between users.
+///
+/// # Safety
+/// `path` is a NUL-terminated string; `out` is valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_region_create_mode(
+    path: *const c_char,
+    size: u64,
+    overwrite: bool,
+    mode: u32,
+    out: *mut *mut cxlkv_region,
+) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is valid for one write by the contract.
+        let out = unsafe { Out::new(out) }?;
+        // SAFETY:
+        // - `path` is NUL-terminated by the contract.
+        let p = unsafe { text(path) }?;
+        new_region(out, Region::create_with_mode(Path::new(p), size, overwrite, mode)?);
+        Ok(())
+    })
+}
+
 /// Maps the existing region at `path`: a file, /dev/shm, hugetlbfs or a
 /// device-DAX character device (/dev/daxX.Y).
 ///

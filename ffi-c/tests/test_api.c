@@ -3,6 +3,7 @@
 #define _DEFAULT_SOURCE /* mkdtemp */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -573,8 +574,32 @@ static void test_tier(cxlkv_region *r, cxlkv_node *user) {
   CHECK(unlink(path) == 0 && rmdir(dir) == 0);
 }
 
+/* A region file gets the mode asked, whatever the umask; a mode its owner
+ * cannot read and write is refused. */
+static void test_file_mode(void) {
+  char path[64];
+  snprintf(path, sizeof path, "/dev/shm/cxlkv-c-mode-%d", (int)getpid());
+  mode_t old = umask(077);
+  cxlkv_region *r = NULL;
+  OK(cxlkv_region_create_mode(path, 4u << 20, true, 0660, &r));
+  umask(old);
+  struct stat st;
+  CHECK(stat(path, &st) == 0);
+  CHECK((st.st_mode & 0777) == 0660);
+  cxlkv_region_close(r);
+  r = NULL;
+  EXPECT(cxlkv_region_create_mode(path, 4u << 20, true, 0400, &r), CXLKV_RESULT_INVALID_ARGUMENT);
+  CHECK(r == NULL);
+  OK(cxlkv_region_create(path, 4u << 20, true, &r));
+  CHECK(stat(path, &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  cxlkv_region_close(r);
+  unlink(path);
+}
+
 int main(void) {
   test_version_and_results();
+  test_file_mode();
   test_refusals_without_handles();
   test_keys();
 

@@ -27,8 +27,13 @@ fn mode_of(env: &Env, s: Option<String>) -> napi::Result<FlushMode> {
 #[napi(object)]
 #[allow(dead_code)] // declares the TypeScript type; `Opts` reads the values
 pub struct CreateOptions {
-    /// Replace an existing file (default false: an existing file is refused).
+    /// Replace an existing file (default false: an existing file is refused;
+    /// a file another user owns is never replaced).
     pub overwrite: Option<bool>,
+    /// The file's permission bits, exactly (default 0o600, its owner
+    /// alone; 0o660 lets its group map it too). The owner must read and
+    /// write. Every process that maps a region can read all of it.
+    pub mode: Option<u32>,
 }
 
 /// Options of `Region.memfd`.
@@ -141,8 +146,10 @@ impl Region {
     pub fn create(env: Env, path: Unknown<'_>, size: Unknown<'_>, options: Unknown<'_>) -> napi::Result<Region> {
         let path = args::string_of(&env, &path, "path")?;
         let size = u64_of(&env, &size, "size")?;
-        let overwrite = Opts::of(&env, &options, "options", &["overwrite"])?.bool("overwrite")?.unwrap_or(false);
-        let m = Mapped::create(path.as_ref(), size, overwrite).or_throw(&env)?;
+        let o = Opts::of(&env, &options, "options", &["overwrite", "mode"])?;
+        let overwrite = o.bool("overwrite")?.unwrap_or(false);
+        let mode = o.u32("mode")?.unwrap_or(cxlkv_platform::region::REGION_FILE_MODE);
+        let m = Mapped::create_with_mode(path.as_ref(), size, overwrite, mode).or_throw(&env)?;
         Ok(Region::new(m))
     }
 

@@ -179,6 +179,20 @@ test('regions: create, open, memfd, format, close, and their errors', () => {
   r.format({ chunkShift: 16, maxNodes: 4 })
   // An existing file is refused unless overwrite.
   assert.throws(() => cxlkv.Region.create(file, 16 << 20), (e) => e.code === 'IO' && e.errno === 17)
+  // A file's mode is the one asked, whatever the umask; the owner must
+  // read and write.
+  const groupFile = scratchPath('region-group')
+  const oldMask = process.umask(0o077)
+  let shared
+  try {
+    shared = cxlkv.Region.create(groupFile, 16 << 20, { mode: 0o660 })
+  } finally {
+    process.umask(oldMask)
+  }
+  assert.equal(fs.statSync(groupFile).mode & 0o777, 0o660)
+  shared.close()
+  throwsCode(() => cxlkv.Region.create(groupFile, 16 << 20, { overwrite: true, mode: 0o400 }), Error, 'INVALID_ARGUMENT')
+  fs.unlinkSync(groupFile)
   const again = cxlkv.Region.open(file)
   assert.equal(again.size, 16 << 20)
   const n = again.attach({ localDir: localDir() })

@@ -34,13 +34,16 @@ impl Region {
 
 #[pymethods]
 impl Region {
-    /// Creates a region file of `size` bytes at `path` (owner-only), not yet
-    /// formatted. An existing file is refused unless `overwrite`. A
-    /// device-DAX path (/dev/daxX.Y) is opened instead.
+    /// Creates a region file of `size` bytes at `path`, not yet formatted,
+    /// with permission bits `mode` exactly (0o600 by default, its owner
+    /// alone; 0o660 lets its group map it too; the owner must read and
+    /// write). An existing file is refused unless `overwrite`, and one
+    /// another user owns always is. A device-DAX path (/dev/daxX.Y) is
+    /// opened instead. Every process that maps a region can read all of it.
     #[staticmethod]
-    #[pyo3(signature = (path, size, overwrite=false))]
-    fn create(py: Python<'_>, path: PathBuf, size: u64, overwrite: bool) -> PyResult<Region> {
-        let m = py.detach(|| Mapped::create(&path, size, overwrite)).or_raise(py)?;
+    #[pyo3(signature = (path, size, overwrite=false, mode=0o600))]
+    fn create(py: Python<'_>, path: PathBuf, size: u64, overwrite: bool, mode: u32) -> PyResult<Region> {
+        let m = py.detach(|| Mapped::create_with_mode(&path, size, overwrite, mode)).or_raise(py)?;
         Ok(Region::new(m))
     }
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import os
+import stat
 import tempfile
 
 import numpy as np
@@ -128,6 +130,17 @@ def test_region_errors_are_typed(shm_path: str, local_dir: str) -> None:
         cxlkv.Region.create(shm_path, 16 << 20)
     created.close()
     assert created.closed
+    # The file's mode is the one asked, whatever the umask; the owner must
+    # read and write.
+    old_mask = os.umask(0o077)
+    try:
+        shared = cxlkv.Region.create(shm_path, 16 << 20, overwrite=True, mode=0o660)
+    finally:
+        os.umask(old_mask)
+    assert stat.S_IMODE(os.stat(shm_path).st_mode) == 0o660
+    shared.close()
+    with pytest.raises(cxlkv.InvalidArgumentError):
+        cxlkv.Region.create(shm_path, 16 << 20, overwrite=True, mode=0o400)
     with pytest.raises(cxlkv.StaleHandleError):
         created.attach()
     created.close()  # closing twice does nothing
