@@ -289,7 +289,16 @@ impl Run<'_> {
             }
             while let Some(req) = self.replay.as_ref().and_then(|r| r.poll()) {
                 replays += 1;
-                snapshots += u64::from(self.answer(req));
+                let snapshot = self.snapshot_needed(&req);
+                snapshots += u64::from(snapshot);
+                {
+                    // Counted before the answer goes: whoever has the
+                    // answer sees it in the stats.
+                    let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
+                    s.replays = replays;
+                    s.snapshots = snapshots;
+                }
+                self.answer(req, snapshot);
             }
             {
                 let f = self.feed.stats();
@@ -298,8 +307,6 @@ impl Run<'_> {
                 s.events += kept.len() as u64;
                 s.feed_changes = f.changes;
                 s.feed_gaps = f.gaps;
-                s.replays = replays;
-                s.snapshots = snapshots;
                 s.subscribers = self.pubs.subscribers() as u64;
                 s.dropped = self.pubs.dropped();
                 s.last_error = error;
@@ -340,10 +347,27 @@ impl Run<'_> {
     }
 
     /// Answers a replay request; true when it took a snapshot.
-    fn answer(&self, req: Request) -> bool {
+    /// The first sequence a replay request asks for (its last frame, 8
+    /// bytes big-endian), if it is well formed.
+    fn replay_start(req: &Request) -> Option<u64> {
+        let last = req.frames.last()?;
+        <[u8; 8]>::try_from(last.as_slice()).ok().map(u64::from_be_bytes)
+    }
+
+    /// Whether `req` asks for batches the buffer no longer holds, so that
+    /// its answer is a snapshot (the state as of the last batch).
+    fn snapshot_needed(&self, req: &Request) -> bool {
+        let oldest = self.buffer.front().map_or(self.seq, |&(s, _)| s);
+        Run::replay_start(req).is_some_and(|start| start < oldest && self.seq > 0)
+    }
+
+    /// Answers a replay request: the buffered batches from its start on,
+    /// or (`snapshot`, from [`Run::snapshot_needed`]) the state as of the
+    /// last batch; then the end marker.
+    fn answer(&self, req: Request, snapshot: bool) {
         // The reply's envelope is whatever came before the sequence (a
         // DEALER's or REQ's empty delimiter).
-        let Some((start, envelope)) = req.frames.split_last() else { return false };
+        let Some((_, envelope)) = req.frames.split_last() else { return };
         let envelope = envelope.to_vec();
         let msg = |frames: [&[u8]; 3]| {
             let mut m = envelope.clone();
@@ -351,13 +375,9 @@ impl Run<'_> {
             m
         };
         let topic = self.opts.topic.as_bytes();
-        let mut snapshot = false;
-        if let Ok(b) = <[u8; 8]>::try_from(start.as_slice()) {
-            let start = u64::from_be_bytes(b);
-            let oldest = self.buffer.front().map_or(self.seq, |&(s, _)| s);
-            if start < oldest && self.seq > 0 {
+        if let Some(start) = Run::replay_start(&req) {
+            if snapshot {
                 // Those batches are gone: the state as of the last one.
-                snapshot = true;
                 let now = Instant::now();
                 let mut events = vec![((Event::Cleared, None), now)];
                 self.feed.for_each_stored(|ns, key, len, tokens| {
@@ -370,18 +390,17 @@ impl Run<'_> {
                 let payload = self.batch(&events);
                 let last = self.seq - 1;
                 if !req.reply(msg([topic, &last.to_be_bytes(), &payload])) {
-                    return snapshot;
+                    return;
                 }
             } else {
                 for (seq, payload) in self.buffer.iter().filter(|(s, _)| *s >= start) {
                     if !req.reply(msg([topic, &seq.to_be_bytes(), payload])) {
-                        return snapshot;
+                        return;
                     }
                 }
             }
         }
         req.reply(msg([b"", &(-1i64).to_be_bytes(), b""]));
-        snapshot
     }
 
     /// One `KVEventBatch`, msgpack-encoded, stamped now.
