@@ -541,6 +541,24 @@ fn scenario(tag: &str, engine_ok: impl Fn(cxlkv_platform::nvme::Engine) -> bool)
     let _ = std::fs::remove_file(&region);
 }
 
+/// Waits until every thread of process `pid` is stopped (state `T` in
+/// `/proc/PID/task/*/stat`), at most ten seconds.
+fn wait_stopped(pid: u32) {
+    let stopped = || -> bool {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+        tasks.filter_map(Result::ok).all(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            // The state follows the command name, which is in parentheses.
+            stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with(['T', 't']))
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !stopped() {
+        assert!(std::time::Instant::now() < deadline, "process {pid} never stopped");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// A tier in another process that stops (SIGSTOP: a frozen container, a
 /// host under memory pressure) answers no promotion: a get waits for it as
 /// long as the node's promotion wait says, counts the block as a timed-out
@@ -606,6 +624,9 @@ fn a_stopped_tier_times_out_counted_and_is_waited_for_longer_next_time() {
 
     // SAFETY: stopping our own child.
     unsafe { libc::kill(child.0.id() as i32, libc::SIGSTOP) };
+    // A thread running on another CPU stops only at its next entry to the
+    // kernel: until every one has, the tier could still answer.
+    wait_stopped(child.0.id());
     let t = std::time::Instant::now();
     assert_eq!(get(&b, key(1)), None, "a stopped tier's block is a miss");
     assert!(t.elapsed() >= Duration::from_secs(1), "waited the whole promotion wait");
