@@ -372,6 +372,16 @@ impl<C: Coherence> Checker<'_, C> {
                     // A grant below the floor landed late (made before the
                     // repair): nobody holds by it (see the manager).
                     SLOT_LOCKED if s.seq < floor => {}
+                    // A free node's grant older than the lock's last: that
+                    // one was made after it, so this one was released or
+                    // revoked before; it landed late (a stopped or cut-off
+                    // manager's dirty line, written back after the node
+                    // released and detached). Nobody holds by it, a node
+                    // attaching to the slot resets it, and so does the
+                    // manager's stranger rule. (Seed 154006 of
+                    // cut-lazy-4x200: every node had detached, so no manager
+                    // ran to reset it.)
+                    SLOT_LOCKED if !self.alive(node) && self.dead & (1 << node) == 0 && s.seq < ll.grant_seq => {}
                     SLOT_LOCKED => {
                         // A free node's LOCKED slot is a grant that landed
                         // after its recovery (a replaced manager's, woken

@@ -4,7 +4,7 @@
 use crate::coherence::{Coherence, Site};
 use crate::layout::{
     state, ChunkRecord, Entry, Heartbeat, LockSlot, NodeInfo, NodeStats, PinRecord, PinSummary, RequestLine, CHUNK_KV,
-    NODE_ALIVE, NODE_DEAD, NODE_FENCED, NODE_FREE, SLOT_LOCKED,
+    NODE_ALIVE, NODE_DEAD, NODE_FENCED, NODE_FREE, SLOT_IDLE, SLOT_LOCKED,
 };
 use crate::mutant::mutant;
 use crate::store::{NodeEnv, Store};
@@ -255,6 +255,25 @@ pub fn attach_node<C: Coherence>(store: &Store<C>, want: Option<u32>, who: Ident
         }
         store.co.invalidate_lines(&store.view, lines.get(..n as usize).unwrap_or(&[]), Site("node.attach.slots"))?;
         lock = lock.wrapping_add(n);
+    }
+    // A free slot holds nothing and asks for nothing: recovery revoked or
+    // released its predecessor's grants and dropped its requests. A slot
+    // found otherwise is a late line: a grant by a manager step that was
+    // cut off (or stopped) with the line dirty in its host's cache, written
+    // back after the predecessor released and left (seed 154006 of
+    // cut-lazy-4x200). Left as it is, the manager would take this node for
+    // the holder of a lock nobody holds (the last grant went to this slot,
+    // so the grant is not void), and every other node's request would wait
+    // until this one asked for that lock itself. Each reset keeps the
+    // slot's ticket and floor, as the manager's do.
+    for lock in 0..l.n_locks {
+        let off = l.lock_slot(lock, id);
+        let s: LockSlot = store.view.read(off)?;
+        if s.state != SLOT_IDLE {
+            // SYNC: the slot idle before ALIVE (reader: the manager's scan,
+            // which takes an ALIVE node's LOCKED slot for a hold).
+            store.publish_state_last(off, &crate::lock::reset_slot(&s), Site("node.attach.slot_reset"))?;
+        }
     }
     let hb = Heartbeat { beat: 1, nonce: who.nonce, ..Heartbeat::default() };
     store.publish(l.heartbeat(id), &hb, Site("node.attach.heartbeat"))?;

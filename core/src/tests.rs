@@ -388,6 +388,38 @@ fn stale_ticket_release_changes_nothing() {
 }
 
 #[test]
+fn a_late_grant_to_a_free_node_is_nobodys_and_attach_resets_it() {
+    with_two_nodes(|f, _, a, b| {
+        let l = &f.store.layout;
+        let slot = l.lock_slot(2, 1);
+        let first = b.lock(2).unwrap();
+        let late: crate::layout::LockSlot = f.store.view.read(slot).unwrap();
+        b.unlock(first).unwrap();
+        let second = b.lock(2).unwrap();
+        let last = second.seq;
+        b.unlock(second).unwrap();
+        b.detach().unwrap();
+        // A grant older than the lock's last lands after node 1 left: a
+        // cut-off manager step's line, written back late.
+        f.store.view.write(slot, &late).unwrap();
+        assert!(findings(f).is_empty(), "nobody holds by it: {:?}", findings(f));
+        // The lock's last grant in a free node's slot is a hold recovery
+        // missed: reported.
+        f.store.view.write(slot, &crate::layout::LockSlot { seq: last, ..late }).unwrap();
+        let found = findings(f);
+        assert!(found.iter().any(|x| x.kind == FindingKind::HeldByDead && x.a == 2 && x.b == 1), "{found:?}");
+        // A node attaching to the slot does not inherit it.
+        f.store.view.write(slot, &late).unwrap();
+        f.attach(1);
+        let s: crate::layout::LockSlot = f.store.view.read(slot).unwrap();
+        assert_eq!((s.state, s.seq), (crate::layout::SLOT_IDLE, late.seq), "reset, keeping its ticket");
+        let g = a.lock(2).unwrap();
+        a.unlock(g).unwrap();
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+    });
+}
+
+#[test]
 fn detach_is_refused_while_an_app_lock_is_held() {
     with_two_nodes(|f, _, a, b| {
         let i = a.lock_alloc().unwrap();

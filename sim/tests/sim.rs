@@ -303,11 +303,15 @@ fn a_reformat_without_clearing_the_magic_first_is_caught() {
 #[test]
 fn manager_steps_cut_off_part_way_pass() {
     let mut cuts = 0;
-    for (seed, zombie, mixed) in [(1, false, false), (2, true, true)] {
+    // Seed 154006 (200 operations), found in a sweep: a grant a cut-off
+    // step left in its host's cache landed in a node's slot after the node
+    // released the lock and detached; with every node gone no manager
+    // reset it, and the final check took it for a hold.
+    for (seed, ops, zombie, mixed) in [(1, 120, false, false), (2, 120, true, true), (154006, 200, false, false)] {
         let r = run(&RunConfig {
             seed,
             hosts: 4,
-            ops: 120,
+            ops,
             crash: false,
             disable: None,
             lazy: !mixed,

@@ -553,9 +553,9 @@ impl<C: Coherence> Node<'_, C> {
     }
 }
 
-/// A manager's reset of slot `s` to IDLE: it keeps the ticket and the floor
+/// A reset of slot `s` to IDLE (a manager's, or an attaching node's): it keeps the ticket and the floor
 /// the slot shows (see "Zombies" above).
-pub(super) fn reset_slot(s: &LockSlot) -> LockSlot {
+pub(crate) fn reset_slot(s: &LockSlot) -> LockSlot {
     let mut idle = LockSlot { seq: s.seq, ..LockSlot::default() };
     idle.reserved[GRANT_FLOOR] = s.reserved[GRANT_FLOOR];
     idle

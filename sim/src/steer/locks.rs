@@ -496,3 +496,65 @@ pub(super) fn grant_seen_before_its_line(disable: Option<&'static str>) -> Resul
     n1.unlock(held)?;
     Ok(out)
 }
+
+/// Node 1 (host 1) takes a lock, gives it back, takes it again, gives it
+/// back and detaches. Then its first grant lands in its slot: a line a
+/// manager step stored and never wrote back (the step was cut off), which
+/// the host's cache evicts after the node left (seed 154006 of
+/// `run --hosts 4 --ops 200 --lazy --cut-steps`). The region must check
+/// clean (the grant is older than the lock's last, to a free node: nobody
+/// holds by it). A node that attaches to the slot again must not inherit
+/// it: the manager would take it for the holder (the lock's last grant
+/// went to that slot, so this one is not void) and node 0's request would
+/// wait for a release that never comes.
+pub(super) fn late_grant_on_a_free_slot(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "late-grant-on-a-free-slot";
+    const LOCK: u32 = 0;
+    let rig = Rig::new(2, 3, disable)?;
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
+    let slot1 = s1.layout.lock_slot(LOCK, 1);
+    let first = n1.lock(LOCK)?;
+    // The grant as the manager's step stored it (node 1 read it fresh).
+    let late: LockSlot = s1.view.read(slot1)?;
+    n1.unlock(first)?;
+    let second = n1.lock(LOCK)?;
+    let last = second.seq;
+    n1.unlock(second)?;
+    n1.detach()?;
+    let mut out = Vec::new();
+    if late.state != cxlkv_core::layout::SLOT_LOCKED || late.seq >= last {
+        out.push(format!("{NAME}: the first grant is not an older LOCKED slot: {late:?}"));
+        return Ok(out);
+    }
+    // The cut-off step's line lands.
+    let mem = rig.mem.shared_region();
+    mem.write(slot1, &late)?;
+    let found = rig.memory_findings()?;
+    if !found.is_empty() {
+        out.push(format!(
+            "{NAME}: with every grant released, a grant older than the lock's last in a free node's slot is \
+             reported: {found:?}"
+        ));
+    }
+    // Node 1 attaches again on host 1; node 0 asks for the lock.
+    attach_as(&s1, 1, 1)?;
+    let l1b = NodeLocal::default();
+    let n1b = Node::new(&s1, 1, &env, &l1b)?;
+    match n0.lock(LOCK) {
+        Ok(g) => n0.unlock(g)?,
+        Err(e) => out.push(format!(
+            "{NAME}: node 0's request for a lock nobody holds ended with {e:?}: the manager took the late grant \
+             in the new node 1's slot for a hold"
+        )),
+    }
+    if let Some(lock) = n1b.held_lock()? {
+        out.push(format!("{NAME}: the new node 1 counts lock {lock} held, which it never asked for"));
+    }
+    if let Err(e) = n1b.detach() {
+        out.push(format!("{NAME}: the new node 1's detach failed: {e:?}"));
+        return Ok(out);
+    }
+    n0.detach()?;
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}

@@ -129,6 +129,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: locks::waiter_attached_mid_step,
         },
         Scenario {
+            name: "late-grant-on-a-free-slot",
+            what: "a grant a cut-off manager step left in its host's cache lands in a node's slot after the node \
+                   released the lock and detached; a node attaches to the slot again and another asks for the lock",
+            run: locks::late_grant_on_a_free_slot,
+        },
+        Scenario {
             name: "grant-seen-before-its-line",
             what: "a grant to recovery lands before the lock line it rewrote, recovery repairs the line meanwhile, \
                    and the manager's line lands after",
