@@ -191,16 +191,8 @@ pub unsafe extern "C" fn cxlkv_region_create(
     overwrite: bool,
     out: *mut *mut cxlkv_region,
 ) -> cxlkv_result {
-    guard(|| {
-        // SAFETY:
-        // - `out` is valid for one write by the contract.
-        let out = unsafe { Out::new(out) }?;
-        // SAFETY:
-        // - `path` is NUL-terminated by the contract.
-        let p = unsafe { text(path) }?;
-        new_region(out, Region::create(Path::new(p), size, overwrite)?);
-        Ok(())
-    })
+    // SAFETY: the same contract, passed on whole.
+    unsafe { cxlkv_region_create_mode(path, size, overwrite, cxlkv_platform::region::REGION_FILE_MODE, out) }
 }
 
 /// `cxlkv_region_create` with the file's permission bits: `mode` exactly,
