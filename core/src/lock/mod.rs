@@ -553,8 +553,8 @@ impl<C: Coherence> Node<'_, C> {
     }
 }
 
-/// A reset of slot `s` to IDLE (a manager's, or an attaching node's): it keeps the ticket and the floor
-/// the slot shows (see "Zombies" above).
+/// A reset of slot `s` to IDLE (a manager's, or an attaching node's): it
+/// keeps the ticket and the floor the slot shows (see "Zombies" above).
 pub(crate) fn reset_slot(s: &LockSlot) -> LockSlot {
     let mut idle = LockSlot { seq: s.seq, ..LockSlot::default() };
     idle.reserved[GRANT_FLOOR] = s.reserved[GRANT_FLOOR];
