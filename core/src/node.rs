@@ -29,6 +29,9 @@ pub struct NodeLocal {
     /// state (see `lock.rs`), so a manager that takes over from a lock line
     /// written back late still counts on from the ticket and keeps the floor.
     pub(crate) tickets: Tickets,
+    /// Grants this node keeps LOCKED after their release, for its next
+    /// request of the lock (see `lock.rs`, "Parked grants").
+    pub(crate) parked: spin::Mutex<Parked>,
     /// A chunk record or map this node found void (see
     /// [`crate::layout::ChunkRecord`]) under a lock taken while it held
     /// another: it has the chunks repaired once it holds no lock.
@@ -91,6 +94,59 @@ impl Tickets {
     }
 }
 
+/// Per lock, the grant this node keeps past its release: its ticket,
+/// floor, when it was kept (the environment's clock) and whether the
+/// background thread is giving it back now (ticket 0: none); and how many
+/// are kept. Touched under its mutex only between region accesses: the
+/// thread that takes an entry out owns the grant (see `lock.rs`).
+pub(crate) struct Parked {
+    pub(crate) at: [Kept; crate::layout::MAX_LOCKS as usize],
+    pub(crate) n: u32,
+}
+
+/// One entry of [`Parked`].
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Kept {
+    pub(crate) seq: u64,
+    pub(crate) floor: u64,
+    pub(crate) when: u64,
+    pub(crate) releasing: bool,
+}
+
+impl Parked {
+    /// The grant of `lock` kept, if any.
+    pub(crate) fn get(&self, lock: u32) -> Option<Kept> {
+        self.at.get(lock as usize).copied().filter(|p| p.seq != 0)
+    }
+    /// Keeps grant `seq` (floor `floor`) of `lock`, from time `when`.
+    pub(crate) fn put(&mut self, lock: u32, seq: u64, floor: u64, when: u64) {
+        if let Some(p) = self.at.get_mut(lock as usize) {
+            if p.seq == 0 {
+                self.n = self.n.saturating_add(1);
+            }
+            *p = Kept { seq, floor, when, releasing: false };
+        }
+    }
+    /// Marks the grant of `lock` being given back, if it is still `seq`
+    /// and nobody took it: true when marked.
+    pub(crate) fn mark_releasing(&mut self, lock: u32, seq: u64) -> bool {
+        match self.at.get_mut(lock as usize) {
+            Some(p) if p.seq == seq && seq != 0 && !p.releasing => {
+                p.releasing = true;
+                true
+            }
+            _ => false,
+        }
+    }
+    /// Forgets the grant of `lock` kept, if any.
+    pub(crate) fn take(&mut self, lock: u32) {
+        if let Some(p) = self.at.get_mut(lock as usize).filter(|p| p.seq != 0) {
+            *p = Kept::default();
+            self.n = self.n.saturating_sub(1);
+        }
+    }
+}
+
 /// Counters a node keeps in host-local memory and publishes with each
 /// heartbeat.
 #[derive(Default)]
@@ -137,6 +193,7 @@ impl Default for NodeLocal {
             touched: spin::Mutex::new(Touched { at: [(0, 0); TOUCHED], n: 0 }),
             beat_counters: BeatCounters::default(),
             tickets: Tickets(spin::Mutex::new([(0, 0, 0); crate::layout::MAX_LOCKS as usize])),
+            parked: spin::Mutex::new(Parked { at: [Kept::default(); crate::layout::MAX_LOCKS as usize], n: 0 }),
             void_chunk: spin::Mutex::new(false),
             void_repaired: spin::Mutex::new(false),
             sending: spin::Mutex::new(crate::channel::Cursors::default()),
@@ -525,6 +582,8 @@ impl<'a, C: Coherence> Node<'a, C> {
         if !mutant!("detach.while_fenced") {
             self.owns_slot()?;
         }
+        // Kept grants go back first: a free slot holds nothing.
+        self.release_parks(u64::MAX)?;
         if self.held_lock()?.is_some() && !mutant!("detach.while_holding_a_lock") {
             return Err(Error::Busy);
         }

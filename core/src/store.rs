@@ -68,6 +68,14 @@ pub trait NodeEnv: Sync {
     /// or ends (`false`): one that repairs a structure found void (see
     /// `Node::with_stripe`). Nothing by default.
     fn recovering(&self, _on: bool) {}
+    /// True when something of this node's process gives back the grants it
+    /// keeps past their release once recalled, while its threads do other
+    /// things (a background thread calling `Node::release_parks`): only
+    /// then does a release keep a grant (see `lock.rs`, "Parked grants").
+    /// Never, by default.
+    fn keeps_grants(&self) -> bool {
+        false
+    }
 }
 
 impl<C: Coherence> Store<C> {

@@ -420,6 +420,84 @@ fn a_late_grant_to_a_free_node_is_nobodys_and_attach_resets_it() {
 }
 
 #[test]
+fn a_kept_grant_is_taken_back_without_the_manager_and_given_back_when_recalled() {
+    with_two_nodes(|f, env, b, a| {
+        *env.keeps.lock() = true;
+        let l = &f.store.layout;
+        let slot = |n: u32| f.store.view.read::<crate::layout::LockSlot>(l.lock_slot(2, n)).unwrap();
+        let line = || f.store.view.read::<crate::layout::LockLine>(l.lock_line(2)).unwrap();
+        // Grants in a row to node 1, nobody else asking: the fourth is kept.
+        for _ in 0..3 {
+            let g = a.lock(2).unwrap();
+            a.unlock(g).unwrap();
+            assert!(!a.keeps_grants());
+        }
+        let g = a.lock(2).unwrap();
+        let kept = g.seq;
+        a.unlock(g).unwrap();
+        assert!(a.keeps_grants());
+        assert_eq!((slot(1).state, slot(1).seq), (crate::layout::SLOT_LOCKED, kept), "kept LOCKED");
+        // Taken back with no manager step: the same ticket.
+        let steps = *env.now.lock();
+        let g = a.lock(2).unwrap();
+        assert_eq!((g.seq, *env.now.lock()), (kept, steps), "taken back without asking the manager");
+        a.unlock(g).unwrap();
+        // Node 0 asks: the manager recalls it; node 0 waits until node 1
+        // gives it back (its background thread's part).
+        assert_eq!(b.lock(2), Err(Error::Timeout), "a kept grant is held");
+        assert_eq!(line().reserved[crate::lock::LINE_RECALL], kept, "recalled");
+        assert_eq!(a.release_parks(0), Ok(1));
+        assert!(!a.keeps_grants());
+        let gb = b.lock(2).unwrap();
+        assert!(gb.seq > kept);
+        // A recalled grant is not kept at its release either.
+        assert_eq!(a.lock(2), Err(Error::Timeout));
+        b.unlock(gb).unwrap();
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+        // Not kept for a while after a recall; then kept again, and node 1
+        // is declared dead: the manager revokes the kept grant as any
+        // other, and node 1 cannot take it back.
+        let mut grants = 0;
+        while !a.keeps_grants() && grants < 200 {
+            let g = a.lock(2).unwrap();
+            a.unlock(g).unwrap();
+            grants += 1;
+        }
+        assert!(grants > 60, "kept again after {grants} grants");
+        assert!(a.keeps_grants());
+        let kept = slot(1).seq;
+        *env.killed.lock() = 1 << 1;
+        assert_eq!(b.lock(2), Err(Error::Timeout), "revoked, it awaits repair");
+        assert_eq!(slot(1).state, crate::layout::SLOT_IDLE, "revoked");
+        assert!(a.lock(2).is_err(), "a revoked kept grant is not taken back");
+        assert!(!a.keeps_grants());
+        let rep = b.recover(0).unwrap();
+        assert_eq!(rep.locks_repaired, 1);
+        let gb = b.lock(2).unwrap();
+        assert!(gb.seq > kept);
+        b.unlock(gb).unwrap();
+    });
+}
+
+#[test]
+fn detach_gives_kept_grants_back() {
+    with_two_nodes(|f, env, a, b| {
+        *env.keeps.lock() = true;
+        for _ in 0..4 {
+            let g = a.lock(1).unwrap();
+            a.unlock(g).unwrap();
+        }
+        assert!(a.keeps_grants());
+        a.detach().unwrap();
+        let s: crate::layout::LockSlot = f.store.view.read(f.store.layout.lock_slot(1, 0)).unwrap();
+        assert_eq!(s.state, crate::layout::SLOT_IDLE);
+        let g = b.lock(1).unwrap();
+        b.unlock(g).unwrap();
+        assert!(findings(f).is_empty(), "{:?}", findings(f));
+    });
+}
+
+#[test]
 fn detach_is_refused_while_an_app_lock_is_held() {
     with_two_nodes(|f, _, a, b| {
         let i = a.lock_alloc().unwrap();

@@ -63,6 +63,9 @@ pub struct InlineEnv<'a> {
     pub stopped: spin::Mutex<u64>,
     /// The manager's quarantine (see `LeaseConfig::quarantine`; 0 never).
     pub quarantine: spin::Mutex<u64>,
+    /// Whether releases may keep grants (see `NodeEnv::keeps_grants`); the
+    /// test then gives them back itself (`Node::release_parks`).
+    pub keeps: spin::Mutex<bool>,
 }
 
 impl<'a> InlineEnv<'a> {
@@ -74,6 +77,7 @@ impl<'a> InlineEnv<'a> {
             killed: spin::Mutex::new(0),
             stopped: spin::Mutex::new(0),
             quarantine: spin::Mutex::new(0),
+            keeps: spin::Mutex::new(false),
         }
     }
     pub fn step(&self) -> Result<crate::lock::StepReport> {
@@ -108,6 +112,9 @@ impl NodeEnv for InlineEnv<'_> {
             return Err(crate::Error::Timeout);
         }
         self.step().map(|_| ())
+    }
+    fn keeps_grants(&self) -> bool {
+        *self.keeps.lock()
     }
 }
 

@@ -12,7 +12,7 @@ use crate::store::Store;
 use crate::Result;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::{CLAIM_AT, GRANT_CLAIM, GRANT_FLOOR, GRANT_REPAIR};
+use super::{CLAIM_AT, GRANT_CLAIM, GRANT_FLOOR, GRANT_PARK, GRANT_REPAIR, LINE_RECALL};
 
 mod claim;
 
@@ -150,8 +150,22 @@ struct LockMemo {
     /// Non-zero once the line was read since this manager's claim: until
     /// then, memory's `repair` is taken as it is (another manager may have
     /// revoked).
-    known: u64,
+    known: u32,
+    /// Grants in a row this manager made to the lock's last grantee, less
+    /// one (see "Parked grants" in `lock.rs`).
+    streak: u16,
+    /// Grants to come that no holder may keep: a recall of a kept grant
+    /// showed the lock is wanted by several nodes.
+    cool: u16,
 }
+
+/// Grants in a row to one node (less one) before one may be kept past its
+/// release: a lock that changes hands is never kept, and a recall costs
+/// the next node a wake of the holder's background thread.
+const KEEP_AFTER: u16 = 15;
+
+/// Grants after a recall that no holder may keep.
+const COOL_GRANTS: u16 = 1024;
 
 impl LockMemo {
     /// Folds line `ll` as read from memory into the memo and `ll` into what
@@ -516,10 +530,10 @@ impl Manager {
                     if self.drop_stranger(store, n, soff, &s, |st| st == NODE_FREE || st == NODE_FENCED)? {
                         seen.set(n as usize, (SLOT_IDLE, 0));
                     } else {
-                        holder = Some(n);
+                        holder = Some((n, s.seq));
                     }
                 }
-                SLOT_LOCKED => holder = Some(n),
+                SLOT_LOCKED => holder = Some((n, s.seq)),
                 SLOT_CANCEL if !mutant!("lock.manager_ignores_cancel") => {
                     // SYNC: the answer to a withdrawal (reader: its poll).
                     store.publish_state_last(soff, &super::reset_slot(&s), Site("mgr.drop_withdrawn"))?;
@@ -543,8 +557,20 @@ impl Manager {
         // largest ticket out there (a line written back late may show less).
         memo.seq = memo.seq.max(max_seq);
         changed |= memo.merge(&mut ll);
+        // A holder that may keep the grant past its release is asked to
+        // give it back when another node asks for the lock (see "Parked
+        // grants"): its ticket in the line, until the next grant.
+        if let Some((h, seq)) = holder {
+            let asked = bits(mask)
+                .any(|m| m != h && seen.at(m as usize).0 == SLOT_WAITING && cx.bells.at(m as usize).at(wi) & bit != 0);
+            if asked && ll.reserved[LINE_RECALL] != seq && !mutant!("mgr.no_recall") {
+                ll.reserved[LINE_RECALL] = seq;
+                memo.cool = COOL_GRANTS;
+                changed = true;
+            }
+        }
         self.held.update(wi, |h| *h &= !bit);
-        if let Some(n) = holder {
+        if let Some((n, _)) = holder {
             self.last_holder.set(lock as usize, n.wrapping_add(1));
             self.released.set(lock as usize, u64::MAX);
         } else {
@@ -554,7 +580,7 @@ impl Manager {
         }
         if holder.is_some() && !mutant!("lock.grant_while_held") {
             self.held.update(wi, |h| *h |= bit);
-        } else if self.grant(store, cx, lock, &mut ll, &seen, max_seq)? {
+        } else if self.grant(store, cx, lock, &mut ll, &mut memo, &seen)? {
             rep.grants = rep.grants.saturating_add(1);
             memo.seq = memo.seq.max(ll.grant_seq);
             changed = false;
@@ -645,8 +671,8 @@ impl Manager {
         cx: &StepCx,
         lock: u32,
         ll: &mut LockLine,
+        memo: &mut LockMemo,
         seen: &[(u32, u32); MAX_NODES as usize],
-        max_seq: u64,
     ) -> Result<bool> {
         let l = &store.layout;
         let nn = l.caps.max_nodes;
@@ -677,10 +703,25 @@ impl Manager {
                 let prev = l.lock_slot(lock, ll.holder.wrapping_sub(1));
                 store.co.flush(&store.view, prev, 64, Site("mgr.grant.prev"))?;
             }
+            // A grant its holder may keep past its release (see "Parked
+            // grants"): the lock's last grants went to this node too, no
+            // recall came lately, and no other node asks for it now.
+            // Recovery's are never kept.
+            let others = (0..nn).any(|m| {
+                m != n
+                    && seen.at(m as usize).0 == SLOT_WAITING
+                    && cx.bells.at(m as usize).at(wi) & bit != 0
+                    && cx.dead & (1 << m) == 0
+            });
+            memo.streak = if ll.last == n { memo.streak.saturating_add(1) } else { 0 };
+            memo.cool = memo.cool.saturating_sub(1);
+            let park =
+                memo.streak >= KEEP_AFTER && memo.cool == 0 && !others && flags & SLOT_RECOVERY == 0 && ll.repair == 0;
             // The count goes on from the largest ticket out there, in
             // case a line with it never landed (its manager crashed
             // after the grant landed).
-            ll.grant_seq = ll.grant_seq.max(max_seq).wrapping_add(1);
+            // (`memo.seq` took the largest ticket the slots show.)
+            ll.grant_seq = ll.grant_seq.max(memo.seq).wrapping_add(1);
             ll.holder = n.wrapping_add(1);
             ll.last = n;
             // SYNC: the line (holder, last, grant_seq) reaches memory before
@@ -700,6 +741,7 @@ impl Manager {
             // learns which locks were revoked from their holders (their
             // late write-backs may still come; see `ChunkRecord::taint`).
             g.reserved[GRANT_REPAIR] = u64::from(ll.repair != 0);
+            g.reserved[GRANT_PARK] = u64::from(park);
             // SYNC: LOCKED visible to the polling node (reader: lock_with).
             store.publish_state_last(soff, &g, Site("mgr.grant"))?;
             self.held.update(wi, |h| *h |= bit);

@@ -51,6 +51,25 @@
 //!   holder neither places nor frees there, and once it holds no lock it
 //!   has the chunks repaired (see `Node::repair_void_chunks`).
 
+//!
+//! Parked grants. A lock one node takes again and again (a writer's stripe
+//! and heap locks) would cost a manager round trip each time. So a grant
+//! says whether its holder may keep it past its release (`GRANT_PARK`: the
+//! manager's last grant of the lock went to the same node, and no other
+//! node asked for it then). Such a release leaves the slot LOCKED and
+//! records the grant node-locally (`NodeLocal::parked`); the node's next
+//! request of the lock takes it back after reading its slot fresh (still
+//! LOCKED with that ticket: not revoked) and the lock line (not recalled).
+//! To everyone else a kept grant is held: the manager grants nobody else,
+//! and revokes it if the node is declared dead, as any grant. When another
+//! node asks, the manager writes the holder's ticket into the lock line
+//! (`LINE_RECALL`); the node's background thread, polling while it keeps
+//! any grant, gives a recalled one back (IDLE, as a release). A release
+//! keeps nothing once the line shows the recall. Detach gives every kept
+//! grant back first. The flushes made under the lock completed before the
+//! grant was kept (the release's fence), so the later IDLE from another
+//! thread orders nothing it has not.
+
 mod manager;
 
 pub use manager::{LeaseConfig, LivenessProbe, Manager, StepReport};
@@ -133,6 +152,15 @@ impl<C: Coherence> Node<'_, C> {
         let l = &self.store.layout;
         self.env.local_lock(lock)?;
         let slot_off = l.lock_slot(lock, self.id);
+        match self.relock(lock, flags, slot_off) {
+            // Held as a grant is: the host-local lock stays taken.
+            Ok(Some(held)) => return Ok(Some(held)),
+            Ok(None) => {}
+            Err(e) => {
+                self.env.local_unlock(lock);
+                return Err(e);
+            }
+        }
         // Every state of the slot shows the largest ticket this node holds
         // or held (see `Manager::step_lock`).
         let req = self.slot(lock, SLOT_WAITING, flags);
@@ -373,6 +401,29 @@ impl<C: Coherence> Node<'_, C> {
             self.env.local_unlock(held.lock);
             return Err(Error::Revoked);
         }
+        // A recall this host's cache shows (a manager of this host wrote
+        // it) is heeded here; one from another host's manager is the
+        // background thread's to find (its poll reads the line fresh).
+        let recalled = || {
+            let ll: Result<LockLine> = self.store.view.read(l.lock_line(held.lock));
+            ll.map(|ll| ll.reserved[LINE_RECALL] == held.seq)
+        };
+        if mine.state == SLOT_LOCKED
+            && mine.seq == held.seq
+            && mine.reserved[GRANT_PARK] != 0
+            && self.env.keeps_grants()
+            && !recalled()?
+        {
+            // Kept for this node's next request of the lock (see "Parked
+            // grants"): the slot stays LOCKED. Recorded before the
+            // host-local lock goes, so the next thread of this process to
+            // take it finds the grant.
+            self.local.tickets.saw_floor(held.lock, held.floor);
+            self.local.tickets.let_go(held.lock, held.seq);
+            self.local.parked.lock().put(held.lock, held.seq, held.floor, self.env.now_ns());
+            self.env.local_unlock(held.lock);
+            return Ok(());
+        }
         // SYNC(release-landed): a manager of this host may see this IDLE in
         // the shared cache before it lands; it writes the line back itself
         // before its next grant of the lock.
@@ -418,6 +469,11 @@ impl<C: Coherence> Node<'_, C> {
 
     /// [`Node::give_back_strays`] for one lock, its host-local lock held.
     fn give_back_stray(&self, lock: u32) -> Result<bool> {
+        if self.local.parked.lock().get(lock).is_some() {
+            // Kept on purpose: not a stray (`release_parks` gives it back;
+            // giving it back here would be safe too, only sooner).
+            return Ok(false);
+        }
         let slot_off = self.store.layout.lock_slot(lock, self.id);
         // SYNC: this node's slot fresh (writer: a manager's grant, which
         // may be a replaced one's, landed late).
@@ -435,6 +491,112 @@ impl<C: Coherence> Node<'_, C> {
         self.store.publish_state_last(slot_off, &idle, Site("lock.stray.release"))?;
         self.store.co.store_fence(Site("lock.stray.fence"));
         Ok(true)
+    }
+
+    /// Gives back the grants this node keeps past their release (see
+    /// "Parked grants"): those the manager recalls (another node asks for
+    /// the lock), and those kept before time `before` (the environment's
+    /// clock, `NodeEnv::now_ns`; `u64::MAX`: every one, before detaching).
+    /// Called from the background thread while the node keeps any. Returns
+    /// how many went back.
+    ///
+    /// No host-local lock is taken: a node of another process of this host
+    /// may hold it while it waits for this very grant. A thread of this
+    /// process that asks for the lock meanwhile waits in `relock` until the
+    /// release is done, so its request cannot meet the IDLE in the slot.
+    pub fn release_parks(&self, before: u64) -> Result<u32> {
+        let mut n = 0u32;
+        let mut lock = 0u32;
+        while lock < self.store.layout.n_locks && self.keeps_grants() {
+            let kept = self.local.parked.lock().get(lock).filter(|k| !k.releasing);
+            if let Some(k) = kept {
+                let due = k.when < before || self.recalled(lock, k.seq, Site("lock.park.poll"))?;
+                if due && self.local.parked.lock().mark_releasing(lock, k.seq) {
+                    let r = self.release_kept(lock, k.seq);
+                    self.local.parked.lock().take(lock);
+                    r?;
+                    n = n.saturating_add(1);
+                }
+            }
+            lock = lock.wrapping_add(1);
+        }
+        Ok(n)
+    }
+
+    /// True when this node keeps any grant past its release.
+    pub fn keeps_grants(&self) -> bool {
+        self.local.parked.lock().n > 0
+    }
+
+    /// Takes back the grant of `lock` this node kept at its last release,
+    /// if it still stands: its slot (fresh) LOCKED with that ticket, and
+    /// the lock line not recalling it. A recalled one (or any, asked for by
+    /// recovery, whose grants carry its flag) is given back here. `None`:
+    /// ask the manager. Its caller holds the host-local lock.
+    fn relock(&self, lock: u32, flags: u32, slot_off: u64) -> Result<Option<Held>> {
+        let mut i = 0u32;
+        let k = loop {
+            let mut parked = self.local.parked.lock();
+            match parked.get(lock) {
+                None => return Ok(None),
+                Some(k) if !k.releasing => {
+                    // Taken out: this thread owns the grant now.
+                    parked.take(lock);
+                    break k;
+                }
+                // The background thread is giving it back: its IDLE must
+                // land before this thread's request.
+                Some(_) => {}
+            }
+            drop(parked);
+            self.env.wait(i)?;
+            i = i.wrapping_add(1);
+        };
+        // SYNC: this node's slot fresh (writer: a manager revoking the grant,
+        // this node declared dead meanwhile).
+        let s: LockSlot = self.store.fresh_state_first(slot_off, Site("lock.relock.slot"))?;
+        if (s.state != SLOT_LOCKED || s.seq != k.seq) && !mutant!("relock.trusts_parked") {
+            // Revoked (reset IDLE) or overwritten: not this node's any more.
+            // The request that follows finds out which.
+            return Ok(None);
+        }
+        // SYNC: a recall from another host's manager is seen here, or by the
+        // background thread's poll, which gives the grant back once it is
+        // kept again: a hint, the outcome is the same.
+        if flags & SLOT_RECOVERY == 0 && !self.recalled(lock, k.seq, Site("lock.relock.recall.hint"))? {
+            self.local.tickets.hold(lock, k.seq);
+            return Ok(Some(Held { lock, seq: k.seq, floor: k.floor }));
+        }
+        self.release_kept(lock, k.seq)?;
+        Ok(None)
+    }
+
+    /// Whether the manager recalls grant `seq` of `lock` (its line, read
+    /// fresh, names the ticket).
+    fn recalled(&self, lock: u32, seq: u64, site: Site) -> Result<bool> {
+        // SYNC: the lock line fresh (writer: the manager, recalling a kept
+        // grant another node asks for).
+        let ll: LockLine = self.store.fresh(self.store.layout.lock_line(lock), site)?;
+        Ok(ll.reserved[LINE_RECALL] == seq && !mutant!("park.ignores_recall"))
+    }
+
+    /// Gives back kept grant `seq` of `lock`, which the calling thread took
+    /// out of `parked` (or marked releasing), as a release: IDLE, when the
+    /// slot, read fresh, still shows it LOCKED.
+    fn release_kept(&self, lock: u32, seq: u64) -> Result<()> {
+        let slot_off = self.store.layout.lock_slot(lock, self.id);
+        // SYNC: this node's slot fresh (writer: a manager revoking the grant).
+        let s: LockSlot = self.store.fresh_state_first(slot_off, Site("lock.park.check"))?;
+        if s.state != SLOT_LOCKED || s.seq != seq {
+            return Ok(());
+        }
+        self.local.tickets.saw(lock, seq);
+        let idle = self.slot(lock, SLOT_IDLE, 0);
+        // SYNC: the release reaches memory (reader: the manager's scan, which
+        // grants the waiter it recalled the grant for).
+        self.store.publish_state_last(slot_off, &idle, Site("lock.park.release"))?;
+        self.store.co.store_fence(Site("lock.park.release.fence"));
+        Ok(())
     }
 
     /// Runs `f` holding lock `lock`, releasing it afterwards whatever `f`
@@ -573,3 +735,12 @@ pub const GRANT_FLOOR: usize = 1;
 /// Where a grant says the lock awaits repair (`LockSlot::reserved`; 1:
 /// revoked from a holder declared dead, only recovery is granted it).
 pub(crate) const GRANT_REPAIR: usize = 2;
+
+/// Where a grant says its holder may keep it past its release
+/// (`LockSlot::reserved`; 1: may; see "Parked grants" above).
+pub(crate) const GRANT_PARK: usize = 3;
+
+/// Where a lock line carries the ticket its manager recalls
+/// (`LockLine::reserved`): a grant kept past its release with that ticket
+/// goes back (another node asks for the lock).
+pub const LINE_RECALL: usize = 0;

@@ -188,6 +188,11 @@ impl NodeEnv for Inner {
     fn revoked(&self) -> bool {
         self.fenced.get()
     }
+    fn keeps_grants(&self) -> bool {
+        // The background thread gives them back (see `threads::background`);
+        // a closing node's is stopping.
+        !self.stop.get()
+    }
     fn wait(&self, iteration: u32) -> cxlkv_core::Result<()> {
         if self.fenced.get() {
             return Err(cxlkv_core::Error::Revoked);
@@ -233,6 +238,11 @@ impl NodeEnv for Inner {
             // its pause ends. A manager on another host polls.
             let woke = self.host_locks.ring();
             WOKE_MANAGER.with(|w| w.set(woke));
+        } else if iteration % 32 == 31 {
+            // Again now and then: a node of this host that keeps the lock's
+            // grant past its release gives it back once the manager's step
+            // recalled it, which the first ring may have come before.
+            self.host_locks.ring();
         }
         // Spin first, for as long as a manager of this host takes to answer
         // a ring (measured in time, not polls: a coherent poll is a plain

@@ -49,6 +49,17 @@ pub(super) fn beat(attached: std::sync::mpsc::Receiver<Arc<Inner>>) {
 /// idle virtual CPU), and locks come in bursts.
 const HOT: Duration = Duration::from_millis(1);
 
+/// How long a grant kept past its release (see core's `lock.rs`, "Parked
+/// grants") stays kept unless taken back or recalled: past it, the lock
+/// goes back to the manager, so a node of another host that asks much
+/// later finds it free.
+const KEEP_FOR: Duration = Duration::from_millis(100);
+
+/// How often the background thread looks for recalls while the node keeps
+/// grants: a ring of a waiter of this host wakes it at once, a waiter on
+/// another host waits up to this long more.
+const RECALL_POLL: Duration = Duration::from_micros(250);
+
 /// The lock manager's steps, automatic recovery and the burial of this
 /// host's gone siblings, until the node closes or is fenced.
 pub(super) fn background(inner: Arc<Inner>) {
@@ -72,6 +83,13 @@ pub(super) fn background(inner: Arc<Inner>) {
         let rep = match inner.step_own() {
             Some(r) => r.unwrap_or_default(),
             None => StepReport { active: inner.is_manager.get(), ..StepReport::default() },
+        };
+        // Kept grants another node asks for (or kept too long) go back:
+        // after the step, which may have recalled one itself.
+        let keeps = inner.core().keeps_grants() && {
+            let before = crate::sync::monotonic_ns().saturating_sub(KEEP_FOR.as_nanos() as u64);
+            let _ = inner.core().release_parks(before);
+            inner.core().keeps_grants()
         };
         // A dead node's bit stays in the manager's mask until its next
         // liveness scan: one that ran before the last recovery ended names
@@ -99,7 +117,9 @@ pub(super) fn background(inner: Arc<Inner>) {
             continue;
         }
         idle = idle.saturating_add(1);
-        let pause = if !rep.active {
+        let pause = if !rep.active && keeps {
+            RECALL_POLL
+        } else if !rep.active {
             Duration::from_millis(5).min(beat_every)
         } else if idle < 16 || granted_at.elapsed() < HOT {
             Duration::from_micros(0)
@@ -110,7 +130,7 @@ pub(super) fn background(inner: Arc<Inner>) {
         };
         if pause.is_zero() {
             std::thread::yield_now();
-        } else if !rep.active {
+        } else if !rep.active && !keeps {
             // Not the manager: a lock request's ring is not for this
             // thread. It steps again after the pause (a vacant role is
             // claimed then), or when the node closes (`shutdown` unparks
@@ -118,7 +138,8 @@ pub(super) fn background(inner: Arc<Inner>) {
             std::thread::park_timeout(pause);
         } else {
             // Woken early by a request of any process of this host (a ring
-            // since `bell` was read returns at once), or to stop.
+            // since `bell` was read returns at once), or to stop: the
+            // manager's step, or a kept grant's recall.
             inner.host_locks.sleep(bell, pause);
         }
     }

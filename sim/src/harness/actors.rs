@@ -107,6 +107,12 @@ pub(crate) fn manager_actor(w: &World, h: usize) {
                 Ok(_) | Err(Error::Revoked) => {}
                 Err(e) => return w.violation(format!("host {h} giving stray grants back: {e}")),
             }
+            // Kept grants another node asks for go back (recalled only:
+            // the simulated clock does not expire them).
+            match node.release_parks(0) {
+                Ok(_) | Err(Error::Revoked) => {}
+                Err(e) => return w.violation(format!("host {h} giving kept grants back: {e}")),
+            }
             match cut_step(w, h, &store, &mut mgr, |m| m.step(&store, w.now(), LEASE, &crashed_probe)) {
                 None => {}
                 Some(Ok(r)) => {

@@ -545,6 +545,11 @@ pub(crate) struct Env<'w> {
 }
 
 impl NodeEnv for Env<'_> {
+    /// The host's manager actor gives kept grants back once recalled (see
+    /// `actors::manager`), as the platform's background thread does.
+    fn keeps_grants(&self) -> bool {
+        true
+    }
     /// An operation repairs a void stripe or chunk: the model's
     /// bookkeeping of a recovery, as the recovery actor keeps it.
     fn recovering(&self, on: bool) {

@@ -558,3 +558,120 @@ pub(super) fn late_grant_on_a_free_slot(disable: Option<&'static str>) -> Result
     rig.expect_clean(NAME, &mut out)?;
     Ok(out)
 }
+
+/// Node 1 (host 1) takes a lock four times in a row and keeps the last
+/// grant past its release (see core's `lock.rs`, "Parked grants"). It is
+/// declared dead: node 0's request makes the manager revoke the kept grant,
+/// node 0's recovery repairs the lock, and node 0 takes it. Node 1 wakes
+/// and asks for the lock again: its slot, read fresh, shows the grant gone,
+/// so it must not take the kept one back (two holders).
+pub(super) fn kept_grant_of_a_zombie(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "kept-grant-of-a-zombie";
+    const LOCK: u32 = 0;
+    let rig = Rig::new(2, 3, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let env = StepEnv::keeping(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let mut out = Vec::new();
+    for _ in 0..4 {
+        let g = n1.lock(LOCK)?;
+        n1.unlock(g)?;
+    }
+    if !n1.keeps_grants() {
+        out.push(format!("{NAME}: four grants in a row to node 1 and none kept"));
+        return Ok(out);
+    }
+    declare_dead(&s0, 1)?;
+    // Node 0's request: the manager revokes node 1's kept grant; the lock
+    // awaits repair, which node 0's recovery makes.
+    let _ = n0.lock(LOCK);
+    n0.recover(0)?;
+    let held = match n0.lock(LOCK) {
+        Ok(g) => g,
+        Err(e) => {
+            out.push(format!("{NAME}: node 0 could not take the lock after recovery: {e:?}"));
+            return Ok(out);
+        }
+    };
+    // The zombie wakes and asks.
+    if let Ok(g) = n1.lock(LOCK) {
+        out.push(format!(
+            "{NAME}: node 1, declared dead, took back its kept grant (ticket {}) while node 0 holds the lock \
+             (ticket {})",
+            g.seq, held.seq
+        ));
+    }
+    if rig.memory_findings()?.contains(&FindingKind::TwoHolders) {
+        out.push(format!("{NAME}: memory shows two holders of the lock"));
+    }
+    n0.unlock(held)?;
+    Ok(out)
+}
+
+/// Node 1 (host 1) keeps a grant past its release and is declared dead;
+/// the manager revokes the grant, recovery repairs the lock, and node 1's
+/// slot is freed. A new node attaches to that slot on host 2 and takes the
+/// lock. The old node 1 wakes before it learnt it is fenced, and its
+/// background thread gives back the grant it still counts as kept: host
+/// 1's cache shows the slot LOCKED with that grant, memory the successor's
+/// newer one. The release must read the slot fresh and leave the
+/// successor's grant alone (an IDLE over it frees a held lock: two holders
+/// once node 0 asks).
+pub(super) fn kept_grant_released_over_a_successor(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "kept-grant-released-over-a-successor";
+    const LOCK: u32 = 0;
+    let rig = Rig::new(3, 3, disable)?;
+    let (s0, s1) = rig.two_hosts_one_node_each()?;
+    let s2 = rig.store(2)?;
+    let env = StepEnv::keeping(&s0, 0);
+    let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
+    let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
+    let mut out = Vec::new();
+    for _ in 0..4 {
+        let g = n1.lock(LOCK)?;
+        n1.unlock(g)?;
+    }
+    if !n1.keeps_grants() {
+        out.push(format!("{NAME}: four grants in a row to node 1 and none kept"));
+        return Ok(out);
+    }
+    declare_dead(&s0, 1)?;
+    let _ = n0.lock(LOCK);
+    n0.recover(0)?;
+    // Node 1's slot freed, as recovery frees a dead node's once it is quiet.
+    let off = s0.layout.node_info(1);
+    let info: NodeInfo = s0.fresh_state_first(off, Site("steer.info"))?;
+    if info.state != cxlkv_core::layout::NODE_FREE {
+        s0.publish_state_last(
+            off,
+            &NodeInfo { incarnation: info.incarnation, ..NodeInfo::default() },
+            Site("steer.free"),
+        )?;
+        s0.co.store_fence(Site("steer.free.fence"));
+    }
+    // The successor on host 2 takes the lock.
+    attach_as(&s2, 1, 2)?;
+    let l1b = NodeLocal::default();
+    let n1b = Node::new(&s2, 1, &env, &l1b)?;
+    let held = match n1b.lock(LOCK) {
+        Ok(g) => g,
+        Err(e) => {
+            out.push(format!("{NAME}: the successor could not take the lock: {e:?}"));
+            return Ok(out);
+        }
+    };
+    // The old node 1's background thread, woken.
+    let _ = n1.release_parks(u64::MAX);
+    let slot: LockSlot = rig.mem.shared_region().read(s0.layout.lock_slot(LOCK, 1))?;
+    if slot.state != cxlkv_core::layout::SLOT_LOCKED || slot.seq != held.seq {
+        out.push(format!(
+            "{NAME}: the old node 1 gave back its kept grant over the successor's (ticket {}): memory shows {slot:?}",
+            held.seq
+        ));
+    }
+    if let Err(e) = n1b.unlock(held) {
+        out.push(format!("{NAME}: the successor's release failed: {e:?}"));
+    }
+    Ok(out)
+}

@@ -129,6 +129,18 @@ pub fn scenarios() -> &'static [Scenario] {
             run: locks::waiter_attached_mid_step,
         },
         Scenario {
+            name: "kept-grant-of-a-zombie",
+            what: "a node keeps a grant past its release and is declared dead; the grant is revoked, recovery \
+                   repairs the lock and another node takes it; the node wakes and asks for the lock again",
+            run: locks::kept_grant_of_a_zombie,
+        },
+        Scenario {
+            name: "kept-grant-released-over-a-successor",
+            what: "a node declared dead keeps a grant; its slot is freed and a successor takes the lock; the old \
+                   node's background thread gives the kept grant back from its stale cache",
+            run: locks::kept_grant_released_over_a_successor,
+        },
+        Scenario {
             name: "late-grant-on-a-free-slot",
             what: "a grant a cut-off manager step left in its host's cache lands in a node's slot after the node \
                    released the lock and detached; a node attaches to the slot again and another asks for the lock",
@@ -699,6 +711,9 @@ pub(super) struct StepEnv<'a> {
     mgr: spin::Mutex<Manager>,
     now: spin::Mutex<u64>,
     cfg: LeaseConfig,
+    /// Whether releases may keep grants (`NodeEnv::keeps_grants`); the
+    /// scenario gives them back itself.
+    keeps: bool,
 }
 
 impl<'a> StepEnv<'a> {
@@ -710,7 +725,13 @@ impl<'a> StepEnv<'a> {
     /// step (a manager whose lease stands still for `lease` steps takes
     /// the role over).
     fn with_lease(store: &'a Store<SimCoherence<'a>>, me: u32, cfg: LeaseConfig) -> StepEnv<'a> {
-        StepEnv { store, mgr: spin::Mutex::new(Manager::new(me)), now: spin::Mutex::new(0), cfg }
+        StepEnv { store, mgr: spin::Mutex::new(Manager::new(me)), now: spin::Mutex::new(0), cfg, keeps: false }
+    }
+
+    /// [`StepEnv::new`] whose releases may keep grants past their release
+    /// (see core's `lock.rs`, "Parked grants").
+    fn keeping(store: &'a Store<SimCoherence<'a>>, me: u32) -> StepEnv<'a> {
+        StepEnv { keeps: true, ..StepEnv::new(store, me) }
     }
 
     fn step(&self) -> Result<()> {
@@ -740,6 +761,9 @@ impl NodeEnv for StepEnv<'_> {
     }
     fn withdrawal_expired(&self, iteration: u32) -> bool {
         iteration > 10_000
+    }
+    fn keeps_grants(&self) -> bool {
+        self.keeps
     }
 }
 
