@@ -18,6 +18,10 @@ pub const HINTS: usize = 8;
 pub struct NodeLocal {
     pub(crate) journal: spin::Mutex<JournalLocal>,
     pub(crate) hints: spin::Mutex<[u32; HINTS]>,
+    /// Chunks whose record and maps this node read fresh or wrote under
+    /// the grant of its heap lock it holds or keeps now (see
+    /// [`crate::alloc::FreshChunks`]).
+    pub(crate) fresh_chunks: spin::Mutex<crate::alloc::FreshChunks>,
     pub(crate) evict_cursor: spin::Mutex<u32>,
     pub(crate) alloc_cursor: spin::Mutex<u32>,
     pub(crate) stats: spin::Mutex<()>,
@@ -187,6 +191,7 @@ impl Default for NodeLocal {
         NodeLocal {
             journal: spin::Mutex::new(JournalLocal::default()),
             hints: spin::Mutex::new([u32::MAX; HINTS]),
+            fresh_chunks: spin::Mutex::new(crate::alloc::FreshChunks::default()),
             evict_cursor: spin::Mutex::new(0),
             alloc_cursor: spin::Mutex::new(0),
             stats: spin::Mutex::new(()),

@@ -131,7 +131,9 @@ impl<C: Coherence> Store<C> {
     /// (a batch, [`Coherence::invalidate_lines`]).
     pub fn state_first_invalidated<T: FromBytes + IntoBytes + KnownLayout + Immutable>(&self, off: u64) -> Result<T> {
         let w0 = self.view.load_u64(off)?;
-        crate::mem::fence_seq_cst();
+        // Pairs with the writer's fence before its state word: the rest is
+        // loaded after the state word (free on x86, whose loads keep order).
+        crate::mem::fence_acquire();
         let mut v: T = self.view.read(off)?;
         v.as_mut_bytes().iter_mut().zip(w0.to_ne_bytes()).for_each(|(d, s)| *d = s);
         Ok(v)

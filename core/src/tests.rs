@@ -426,8 +426,9 @@ fn a_kept_grant_is_taken_back_without_the_manager_and_given_back_when_recalled()
         let l = &f.store.layout;
         let slot = |n: u32| f.store.view.read::<crate::layout::LockSlot>(l.lock_slot(2, n)).unwrap();
         let line = || f.store.view.read::<crate::layout::LockLine>(l.lock_line(2)).unwrap();
-        // Grants in a row to node 1, nobody else asking: the fourth is kept.
-        for _ in 0..3 {
+        // Grants in a row to node 1, nobody else asking: the one after
+        // KEEP_AFTER is kept.
+        for _ in 0..crate::lock::KEEP_AFTER {
             let g = a.lock(2).unwrap();
             a.unlock(g).unwrap();
             assert!(!a.keeps_grants());
@@ -458,12 +459,12 @@ fn a_kept_grant_is_taken_back_without_the_manager_and_given_back_when_recalled()
         // is declared dead: the manager revokes the kept grant as any
         // other, and node 1 cannot take it back.
         let mut grants = 0;
-        while !a.keeps_grants() && grants < 200 {
+        while !a.keeps_grants() && grants < 4 * u32::from(crate::lock::COOL_GRANTS) {
             let g = a.lock(2).unwrap();
             a.unlock(g).unwrap();
             grants += 1;
         }
-        assert!(grants > 60, "kept again after {grants} grants");
+        assert!(grants >= u32::from(crate::lock::COOL_GRANTS), "kept again after {grants} grants");
         assert!(a.keeps_grants());
         let kept = slot(1).seq;
         *env.killed.lock() = 1 << 1;
@@ -483,7 +484,7 @@ fn a_kept_grant_is_taken_back_without_the_manager_and_given_back_when_recalled()
 fn detach_gives_kept_grants_back() {
     with_two_nodes(|f, env, a, b| {
         *env.keeps.lock() = true;
-        for _ in 0..4 {
+        for _ in 0..=crate::lock::KEEP_AFTER {
             let g = a.lock(1).unwrap();
             a.unlock(g).unwrap();
         }

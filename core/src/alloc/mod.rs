@@ -43,6 +43,69 @@ const VOID_RETRIES: u32 = 3;
 /// loads miss in parallel): one ordering per batch instead of one per record.
 const RECORD_BATCH: usize = 64;
 
+/// Chunks whose record and maps this node read fresh, or wrote, under one
+/// grant of its own heap lock (`seq`). While it holds or keeps that grant
+/// (see `lock.rs`, "Parked grants") nobody else wrote them: every writer of
+/// a chunk's record and maps holds its owner's heap lock (recovery too), and
+/// a grant's ticket is its alone. Its cached copies are then current and
+/// are read without being dropped first. A revoked holder's late write-back
+/// is not seen that way; the next fresh reader finds it (the record's stamp
+/// or the maps' checksum), as it finds one landing just after a fresh read.
+#[derive(Clone, Copy)]
+pub(crate) struct FreshChunks {
+    seq: u64,
+    /// Chunks whose record and maps are current.
+    maps: [u32; HINTS],
+    /// Chunks whose record alone is.
+    recs: [u32; HINTS],
+}
+
+impl Default for FreshChunks {
+    fn default() -> Self {
+        FreshChunks { seq: 0, maps: [u32::MAX; HINTS], recs: [u32::MAX; HINTS] }
+    }
+}
+
+impl FreshChunks {
+    /// Whether chunk `c`'s record and maps were read fresh or written under
+    /// grant `seq`.
+    fn has(&self, seq: u64, c: u32) -> bool {
+        self.under(seq) && self.maps.contains(&c)
+    }
+
+    /// Whether chunk `c`'s record was.
+    fn has_record(&self, seq: u64, c: u32) -> bool {
+        self.under(seq) && (self.recs.contains(&c) || self.maps.contains(&c))
+    }
+
+    fn under(&self, seq: u64) -> bool {
+        (self.seq == seq || mutant!("alloc.fresh_under_any_grant")) && seq != 0
+    }
+
+    /// Chunk `c`'s record and maps were read fresh or written under grant
+    /// `seq` (its maps too when `maps`): a new grant forgets the chunks of
+    /// the one before.
+    fn note(&mut self, seq: u64, c: u32, maps: bool) {
+        if self.seq != seq {
+            *self = FreshChunks { seq, ..FreshChunks::default() };
+        }
+        let set = if maps { &mut self.maps } else { &mut self.recs };
+        if !set.contains(&c) {
+            set.rotate_right(1);
+            if let Some(first) = set.first_mut() {
+                *first = c;
+            }
+        }
+    }
+
+    /// Chunk `c` changes hands (released): read it fresh from now on.
+    fn forget(&mut self, c: u32) {
+        for x in self.maps.iter_mut().chain(self.recs.iter_mut()).filter(|x| **x == c) {
+            *x = u32::MAX;
+        }
+    }
+}
+
 /// Reads the records of chunks `cs` fresh (each one's line dropped from this
 /// host's cache, at `site`, before it is read), handing each to `f` in
 /// order. Like [`Store::fresh`] of each, batched: a batch's lines are
@@ -511,13 +574,31 @@ impl<C: Coherence> Node<'_, C> {
         held: &Held,
     ) -> Result<Option<(u32, u64)>> {
         let mut best: Option<(u32, u32, ChunkRecord)> = None;
+        let known = *self.local.fresh_chunks.lock();
+        let (mut cached, mut n) = ([0u32; HINTS], 0usize);
+        let fresh = cs.filter(|&c| {
+            let Some(slot) = cached.get_mut(n).filter(|_| known.has_record(held.seq, c)) else {
+                return true;
+            };
+            (*slot, n) = (c, n.saturating_add(1));
+            false
+        });
         // SYNC: fresh records (writers: this heap lock's holders).
-        fresh_records(self.store, cs, Site("alloc.own.rec"), |c, rec| {
+        fresh_records(self.store, fresh, Site("alloc.own.rec"), |c, rec| {
+            self.local.fresh_chunks.lock().note(held.seq, c, false);
             if self.fits(&rec, self.id, k, kind) && best.is_none_or(|(f, _, _)| rec.free_max < f) {
                 best = Some((rec.free_max, c, rec));
             }
             Ok(())
         })?;
+        for &c in cached.get(..n).unwrap_or(&[]) {
+            // Current without a drop: read or written under this very grant
+            // (see `FreshChunks`). Of two that fit alike, the one in cache.
+            let rec: ChunkRecord = self.store.view.read(self.store.layout.chunk(c))?;
+            if self.fits(&rec, self.id, k, kind) && best.is_none_or(|(f, _, _)| rec.free_max <= f) {
+                best = Some((rec.free_max, c, rec));
+            }
+        }
         match best {
             Some((_, c, rec)) => Ok(self.take_in(c, rec, k, held)?.map(|off| (c, off))),
             None => Ok(None),
@@ -910,7 +991,10 @@ impl<C: Coherence> Node<'_, C> {
     /// [`Node::repair_void_chunks`]).
     fn take_in(&self, c: u32, mut rec: ChunkRecord, k: u32, held: &Held) -> Result<Option<u64>> {
         let l = &self.store.layout;
-        let mut m = read_map(self.store, c, Some(Site("alloc.take.map.read")))?;
+        let current = self.local.fresh_chunks.lock().has(held.seq, c);
+        // SYNC: the maps fresh (writers: this heap lock's holders), unless
+        // read or written under this very grant (see `FreshChunks`).
+        let mut m = read_map(self.store, c, (!current).then_some(Site("alloc.take.map.read")))?;
         if chunk_void(&rec, &m, held.floor) {
             self.void_found();
             return Ok(None);
@@ -931,6 +1015,7 @@ impl<C: Coherence> Node<'_, C> {
         rec.map_sum = m.checksum();
         // SYNC: record published under the heap lock (reader: free, recovery).
         self.store.publish(l.chunk(c), &rec, Site("alloc.take.publish"))?;
+        self.local.fresh_chunks.lock().note(held.seq, c, true);
         Ok(Some(l.chunk_payload(c).wrapping_add((i as u64).wrapping_mul(l.granule()))))
     }
 
@@ -1079,6 +1164,7 @@ impl<C: Coherence> Node<'_, C> {
         self.journal_handover(c, k, alloc)?;
         for j in 0..k {
             let cj = c.saturating_add(j);
+            self.local.fresh_chunks.lock().forget(cj);
             let free = ChunkRecord { taint, ..ChunkRecord::default() };
             self.store.publish(l.chunk(cj), &free, Site("alloc.chunk.release"))?;
             set_bitmap(self.store, cj, false)?;

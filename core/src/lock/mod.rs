@@ -73,6 +73,8 @@
 mod manager;
 
 pub use manager::{LeaseConfig, LivenessProbe, Manager, StepReport};
+#[cfg(test)]
+pub(crate) use manager::{COOL_GRANTS, KEEP_AFTER};
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{
@@ -553,17 +555,22 @@ impl<C: Coherence> Node<'_, C> {
             i = i.wrapping_add(1);
         };
         // SYNC: this node's slot fresh (writer: a manager revoking the grant,
-        // this node declared dead meanwhile).
-        let s: LockSlot = self.store.fresh_state_first(slot_off, Site("lock.relock.slot"))?;
+        // this node declared dead meanwhile), and the lock line with it for
+        // the recall below (one ordering for both).
+        let line = self.store.layout.lock_line(lock);
+        self.store.co.invalidate_lines(&self.store.view, &[slot_off, line], Site("lock.relock.slot"))?;
+        let s: LockSlot = self.store.state_first_invalidated(slot_off)?;
         if (s.state != SLOT_LOCKED || s.seq != k.seq) && !mutant!("relock.trusts_parked") {
             // Revoked (reset IDLE) or overwritten: not this node's any more.
             // The request that follows finds out which.
             return Ok(None);
         }
-        // SYNC: a recall from another host's manager is seen here, or by the
-        // background thread's poll, which gives the grant back once it is
-        // kept again: a hint, the outcome is the same.
-        if flags & SLOT_RECOVERY == 0 && !self.recalled(lock, k.seq, Site("lock.relock.recall.hint"))? {
+        // A recall from another host's manager is seen here (the line was
+        // dropped with the slot's), or by the background thread's poll,
+        // which gives the grant back once it is kept again: the outcome is
+        // the same.
+        let ll: LockLine = self.store.view.read(line)?;
+        if flags & SLOT_RECOVERY == 0 && !recall_names(&ll, k.seq) {
             self.local.tickets.hold(lock, k.seq);
             return Ok(Some(Held { lock, seq: k.seq, floor: k.floor }));
         }
@@ -577,7 +584,7 @@ impl<C: Coherence> Node<'_, C> {
         // SYNC: the lock line fresh (writer: the manager, recalling a kept
         // grant another node asks for).
         let ll: LockLine = self.store.fresh(self.store.layout.lock_line(lock), site)?;
-        Ok(ll.reserved[LINE_RECALL] == seq && !mutant!("park.ignores_recall"))
+        Ok(recall_names(&ll, seq))
     }
 
     /// Gives back kept grant `seq` of `lock`, which the calling thread took
@@ -744,3 +751,8 @@ pub(crate) const GRANT_PARK: usize = 3;
 /// (`LockLine::reserved`): a grant kept past its release with that ticket
 /// goes back (another node asks for the lock).
 pub const LINE_RECALL: usize = 0;
+
+/// Whether lock line `ll` recalls kept grant `seq`.
+fn recall_names(ll: &LockLine, seq: u64) -> bool {
+    ll.reserved[LINE_RECALL] == seq && !mutant!("park.ignores_recall")
+}
