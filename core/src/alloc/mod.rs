@@ -53,6 +53,8 @@ const RECORD_BATCH: usize = 64;
 /// or the maps' checksum), as it finds one landing just after a fresh read.
 #[derive(Clone, Copy)]
 pub(crate) struct FreshChunks {
+    /// The grant: its lock and ticket (tickets are counted per lock).
+    lock: u32,
     seq: u64,
     /// Chunks whose record and maps are current.
     maps: [u32; HINTS],
@@ -62,32 +64,32 @@ pub(crate) struct FreshChunks {
 
 impl Default for FreshChunks {
     fn default() -> Self {
-        FreshChunks { seq: 0, maps: [u32::MAX; HINTS], recs: [u32::MAX; HINTS] }
+        FreshChunks { lock: u32::MAX, seq: 0, maps: [u32::MAX; HINTS], recs: [u32::MAX; HINTS] }
     }
 }
 
 impl FreshChunks {
     /// Whether chunk `c`'s record and maps were read fresh or written under
-    /// grant `seq`.
-    fn has(&self, seq: u64, c: u32) -> bool {
-        self.under(seq) && self.maps.contains(&c)
+    /// grant `held`.
+    fn has(&self, held: &Held, c: u32) -> bool {
+        self.under(held) && self.maps.contains(&c)
     }
 
     /// Whether chunk `c`'s record was.
-    fn has_record(&self, seq: u64, c: u32) -> bool {
-        self.under(seq) && (self.recs.contains(&c) || self.maps.contains(&c))
+    fn has_record(&self, held: &Held, c: u32) -> bool {
+        self.under(held) && (self.recs.contains(&c) || self.maps.contains(&c))
     }
 
-    fn under(&self, seq: u64) -> bool {
-        (self.seq == seq || mutant!("alloc.fresh_under_any_grant")) && seq != 0
+    fn under(&self, held: &Held) -> bool {
+        ((self.lock, self.seq) == (held.lock, held.seq) || mutant!("alloc.fresh_under_any_grant")) && held.seq != 0
     }
 
-    /// Chunk `c`'s record and maps were read fresh or written under grant
-    /// `seq` (its maps too when `maps`): a new grant forgets the chunks of
-    /// the one before.
-    fn note(&mut self, seq: u64, c: u32, maps: bool) {
-        if self.seq != seq {
-            *self = FreshChunks { seq, ..FreshChunks::default() };
+    /// Chunk `c`'s record (and its maps, when `maps`) were read fresh or
+    /// written under grant `held`: a new grant forgets the chunks of the
+    /// one before.
+    fn note(&mut self, held: &Held, c: u32, maps: bool) {
+        if (self.lock, self.seq) != (held.lock, held.seq) {
+            *self = FreshChunks { lock: held.lock, seq: held.seq, ..FreshChunks::default() };
         }
         let set = if maps { &mut self.maps } else { &mut self.recs };
         if !set.contains(&c) {
@@ -577,7 +579,7 @@ impl<C: Coherence> Node<'_, C> {
         let known = *self.local.fresh_chunks.lock();
         let (mut cached, mut n) = ([0u32; HINTS], 0usize);
         let fresh = cs.filter(|&c| {
-            let Some(slot) = cached.get_mut(n).filter(|_| known.has_record(held.seq, c)) else {
+            let Some(slot) = cached.get_mut(n).filter(|_| known.has_record(held, c)) else {
                 return true;
             };
             (*slot, n) = (c, n.saturating_add(1));
@@ -585,7 +587,10 @@ impl<C: Coherence> Node<'_, C> {
         });
         // SYNC: fresh records (writers: this heap lock's holders).
         fresh_records(self.store, fresh, Site("alloc.own.rec"), |c, rec| {
-            self.local.fresh_chunks.lock().note(held.seq, c, false);
+            if rec.owner == self.id.wrapping_add(1) {
+                // This node's heap lock guards it (`held`).
+                self.local.fresh_chunks.lock().note(held, c, false);
+            }
             if self.fits(&rec, self.id, k, kind) && best.is_none_or(|(f, _, _)| rec.free_max < f) {
                 best = Some((rec.free_max, c, rec));
             }
@@ -615,6 +620,8 @@ impl<C: Coherence> Node<'_, C> {
         };
         // Written just now by this thread, under the locks it still holds.
         let rec: ChunkRecord = self.store.view.read(l.chunk(c))?;
+        // Whatever this node knew of it is from before it changed hands.
+        self.local.fresh_chunks.lock().forget(c);
         Ok(self.take_in(c, rec, k, held)?.map(|off| (c, off)))
     }
 
@@ -991,7 +998,7 @@ impl<C: Coherence> Node<'_, C> {
     /// [`Node::repair_void_chunks`]).
     fn take_in(&self, c: u32, mut rec: ChunkRecord, k: u32, held: &Held) -> Result<Option<u64>> {
         let l = &self.store.layout;
-        let current = self.local.fresh_chunks.lock().has(held.seq, c);
+        let current = self.local.fresh_chunks.lock().has(held, c);
         // SYNC: the maps fresh (writers: this heap lock's holders), unless
         // read or written under this very grant (see `FreshChunks`).
         let mut m = read_map(self.store, c, (!current).then_some(Site("alloc.take.map.read")))?;
@@ -1015,7 +1022,7 @@ impl<C: Coherence> Node<'_, C> {
         rec.map_sum = m.checksum();
         // SYNC: record published under the heap lock (reader: free, recovery).
         self.store.publish(l.chunk(c), &rec, Site("alloc.take.publish"))?;
-        self.local.fresh_chunks.lock().note(held.seq, c, true);
+        self.local.fresh_chunks.lock().note(held, c, true);
         Ok(Some(l.chunk_payload(c).wrapping_add((i as u64).wrapping_mul(l.granule()))))
     }
 
@@ -1223,3 +1230,38 @@ pub(crate) fn set_bitmap<C: Coherence>(store: &Store<C>, c: u32, used: bool) -> 
 
 /// Allocation hint count (re-exported for tests).
 pub const HINT_COUNT: usize = HINTS;
+
+#[cfg(test)]
+mod tests {
+    use super::FreshChunks;
+    use crate::lock::Held;
+
+    fn grant(lock: u32, seq: u64) -> Held {
+        Held { lock, seq, floor: 0 }
+    }
+
+    #[test]
+    fn fresh_chunks_hold_for_one_grant_of_one_lock() {
+        let mut f = FreshChunks::default();
+        let (mine, theirs) = (grant(3, 7), grant(4, 7));
+        f.note(&mine, 10, true);
+        f.note(&mine, 11, false);
+        assert!(f.has(&mine, 10) && f.has_record(&mine, 10));
+        assert!(!f.has(&mine, 11) && f.has_record(&mine, 11), "a record read fresh says nothing of its maps");
+        // The same ticket of another lock (tickets are counted per lock):
+        // nothing this node knows under it.
+        assert!(!f.has(&theirs, 10) && !f.has_record(&theirs, 11));
+        // A later grant of the same lock: another holder may have come between.
+        assert!(!f.has(&grant(3, 8), 10));
+        // Noting under another grant forgets the chunks of the one before.
+        f.note(&theirs, 20, true);
+        assert!(f.has(&theirs, 20) && !f.has(&mine, 10));
+        // A chunk that changes hands is forgotten.
+        f.forget(20);
+        assert!(!f.has(&theirs, 20) && !f.has_record(&theirs, 20));
+        // No grant (ticket 0) knows anything.
+        let none = grant(3, 0);
+        f.note(&none, 1, true);
+        assert!(!f.has(&none, 1));
+    }
+}

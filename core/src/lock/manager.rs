@@ -162,7 +162,7 @@ struct LockMemo {
 /// Grants in a row to one node (less one) before one may be kept past its
 /// release: a lock that changes hands is never kept, and a recall costs
 /// the next node a wake of the holder's background thread.
-pub(crate) const KEEP_AFTER: u16 = 15;
+pub const KEEP_AFTER: u16 = 15;
 
 /// Grants after a recall that no holder may keep.
 pub(crate) const COOL_GRANTS: u16 = 1024;

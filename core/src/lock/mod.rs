@@ -72,9 +72,9 @@
 
 mod manager;
 
-pub use manager::{LeaseConfig, LivenessProbe, Manager, StepReport};
 #[cfg(test)]
-pub(crate) use manager::{COOL_GRANTS, KEEP_AFTER};
+pub(crate) use manager::COOL_GRANTS;
+pub use manager::{LeaseConfig, LivenessProbe, Manager, StepReport, KEEP_AFTER};
 
 use crate::coherence::{Coherence, Site};
 use crate::layout::{

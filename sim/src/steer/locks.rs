@@ -559,7 +559,7 @@ pub(super) fn late_grant_on_a_free_slot(disable: Option<&'static str>) -> Result
     Ok(out)
 }
 
-/// Node 1 (host 1) takes a lock four times in a row and keeps the last
+/// Node 1 (host 1) takes a lock more than `KEEP_AFTER` times in a row and keeps the last
 /// grant past its release (see core's `lock.rs`, "Parked grants"). It is
 /// declared dead: node 0's request makes the manager revoke the kept grant,
 /// node 0's recovery repairs the lock, and node 0 takes it. Node 1 wakes
@@ -574,12 +574,12 @@ pub(super) fn kept_grant_of_a_zombie(disable: Option<&'static str>) -> Result<Ve
     let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
     let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
     let mut out = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..=cxlkv_core::lock::KEEP_AFTER {
         let g = n1.lock(LOCK)?;
         n1.unlock(g)?;
     }
     if !n1.keeps_grants() {
-        out.push(format!("{NAME}: four grants in a row to node 1 and none kept"));
+        out.push(format!("{NAME}: {} grants in a row to node 1 and none kept", cxlkv_core::lock::KEEP_AFTER + 1));
         return Ok(out);
     }
     declare_dead(&s0, 1)?;
@@ -628,12 +628,12 @@ pub(super) fn kept_grant_released_over_a_successor(disable: Option<&'static str>
     let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
     let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
     let mut out = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..=cxlkv_core::lock::KEEP_AFTER {
         let g = n1.lock(LOCK)?;
         n1.unlock(g)?;
     }
     if !n1.keeps_grants() {
-        out.push(format!("{NAME}: four grants in a row to node 1 and none kept"));
+        out.push(format!("{NAME}: {} grants in a row to node 1 and none kept", cxlkv_core::lock::KEEP_AFTER + 1));
         return Ok(out);
     }
     declare_dead(&s0, 1)?;
