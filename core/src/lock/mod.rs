@@ -55,8 +55,10 @@
 //! Parked grants. A lock one node takes again and again (a writer's stripe
 //! and heap locks) would cost a manager round trip each time. So a grant
 //! says whether its holder may keep it past its release (`GRANT_PARK`: the
-//! manager's last grant of the lock went to the same node, and no other
-//! node asked for it then). Such a release leaves the slot LOCKED and
+//! manager's last `KEEP_AFTER` + 1 grants of the lock went to this node,
+//! no kept grant of it was recalled in its last `COOL_GRANTS` grants, nobody
+//! else asks for it now, the grant is not a recovery's and the lock awaits
+//! no repair). Such a release leaves the slot LOCKED and
 //! records the grant node-locally (`NodeLocal::parked`); the node's next
 //! request of the lock takes it back after reading its slot fresh (still
 //! LOCKED with that ticket: not revoked) and the lock line (not recalled).
@@ -66,9 +68,19 @@
 //! (`LINE_RECALL`); the node's background thread, polling while it keeps
 //! any grant, gives a recalled one back (IDLE, as a release). A release
 //! keeps nothing once the line shows the recall. Detach gives every kept
-//! grant back first. The flushes made under the lock completed before the
-//! grant was kept (the release's fence), so the later IDLE from another
-//! thread orders nothing it has not.
+//! grant back first; the platform's background thread also gives back a
+//! grant kept for 100 ms unused. The flushes made under the lock completed
+//! before the grant was kept (the release's fence), so the later IDLE from
+//! another thread orders nothing it has not.
+//!
+//! What a node read fresh or wrote under a grant stays current in its cache
+//! while it holds or keeps that grant: every other writer of what the lock
+//! guards needs a grant of its own, with a ticket of its own. The
+//! allocator reads a chunk's record and maps from cache on that ground
+//! (`alloc::FreshChunks`, keyed by lock and ticket: tickets are counted per
+//! lock). A revoked holder's late write-back is not seen that way; the next
+//! fresh reader finds it, as it finds one that lands just after a fresh
+//! read.
 
 mod manager;
 
