@@ -410,6 +410,38 @@ pub(super) fn tier_claimed_elsewhere(disable: Option<&'static str>) -> Result<Ve
     Ok(out)
 }
 
+/// Node 1 (host 1) records a key in its tier directory; host 0 finds it
+/// there (its cache keeps the record's line). Node 1 removes the key and
+/// records it again, another length: host 0's next look must read the
+/// record fresh and find the new length, never the record that is gone.
+pub(super) fn tier_record_changed_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "tier-record-changed-elsewhere";
+    let rig = Rig::new(2, 2, disable)?;
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
+    let _ = &n0;
+    let mut out = Vec::new();
+    let key = Key { lo: 0x7469_6572_0000_0001, hi: 21 };
+    let mut t1 = n1.tier_claim(2)?;
+    t1.put(1, key, 4096)?;
+    match s0.tier_find(1, key)? {
+        Some(t) if t.len == 4096 && t.owner == 1 => {}
+        r => out.push(format!("{NAME}: host 0 found {r:?} where node 1 recorded 4096 bytes")),
+    }
+    t1.remove(1, key)?;
+    t1.put(1, key, 8192)?;
+    match s0.tier_find(1, key)? {
+        Some(t) if t.len == 8192 => {}
+        r => out.push(format!("{NAME}: host 0 found {r:?} after node 1 recorded the key again with 8192 bytes")),
+    }
+    t1.remove(1, key)?;
+    if let Some(t) = s0.tier_find(1, key)? {
+        out.push(format!("{NAME}: host 0 found {t:?} after node 1 removed the key"));
+    }
+    t1.release()?;
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
+
 /// Node 0 (host 0) fills every free chunk with raw blocks; node 1 (host 1)
 /// asks for a chunk and is refused (its cache now holds the bitmap full).
 /// Node 0 frees one block, which gives its chunk back; node 1 asks again:

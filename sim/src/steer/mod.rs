@@ -389,6 +389,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: blocks::tier_claimed_elsewhere,
         },
         Scenario {
+            name: "tier-record-changed-elsewhere",
+            what: "a host finds a key in another node's tier directory; the owner removes it and records it again \
+                   with another length, then removes it: the host must see each change, never a record that is gone",
+            run: blocks::tier_record_changed_elsewhere,
+        },
+        Scenario {
             name: "zombie-map-lands-late",
             what: "a node holding another's heap lock stops, is declared dead and fenced; blocks are placed in \
                    that chunk, then the stopped node's old map line lands over the chunk's map: the next placement \
