@@ -559,6 +559,29 @@ pub(super) fn late_grant_on_a_free_slot(disable: Option<&'static str>) -> Result
     Ok(out)
 }
 
+/// Node `n` takes `lock` `KEEP_AFTER` + 1 times in a row, enough for its
+/// last grant to be kept past the release; false (with a finding in `out`)
+/// when none was.
+fn keeps_after_a_streak<C: cxlkv_core::coherence::Coherence>(
+    n: &Node<'_, C>,
+    lock: u32,
+    name: &str,
+    out: &mut Vec<String>,
+) -> Result<bool> {
+    for _ in 0..=cxlkv_core::lock::KEEP_AFTER {
+        let g = n.lock(lock)?;
+        n.unlock(g)?;
+    }
+    if !n.keeps_grants() {
+        out.push(format!(
+            "{name}: {} grants in a row to node {} and none kept",
+            cxlkv_core::lock::KEEP_AFTER + 1,
+            n.id
+        ));
+    }
+    Ok(n.keeps_grants())
+}
+
 /// Node 1 (host 1) takes a lock more than `KEEP_AFTER` times in a row and keeps the last
 /// grant past its release (see core's `lock.rs`, "Parked grants"). It is
 /// declared dead: node 0's request makes the manager revoke the kept grant,
@@ -574,12 +597,7 @@ pub(super) fn kept_grant_of_a_zombie(disable: Option<&'static str>) -> Result<Ve
     let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
     let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
     let mut out = Vec::new();
-    for _ in 0..=cxlkv_core::lock::KEEP_AFTER {
-        let g = n1.lock(LOCK)?;
-        n1.unlock(g)?;
-    }
-    if !n1.keeps_grants() {
-        out.push(format!("{NAME}: {} grants in a row to node 1 and none kept", cxlkv_core::lock::KEEP_AFTER + 1));
+    if !keeps_after_a_streak(&n1, LOCK, NAME, &mut out)? {
         return Ok(out);
     }
     declare_dead(&s0, 1)?;
@@ -628,12 +646,7 @@ pub(super) fn kept_grant_released_over_a_successor(disable: Option<&'static str>
     let (l0, l1) = (NodeLocal::default(), NodeLocal::default());
     let (n0, n1) = (Node::new(&s0, 0, &env, &l0)?, Node::new(&s1, 1, &env, &l1)?);
     let mut out = Vec::new();
-    for _ in 0..=cxlkv_core::lock::KEEP_AFTER {
-        let g = n1.lock(LOCK)?;
-        n1.unlock(g)?;
-    }
-    if !n1.keeps_grants() {
-        out.push(format!("{NAME}: {} grants in a row to node 1 and none kept", cxlkv_core::lock::KEEP_AFTER + 1));
+    if !keeps_after_a_streak(&n1, LOCK, NAME, &mut out)? {
         return Ok(out);
     }
     declare_dead(&s0, 1)?;
