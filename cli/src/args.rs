@@ -296,6 +296,9 @@ pub(crate) struct FormatArgs {
     /// reader of the log may fall behind before it must rescan.
     #[arg(long, default_value_t = Capacities::default().change_records)]
     pub(crate) change_records: u32,
+    /// Tenant slots, the default tenant's included (1 to 64).
+    #[arg(long, default_value_t = Capacities::default().max_tenants)]
+    pub(crate) max_tenants: u32,
     /// Overwrite an existing file (never one another user owns).
     #[arg(long)]
     pub(crate) force: bool,

@@ -137,6 +137,7 @@ fn cmd_format(a: &FormatArgs) -> Result<(), Fail> {
         tier_slots: a.tier_slots,
         tier_records: a.tier_records,
         change_records: a.change_records,
+        max_tenants: a.max_tenants,
     };
     let total = a.entries.unwrap_or(caps.n_stripes.saturating_mul(d.entries_per_stripe));
     let caps = Capacities { entries_per_stripe: total.div_ceil(caps.n_stripes.max(1)), ..caps };
@@ -642,6 +643,7 @@ mod capacity_flags {
         ("tier_slots", "tier-slots"),
         ("tier_records", "tier-records"),
         ("change_records", "change-records"),
+        ("max_tenants", "max-tenants"),
     ];
 
     /// Adding a capacity to core's table fails here until `cxlkv format`

@@ -8,9 +8,10 @@ use crate::coherence::{Coherence, Site};
 use crate::hash::{place, Key};
 use crate::index::{entry_checksum, probe, NIL};
 use crate::layout::{
-    state, Bucket, ChunkRecord, Entry, LockSlot, NodeInfo, PinRecord, PinSummary, RootRecord, StripeHeader, CHUNK_FREE,
-    CHUNK_HELD, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD, NODE_FENCED, NODE_FREE, SLOT_CANCEL,
-    SLOT_IDLE, SLOT_LOCKED, SLOT_WAITING,
+    state, Bucket, ChunkRecord, Entry, LockSlot, NodeInfo, PinRecord, PinSummary, RootRecord, StripeHeader,
+    TenantConfig, TenantUsage, CHUNK_FREE, CHUNK_HELD, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD,
+    NODE_FENCED, NODE_FREE, SLOT_CANCEL, SLOT_IDLE, SLOT_LOCKED, SLOT_WAITING, TENANT_DROPPING, TENANT_FREE,
+    TENANT_LIVE,
 };
 use crate::roots::{record_deferred, record_valid};
 use crate::store::Store;
@@ -107,6 +108,15 @@ pub enum FindingKind {
     /// A stripe's change log: its floor is above its count, or a record it
     /// counts is unreadable (a = stripe, b = change number).
     ChangeLog,
+    /// A tenant's usage line differs from the blocks its namespaces hold
+    /// (a = slot, b = the bytes those blocks hold).
+    TenantUsage,
+    /// A tenant line is void: a revoked holder's, written back after the
+    /// last repair, awaiting repair (a = slot, b = its ticket).
+    VoidTenant,
+    /// A tenant slot is malformed: an unknown state, a nameless tenant, or
+    /// slot 0 not the live default tenant (a = slot, b = state).
+    TenantSlot,
 }
 
 impl FindingKind {
@@ -147,6 +157,9 @@ impl FindingKind {
             FindingKind::TierRecord => "tier record malformed or unreachable",
             FindingKind::TierDuplicate => "two tier records claim one key",
             FindingKind::ChangeLog => "change log record missing or floor above count",
+            FindingKind::TenantUsage => "tenant usage differs from its blocks",
+            FindingKind::VoidTenant => "tenant line void (a revoked holder's, awaiting repair)",
+            FindingKind::TenantSlot => "tenant slot malformed",
         }
     }
 }
@@ -211,6 +224,7 @@ pub fn check<C: Coherence>(store: &Store<C>, scratch: &mut [u64], report: &mut d
     }
     c.journals()?;
     c.roots()?;
+    c.tenants()?;
     c.tiers()?;
     if track && c.void_entries == 0 {
         c.leaks()?;
@@ -839,6 +853,66 @@ impl<C: Coherence> Checker<'_, C> {
     }
 
     /// Roots: well-formed; the raw blocks they name count as referenced.
+    /// Every tenant slot: well formed, not void, and (a tenant other than
+    /// the default one) its usage line equal to what the entries of its
+    /// namespaces hold. Runs after the stripe and root passes: this host's
+    /// view of entries and root records is current.
+    fn tenants(&mut self) -> Result<()> {
+        let (st, l) = (self.st, &self.st.layout);
+        let nt = l.caps.max_tenants;
+        st.co.invalidate(&st.view, l.tenants.start, l.tenants.len(), Site("check.tenants"))?;
+        let mut acc = [(0u64, 0u64); crate::layout::MAX_TENANTS as usize];
+        for s in 0..l.caps.n_stripes {
+            for e in 0..l.caps.entries_per_stripe {
+                let ent: Entry = st.view.read(l.entry(s, e))?;
+                if ent.state == state::EMPTY || ent.ns < crate::namespaces::REGISTERED {
+                    continue;
+                }
+                let i = ent.ns.wrapping_sub(crate::namespaces::REGISTERED);
+                if i >= l.caps.n_roots {
+                    continue;
+                }
+                let r: RootRecord = st.view.read(l.root(i))?;
+                let Some((_, t)) = crate::namespaces::binding_of(&r) else { continue };
+                let cfg: TenantConfig = st.view.read(l.tenant_config(t.slot.min(nt.saturating_sub(1))))?;
+                if t.slot == 0 || t.slot >= nt || cfg.nonce != t.nonce || cfg.state == TENANT_FREE {
+                    continue;
+                }
+                if let Some(a) = acc.get_mut(t.slot as usize) {
+                    a.0 = a.0.saturating_add(ent.payload_len as u64);
+                    a.1 = a.1.saturating_add(1);
+                }
+            }
+        }
+        for t in 0..nt {
+            let cfg: TenantConfig = st.view.read(l.tenant_config(t))?;
+            let u: TenantUsage = st.view.read(l.tenant_usage(t))?;
+            let named = cfg.name.first().is_some_and(|&b| b != 0);
+            let ok = match cfg.state {
+                TENANT_FREE => t != 0,
+                TENANT_LIVE | TENANT_DROPPING => named && (t != 0 || cfg.state == TENANT_LIVE),
+                _ => false,
+            };
+            if !ok {
+                self.rep(FindingKind::TenantSlot, t as u64, cfg.state as u64);
+                continue;
+            }
+            if t == 0 || cfg.state == TENANT_FREE {
+                continue;
+            }
+            let floor = self.floors.get(l.locks().tenant(t) as usize).copied().unwrap_or(0);
+            if cfg.ticket < floor || u.ticket < floor {
+                self.rep(FindingKind::VoidTenant, t as u64, cfg.ticket.min(u.ticket));
+                continue;
+            }
+            let (bytes, blocks) = acc.get(t as usize).copied().unwrap_or_default();
+            if u.bytes != bytes || u.blocks != blocks || u.nonce != cfg.nonce {
+                self.rep(FindingKind::TenantUsage, t as u64, bytes);
+            }
+        }
+        Ok(())
+    }
+
     fn roots(&mut self) -> Result<()> {
         let (st, l) = (self.st, &self.st.layout);
         for i in 0..l.caps.n_roots {

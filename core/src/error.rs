@@ -66,6 +66,14 @@ pub enum Error {
     InboxFull = 26,
     /// The handle is a reservation, not a pin: publish or abort it.
     NotPinned = 27,
+    /// The tenant's hard quota is reached and none of its own blocks can be
+    /// evicted (all pinned or being written): nothing was reserved.
+    OverQuota = 28,
+    /// No such tenant: never added, dropped, or being dropped (a namespace
+    /// bound to it takes no new blocks).
+    NoTenant = 29,
+    /// Every tenant slot is taken.
+    TenantsFull = 30,
 }
 
 impl Error {
@@ -99,6 +107,9 @@ impl Error {
             Error::Recovering => "recovery in progress, retry",
             Error::InboxFull => "inbox full, retry",
             Error::NotPinned => "block is reserved, not pinned: publish or abort it",
+            Error::OverQuota => "the tenant's hard quota is reached (its own blocks are all pinned or being written)",
+            Error::NoTenant => "no such tenant (dropped, or being dropped)",
+            Error::TenantsFull => "every tenant slot is taken",
         }
     }
 

@@ -21,6 +21,7 @@ pub fn format<C: Coherence>(region: View, co: C, caps: Capacities, creation_id: 
     region.zero(0, meta_end)?;
     let store = Store { view: region, layout, co, creation_id };
     crate::index::format_stripes(&store)?;
+    crate::tenants::format_tenants(&store)?;
     // Completed (with the header) by the header fence, before the magic.
     store.co.flush(&store.view, 0, meta_end, Site("format.meta"))?;
     let mut h = layout.header(creation_id, 0);

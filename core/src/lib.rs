@@ -46,6 +46,7 @@ pub mod pins;
 pub mod recover;
 pub mod roots;
 pub mod store;
+pub mod tenants;
 pub mod tier;
 
 #[cfg(test)]

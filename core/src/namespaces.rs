@@ -17,6 +17,7 @@ use crate::layout::RootRecord;
 use crate::node::Node;
 use crate::roots::{self, Root, MAX_NAME};
 use crate::store::Store;
+use crate::tenants::{TenantId, DEFAULT_TENANT};
 use crate::{Error, Result};
 
 /// The first registered id: ids from here on name root records.
@@ -27,28 +28,45 @@ pub const NAMESPACE_TAG: u32 = u32::from_le_bytes(*b"NSPC");
 
 const PREFIX: [u8; 4] = *b"\0ns1";
 
-/// Root name of the namespace with digest `d`: the prefix, the digest, zeros.
-fn record_name(d: [u8; 16]) -> [u8; MAX_NAME] {
+/// Root name of the namespace with digest `d` of tenant `t`: the prefix,
+/// the digest, the tenant's slot and nonce (zeros for the default tenant),
+/// zeros.
+fn record_name(d: [u8; 16], t: TenantId) -> [u8; MAX_NAME] {
     let mut name = [0u8; MAX_NAME];
-    for (dst, src) in name.iter_mut().zip(PREFIX.iter().chain(&d)) {
-        *dst = *src;
+    let (slot, nonce) = if t.slot == 0 { (0, 0) } else { (t.slot, t.nonce) };
+    let tail = slot.to_le_bytes().into_iter().chain(nonce.to_le_bytes());
+    for (dst, src) in name.iter_mut().zip(PREFIX.iter().copied().chain(d).chain(tail)) {
+        *dst = src;
     }
     name
 }
 
-/// The digest a root record holds, when it is a registered namespace's
-/// (valid, tagged [`NAMESPACE_TAG`], named by [`record_name`]).
-pub fn digest_of(r: &RootRecord) -> Option<[u8; 16]> {
+/// The digest and tenant a root record holds, when it is a registered
+/// namespace's (valid, tagged [`NAMESPACE_TAG`], named by [`record_name`]).
+pub fn binding_of(r: &RootRecord) -> Option<([u8; 16], TenantId)> {
     let (prefix, rest) = r.name.split_first_chunk::<4>()?;
-    let (d, zeros) = rest.split_first_chunk::<16>()?;
+    let (d, rest) = rest.split_first_chunk::<16>()?;
+    let (slot, rest) = rest.split_first_chunk::<4>()?;
+    let (nonce, zeros) = rest.split_first_chunk::<4>()?;
     let ours = roots::record_valid(r) && r.tag == NAMESPACE_TAG && *prefix == PREFIX;
-    (ours && zeros.iter().all(|&b| b == 0)).then_some(*d)
+    let t = TenantId { slot: u32::from_le_bytes(*slot), nonce: u32::from_le_bytes(*nonce) };
+    (ours && zeros.iter().all(|&b| b == 0)).then_some((*d, t))
 }
 
-/// The id of the namespace with digest `d`, read without a lock; `None` when
-/// it is not registered.
+/// The digest a root record holds, when it is a registered namespace's.
+pub fn digest_of(r: &RootRecord) -> Option<[u8; 16]> {
+    binding_of(r).map(|(d, _)| d)
+}
+
+/// The id of the default tenant's namespace with digest `d`, read without a
+/// lock; `None` when it is not registered.
 pub fn find<C: Coherence>(store: &Store<C>, d: [u8; 16]) -> Result<Option<u32>> {
-    Ok(roots::find(store, record_name(d))?.filter(|(_, r)| r.tag == NAMESPACE_TAG).map(|(i, _)| REGISTERED | i))
+    find_in(store, d, DEFAULT_TENANT)
+}
+
+/// The id of tenant `t`'s namespace with digest `d`, read without a lock.
+pub fn find_in<C: Coherence>(store: &Store<C>, d: [u8; 16], t: TenantId) -> Result<Option<u32>> {
+    Ok(roots::find(store, record_name(d, t))?.filter(|(_, r)| r.tag == NAMESPACE_TAG).map(|(i, _)| REGISTERED | i))
 }
 
 impl<C: Coherence> Node<'_, C> {
@@ -62,16 +80,34 @@ impl<C: Coherence> Node<'_, C> {
 
     /// [`Node::namespace`] of a digest computed elsewhere.
     pub fn namespace_of_digest(&self, d: [u8; 16]) -> Result<u32> {
-        if let Some(id) = find(self.store, d)? {
+        self.namespace_in(DEFAULT_TENANT, d)
+    }
+
+    /// The id of tenant `t`'s namespace of digest `d`, registering it on
+    /// first use; `NoTenant` when `t` is not a live tenant. Its blocks count
+    /// to `t` (see `tenants.rs`); the same digest in another tenant is
+    /// another namespace.
+    pub fn namespace_in(&self, t: TenantId, d: [u8; 16]) -> Result<u32> {
+        if let Some(id) = find_in(self.store, d, t)? {
             return Ok(id);
         }
-        self.with_lock(self.store.layout.locks().roots(), || self.register_locked(d))
+        if t.slot != 0 {
+            // Registered for a tenant live now (a namespace of one dropped
+            // meanwhile takes no blocks: its reserves are refused).
+            self.tenant_live(t)?;
+        }
+        self.with_lock(self.store.layout.locks().roots(), || self.register_locked_in(d, t))
     }
 
     /// Registers digest `d` (or finds it registered); the caller holds the
     /// roots lock.
+    #[cfg(test)]
     pub(crate) fn register_locked(&self, d: [u8; 16]) -> Result<u32> {
-        let name = record_name(d);
+        self.register_locked_in(d, DEFAULT_TENANT)
+    }
+
+    fn register_locked_in(&self, d: [u8; 16], t: TenantId) -> Result<u32> {
+        let name = record_name(d, t);
         // The put scans the table and refuses an equal name: another node
         // registered it since the caller's scan, and its record is the one.
         match self.root_put_locked(name, Root { offset: 0, size: 0, tag: NAMESPACE_TAG }) {

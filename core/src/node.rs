@@ -50,6 +50,9 @@ pub struct NodeLocal {
     /// writer, its owner); the sender ring the next receive looks at first,
     /// and the heads this process knows.
     pub(crate) receiving: spin::Mutex<crate::channel::Heads>,
+    /// The tenants of namespace ids this node met (see
+    /// [`crate::tenants::BoundCache`]).
+    pub(crate) bound: spin::Mutex<crate::tenants::BoundCache>,
 }
 
 /// The largest ticket of each lock a node was granted and the largest
@@ -203,6 +206,7 @@ impl Default for NodeLocal {
             void_repaired: spin::Mutex::new(false),
             sending: spin::Mutex::new(crate::channel::Cursors::default()),
             receiving: spin::Mutex::new(crate::channel::Heads::default()),
+            bound: spin::Mutex::new([(0, 0, 0); crate::tenants::BOUND_CACHE]),
         }
     }
 }

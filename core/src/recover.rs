@@ -172,6 +172,8 @@ impl<C: Coherence> Node<'_, C> {
         if kept != 0 {
             claimed = claimed.saturating_add(self.claim_quarantined(kept, alive, &mut rep)?);
         }
+        // Every tenant's usage counted from the entries as rebuilt.
+        self.rebuild_tenants(|lock| self.ticket(lock))?;
         claimed = claimed.saturating_add(self.claim_journaled(alive | kept)?);
         rep.blocks_reclaimed = reset_blocks.saturating_sub(claimed);
         self.apply_deferred_frees(kept, &mut rep)?;

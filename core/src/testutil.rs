@@ -48,6 +48,7 @@ pub fn small_caps() -> Capacities {
         tier_slots: 2,
         tier_records: 32,
         change_records: 16,
+        max_tenants: 4,
     }
 }
 

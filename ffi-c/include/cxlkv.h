@@ -89,6 +89,12 @@ enum cxlkv_result
   CXLKV_RESULT_INBOX_FULL = 1026,
   // The block is a reservation, not a pin: publish or abort it.
   CXLKV_RESULT_NOT_PINNED = 1027,
+  // The tenant's hard quota is reached: nothing of its own can be evicted.
+  CXLKV_RESULT_OVER_QUOTA = 1028,
+  // No such tenant (dropped, or being dropped).
+  CXLKV_RESULT_NO_TENANT = 1029,
+  // Every tenant slot is taken.
+  CXLKV_RESULT_TENANTS_FULL = 1030,
   // An OS call failed (see `cxlkv_last_error`).
   CXLKV_RESULT_IO = 1100,
   // Not supported on this machine or build.
@@ -338,6 +344,8 @@ typedef struct cxlkv_capacities {
   // Records of each stripe's change log (a power of two, 4 to 2^20): how
   // far a reader of the log may fall behind before it must rescan.
   uint32_t change_records;
+  // Tenant slots, the default tenant's included (1 to 64).
+  uint32_t max_tenants;
 } cxlkv_capacities;
 
 // How a node attaches. Start from `cxlkv_node_options_default`.

@@ -91,6 +91,8 @@ pub struct cxlkv_capacities {
     /// Records of each stripe's change log (a power of two, 4 to 2^20): how
     /// far a reader of the log may fall behind before it must rescan.
     pub change_records: u32,
+    /// Tenant slots, the default tenant's included (1 to 64).
+    pub max_tenants: u32,
 }
 
 // The same table on both sides (equal sizes checked by `transmute!`, names

@@ -74,6 +74,8 @@ pub struct FormatOptions {
     pub tier_records: Option<u32>,
     /// Records of each stripe's change log (a power of two).
     pub change_records: Option<u32>,
+    /// Tenant slots, the default tenant's included (1 to 64).
+    pub max_tenants: Option<u32>,
 }
 
 /// Options of `Region.attach`.

@@ -148,6 +148,12 @@ codes! {
     InboxFull = 1026, "INBOX_FULL", Capacity, core(InboxFull);
     /// The block is a reservation, not a pin: publish or abort it.
     NotPinned = 1027, "NOT_PINNED", InvalidArgument, core(NotPinned);
+    /// The tenant's hard quota is reached: nothing of its own can be evicted.
+    OverQuota = 1028, "OVER_QUOTA", Capacity, core(OverQuota);
+    /// No such tenant (dropped, or being dropped).
+    NoTenant = 1029, "NO_TENANT", NotFound, core(NoTenant);
+    /// Every tenant slot is taken.
+    TenantsFull = 1030, "TENANTS_FULL", Capacity, core(TenantsFull);
     /// An OS call failed (see `cxlkv_last_error`).
     Io = 1100, "IO", Platform, text("operating system error");
     /// Not supported on this machine or build.
@@ -200,7 +206,7 @@ mod tests {
     use super::*;
     use cxlkv_core::Error as E;
 
-    const CORE: [E; 27] = [
+    const CORE: [E; 30] = [
         E::InvalidArgument,
         E::NotInitialized,
         E::BadMagic,
@@ -228,6 +234,9 @@ mod tests {
         E::Recovering,
         E::InboxFull,
         E::NotPinned,
+        E::OverQuota,
+        E::NoTenant,
+        E::TenantsFull,
     ];
 
     #[test]

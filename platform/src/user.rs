@@ -41,6 +41,10 @@ impl Policy for Pick {
         self.picked.insert(key);
         Verdict::Evict
     }
+
+    fn for_owner(&self) -> bool {
+        true
+    }
 }
 
 /// Picks every entry of the given namespaces, as an eviction policy.
@@ -53,6 +57,10 @@ impl Policy for Namespaces {
         } else {
             Verdict::Skip
         }
+    }
+
+    fn for_owner(&self) -> bool {
+        true
     }
 }
 

@@ -19,6 +19,7 @@ fn caps() -> Capacities {
         entries_per_stripe: 256,
         chunk_shift: 16,
         change_records: 16,
+        max_tenants: 2,
         ..Capacities::default()
     }
 }

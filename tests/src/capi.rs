@@ -555,6 +555,7 @@ fn pool_caps() -> cxlkv_capacities {
         tier_slots: 1,
         tier_records: 8,
         change_records: 8,
+        max_tenants: 3,
     }
 }
 

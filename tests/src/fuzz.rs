@@ -28,6 +28,7 @@ pub fn tiny_caps() -> Capacities {
         tier_slots: 1,
         tier_records: 4,
         change_records: 4,
+        max_tenants: 3,
     }
 }
 

@@ -25,6 +25,14 @@ pub enum Verdict {
 pub trait Policy {
     /// Decides about `entry` of `stripe`.
     fn consider(&mut self, stripe: u32, entry: &Entry) -> Verdict;
+
+    /// Whether this eviction acts for the blocks' own tenant (its quota, a
+    /// drop, a removal of keys or namespaces it asked for): then tenants'
+    /// guaranteed shares do not hold against it. An eviction that makes
+    /// room for anyone leaves every tenant its share (see `tenants.rs`).
+    fn for_owner(&self) -> bool {
+        false
+    }
 }
 
 /// Blocks an eviction frees together, under one heap-lock hold per chunk
@@ -235,38 +243,45 @@ impl<C: Coherence> Node<'_, C> {
             if ent.state == state::READY {
                 match policy.consider(s, &ent) {
                     Verdict::Evict => {
-                        if !self.claim_unpinned(s, e, &mut ent, h.ticket())? {
-                            // Pinned: in use, so the most recently used.
-                            if h.lru_tail != e {
-                                st.lru_unlink(s, h, e, &mut ent)?;
-                                st.lru_push_tail(s, h, e, &mut ent)?;
-                                st.put_ent(s, e, &mut ent, h.ticket())?;
+                        // The block's tenant, nested: its usage goes down in
+                        // the same hold, and an eviction for anyone leaves
+                        // it its share. One awaiting repair is passed over
+                        // (its count is recovery's to rebuild first).
+                        let mut th = match self.tenant_for_removal(ent.ns) {
+                            Ok(th) => th,
+                            Err(Error::Recovering) => {
+                                e = next;
+                                continue;
+                            }
+                            Err(err) => return Err(err),
+                        };
+                        let len = ent.payload_len as u64;
+                        let kept = th.as_ref().is_some_and(|hold| {
+                            !policy.for_owner() && !hold.above_share(len) && !mutant!("tenant.share_ignored")
+                        });
+                        if kept {
+                            if let Some(hold) = th.take() {
+                                self.tenant_put(hold)?;
                             }
                             e = next;
                             continue;
                         }
-                        let key = crate::hash::Key { lo: ent.key_lo, hi: ent.key_hi };
-                        let tag = crate::hash::place(ent.ns, key);
-                        let mut removing = ent;
-                        let removed = probe::find_held(st, s, tag, ent.ns, key, h)
-                            .and_then(|f| f.filter(|f| f.entry == e).ok_or(Error::Corrupt))
-                            .and_then(|f| st.remove_locked(s, h, e, f.bucket, &mut removing, self.id));
-                        let (off, len) = match removed {
-                            Ok(x) => x,
-                            Err(err) => {
-                                // Given up after the claim (a void line met
-                                // in the stripe, whose repair follows): the
-                                // entry goes back READY, as recovery would
-                                // make it, not left CLAIMED for the next
-                                // holder to take for an evictor deciding
-                                // (seed 119015: an acquire under the lock
-                                // answered `Changed`).
-                                st.put_ent(s, e, &mut ent, h.ticket())?;
-                                return Err(err);
+                        let r = self.remove_claimed(s, h, e, &mut ent);
+                        if let (Ok(Some(_)), Some(hold)) = (&r, th.as_mut()) {
+                            hold.discharge(len, true);
+                        }
+                        let put = th.map_or(Ok(()), |hold| self.tenant_put(hold));
+                        match r? {
+                            Some(x) => {
+                                put?;
+                                return Ok(Some(x));
                             }
-                        };
-                        h.evictions = h.evictions.wrapping_add(1);
-                        return Ok(Some((off, len)));
+                            None => {
+                                put?;
+                                e = next;
+                                continue;
+                            }
+                        }
                     }
                     Verdict::Skip => {}
                     Verdict::Stop => return Ok(None),
@@ -275,6 +290,42 @@ impl<C: Coherence> Node<'_, C> {
             e = next;
         }
         Ok(None)
+    }
+
+    /// Claims READY entry `e` (`ent`) unless pinned and removes it: its
+    /// block (offset, length) for the caller to free, `None` when pinned
+    /// (then moved to the LRU list's tail). Caller holds the lock.
+    fn remove_claimed(&self, s: u32, h: &mut HeldStripe, e: u32, ent: &mut Entry) -> Result<Option<(u64, u64)>> {
+        let st = self.store;
+        if !self.claim_unpinned(s, e, ent, h.ticket())? {
+            // Pinned: in use, so the most recently used.
+            if h.lru_tail != e {
+                st.lru_unlink(s, h, e, ent)?;
+                st.lru_push_tail(s, h, e, ent)?;
+                st.put_ent(s, e, ent, h.ticket())?;
+            }
+            return Ok(None);
+        }
+        let key = crate::hash::Key { lo: ent.key_lo, hi: ent.key_hi };
+        let tag = crate::hash::place(ent.ns, key);
+        let mut removing = *ent;
+        let removed = probe::find_held(st, s, tag, ent.ns, key, h)
+            .and_then(|f| f.filter(|f| f.entry == e).ok_or(Error::Corrupt))
+            .and_then(|f| st.remove_locked(s, h, e, f.bucket, &mut removing, self.id));
+        let (off, len) = match removed {
+            Ok(x) => x,
+            Err(err) => {
+                // Given up after the claim (a void line met in the stripe,
+                // whose repair follows): the entry goes back READY, as
+                // recovery would make it, not left CLAIMED for the next
+                // holder to take for an evictor deciding (seed 119015: an
+                // acquire under the lock answered `Changed`).
+                st.put_ent(s, e, ent, h.ticket())?;
+                return Err(err);
+            }
+        };
+        h.evictions = h.evictions.wrapping_add(1);
+        Ok(Some((off, len)))
     }
 
     /// The evictor's half of the pin handshake (see `pins.rs`): marks READY

@@ -14,12 +14,13 @@ mod read;
 
 use crate::coherence::{Coherence, Site};
 use crate::hash::{checksum32, checksum32_fold, checksum32_lanes, place, Key};
-use crate::layout::{state, Bucket, Entry, StripeHeader};
+use crate::layout::{state, Bucket, Entry, StripeHeader, TENANT_LIVE};
 use crate::lock::Held;
 use crate::mutant::mutant;
 use crate::node::Node;
 use crate::off::Off;
 use crate::store::Store;
+use crate::tenants::{TenantHold, TenantId};
 use crate::{Error, Result};
 
 pub use evict::{EvictReport, Lru, Policy, Verdict};
@@ -625,10 +626,14 @@ impl<C: Coherence> Node<'_, C> {
             return Err(Error::InvalidArgument);
         }
         let st = self.store;
-        let retry = |r: &Result<Handle>| matches!(r, Err(Error::OutOfSpace));
+        let retry = |r: &Result<Handle>| matches!(r, Err(Error::OutOfSpace | Error::OverQuota));
+        // The namespace's tenant, when not the default one: its usage is
+        // counted and its quota checked under its lock (see `tenants.rs`).
+        let tenant = self.tenant_of(ns)?;
         self.room_for_whole_chunks(ns, items);
         for attempt in 0..MAX_ROUNDS {
             let mut short: u64 = 0;
+            let mut over: u64 = 0;
             by_stripe(
                 items.len(),
                 |i| items.get(i).map_or(0, |it| st.stripe_of(ns, it.key)),
@@ -637,30 +642,49 @@ impl<C: Coherence> Node<'_, C> {
                         return Ok(());
                     }
                     let r = self.with_stripe(s, |h| {
-                        self.refresh_touched_locked(s, h)?;
-                        // This node's heap lock, kept from one block of the
-                        // stripe to the next.
-                        let mut heap = None;
-                        for &i in idx {
-                            let (Some(o), Some(item)) = (out.get_mut(i), items.get(i)) else { continue };
-                            if attempt > 0 && !retry(o) {
-                                continue;
-                            }
-                            *o = self.reserve_locked(ns, s, h, *item, &mut heap);
-                            if retry(o) {
-                                short = short.saturating_add(item.len);
+                        // Taken before anything changes: refused, the stripe
+                        // is as it was.
+                        let mut th = match tenant {
+                            Some(id) => Some(self.tenant_take(id, true)?),
+                            None => None,
+                        };
+                        if let (Some(id), Some(hold)) = (tenant, th.as_ref()) {
+                            if hold.cfg.state != TENANT_LIVE || hold.cfg.nonce != id.nonce {
+                                if let Some(hold) = th.take() {
+                                    self.tenant_put(hold)?;
+                                }
+                                return Err(Error::NoTenant);
                             }
                         }
-                        let released = self.release_heap(&mut heap);
-                        st.put_hdr(s, h)?;
-                        released
+                        let r = self.reserve_stripe(ns, s, h, items, idx, out, attempt, &mut th, tenant);
+                        let put = th.map_or(Ok(()), |hold| self.tenant_put(hold));
+                        let (sh, ov) = r?;
+                        put?;
+                        short = short.saturating_add(sh);
+                        over = over.saturating_add(ov);
+                        Ok(())
                     });
                     void_if_revoked(&r, idx, out);
                     r
                 },
             )?;
+            if over > 0 {
+                // Over its quota: the tenant's own least recent blocks go
+                // (its share does not hold them), then the items try again.
+                if let Some(id) = tenant {
+                    // No more than it needs: its other blocks stay.
+                    let want = over;
+                    let rep = self.evict(want, &mut crate::tenants::OfTenant::new(self, id))?;
+                    if rep.entries == 0 && short == 0 {
+                        break;
+                    }
+                }
+            }
             if short == 0 {
-                break;
+                if over == 0 {
+                    break;
+                }
+                continue;
             }
             // Free at least a chunk's worth, more each round: holes must meet
             // to fit large blocks, and one round's room serves many reserves.
@@ -670,7 +694,7 @@ impl<C: Coherence> Node<'_, C> {
                 break;
             }
             if rep.bytes == rep.deferred {
-                for r in out.iter_mut().take(items.len()).filter(|r| retry(r)) {
+                for r in out.iter_mut().take(items.len()).filter(|r| matches!(r, Err(Error::OutOfSpace))) {
                     *r = Err(Error::Recovering);
                 }
                 break;
@@ -682,6 +706,60 @@ impl<C: Coherence> Node<'_, C> {
             c.inserts = c.inserts.wrapping_add(ok);
             c.exists = c.exists.wrapping_add(ex);
         })
+    }
+
+    /// One stripe's share of a [`Node::reserve_batch`] round, under its lock
+    /// (and the tenant's, `th`): the bytes of items left without room and
+    /// of items over the tenant's quota.
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_stripe(
+        &self,
+        ns: u32,
+        s: u32,
+        h: &mut HeldStripe,
+        items: &[ReserveItem],
+        idx: &[usize],
+        out: &mut [Result<Handle>],
+        attempt: u32,
+        th: &mut Option<TenantHold>,
+        tenant: Option<TenantId>,
+    ) -> Result<(u64, u64)> {
+        let retry = |r: &Result<Handle>| matches!(r, Err(Error::OutOfSpace | Error::OverQuota));
+        self.refresh_touched_locked(s, h)?;
+        let (mut short, mut over) = (0u64, 0u64);
+        // This node's heap lock, kept from one block of the stripe to the
+        // next.
+        let mut heap = None;
+        for &i in idx {
+            let (Some(o), Some(item)) = (out.get_mut(i), items.get(i)) else { continue };
+            if attempt > 0 && !retry(o) {
+                continue;
+            }
+            if let Some(hold) = th.as_mut() {
+                if !hold.fits(item.len) && !mutant!("tenant.quota_ignored") {
+                    hold.refuse();
+                    *o = Err(Error::OverQuota);
+                    // What its own evictions must free for this item (none
+                    // for a block larger than the whole quota: it never
+                    // fits, and its blocks stay).
+                    if item.len <= hold.cfg.quota {
+                        let need = hold.usage.bytes.saturating_add(item.len).saturating_sub(hold.cfg.quota);
+                        over = over.saturating_add(need.max(1));
+                    }
+                    continue;
+                }
+            }
+            *o = self.reserve_locked(ns, s, h, *item, &mut heap, th, tenant);
+            match (&*o, th.as_mut()) {
+                (Ok(got), Some(hold)) => hold.charge(got.len),
+                (Err(Error::OutOfSpace), _) => short = short.saturating_add(item.len),
+                _ => {}
+            }
+        }
+        let released = self.release_heap(&mut heap);
+        self.store.put_hdr(s, h)?;
+        released?;
+        Ok((short, over))
     }
 
     /// Blocks of a whole chunk or more fit only free chunks. When the
@@ -720,7 +798,9 @@ impl<C: Coherence> Node<'_, C> {
     /// published, `Some(Err(Exists))` and the like, or the write's error
     /// (the reservation aborted); `None` when there was no room
     /// (`OutOfSpace`: nothing reserved; the caller reserves the usual way,
-    /// which evicts). `Err` as those calls fail whole (fenced, say).
+    /// which evicts), and for a namespace of a tenant other than the
+    /// default one (whose reserve counts under the tenant's lock: the usual
+    /// way too). `Err` as those calls fail whole (fenced, say).
     pub fn put_with(
         &self,
         ns: u32,
@@ -728,6 +808,9 @@ impl<C: Coherence> Node<'_, C> {
         write: impl FnOnce(&Handle) -> Result<()>,
     ) -> Result<Option<Result<()>>> {
         let st = self.store;
+        if self.tenant_of(ns)?.is_some() {
+            return Ok(None);
+        }
         let s = st.stripe_of(ns, item.key);
         let mut write = Some(write);
         // What the hold did: the reserve's outcome, then (when reserved)
@@ -738,7 +821,7 @@ impl<C: Coherence> Node<'_, C> {
         let held = self.with_stripe(s, |hdr| {
             self.refresh_touched_locked(s, hdr)?;
             let mut heap = None;
-            reserved = self.reserve_locked(ns, s, hdr, item, &mut heap);
+            reserved = self.reserve_locked(ns, s, hdr, item, &mut heap, &mut None, None);
             if let Err(e) = self.release_heap(&mut heap) {
                 st.put_hdr(s, hdr)?;
                 return Err(e);
@@ -788,7 +871,11 @@ impl<C: Coherence> Node<'_, C> {
 
     ///
     /// `heap`: a hold of this node's heap lock kept from one reserve to the
-    /// next (see [`Node::alloc_kv_held`]); the caller releases it.
+    /// next (see [`Node::alloc_kv_held`]); the caller releases it. `th`: the
+    /// hold of the namespace's tenant `tenant` (not the default one), given
+    /// back and taken again around an eviction that makes room in a full
+    /// stripe (whose victim's tenant lock may rank below it).
+    #[allow(clippy::too_many_arguments)]
     fn reserve_locked(
         &self,
         ns: u32,
@@ -796,6 +883,8 @@ impl<C: Coherence> Node<'_, C> {
         h: &mut HeldStripe,
         it: ReserveItem,
         heap: &mut Option<Held>,
+        th: &mut Option<TenantHold>,
+        tenant: Option<TenantId>,
     ) -> Result<Handle> {
         let st = self.store;
         let len32 = u32::try_from(it.len).map_err(|_| Error::TooLarge)?;
@@ -807,8 +896,24 @@ impl<C: Coherence> Node<'_, C> {
             // A full stripe: make room by evicting its least recent entry
             // (whose free takes a heap lock: the kept one goes first).
             self.release_heap(heap)?;
-            if self.evict_one_locked(s, h, &mut Lru)?.is_none() {
+            if let Some(hold) = th.take() {
+                self.tenant_put(hold)?;
+            }
+            let evicted = self.evict_one_locked(s, h, &mut Lru);
+            if let Some(id) = tenant {
+                *th = Some(self.tenant_take(id, true)?);
+            }
+            if evicted?.is_none() {
                 return Err(Error::TableFull);
+            }
+            if let Some(hold) = th.as_ref() {
+                // Taken again: dropped or over its quota meanwhile.
+                if hold.cfg.state != TENANT_LIVE || Some(hold.id) != tenant {
+                    return Err(Error::NoTenant);
+                }
+                if !hold.fits(it.len) {
+                    return Err(Error::OverQuota);
+                }
             }
         }
         let e = h.free_head;
@@ -1048,6 +1153,19 @@ impl<C: Coherence> Node<'_, C> {
             return Err(Error::StaleHandle);
         }
         self.with_stripe(s, |hdr| {
+            // The block's tenant, taken before anything changes.
+            let mut th = self.tenant_for_removal(h.ns)?;
+            let r = self.abort_locked(s, hdr, h, &mut th);
+            let put = th.map_or(Ok(()), |hold| self.tenant_put(hold));
+            r?;
+            put
+        })
+    }
+
+    /// [`Node::abort`] under the stripe lock (and the tenant's, `th`).
+    fn abort_locked(&self, s: u32, hdr: &mut HeldStripe, h: &Handle, th: &mut Option<TenantHold>) -> Result<()> {
+        let st = self.store;
+        {
             let mut e = self.writing_or_lost(s, hdr, h)?;
             // SYNC: payload bytes the caller stored through a pointer land
             // before the block can be handed out again (a dirty line written
@@ -1064,7 +1182,10 @@ impl<C: Coherence> Node<'_, C> {
             st.co.store_fence(Site("index.abort.payload.fence"));
             let tag = place(h.ns, h.key);
             let f = probe::find_held(st, s, tag, h.ns, h.key, hdr)?.ok_or(Error::Corrupt)?;
-            let (off, _) = st.remove_locked(s, hdr, h.entry, f.bucket, &mut e, self.id)?;
+            let (off, len) = st.remove_locked(s, hdr, h.entry, f.bucket, &mut e, self.id)?;
+            if let Some(hold) = th.as_mut() {
+                hold.discharge(len, false);
+            }
             st.put_hdr(s, hdr)?;
             {
                 let mut j = self.local.journal.lock();
@@ -1078,7 +1199,7 @@ impl<C: Coherence> Node<'_, C> {
                 Ok(()) | Err(Error::Recovering) => Ok(()),
                 Err(e) => Err(e),
             }
-        })
+        }
     }
 }
 

@@ -4,7 +4,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::{Error, Result};
 
-use super::lines::{MAX_APP_LOCKS, MAX_LOCKS, MAX_NODES};
+use super::lines::{MAX_APP_LOCKS, MAX_LOCKS, MAX_NODES, MAX_TENANTS};
 
 /// One capacity of a region, as [`Capacities::FIELDS`] lists it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +96,9 @@ capacities! {
     /// Records of each stripe's change log (a power of two, 4 to 2^20): how
     /// far a reader of the log may fall behind before it must rescan.
     change_records = 256;
+    /// Tenant slots, the default tenant's included (1 to 64): tenants
+    /// beside the default one that may exist at once, plus one.
+    max_tenants = 8;
 }
 
 impl Capacities {
@@ -117,6 +120,7 @@ impl Capacities {
             && (4..=1 << 20).contains(&self.change_records)
             && self.tier_records.is_power_of_two()
             && (2..=1 << 26).contains(&self.tier_records)
+            && (1..=MAX_TENANTS).contains(&self.max_tenants)
             && self.n_locks() <= MAX_LOCKS;
         if ok {
             Ok(())
@@ -130,11 +134,11 @@ impl Capacities {
         self.entries_per_stripe.max(2).saturating_mul(2).next_power_of_two()
     }
 
-    /// Number of global locks: stripes, roots, one heap per node, alloc, one
-    /// inbox per node, then the application locks.
+    /// Number of global locks: stripes, roots, one per tenant, one heap per
+    /// node, alloc, one inbox per node, then the application locks.
     pub fn n_locks(&self) -> u32 {
         // Validated capacities keep this far below u32::MAX.
-        let n = self.n_stripes.wrapping_add(1).wrapping_add(self.max_nodes);
+        let n = self.n_stripes.wrapping_add(1).wrapping_add(self.max_tenants).wrapping_add(self.max_nodes);
         n.wrapping_add(1).wrapping_add(self.max_nodes).wrapping_add(self.app_locks)
     }
 }

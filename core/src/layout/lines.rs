@@ -9,13 +9,15 @@ use crate::mem::LINE;
 
 /// "CXLKV\0\0\1" little-endian: the region magic.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
-/// Format version; bumped with every incompatible change (12: a chunk
+/// Format version; bumped with every incompatible change (16: tenants, a
+/// table of them and a lock each, between the roots lock and the heap
+/// locks; 12: a chunk
 /// record carries the heap-lock ticket it was written under and its maps'
 /// checksum; 11: fenced nodes and quarantined entries; 10: a lock's
 /// repair floor and a stripe header's ticket, so a region whose headers
 /// carry no ticket is refused rather than read as void; 9: namespace ids
 /// from 2^31 up name registered namespaces).
-pub const FORMAT_VERSION: u32 = 15;
+pub const FORMAT_VERSION: u32 = 16;
 /// Largest number of nodes (pinner bitmask is one u64).
 pub const MAX_NODES: u32 = 64;
 /// Most granules a chunk is cut into (two maps of 4096 bits follow its
@@ -98,7 +100,10 @@ shared_struct! {
         pub change_records: u32,
         pub off_tiers: u64,
         pub off_changes: u64,
-        pub reserved: [u64; 3],
+        pub off_tenants: u64,
+        pub max_tenants: u32,
+        pub pad: u32,
+        pub reserved: [u64; 1],
         pub checksum: u64,
     } size 256
 }
@@ -623,6 +628,68 @@ shared_struct! {
     } size 192
 }
 
+shared_struct! {
+    /// First line of a tenant's slot: who it is and its limits. Written
+    /// under the tenant's lock (and a slot taken or freed under the roots
+    /// lock as well, which keeps names unique).
+    pub struct TenantConfig {
+        /// Its name, NUL-padded (1 to [`TENANT_NAME`] bytes, no NUL).
+        pub name: [u8; 20],
+        /// Relative weight (reported; eviction order among tenants above
+        /// their share does not use it yet).
+        pub priority: u32,
+        /// Hard quota in payload bytes; 0 = none.
+        pub quota: u64,
+        /// Guaranteed share in payload bytes: eviction for another tenant
+        /// never takes the tenant below it.
+        pub share: u64,
+        /// Lifetime of its blocks in milliseconds; 0 = none.
+        pub ttl_ms: u64,
+        /// Changes every time the slot is taken: a namespace bound to an
+        /// earlier tenant of the slot names another nonce.
+        pub nonce: u32,
+        /// `TENANT_FREE`, `TENANT_LIVE` or `TENANT_DROPPING`.
+        pub state: u32,
+        /// The grant of the tenant's lock it was written under (recovery's
+        /// for a slot it rebuilt): below the lock's repair floor, a revoked
+        /// holder's line written back late.
+        pub ticket: u64,
+    } size 64
+}
+
+shared_struct! {
+    /// Second line of a tenant's slot: what it holds, kept exact under its
+    /// lock by every reserve, abort and removal of its blocks, rebuilt by
+    /// recovery from the entries.
+    pub struct TenantUsage {
+        /// Payload bytes of its blocks being written or stored.
+        pub bytes: u64,
+        /// Its blocks being written or stored.
+        pub blocks: u64,
+        /// Its blocks evicted (for any tenant, itself included).
+        pub evictions: u64,
+        /// Reserves refused at its hard quota.
+        pub refused: u64,
+        /// The slot's nonce when the line was written.
+        pub nonce: u32,
+        pub pad: u32,
+        /// As [`TenantConfig::ticket`].
+        pub ticket: u64,
+        pub reserved: [u64; 2],
+    } size 64
+}
+
+/// Longest tenant name.
+pub const TENANT_NAME: usize = 20;
+/// Most tenants a region holds (the default tenant's slot 0 included).
+pub const MAX_TENANTS: u32 = 64;
+/// Tenant slot states: never taken or dropped.
+pub const TENANT_FREE: u32 = 0;
+/// A tenant: its namespaces take blocks.
+pub const TENANT_LIVE: u32 = 1;
+/// Being dropped: its blocks are being removed, it takes no new ones.
+pub const TENANT_DROPPING: u32 = 2;
+
 /// Entry states.
 pub mod state {
     /// Free entry.
@@ -721,5 +788,7 @@ pub const LAYOUT_FINGERPRINT: u64 = {
     h = TierHead::fold_layout(h);
     h = TierRecord::fold_layout(h);
     h = ChangeRecord::fold_layout(h);
+    h = TenantConfig::fold_layout(h);
+    h = TenantUsage::fold_layout(h);
     h
 };

@@ -19,6 +19,7 @@ use super::lines::{
 #[derive(Clone, Copy, Debug)]
 pub struct LockIds {
     n_stripes: u32,
+    max_tenants: u32,
     max_nodes: u32,
 }
 
@@ -31,13 +32,19 @@ impl LockIds {
     pub fn roots(&self) -> u32 {
         self.n_stripes
     }
+    /// Lock of tenant slot `t`: after the stripes (a stripe's holder takes
+    /// it for the tenant's usage) and the roots (a tenant is added under
+    /// both), before the heaps.
+    pub fn tenant(&self, t: u32) -> u32 {
+        self.n_stripes.wrapping_add(1).wrapping_add(t)
+    }
     /// Lock of node `n`'s heap.
     pub fn heap(&self, n: u32) -> u32 {
-        self.n_stripes.wrapping_add(1).wrapping_add(n)
+        self.tenant(self.max_tenants).wrapping_add(n)
     }
     /// Lock of the global chunk bitmap.
     pub fn alloc(&self) -> u32 {
-        self.n_stripes.wrapping_add(1).wrapping_add(self.max_nodes)
+        self.heap(self.max_nodes)
     }
     /// Number of locks core itself uses; application lock `i` has id
     /// `n_core() + i`, after every one of them. Recovery takes exactly these.
@@ -90,6 +97,8 @@ pub struct Layout {
     pub tiers: Area,
     /// Every stripe's change log.
     pub changes: Area,
+    /// Tenant slots: per slot, a `TenantConfig` then a `TenantUsage`.
+    pub tenants: Area,
     /// Payload chunks.
     pub payload: Area,
 }
@@ -155,6 +164,7 @@ impl Layout {
             area(&mut at, mul(mul(mul(n, n), mul(caps.inbox_slots as u64, SLOT_LINES).saturating_add(1)), LINE));
         let tiers = area(&mut at, mul(caps.tier_slots as u64, tier_dir_len(caps.tier_records)));
         let changes = area(&mut at, mul(mul(s, caps.change_records as u64), LINE));
+        let tenants = area(&mut at, mul(caps.max_tenants as u64, 2 * LINE));
         // Chunk metadata depends on the chunk count, which depends on what is
         // left: solve with the per-chunk cost (record + bitmap bit).
         let meta_end = at;
@@ -204,6 +214,7 @@ impl Layout {
             inboxes,
             tiers,
             changes,
+            tenants,
             payload,
         })
     }
@@ -249,7 +260,10 @@ impl Layout {
             change_records: c.change_records,
             off_tiers: self.tiers.start,
             off_changes: self.changes.start,
-            reserved: [0; 3],
+            off_tenants: self.tenants.start,
+            max_tenants: c.max_tenants,
+            pad: 0,
+            reserved: [0; 1],
             checksum: 0,
         };
         h.checksum = header_checksum(&h);
@@ -289,6 +303,7 @@ impl Layout {
             tier_slots: h.tier_slots,
             tier_records: h.tier_records,
             change_records: h.change_records,
+            max_tenants: h.max_tenants,
         };
         let l = Layout::compute(caps, h.region_size).map_err(|_| Error::CorruptHeader)?;
         let mut expect = l.header(h.creation_id, h.flags);
@@ -301,7 +316,7 @@ impl Layout {
 
     /// Lock ids of this layout.
     pub fn locks(&self) -> LockIds {
-        LockIds { n_stripes: self.caps.n_stripes, max_nodes: self.caps.max_nodes }
+        LockIds { n_stripes: self.caps.n_stripes, max_tenants: self.caps.max_tenants, max_nodes: self.caps.max_nodes }
     }
 
     /// Chunk size in bytes.
@@ -414,6 +429,14 @@ impl Layout {
     pub fn change(&self, s: u32, i: u64) -> u64 {
         let n = self.caps.change_records as u64;
         at(self.changes.start, (s as u64).wrapping_mul(n).wrapping_add(i & n.wrapping_sub(1)), LINE)
+    }
+    /// Offset of tenant slot `t`'s config line.
+    pub fn tenant_config(&self, t: u32) -> u64 {
+        at(self.tenants.start, t as u64, 2 * LINE)
+    }
+    /// Offset of tenant slot `t`'s usage line.
+    pub fn tenant_usage(&self, t: u32) -> u64 {
+        self.tenant_config(t).wrapping_add(LINE)
     }
     /// Offset of record `i` of tier directory `d`.
     pub fn tier_record(&self, d: u32, i: u32) -> u64 {

@@ -73,6 +73,9 @@ class Result(enum.IntEnum):
     RECOVERING = 1025
     INBOX_FULL = 1026
     NOT_PINNED = 1027
+    OVER_QUOTA = 1028
+    NO_TENANT = 1029
+    TENANTS_FULL = 1030
     IO = 1100
     UNSUPPORTED = 1101
     CUDA_UNAVAILABLE = 1102
@@ -133,6 +136,7 @@ class Region:
         tier_slots: Optional[int] = None,
         tier_records: Optional[int] = None,
         change_records: Optional[int] = None,
+        max_tenants: Optional[int] = None,
     ) -> None: ...
     @property
     def size(self) -> int: ...

@@ -19,6 +19,7 @@ pub fn sim_caps(hosts: usize) -> Capacities {
         tier_slots: 2,
         tier_records: 16,
         change_records: 8,
+        max_tenants: 3,
     }
 }
 
