@@ -402,7 +402,12 @@ impl<C: Coherence> Node<'_, C> {
         let (mut bytes, mut blocks) = (0u64, 0u64);
         for s in 0..st.layout.caps.n_stripes {
             for e in 0..st.layout.caps.entries_per_stripe {
-                let ent = st.fresh_entry(st.layout.entry(s, e), Site("tenant.default.scan.report"))?;
+                // An entry caught mid-change (its writer holds the stripe)
+                // is left out of the count.
+                let ent = match st.fresh_entry(st.layout.entry(s, e), Site("tenant.default.scan.report")) {
+                    Err(Error::Changed) => continue,
+                    r => r?,
+                };
                 if matches!(ent.state, state::WRITING | state::READY | state::CLAIMED)
                     && self.tenant_of(ent.ns)?.is_none()
                 {

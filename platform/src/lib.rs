@@ -34,6 +34,7 @@ pub mod region;
 pub mod route;
 pub mod size;
 mod sync;
+pub mod tenants;
 pub mod tier;
 pub mod user;
 pub mod zmtp;

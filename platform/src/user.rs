@@ -174,11 +174,13 @@ impl Node {
         // SYNC: a namespace's record is written once, under the roots lock,
         // and never changed: a fresh read of it is its value for good.
         let r: cxlkv_core::layout::RootRecord = st.fresh(st.layout.root(i), Site("namespace.digest"))?;
-        let d = namespaces::digest_of(&r);
-        if let Some(d) = d {
+        let bound = namespaces::binding_of(&r);
+        // Remembered as the default tenant's id of the digest only when it
+        // is (a tenant's namespace of the same digest is another id).
+        if let Some((d, _)) = bound.filter(|(_, t)| t.slot == 0) {
             self.namespaces.lock().unwrap_or_else(|e| e.into_inner()).insert(d, id);
         }
-        Ok(d)
+        Ok(bound.map(|(d, _)| d))
     }
 
     /// The named root `name`, read without a lock.

@@ -21,12 +21,12 @@ use crate::harness::blocks::{
 };
 use crate::harness::checks::{always_invariants, check_from};
 use crate::harness::feed::feed_tail;
-use crate::harness::model::{key, Pin, WAIT_LIMIT};
+use crate::harness::model::{key, ns, Pin, NS_ID, TENANTS, WAIT_LIMIT};
 use crate::harness::ops::{
     adopt_unrooted, chan_attached, chan_attaching, channel_end, channel_op, raw_free, raw_op, revoked_ok, roots_op,
 };
 use crate::harness::params::sim_caps;
-use crate::harness::params::{KEYS, LEASE, NS};
+use crate::harness::params::{KEYS, LEASE};
 use crate::harness::sched::{rnd, StepCut};
 use crate::harness::stalls::{await_stalled_quiet, barrier, stall_here, stall_now};
 use crate::harness::tier::{tier_op, tier_release, TierState};
@@ -409,6 +409,9 @@ pub(crate) fn op_actor(w: &World, h: usize, ops: u32, seed: u64, restarted: bool
     if h == 0 && !restarted {
         make_counter(w, &node, me);
     }
+    if TENANTS.with(|t| t.get()) {
+        join_tenant(w, &node, h, me);
+    }
     let first = w.model.lock().unwrap().op_at[h];
     for op in first..ops {
         let fenced = op_begins(w, h, op, writing);
@@ -674,6 +677,7 @@ fn op_done<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, op: u32, writi
         w.published_all(3 * h, "an operation", writing.map(|(hd, _, _)| (hd.off, hd.len)));
     }
     always_invariants(w, h, op);
+    quotas_held(w, node);
     if op % 4 == FEED_AT.with(|c| c.get()) {
         feed_tail(w, node.store, h);
     }
@@ -697,6 +701,57 @@ fn free_own_raw<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize) {
 /// ticket]`, written only by that node; the counter is the value of the
 /// line with the largest ticket. A late line lands only in its own node's
 /// line, under a ticket smaller than every grant after the revocation.
+/// In a run with a tenant, every host adds tenant `sim` (or finds it added)
+/// and registers its namespace there: the same id on every host, used for
+/// every key from then on. A host declared dead meanwhile keeps the plain
+/// namespace (its operations fail with `Revoked` until it stops).
+fn join_tenant<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, me: usize) {
+    use cxlkv_core::tenants::Limits;
+    let limits = Limits {
+        quota: crate::harness::params::TENANT_QUOTA,
+        share: crate::harness::params::TENANT_SHARE,
+        ..Limits::default()
+    };
+    let t = loop {
+        let r = match node.tenant_add(b"sim", limits) {
+            Err(Error::Exists) => node.tenant_find(b"sim").and_then(|t| t.ok_or(Error::NoTenant)),
+            r => r,
+        };
+        match r {
+            Ok(t) => break t,
+            Err(Error::Recovering) => w.yield_now(me, "tenant-retry"),
+            Err(e) => return check(w, h, "tenant_add", e, &[]),
+        }
+    };
+    let digest = cxlkv_core::hash::Namespace { model: b"sim", ..Default::default() }.digest();
+    loop {
+        match node.namespace_in(t, digest) {
+            Ok(id) => return NS_ID.with(|c| c.set(id)),
+            Err(Error::Recovering) => w.yield_now(me, "namespace-retry"),
+            Err(e) => return check(w, h, "namespace_in", e, &[]),
+        }
+    }
+}
+
+/// No tenant holds more than its hard quota: read from memory itself (no
+/// host's cache), where every usage line a holder or a recovery published
+/// lands, and where a late write-back lands too (every one was within the
+/// quota when written).
+pub(crate) fn quotas_held<C: Coherence>(w: &World, node: &Node<'_, C>) {
+    use cxlkv_core::layout::{TenantConfig, TenantUsage, TENANT_FREE};
+    let l = &node.store.layout;
+    let mem = w.mem.shared_region();
+    for t in 1..l.caps.max_tenants {
+        let (Ok(c), Ok(u)) = (mem.read::<TenantConfig>(l.tenant_config(t)), mem.read::<TenantUsage>(l.tenant_usage(t)))
+        else {
+            return w.violation(format!("tenant {t}: lines unreadable"));
+        };
+        if c.state != TENANT_FREE && c.quota != 0 && u.bytes > c.quota {
+            return w.violation(format!("tenant {t} holds {} bytes over its hard quota {}", u.bytes, c.quota));
+        }
+    }
+}
+
 fn make_counter<C: Coherence>(w: &World, node: &Node<'_, C>, me: usize) {
     let len = 64 * node.store.layout.caps.max_nodes as u64;
     let mut a = node.alloc(len);
@@ -782,7 +837,7 @@ pub(crate) fn woken_pins_nothing<C: Coherence>(w: &World, node: &Node<'_, C>, h:
     }
     let keys: Vec<Key> = (0..KEYS).map(key).collect();
     let mut out = vec![Err(Error::InvalidArgument); keys.len()];
-    let r = node.acquire(NS, &keys, &mut out);
+    let r = node.acquire(ns(), &keys, &mut out);
     if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
         eprintln!("step {}: host {h} woke declared dead; acquire: {r:?}", w.now());
     }

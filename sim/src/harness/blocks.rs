@@ -9,9 +9,9 @@ use cxlkv_core::node::Node;
 use cxlkv_core::store::attach;
 use cxlkv_core::Error;
 
-use crate::harness::model::{key, len_of, payload, Pin, IN_ACQUIRE};
+use crate::harness::model::{key, len_of, ns, payload, Pin, IN_ACQUIRE};
 use crate::harness::ops::{revoked_ok, write_payload};
-use crate::harness::params::{sim_caps, KEYS, NS};
+use crate::harness::params::{sim_caps, KEYS};
 use crate::harness::sched::rnd;
 use crate::harness::tier::tier_find;
 use crate::harness::world::{counted_insert, log, pins_of, unpin_model, World};
@@ -41,7 +41,7 @@ pub(crate) fn reserve_op<C: Coherence>(
     r: u64,
     k: Key,
 ) -> Option<Writing> {
-    match node.reserve(NS, k, len_of(k), 16) {
+    match node.reserve(ns(), k, len_of(k), 16) {
         Ok(hd) => {
             counted_insert(w, h);
             log(w, hd.off, format!("host {h} reserve key {} len {}", k.hi, hd.len));
@@ -52,7 +52,13 @@ pub(crate) fn reserve_op<C: Coherence>(
             Some((hd, op + 1 + (r >> 40) as u32 % 3, raw))
         }
         Err(e) => {
-            check(w, h, "reserve", e, &[Error::Exists, Error::OutOfSpace, Error::TableFull, Error::Recovering]);
+            check(
+                w,
+                h,
+                "reserve",
+                e,
+                &[Error::Exists, Error::OutOfSpace, Error::OverQuota, Error::TableFull, Error::Recovering],
+            );
             None
         }
     }
@@ -72,7 +78,7 @@ pub(crate) fn acquire_op<C: Coherence>(
     let keys: Vec<Key> = (i..i + 3).map(key).collect();
     let mut out = vec![Err(Error::InvalidArgument); keys.len()];
     IN_ACQUIRE.with(|c| c.set(true));
-    let got = node.acquire(NS, &keys, &mut out);
+    let got = node.acquire(ns(), &keys, &mut out);
     IN_ACQUIRE.with(|c| c.set(false));
     if let Err(e) = got {
         return check(w, h, "acquire", e, &[]);
@@ -118,7 +124,7 @@ fn where_wrong<C: Coherence>(w: &World, node: &Node<'_, C>, k: Key, at: Option<u
     for s in 0..l.caps.n_stripes {
         for e in 0..l.caps.entries_per_stripe {
             let Ok(ent) = node.store.view.read::<cxlkv_core::layout::Entry>(l.entry(s, e)) else { continue };
-            if ent.key_lo == k.lo && ent.key_hi == k.hi && ent.ns == NS {
+            if ent.key_lo == k.lo && ent.key_hi == k.hi && ent.ns == ns() {
                 let line = ((ent.payload_off + at as u64) / 64) as usize;
                 return format!(
                     " from byte {at}: entry {s}/{e} gen {} at {}, line {line} last written by {:?}",
@@ -136,7 +142,7 @@ fn where_wrong<C: Coherence>(w: &World, node: &Node<'_, C>, k: Key, at: Option<u
 /// the SSD tiers next, as the platform's get does.
 pub(crate) fn get_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, k: Key) {
     let mut buf = vec![0u8; (2 << sim_caps(2).chunk_shift) + 64];
-    match node.get(NS, k, &mut buf) {
+    match node.get(ns(), k, &mut buf) {
         Ok(n) => {
             if !w.model.lock().unwrap().published.contains(&k) {
                 w.violation(format!("host {h} got key {} never published", k.hi));
@@ -159,9 +165,9 @@ pub(crate) fn lookup_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r
     let pinned_before = pins_of(w, &keys);
     let mut present = vec![false; keys.len()];
     let got = if r.is_multiple_of(2) {
-        node.lookup(NS, &keys).map(|n| present[..n].fill(true))
+        node.lookup(ns(), &keys).map(|n| present[..n].fill(true))
     } else {
-        node.presence(NS, &keys, &mut present).map(|_| ())
+        node.presence(ns(), &keys, &mut present).map(|_| ())
     };
     if let Err(e) = got {
         return check(w, h, "lookup", e, &[]);
@@ -192,7 +198,7 @@ pub(crate) fn reserve_batch_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: u
     let items: Vec<ReserveItem> =
         (i..i + 3).map(|j| ReserveItem { key: key(j), len: len_of(key(j)), tokens: 16 }).collect();
     let mut out = vec![Err(Error::InvalidArgument); items.len()];
-    if let Err(e) = node.reserve_batch(NS, &items, &mut out) {
+    if let Err(e) = node.reserve_batch(ns(), &items, &mut out) {
         check(w, h, "reserve_batch", e, &[]);
         // Items a failed call did not reach keep their placeholder.
         out.iter_mut().for_each(|r| {
@@ -217,7 +223,14 @@ pub(crate) fn reserve_batch_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: u
                 h,
                 "reserve batch item",
                 e,
-                &[Error::Exists, Error::OutOfSpace, Error::TableFull, Error::JournalFull, Error::Recovering],
+                &[
+                    Error::Exists,
+                    Error::OutOfSpace,
+                    Error::OverQuota,
+                    Error::TableFull,
+                    Error::JournalFull,
+                    Error::Recovering,
+                ],
             ),
         }
     }
@@ -247,7 +260,7 @@ pub(crate) fn put_with_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize,
     for k in (i..i + 3).map(key) {
         let item = ReserveItem { key: k, len: len_of(k), tokens: 16 };
         let mut reserved = None;
-        let r = node.put_with(NS, item, |hd| {
+        let r = node.put_with(ns(), item, |hd| {
             reserved = Some(*hd);
             log(w, hd.off, format!("host {h} put-with key {} len {}", k.hi, hd.len));
             // Published before the call returns: the model knows it first.
@@ -384,8 +397,8 @@ pub(crate) fn verify_pinned<C: Coherence>(w: &World, node: &Node<'_, C>, h: usiz
 /// publishes the first (stale) handle. Refused; the new reservation is then
 /// written and published as usual.
 pub(crate) fn stale_handle_misuse<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, k: Key) {
-    let ok = [Error::Exists, Error::OutOfSpace, Error::TableFull, Error::Recovering];
-    let old = match node.reserve(NS, k, len_of(k), 16) {
+    let ok = [Error::Exists, Error::OutOfSpace, Error::OverQuota, Error::TableFull, Error::Recovering];
+    let old = match node.reserve(ns(), k, len_of(k), 16) {
         Ok(hd) => hd,
         Err(e) if ok.contains(&e) || revoked_ok(w, h, e) => return,
         Err(e) => return w.violation(format!("host {h} reserve (misuse): {e:?}")),
@@ -397,7 +410,7 @@ pub(crate) fn stale_handle_misuse<C: Coherence>(w: &World, node: &Node<'_, C>, h
         }
         return;
     }
-    let new = match node.reserve(NS, k, len_of(k), 16) {
+    let new = match node.reserve(ns(), k, len_of(k), 16) {
         Ok(hd) => hd,
         Err(e) if ok.contains(&e) || revoked_ok(w, h, e) => return,
         Err(e) => return w.violation(format!("host {h} reserve again (misuse): {e:?}")),

@@ -194,6 +194,13 @@ thread_local! {
     pub(crate) static IN_ACQUIRE: Cell<bool> = const { Cell::new(false) };
     /// This run's [`RunConfig::mixed`] (set in every thread of the run).
     pub(crate) static MIXED: Cell<bool> = const { Cell::new(false) };
+    /// Runs with a tenant (see [`crate::harness::params::tenants_of`]): the hosts' keys are of a namespace of
+    /// tenant `sim`, whose hard quota and share bind (see
+    /// [`crate::harness::params::TENANT_QUOTA`]).
+    pub(crate) static TENANTS: Cell<bool> = const { Cell::new(false) };
+    /// The namespace id of the hosts' keys, as this actor's host registered
+    /// it ([`crate::harness::params::NS`] in runs without a tenant).
+    pub(crate) static NS_ID: Cell<u32> = const { Cell::new(crate::harness::params::NS) };
     /// Waits (lock polls) after which `NodeEnv::wait` reports a timeout.
     pub(crate) static WAIT_LIMIT: Cell<u32> = const { Cell::new(200_000) };
 }
@@ -205,6 +212,11 @@ pub(crate) fn payload(k: Key, len: usize) -> Vec<u8> {
         c.copy_from_slice(&w[..c.len()]);
     }
     v
+}
+
+/// The namespace id of the hosts' keys (see [`NS_ID`]).
+pub(crate) fn ns() -> u32 {
+    NS_ID.with(|c| c.get())
 }
 
 pub(crate) fn key(i: u64) -> Key {

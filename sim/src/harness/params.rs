@@ -27,6 +27,17 @@ pub fn sim_caps(hosts: usize) -> Capacities {
 pub const SIM_BYTES: usize = 192 << 10;
 /// The namespace of the hosts' keys.
 pub(crate) const NS: u32 = 3;
+/// Hard quota of tenant `sim` in runs with a tenant: below what the keys
+/// can hold, so the tenant evicts its own blocks.
+pub const TENANT_QUOTA: u64 = 24 << 10;
+/// Guaranteed share of tenant `sim`.
+pub const TENANT_SHARE: u64 = 8 << 10;
+/// Whether a run of `seed` has a tenant: seeds 4 to 7 modulo 8 (apart
+/// from the crashes of odd seeds and the lazy caches of seeds 2 and 3
+/// modulo 4).
+pub fn tenants_of(seed: u64) -> bool {
+    (seed >> 2) & 1 == 1
+}
 /// Keys the hosts draw from.
 pub(crate) const KEYS: u64 = 40;
 

@@ -264,6 +264,7 @@ fn spawn_actors(w: &Arc<World>, cfg: &RunConfig) -> Vec<std::thread::JoinHandle<
         threads.push(std::thread::spawn(move || {
             ACTOR.with(|a| a.set(actor));
             MIXED.with(|m| m.set(mixed));
+            crate::harness::model::TENANTS.with(|t| t.set(crate::harness::params::tenants_of(seed)));
             if let Some(f) = feed_at {
                 FEED_AT.with(|c| c.set(f));
             }

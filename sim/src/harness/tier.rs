@@ -13,9 +13,9 @@ use cxlkv_core::node::Node;
 use cxlkv_core::tier::TierDir;
 use cxlkv_core::Error;
 
-use crate::harness::model::{key, len_of, payload, TierRec, IN_ACQUIRE};
+use crate::harness::model::{key, len_of, ns, payload, TierRec, IN_ACQUIRE};
 use crate::harness::ops::{revoked_ok, write_payload};
-use crate::harness::params::{KEYS, NS};
+use crate::harness::params::KEYS;
 use crate::harness::world::counted_insert;
 use crate::harness::world::{log, World};
 use crate::memory::SimCoherence;
@@ -70,7 +70,7 @@ pub(crate) fn tier_op<'a>(w: &World, node: &Node<'a, SimCoherence<'a>>, h: usize
                 }
             }
             let dir = t.dir.as_mut().expect("claimed");
-            let res = dir.remove(NS, k);
+            let res = dir.remove(ns(), k);
             let end = w.now();
             if let Some(rec) = w.model.lock().unwrap().tier.recs.iter_mut().rev().find(|x| x.key == k) {
                 if let Some((b, None)) = rec.gone {
@@ -96,7 +96,7 @@ fn tier_spill<'a>(w: &World, node: &Node<'a, SimCoherence<'a>>, h: usize, k: Key
     }
     let mut out = [Err(Error::InvalidArgument)];
     IN_ACQUIRE.with(|c| c.set(true));
-    let got = node.acquire(NS, &[k], &mut out);
+    let got = node.acquire(ns(), &[k], &mut out);
     IN_ACQUIRE.with(|c| c.set(false));
     if let Err(e) = got {
         if !revoked_ok(w, h, e) {
@@ -129,7 +129,7 @@ fn tier_spill<'a>(w: &World, node: &Node<'a, SimCoherence<'a>>, h: usize, k: Key
         m.tier.puts.push((begin, None));
         (m.tier.recs.len() - 1, m.tier.puts.len() - 1)
     };
-    let res = t.dir.as_mut().expect("claimed").put(NS, k, hd.len);
+    let res = t.dir.as_mut().expect("claimed").put(ns(), k, hd.len);
     let end = w.now();
     {
         let mut m = w.model.lock().unwrap();
@@ -154,9 +154,16 @@ fn tier_spill<'a>(w: &World, node: &Node<'a, SimCoherence<'a>>, h: usize, k: Key
 /// a request), if it is not there.
 fn tier_promote<'a>(w: &World, node: &Node<'a, SimCoherence<'a>>, h: usize, t: &TierState<'a>, i: u64) {
     let Some((k, bytes)) = t.ssd.iter().min_by_key(|(k, _)| k.hi.wrapping_sub(i)) else { return };
-    let hd = match node.reserve(NS, *k, bytes.len() as u64, 16) {
+    let hd = match node.reserve(ns(), *k, bytes.len() as u64, 16) {
         Ok(hd) => hd,
-        Err(Error::Exists | Error::OutOfSpace | Error::TableFull | Error::Recovering | Error::JournalFull) => return,
+        Err(
+            Error::Exists
+            | Error::OutOfSpace
+            | Error::OverQuota
+            | Error::TableFull
+            | Error::Recovering
+            | Error::JournalFull,
+        ) => return,
         Err(e) if revoked_ok(w, h, e) => return,
         Err(e) => return w.violation(format!("host {h} tier promote reserve: {e:?}")),
     };
@@ -175,7 +182,7 @@ fn tier_promote<'a>(w: &World, node: &Node<'a, SimCoherence<'a>>, h: usize, t: &
 /// model.
 pub(crate) fn tier_find<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, k: Key) {
     let begin = w.now();
-    let found = node.store.tier_find(NS, k);
+    let found = node.store.tier_find(ns(), k);
     let end = w.now();
     let m = w.model.lock().unwrap();
     let tm = &m.tier;

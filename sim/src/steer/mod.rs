@@ -55,6 +55,7 @@ macro_rules! two_nodes {
 mod blocks;
 mod locks;
 mod managers;
+mod tenants;
 mod zombies;
 
 /// One named scenario.
@@ -387,6 +388,30 @@ pub fn scenarios() -> &'static [Scenario] {
             what: "a host whose cache holds every tier directory head as free claims a directory after another \
                    host claimed one: it must take another, never the one owned",
             run: blocks::tier_claimed_elsewhere,
+        },
+        Scenario {
+            name: "tenant-added-elsewhere",
+            what: "a host whose cache holds the tenant table empty adds a tenant another host added: refused, and \
+                   it finds the one added",
+            run: tenants::tenant_added_elsewhere,
+        },
+        Scenario {
+            name: "namespace-bound-elsewhere",
+            what: "a host whose cache holds the root table empty puts a block in a namespace another host bound to \
+                   a tenant: the block counts to that tenant",
+            run: tenants::namespace_bound_elsewhere,
+        },
+        Scenario {
+            name: "share-held-against-others",
+            what: "another tenant's blocks fill the region many times over: evictions take a tenant's blocks above \
+                   its guaranteed share, never below it",
+            run: tenants::share_held_against_others,
+        },
+        Scenario {
+            name: "zombie-tenant-usage-lands-late",
+            what: "a node holding a tenant's lock stops, is declared dead and recovered; the tenant's blocks change, \
+                   then the stopped node's old usage line lands: the next holder takes it as void, never as the count",
+            run: tenants::zombie_tenant_usage_lands_late,
         },
         Scenario {
             name: "tier-record-changed-elsewhere",

@@ -1,0 +1,157 @@
+//! Scenarios of tenants: a tenant or a namespace added on one host and met
+//! on another whose cache holds the old lines, and a guaranteed share held
+//! against another tenant's evictions.
+
+use cxlkv_core::hash::{Key, Namespace};
+use cxlkv_core::node::{Node, NodeLocal};
+use cxlkv_core::tenants::{Limits, TenantInfo};
+use cxlkv_core::{Error, Result};
+
+use super::{Rig, StepEnv};
+
+fn key(i: u64) -> Key {
+    Key { lo: i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, hi: i }
+}
+
+fn put<C: cxlkv_core::coherence::Coherence>(n: &Node<'_, C>, ns: u32, i: u64, len: u64) -> Result<()> {
+    let h = n.reserve(ns, key(i), len, 1)?;
+    n.write(&h, 0, &vec![i as u8; len as usize])?;
+    n.publish_flushed(core::slice::from_ref(&h), &mut [Ok(())])
+}
+
+/// Bytes and blocks tenant `name` holds, as node `n` lists them.
+fn usage_of<C: cxlkv_core::coherence::Coherence>(n: &Node<'_, C>, name: &[u8]) -> Result<Option<(u64, u64)>> {
+    let mut out = [TenantInfo::default(); 4];
+    let k = n.tenant_list(&mut out)?;
+    Ok(out.iter().take(k).find(|t| t.name() == name).map(|t| (t.bytes, t.blocks)))
+}
+
+/// Host 1 looks for tenant `t` and finds none (its cache keeps the table's
+/// empty lines); host 0 adds `t`. Host 1 adding `t` must be refused
+/// (`Exists`), and host 1 must find it: one name, one tenant.
+pub(super) fn tenant_added_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "tenant-added-elsewhere";
+    let rig = Rig::new(2, 2, disable)?;
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
+    let mut out = Vec::new();
+    if n1.tenant_find(b"t")?.is_some() {
+        out.push(format!("{NAME}: a tenant found before any was added"));
+    }
+    let t = n0.tenant_add(b"t", Limits::default())?;
+    match n1.tenant_add(b"t", Limits::default()) {
+        Err(Error::Exists) => {}
+        r => out.push(format!("{NAME}: host 1 added a tenant host 0 added already: {r:?}")),
+    }
+    match n1.tenant_find(b"t")? {
+        Some(found) if found == t => {}
+        r => out.push(format!("{NAME}: host 1 found {r:?} for the tenant host 0 added ({t:?})")),
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
+
+/// Host 1 scans the root table (its cache keeps the empty records); host 0
+/// adds tenant `t` and registers a namespace in it. Host 1, handed the
+/// namespace's id, puts a block there: the block must count to `t` (host 1
+/// reads the namespace's record afresh, not its cached empty line).
+pub(super) fn namespace_bound_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "namespace-bound-elsewhere";
+    let rig = Rig::new(2, 2, disable)?;
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
+    let mut out = Vec::new();
+    if cxlkv_core::roots::get(&s1, b"r") != Err(Error::NotFound) {
+        out.push(format!("{NAME}: a root named before any put"));
+    }
+    let t = n0.tenant_add(b"t", Limits::default())?;
+    let ns = n0.namespace_in(t, Namespace { model: b"m", ..Namespace::default() }.digest())?;
+    put(&n1, ns, 1, 512)?;
+    match usage_of(&n0, b"t")? {
+        Some((512, 1)) => {}
+        r => out.push(format!("{NAME}: tenant t holds {r:?} after host 1 put a 512-byte block in its namespace")),
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
+
+/// Node 0 puts blocks of tenant `quiet` (a share of 8 KiB) beyond its
+/// share; node 1 (host 1) puts blocks of the default tenant until the
+/// region has evicted many times over. Evictions for the default tenant
+/// may take `quiet`'s blocks above its share, never below it.
+pub(super) fn share_held_against_others(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "share-held-against-others";
+    const SHARE: u64 = 8 << 10;
+    let rig = Rig::new(2, 2, disable)?;
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
+    let mut out = Vec::new();
+    let t = n0.tenant_add(b"quiet", Limits { share: SHARE, ..Limits::default() })?;
+    let ns = n0.namespace_in(t, Namespace { model: b"q", ..Namespace::default() }.digest())?;
+    for i in 0..6 {
+        put(&n0, ns, i, 2000)?;
+    }
+    let mut evicted = false;
+    for i in 100..400 {
+        match put(&n1, 7, i, 3000) {
+            Ok(()) | Err(Error::Exists) => {}
+            Err(e) => return Err(e),
+        }
+        let Some((bytes, _)) = usage_of(&n1, b"quiet")? else {
+            out.push(format!("{NAME}: tenant quiet is gone"));
+            break;
+        };
+        if bytes < SHARE {
+            out.push(format!("{NAME}: tenant quiet holds {bytes} bytes, below its share {SHARE}, after block {i}"));
+            break;
+        }
+        evicted |= bytes < 12_000;
+    }
+    if !evicted {
+        out.push(format!("{NAME}: no block of tenant quiet above its share was evicted"));
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
+
+/// Node 0 puts two blocks of tenant `t`; node 1 takes `t`'s lock (as a
+/// reserve or a removal of `t`'s blocks does) and stops there, `t`'s usage
+/// line in its cache. It is declared dead and recovered (the recovery
+/// counts `t`'s blocks and raises the lock's floor); node 0 puts two more.
+/// Node 1's old usage line lands. Node 2's next put of `t` must not take it
+/// for the count (it is stamped below the floor: void), so `t`'s usage
+/// stays the count of its blocks.
+pub(super) fn zombie_tenant_usage_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "zombie-tenant-usage-lands-late";
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
+    let l = &s0.layout;
+    let mut out = Vec::new();
+    let t = n0.tenant_add(b"t", Limits::default())?;
+    let ns = n0.namespace_in(t, Namespace { model: b"m", ..Namespace::default() }.digest())?;
+    put(&n0, ns, 1, 256)?;
+    put(&n0, ns, 2, 256)?;
+    let line = l.tenant_usage(t.slot);
+    let old: [u8; 64] = rig.mem.shared_region().read(line)?;
+    let _held = n1.lock(l.locks().tenant(t.slot))?;
+    super::declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    put(&n0, ns, 3, 256)?;
+    put(&n0, ns, 4, 256)?;
+    // Node 1's copy of the usage line, from before those two blocks, lands.
+    rig.cache(1).write(line, &old)?;
+    rig.mem.evict_line(1, (line / 64) as usize);
+    let mut r = put(&n2, ns, 5, 256);
+    for _ in 0..3 {
+        if r != Err(Error::Recovering) {
+            break;
+        }
+        r = put(&n2, ns, 5, 256);
+    }
+    if let Err(e) = r {
+        out.push(format!("{NAME}: node 2's put after the late usage line failed: {e}"));
+    }
+    match usage_of(&n2, b"t")? {
+        Some((1280, 5)) => {}
+        u => out.push(format!("{NAME}: tenant t holds {u:?}, not its five blocks of 256 bytes")),
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
