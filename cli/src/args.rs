@@ -56,6 +56,9 @@ pub(crate) enum Cmd {
     /// rack, and puts them back when a node asks. Runs until SIGINT or
     /// SIGTERM (or --seconds).
     Tier(TierArgs),
+    /// A region's tenants: add, set (quota, share, priority), list with
+    /// usage, drop.
+    Tenant(crate::tenant::TenantArgs),
     /// Measures the data path through the calls the C API makes, beside
     /// same-run references.
     Bench(BenchArgs),

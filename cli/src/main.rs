@@ -11,6 +11,7 @@ mod demo;
 mod gpucheck;
 mod inspect;
 mod metrics;
+mod tenant;
 mod tierbench;
 mod top;
 
@@ -66,6 +67,7 @@ fn run() -> ExitCode {
         Cmd::ServeMetrics(a) => cmd_serve_metrics(&a),
         Cmd::Events(a) => cmd_events(&a),
         Cmd::Tier(a) => cmd_tier(&a),
+        Cmd::Tenant(a) => tenant::cmd_tenant(&a),
         Cmd::Bench(a) => cmd_bench(a),
         Cmd::Demo(a) => return cmd_demo(&a),
         Cmd::GpuCheck(a) => return gpucheck::main(a.device, a.mode.mode, a.quick),
@@ -96,7 +98,7 @@ fn helper_exit(name: &str, r: Result<(), String>) -> ExitCode {
     }
 }
 
-enum Fail {
+pub(crate) enum Fail {
     /// Arguments that parse but make no sense together: exit 2.
     Usage(String),
     /// The command failed: exit 1.

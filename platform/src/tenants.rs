@@ -3,6 +3,7 @@
 //! takes the roots lock or the tenant's, none is on the data path.
 
 use cxlkv_core::hash::Namespace;
+pub use cxlkv_core::layout::{TENANT_DROPPING, TENANT_LIVE};
 pub use cxlkv_core::tenants::{DropReport, Limits, TenantId, TenantInfo, DEFAULT_TENANT};
 
 use crate::error::Result;
