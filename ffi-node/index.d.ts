@@ -490,6 +490,8 @@ export interface FormatOptions {
   tierRecords?: number
   /** Records of each stripe's change log (a power of two). */
   changeRecords?: number
+  /** Tenant slots, the default tenant's included (1 to 64). */
+  maxTenants?: number
 }
 
 /** The outcome of one item of a `get`. */

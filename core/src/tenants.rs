@@ -313,7 +313,7 @@ impl<C: Coherence> Node<'_, C> {
                 }
             }
             let t = free.ok_or(Error::TenantsFull)?;
-            self.with_tenant(t, |h| {
+            self.with_tenant(t, true, |h| {
                 if h.cfg.state != TENANT_FREE {
                     return Err(Error::Corrupt);
                 }
@@ -347,7 +347,7 @@ impl<C: Coherence> Node<'_, C> {
         if id.slot >= self.store.layout.caps.max_tenants {
             return Err(Error::NoTenant);
         }
-        self.with_tenant(id.slot, |h| {
+        self.with_tenant(id.slot, false, |h| {
             if h.cfg.state != TENANT_LIVE || h.cfg.nonce != id.nonce {
                 return Err(Error::NoTenant);
             }
@@ -433,7 +433,7 @@ impl<C: Coherence> Node<'_, C> {
         if id.slot >= l.caps.max_tenants {
             return Err(Error::NoTenant);
         }
-        self.with_tenant(id.slot, |h| {
+        self.with_tenant(id.slot, false, |h| {
             if h.cfg.state == TENANT_FREE || h.cfg.nonce != id.nonce {
                 return Err(Error::NoTenant);
             }
@@ -445,7 +445,7 @@ impl<C: Coherence> Node<'_, C> {
         })?;
         let rep = self.evict(u64::MAX, &mut OfTenant::new(self, id))?;
         self.with_lock(l.locks().roots(), || {
-            self.with_tenant(id.slot, |h| {
+            self.with_tenant(id.slot, true, |h| {
                 if h.cfg.state != TENANT_DROPPING || h.cfg.nonce != id.nonce {
                     return Err(Error::NoTenant);
                 }
@@ -481,11 +481,12 @@ impl<C: Coherence> Node<'_, C> {
         Ok(b)
     }
 
-    /// Runs `f` holding tenant slot `t`'s lock with its lines read under it;
-    /// writes what `f` changed (`dirty`) before the release. Not nested.
-    fn with_tenant<T>(&self, t: u32, f: impl FnOnce(&mut TenantHold) -> Result<T>) -> Result<T> {
+    /// Runs `f` holding tenant slot `t`'s lock with its lines read under it
+    /// (`nested`: under the roots lock); writes what `f` changed (`dirty`)
+    /// before the release.
+    fn with_tenant<T>(&self, t: u32, nested: bool, f: impl FnOnce(&mut TenantHold) -> Result<T>) -> Result<T> {
         let id = TenantId { slot: t, nonce: 0 };
-        let mut h = self.tenant_take(id, false)?;
+        let mut h = self.tenant_take(id, nested)?;
         let r = f(&mut h);
         let put = self.tenant_put(h);
         let v = r?;
