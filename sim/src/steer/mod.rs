@@ -402,6 +402,12 @@ pub fn scenarios() -> &'static [Scenario] {
             run: tenants::namespace_bound_elsewhere,
         },
         Scenario {
+            name: "quota-held-across-hosts",
+            what: "two hosts take turns putting a tenant's blocks far beyond its hard quota: after every put it holds \
+                   at most its quota, and a block larger than the quota is refused",
+            run: tenants::quota_held_across_hosts,
+        },
+        Scenario {
             name: "share-held-against-others",
             what: "another tenant's blocks fill the region many times over: evictions take a tenant's blocks above \
                    its guaranteed share, never below it",

@@ -155,3 +155,34 @@ pub(super) fn zombie_tenant_usage_lands_late(disable: Option<&'static str>) -> R
     rig.expect_clean(NAME, &mut out)?;
     Ok(out)
 }
+
+/// Nodes 0 and 1 (two hosts) take turns putting blocks of tenant `busy`
+/// (a hard quota of 6 KiB) far beyond its quota: after every put the
+/// tenant holds at most its quota, its own oldest blocks going to make
+/// room, and a block larger than the whole quota is refused.
+pub(super) fn quota_held_across_hosts(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "quota-held-across-hosts";
+    const QUOTA: u64 = 6 << 10;
+    let rig = Rig::new(2, 2, disable)?;
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
+    let mut out = Vec::new();
+    let t = n0.tenant_add(b"busy", Limits { quota: QUOTA, ..Limits::default() })?;
+    let ns = n1.namespace_in(t, Namespace { model: b"b", ..Namespace::default() }.digest())?;
+    for i in 0..24u64 {
+        let n = if i % 2 == 0 { &n0 } else { &n1 };
+        put(n, ns, i, 1000 + 100 * (i % 5))?;
+        match usage_of(&n0, b"busy")? {
+            Some((bytes, _)) if bytes <= QUOTA => {}
+            u => {
+                out.push(format!("{NAME}: tenant busy holds {u:?} after block {i}, over its quota {QUOTA}"));
+                break;
+            }
+        }
+    }
+    match n1.reserve(ns, key(1000), QUOTA + 1, 1) {
+        Err(Error::OverQuota) => {}
+        r => out.push(format!("{NAME}: a block larger than the quota gave {r:?}")),
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
