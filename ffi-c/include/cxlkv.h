@@ -306,6 +306,16 @@ typedef struct cxlkv_namespace {
   size_t salt_len;
 } cxlkv_namespace;
 
+// A tenant: its slot and the nonce its slot had when it was added (a
+// tenant dropped and another added in its slot is another id).
+typedef struct cxlkv_tenant {
+  // Slot in the region's tenant table (0: the default tenant, whatever
+  // the nonce).
+  uint32_t slot;
+  // The slot's nonce for this tenant.
+  uint32_t nonce;
+} cxlkv_tenant;
+
 // What `cxlkv_evict` freed.
 typedef struct cxlkv_evict_report {
   // Blocks evicted.
@@ -465,6 +475,44 @@ typedef struct cxlkv_root {
   // 0.
   uint32_t reserved;
 } cxlkv_root;
+
+// A tenant's limits.
+typedef struct cxlkv_tenant_limits {
+  // Hard quota in payload bytes; 0 = none.
+  uint64_t quota;
+  // Guaranteed share in payload bytes: eviction for other tenants never
+  // takes it below (at most the quota, when one is set).
+  uint64_t share;
+  // Lifetime of its blocks in milliseconds: must be 0 (not supported
+  // yet).
+  uint64_t ttl_ms;
+  // Relative weight (reported).
+  uint32_t priority;
+  // Zero.
+  uint32_t reserved;
+} cxlkv_tenant_limits;
+
+// A tenant as `cxlkv_tenant_list` reports it.
+typedef struct cxlkv_tenant_info {
+  // Who.
+  struct cxlkv_tenant id;
+  // Its name, NUL-terminated.
+  char name[24];
+  // Its limits.
+  struct cxlkv_tenant_limits limits;
+  // Payload bytes of its blocks being written or stored.
+  uint64_t bytes;
+  // Its blocks being written or stored.
+  uint64_t blocks;
+  // Its blocks evicted.
+  uint64_t evictions;
+  // Reserves refused at its hard quota.
+  uint64_t refused;
+  // 1 while it is being dropped, else 0.
+  uint32_t dropping;
+  // Zero.
+  uint32_t reserved;
+} cxlkv_tenant_info;
 
 // How a tier runs. Start from `cxlkv_tier_options_default`.
 typedef struct cxlkv_tier_options {
@@ -843,6 +891,19 @@ cxlkv_result cxlkv_remove(const struct cxlkv_node *node,
                           size_t n,
                           bool *removed);
 
+// The id of namespace `ns` of tenant `tenant` (slot 0, the default
+// tenant: as `cxlkv_namespace_register`), registered on first use: the same
+// fields in another tenant are another namespace, so tenants never share a
+// block. Its blocks count to the tenant's usage and quota.
+// CXLKV_RESULT_NO_TENANT when `tenant` is not live.
+//
+// # Safety
+// As `cxlkv_namespace_register`.
+cxlkv_result cxlkv_namespace_register_in(const struct cxlkv_node *node,
+                                         struct cxlkv_tenant tenant,
+                                         const struct cxlkv_namespace *ns,
+                                         uint32_t *out);
+
 // Removes every stored block of the namespaces `namespaces[0..n]` that
 // nothing pins (other namespaces' blocks stay): an engine's clear. It
 // walks every stripe. `out` (NULL allowed) gets the blocks and bytes
@@ -1175,6 +1236,65 @@ cxlkv_result cxlkv_flush(const struct cxlkv_node *node, const void *ptr, size_t 
 // `node` is a handle from this library or NULL. `ptr` is only checked
 // against the region and used for cache maintenance, never read as data.
 cxlkv_result cxlkv_invalidate(const struct cxlkv_node *node, const void *ptr, size_t len);
+
+// Adds tenant `name` (1 to 20 bytes) with `limits` (NULL: none); its id
+// goes to `out`. CXLKV_RESULT_EXISTS when a tenant of that name lives,
+// CXLKV_RESULT_TENANTS_FULL when every slot is taken (the `max_tenants`
+// capacity), CXLKV_RESULT_INVALID_ARGUMENT for a bad name, a share above
+// the quota, or a lifetime.
+//
+// # Safety
+// `node` is a handle from this library or NULL; `name` is NUL-terminated;
+// `limits` is NULL or valid for one read; `out` is valid for one write.
+cxlkv_result cxlkv_tenant_add(const struct cxlkv_node *node,
+                              const char *name,
+                              const struct cxlkv_tenant_limits *limits,
+                              struct cxlkv_tenant *out);
+
+// The live tenant named `name` goes to `out` (`default` is the default
+// tenant); CXLKV_RESULT_NO_TENANT when there is none.
+//
+// # Safety
+// `node` is a handle from this library or NULL; `name` is NUL-terminated;
+// `out` is valid for one write.
+cxlkv_result cxlkv_tenant_find(const struct cxlkv_node *node,
+                               const char *name,
+                               struct cxlkv_tenant *out);
+
+// Changes a live tenant's limits (NULL: none); every node's next reserve
+// and eviction follows them. CXLKV_RESULT_NO_TENANT when it is not live;
+// the default tenant takes no limits.
+//
+// # Safety
+// `node` is a handle from this library or NULL; `limits` is NULL or valid
+// for one read.
+cxlkv_result cxlkv_tenant_set(const struct cxlkv_node *node,
+                              struct cxlkv_tenant tenant,
+                              const struct cxlkv_tenant_limits *limits);
+
+// Lists the tenants (the default one first) into `out[0..cap]`; how many
+// there are goes to `n` (more than `cap` when `out` was too short).
+//
+// # Safety
+// `node` is a handle from this library or NULL; `out` is valid for `cap`
+// writes (NULL when `cap` is 0); `n` is valid for one write.
+cxlkv_result cxlkv_tenant_list(const struct cxlkv_node *node,
+                               struct cxlkv_tenant_info *out,
+                               size_t cap,
+                               size_t *n);
+
+// Drops a tenant: its blocks are removed and its slot freed; `out` (NULL
+// allowed) gets the blocks and bytes removed. CXLKV_RESULT_BUSY while
+// blocks of it are pinned or being written (it takes no new block
+// meanwhile: call again once they are released); CXLKV_RESULT_NO_TENANT
+// when it is not there.
+//
+// # Safety
+// `node` is a handle from this library or NULL; `out` is NULL or valid for
+// one write.
+cxlkv_result cxlkv_tenant_drop(const struct cxlkv_node *node,
+                               struct cxlkv_tenant tenant,
+                               struct cxlkv_evict_report *out);
 
 // Writes the default options (no directories: set `dirs` and `n_dirs`),
 // as `cxlkv_capacities_default` and `cxlkv_node_options_default` do.

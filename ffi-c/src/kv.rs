@@ -347,6 +347,43 @@ pub unsafe extern "C" fn cxlkv_remove(
     })
 }
 
+/// The id of namespace `ns` of tenant `tenant` (slot 0, the default
+/// tenant: as `cxlkv_namespace_register`), registered on first use: the same
+/// fields in another tenant are another namespace, so tenants never share a
+/// block. Its blocks count to the tenant's usage and quota.
+/// CXLKV_RESULT_NO_TENANT when `tenant` is not live.
+///
+/// # Safety
+/// As `cxlkv_namespace_register`.
+#[no_mangle]
+pub unsafe extern "C" fn cxlkv_namespace_register_in(
+    node: *const cxlkv_node,
+    tenant: crate::tenants::cxlkv_tenant,
+    ns: *const cxlkv_namespace,
+    out: *mut u32,
+) -> cxlkv_result {
+    guard(|| {
+        // SAFETY:
+        // - `out` is valid for one write by the contract.
+        let out = unsafe { Out::new(out) }?;
+        if ns.is_null() {
+            return Err(cxlkv_result::NullParameter.into());
+        }
+        // SAFETY:
+        // - `ns` is valid for one read, its pointers as `bytes_of_fields` needs, by
+        //   the contract.
+        let n = unsafe { ns.read() };
+        // SAFETY: as above.
+        let (model, salt) = unsafe { bytes_of_fields(&n) }?;
+        let fields = namespace_of(&n, model, salt);
+        // SAFETY:
+        // - `node` is NULL or a handle from this library.
+        let c = unsafe { live(node) }?;
+        out.write(c.namespace_in(tenant.into(), &fields)?);
+        Ok(())
+    })
+}
+
 /// Removes every stored block of the namespaces `namespaces[0..n]` that
 /// nothing pins (other namespaces' blocks stay): an engine's clear. It
 /// walks every stripe. `out` (NULL allowed) gets the blocks and bytes

@@ -23,6 +23,7 @@ pub mod gpu;
 pub mod kv;
 pub mod region;
 pub mod shm;
+pub mod tenants;
 pub mod tier;
 
 /// The result of every call: platform's result codes (`cxlkv_platform::Code`,

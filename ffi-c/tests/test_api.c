@@ -511,6 +511,92 @@ static void test_remove_and_clear(cxlkv_node *node) {
   CHECK(ev.blocks == 3);
 }
 
+/* Tenants: a quota held by evicting the tenant's own blocks, two tenants
+   never sharing a block, listing, a live change of limits, and a drop that
+   frees everything while the other tenant keeps its blocks. */
+static void test_tenants(cxlkv_node *a, cxlkv_node *b) {
+  cxlkv_tenant_limits lim = {64 * 1024, 0, 0, 2, 0};
+  cxlkv_tenant busy, quiet, found;
+  OK(cxlkv_tenant_add(a, "busy", &lim, &busy));
+  OK(cxlkv_tenant_add(b, "quiet", NULL, &quiet));
+  CHECK(busy.slot != 0 && quiet.slot != busy.slot);
+  EXPECT(cxlkv_tenant_add(b, "busy", NULL, &found), CXLKV_RESULT_EXISTS);
+  EXPECT(cxlkv_tenant_add(b, "", NULL, &found), CXLKV_RESULT_INVALID_ARGUMENT);
+  EXPECT(cxlkv_tenant_add(b, "a-name-longer-than-twenty", NULL, &found), CXLKV_RESULT_INVALID_ARGUMENT);
+  cxlkv_tenant_limits ttl = {0, 0, 1000, 0, 0};
+  EXPECT(cxlkv_tenant_add(b, "ttl", &ttl, &found), CXLKV_RESULT_INVALID_ARGUMENT);
+  EXPECT(cxlkv_tenant_add(b, "x", NULL, NULL), CXLKV_RESULT_NULL_PARAMETER);
+  OK(cxlkv_tenant_find(b, "busy", &found));
+  CHECK(found.slot == busy.slot && found.nonce == busy.nonce);
+  EXPECT(cxlkv_tenant_find(b, "nobody", &found), CXLKV_RESULT_NO_TENANT);
+
+  cxlkv_namespace nsf = {"tenant-model", 0, 0, 0, 1, 0, 16, 0, NULL, 0};
+  uint32_t nb = 0, nq = 0, nd = 0;
+  OK(cxlkv_namespace_register_in(a, busy, &nsf, &nb));
+  OK(cxlkv_namespace_register_in(b, quiet, &nsf, &nq));
+  cxlkv_tenant def = {0, 0};
+  OK(cxlkv_namespace_register_in(b, def, &nsf, &nd));
+  CHECK(nb != nq && nq != nd && nb != nd); /* one model, three namespaces */
+
+  unsigned char body[10000];
+  memset(body, 't', sizeof body);
+  cxlkv_iovec part = {body, sizeof body};
+  for (uint64_t i = 0; i < 20; i++) {
+    cxlkv_put_item it = {key_of(500 + i), 16, 0, &part, 1};
+    cxlkv_result st;
+    OK(cxlkv_put(i % 2 ? a : b, nb, &it, 1, &st));
+    CHECK(st == CXLKV_RESULT_OK);
+  }
+  cxlkv_put_item q = {key_of(500), 16, 0, &part, 1};
+  cxlkv_result st;
+  OK(cxlkv_put(b, nq, &q, 1, &st));
+  CHECK(st == CXLKV_RESULT_OK); /* the same key, another tenant: its own block */
+
+  cxlkv_tenant_info list[8];
+  size_t n = 0;
+  OK(cxlkv_tenant_list(a, list, 8, &n));
+  CHECK(n == 3 && strcmp(list[0].name, "default") == 0);
+  int seen = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (list[i].id.slot == busy.slot) {
+      CHECK(strcmp(list[i].name, "busy") == 0 && list[i].limits.quota == 64 * 1024 && list[i].limits.priority == 2);
+      CHECK(list[i].bytes <= 64 * 1024 && list[i].bytes == list[i].blocks * sizeof body && list[i].evictions > 0);
+      seen++;
+    }
+    if (list[i].id.slot == quiet.slot) {
+      CHECK(list[i].bytes == sizeof body && list[i].blocks == 1 && list[i].dropping == 0);
+      seen++;
+    }
+  }
+  CHECK(seen == 2);
+  OK(cxlkv_tenant_list(a, NULL, 0, &n));
+  CHECK(n == 3);
+
+  cxlkv_tenant_limits lower = {20000, 0, 0, 0, 0};
+  OK(cxlkv_tenant_set(b, busy, &lower));
+  cxlkv_put_item more = {key_of(600), 16, 0, &part, 1};
+  OK(cxlkv_put(a, nb, &more, 1, &st));
+  CHECK(st == CXLKV_RESULT_OK);
+  OK(cxlkv_tenant_list(a, list, 8, &n));
+  for (size_t i = 0; i < n; i++) {
+    if (list[i].id.slot == busy.slot) CHECK(list[i].bytes <= 20000);
+  }
+  EXPECT(cxlkv_tenant_set(b, def, &lower), CXLKV_RESULT_INVALID_ARGUMENT);
+
+  cxlkv_evict_report ev = {0, 0};
+  OK(cxlkv_tenant_drop(a, busy, &ev));
+  CHECK(ev.blocks >= 1 && ev.bytes == ev.blocks * sizeof body);
+  EXPECT(cxlkv_tenant_drop(a, busy, &ev), CXLKV_RESULT_NO_TENANT);
+  EXPECT(cxlkv_tenant_find(b, "busy", &found), CXLKV_RESULT_NO_TENANT);
+  EXPECT(cxlkv_put(a, nb, &more, 1, &st), CXLKV_RESULT_NO_TENANT); /* a dropped tenant takes no block */
+  bool there = false;
+  cxlkv_key k500 = key_of(500);
+  OK(cxlkv_exists(a, nq, &k500, &there));
+  CHECK(there);
+  OK(cxlkv_tenant_drop(b, quiet, NULL));
+  EXPECT(cxlkv_tenant_list(NULL, list, 8, &n), CXLKV_RESULT_NULL_PARAMETER);
+}
+
 /* An SSD tier on its own node: blocks copied to a disk directory, evicted,
    and got back byte-exact through cxlkv_get. */
 static void test_tier(cxlkv_region *r, cxlkv_node *user) {
@@ -638,6 +724,7 @@ int main(void) {
   test_shared_memory_library(a, b);
   test_misuse_is_refused(r, a, ns);
   test_remove_and_clear(a);
+  test_tenants(a, b);
   test_tier(r, b);
 
   cxlkv_recover_report rep;
