@@ -23,6 +23,7 @@ mod message;
 mod node;
 mod region;
 mod shm;
+mod tenants;
 mod tier;
 
 create_exception!(_cxlkv, CxlkvError, PyException, "Base of every cxlkv error; `.code` is the C result code.");

@@ -250,8 +250,63 @@ impl Node {
     /// record of the root table (`CapacityError` when none is left). Every
     /// call taking a namespace accepts the `Namespace` itself and does this;
     /// an int is an id as is (below 2**31: a number the application picks).
-    fn namespace(&self, py: Python<'_>, ns: &Bound<'_, PyAny>) -> PyResult<u32> {
-        self.ns(py, ns)
+    ///
+    /// With `tenant` (a tenant's name), the namespace of that tenant: the
+    /// same fields in another tenant are another namespace (tenants never
+    /// share a block), and its blocks count to the tenant's usage and quota.
+    #[pyo3(signature = (ns, tenant=None))]
+    fn namespace(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, tenant: Option<&str>) -> PyResult<u32> {
+        let Some(name) = tenant else { return self.ns(py, ns) };
+        let d = ns.getattr("digest").map_err(|_| raise(py, R::InvalidArgument, "a namespace is a cxlkv.Namespace"))?;
+        let d: [u8; 16] = d
+            .cast::<PyBytes>()
+            .ok()
+            .and_then(|b| b.as_bytes().try_into().ok())
+            .ok_or_else(|| raise(py, R::InvalidArgument, "a namespace's digest is 16 bytes"))?;
+        let c = self.attached(py)?;
+        let t = crate::tenants::find(py, &c, name)?;
+        py.detach(|| c.core().namespace_in(t, d)).map_err(cxlkv_platform::Error::from).or_raise(py)
+    }
+
+    // -- tenants (see `tenants.rs`) ------------------------------------------
+
+    /// Adds tenant `name` (1 to 20 bytes) with a hard `quota` and a
+    /// guaranteed `share` in payload bytes (0: none) and a `priority`.
+    /// `ExistsError` when a tenant of that name lives, `CapacityError` when
+    /// every slot (the `max_tenants` capacity) is taken.
+    #[pyo3(signature = (name, quota=0, share=0, priority=0))]
+    fn tenant_add(&self, py: Python<'_>, name: &str, quota: u64, share: u64, priority: u32) -> PyResult<()> {
+        let c = self.attached(py)?;
+        let l = crate::tenants::limits(quota, share, priority);
+        py.detach(|| c.tenant_add(name.as_bytes(), l)).or_raise(py).map(|_| ())
+    }
+
+    /// Changes a live tenant's limits (every node follows at once).
+    #[pyo3(signature = (name, quota=0, share=0, priority=0))]
+    fn tenant_set(&self, py: Python<'_>, name: &str, quota: u64, share: u64, priority: u32) -> PyResult<()> {
+        let c = self.attached(py)?;
+        let t = crate::tenants::find(py, &c, name)?;
+        let l = crate::tenants::limits(quota, share, priority);
+        py.detach(|| c.tenant_set(t, l)).or_raise(py)
+    }
+
+    /// Every tenant (the default one first) as a dict: name, quota, share,
+    /// priority, bytes, blocks, evictions, refused, dropping.
+    fn tenants<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let c = self.attached(py)?;
+        let list = py.detach(|| c.tenant_list()).or_raise(py)?;
+        list.iter().map(|t| crate::tenants::info(py, t)).collect()
+    }
+
+    /// Drops tenant `name`: its blocks are removed and its slot freed;
+    /// returns `(blocks, bytes)` removed. `BusyError` while blocks of it are
+    /// pinned or being written (it takes no new block meanwhile: call again
+    /// once they are released).
+    fn tenant_drop(&self, py: Python<'_>, name: &str) -> PyResult<(u64, u64)> {
+        let c = self.attached(py)?;
+        let t = crate::tenants::find(py, &c, name)?;
+        let r = py.detach(|| c.tenant_drop(t)).or_raise(py)?;
+        Ok((r.blocks, r.bytes))
     }
 
     /// True once detached.

@@ -449,3 +449,46 @@ def test_the_shared_memory_library(region: cxlkv.Region, local_dir: str) -> None
         assert a.root_destroy("spare") == (spare, 64, 0)
         a.free(spare)
         assert a.check() == []
+
+
+def test_tenants_keep_quotas_and_shares_and_drop_whole(region: cxlkv.Region, local_dir: str) -> None:
+    a = region.attach(local_dir=local_dir)
+    b = region.attach(local_dir=local_dir)
+    try:
+        a.tenant_add("busy", quota=64 * 1024, priority=2)
+        b.tenant_add("quiet", share=8 * 1024)
+        with pytest.raises(cxlkv.ExistsError):
+            b.tenant_add("busy")
+        with pytest.raises(cxlkv.InvalidArgumentError):
+            b.tenant_add("a-name-longer-than-twenty")
+        model = cxlkv.Namespace("tenant-model")
+        nb = a.namespace(model, tenant="busy")
+        nq = b.namespace(model, tenant="quiet")
+        assert len({nb, nq, b.namespace(model)}) == 3  # one model, three namespaces
+        with pytest.raises(cxlkv.NotFoundError):
+            a.namespace(model, tenant="nobody")
+        for i in range(20):
+            (a if i % 2 else b).put(nb, [(1000 + i, b"t" * 10_000)])
+        b.put(nq, [(1000, b"q" * 10_000)])
+        by_name = {t["name"]: t for t in a.tenants()}
+        assert list(by_name) == ["default", "busy", "quiet"]
+        busy = by_name["busy"]
+        assert busy["quota"] == 64 * 1024 and busy["priority"] == 2
+        assert busy["bytes"] <= 64 * 1024 and busy["bytes"] == busy["blocks"] * 10_000 and busy["evictions"] > 0
+        assert by_name["quiet"]["bytes"] == 10_000 and not by_name["quiet"]["dropping"]
+        buf = bytearray(10_000)
+        assert b.get(nq, [(1000, buf)]) == [(Result.OK, 10_000)]
+        assert buf == b"q" * 10_000  # the same key in another tenant: its own block
+        b.tenant_set("busy", quota=20_000)
+        a.put(nb, [(2000, b"t" * 10_000)])
+        assert {t["name"]: t for t in a.tenants()}["busy"]["bytes"] <= 20_000
+        blocks, nbytes = a.tenant_drop("busy")
+        assert blocks >= 1 and nbytes == blocks * 10_000
+        assert [t["name"] for t in b.tenants()] == ["default", "quiet"]
+        with pytest.raises(cxlkv.NotFoundError):
+            a.put(nb, [(3000, b"x")])  # a dropped tenant takes no block
+        assert b.exists(nq, 1000)
+        assert a.check() == []
+    finally:
+        a.detach()
+        b.detach()
