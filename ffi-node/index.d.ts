@@ -240,6 +240,30 @@ export declare class Node {
    * thread holds it). Taking it fences.
    */
   lock(number: number): AppLock
+  /**
+   * Adds tenant `name` (1 to 20 bytes) with a hard `quota` and a
+   * guaranteed `share` in payload bytes and a `priority` (each left out:
+   * none). `EXISTS` when a tenant of that name lives, `TENANTS_FULL`
+   * when every slot (the `maxTenants` capacity) is taken.
+   */
+  tenantAdd(name: string, limits?: { quota?: number, share?: number, priority?: number }): void
+  /** Changes a live tenant's limits (every node follows at once). */
+  tenantSet(name: string, limits?: { quota?: number, share?: number, priority?: number }): void
+  /** Every tenant, the default one first, with its limits and usage. */
+  tenants(): Array<Tenant>
+  /**
+   * Drops tenant `name`: its blocks are removed and its slot freed.
+   * `BUSY` while blocks of it are pinned or being written (it takes no
+   * new block meanwhile: call again once they are released).
+   */
+  tenantDrop(name: string): Evicted
+  /**
+   * The id of namespace `fields` of tenant `tenant`, registered on first
+   * use: the same fields in another tenant are another namespace (tenants
+   * never share a block), and its blocks count to the tenant's usage and
+   * quota. `NO_TENANT` when there is no such tenant.
+   */
+  namespaceIn(fields: NamespaceFields, tenant: string): number
 }
 
 /**
@@ -660,6 +684,28 @@ export interface Stats {
   capacityBytes: number
   /** Blocks evicted since the region was formatted, by any node. */
   evictions: number
+}
+
+/** A tenant, its limits and its usage. */
+export interface Tenant {
+  /** Its name. */
+  name: string
+  /** Hard quota in payload bytes (0: none). */
+  quota: number
+  /** Guaranteed share in payload bytes. */
+  share: number
+  /** Relative weight. */
+  priority: number
+  /** Payload bytes of its blocks being written or stored. */
+  bytes: number
+  /** Its blocks being written or stored. */
+  blocks: number
+  /** Its blocks evicted. */
+  evictions: number
+  /** Reserves refused at its hard quota. */
+  refused: number
+  /** Being dropped. */
+  dropping: boolean
 }
 
 /** The tier's counters. */

@@ -32,6 +32,7 @@ mod node;
 mod region;
 mod shm;
 mod tasks;
+mod tenants;
 mod tier;
 
 use args::{absent, elements, key_of, u32_of, u64_of, At, Opts};
