@@ -47,6 +47,21 @@ pub fn print_human(r: &Inspection) {
             x.counters.evictions
         );
     }
+    println!("tenants     {}", r.tenants.len());
+    for t in &r.tenants {
+        let quota = if t.quota == 0 { "no quota".to_string() } else { format!("quota {}", human(t.quota)) };
+        println!(
+            "  {:<20}  {}, share {}  holds {} in {} blocks  {} evictions  {} refused{}",
+            t.name,
+            quota,
+            human(t.share),
+            human(t.bytes),
+            t.blocks,
+            t.evictions,
+            t.refused,
+            if t.dropping { "  (dropping)" } else { "" }
+        );
+    }
     println!("locks       {} held or waited for", r.locks.len());
     for x in &r.locks {
         println!("  lock {:>4}  node {:>2}  {}  seq {}", x.lock, x.node, x.state, x.seq);

@@ -6,8 +6,8 @@ use serde::Serialize;
 use cxlkv_core::check::Finding;
 use cxlkv_core::coherence::Site;
 use cxlkv_core::layout::{
-    state, ChunkRecord, Entry, Heartbeat, LockSlot, NodeInfo, NodeStats, StripeHeader, CHUNK_FREE, NODE_ALIVE,
-    NODE_DEAD, NODE_FENCED, SLOT_LOCKED, SLOT_WAITING,
+    state, ChunkRecord, Entry, Heartbeat, LockSlot, NodeInfo, NodeStats, StripeHeader, TenantConfig, TenantUsage,
+    CHUNK_FREE, NODE_ALIVE, NODE_DEAD, NODE_FENCED, SLOT_LOCKED, SLOT_WAITING, TENANT_DROPPING, TENANT_FREE,
 };
 use cxlkv_core::pins::journal_census;
 use cxlkv_core::store::{attach, Store};
@@ -53,6 +53,34 @@ pub struct Inspection {
     pub nodes: Vec<NodeReport>,
     /// Lock slots held or waited for.
     pub locks: Vec<LockReport>,
+    /// Tenants, the default one first.
+    pub tenants: Vec<TenantReport>,
+}
+
+/// A tenant, its limits and what it holds.
+#[derive(Clone, Debug, Serialize)]
+pub struct TenantReport {
+    /// Its name.
+    pub name: String,
+    /// Its slot in the tenant table.
+    pub slot: u32,
+    /// Being dropped.
+    pub dropping: bool,
+    /// Hard quota in payload bytes (0: none).
+    pub quota: u64,
+    /// Guaranteed share in payload bytes.
+    pub share: u64,
+    /// Relative weight.
+    pub priority: u32,
+    /// Payload bytes of its blocks being written or stored (counted from
+    /// the entries).
+    pub bytes: u64,
+    /// Its blocks being written or stored.
+    pub blocks: u64,
+    /// Its blocks evicted (none counted for the default tenant).
+    pub evictions: u64,
+    /// Reserves refused at its hard quota.
+    pub refused: u64,
 }
 
 /// Capacities and sizes of a formatted region.
@@ -300,6 +328,7 @@ impl Observed {
         }
         let mut by_state = [0u64; 7];
         let (mut live_bytes, mut evictions) = (0u64, 0u64);
+        let mut tenants = self.tenant_reports()?;
         for s in 0..l.caps.n_stripes {
             let h: StripeHeader = store.view.read(l.stripe(s))?;
             evictions += h.evictions;
@@ -308,6 +337,14 @@ impl Observed {
                 by_state[(ent.state as usize).min(6)] += 1;
                 if ent.state == state::READY {
                     live_bytes += ent.payload_len as u64;
+                }
+                if matches!(ent.state, state::WRITING | state::READY | state::CLAIMED | state::QUARANTINED) {
+                    let slot = self.tenant_slot_of(ent.ns)?;
+                    let at = tenants.iter().position(|t| t.slot == slot).unwrap_or(0);
+                    if let Some(t) = tenants.get_mut(at) {
+                        t.bytes += ent.payload_len as u64;
+                        t.blocks += 1;
+                    }
                 }
             }
         }
@@ -356,7 +393,54 @@ impl Observed {
             },
             nodes,
             locks,
+            tenants,
         })
+    }
+
+    /// Every live tenant's slot as its lines show it (usage counted later
+    /// from the entries).
+    fn tenant_reports(&self) -> Result<Vec<TenantReport>> {
+        let store = &self.store;
+        let l = &store.layout;
+        let mut out = Vec::new();
+        for t in 0..l.caps.max_tenants {
+            let c: TenantConfig = store.view.read(l.tenant_config(t))?;
+            if c.state == TENANT_FREE {
+                continue;
+            }
+            let u: TenantUsage = store.view.read(l.tenant_usage(t))?;
+            let n = c.name.iter().position(|&b| b == 0).unwrap_or(c.name.len());
+            out.push(TenantReport {
+                name: String::from_utf8_lossy(&c.name[..n]).into_owned(),
+                slot: t,
+                dropping: c.state == TENANT_DROPPING,
+                quota: c.quota,
+                share: c.share,
+                priority: c.priority,
+                bytes: 0,
+                blocks: 0,
+                evictions: u.evictions,
+                refused: u.refused,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The tenant slot an entry's namespace id belongs to (0: the default
+    /// tenant's, or a tenant no longer there).
+    fn tenant_slot_of(&self, ns: u32) -> Result<u32> {
+        let store = &self.store;
+        let l = &store.layout;
+        let Some(i) = ns.checked_sub(cxlkv_core::namespaces::REGISTERED).filter(|&i| i < l.caps.n_roots) else {
+            return Ok(0);
+        };
+        let r: cxlkv_core::layout::RootRecord = store.view.read(l.root(i))?;
+        let Some((_, t)) = cxlkv_core::namespaces::binding_of(&r) else { return Ok(0) };
+        if t.slot == 0 || t.slot >= l.caps.max_tenants {
+            return Ok(0);
+        }
+        let c: TenantConfig = store.view.read(l.tenant_config(t.slot))?;
+        Ok(if c.state != TENANT_FREE && c.nonce == t.nonce { t.slot } else { 0 })
     }
 
     /// Every lock slot that holds or waits for its lock.

@@ -94,6 +94,32 @@ pub struct RegionMetrics {
     pub tier_blocks: Vec<(u32, u64)>,
     /// Nodes.
     pub nodes: Vec<NodeMetrics>,
+    /// Tenants other than the default one (whose blocks are the rest).
+    pub tenants: Vec<TenantMetrics>,
+}
+
+/// One tenant's limits and usage, as its lines show them.
+#[derive(Clone, Debug, Serialize)]
+pub struct TenantMetrics {
+    /// Its name.
+    pub name: String,
+    /// Hard quota and guaranteed share, bytes (0: none).
+    pub quota: u64,
+    /// Guaranteed share, bytes.
+    pub share: u64,
+    /// Payload bytes of its blocks being written or stored.
+    pub bytes: u64,
+    /// Its blocks being written or stored.
+    pub blocks: u64,
+    /// Its blocks evicted.
+    pub evictions: u64,
+    /// Reserves refused at its hard quota.
+    pub refused: u64,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabels {
+    tenant: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -179,6 +205,25 @@ impl Observed {
                 tier_blocks.push((owner, n));
             }
         }
+        let mut tenants = Vec::new();
+        for t in 1..l.caps.max_tenants {
+            let c: cxlkv_core::layout::TenantConfig =
+                store.fresh(l.tenant_config(t), Site("platform.metrics.tenant"))?;
+            if c.state == cxlkv_core::layout::TENANT_FREE {
+                continue;
+            }
+            let u: cxlkv_core::layout::TenantUsage = store.fresh(l.tenant_usage(t), Site("platform.metrics.usage"))?;
+            let n = c.name.iter().position(|&b| b == 0).unwrap_or(c.name.len());
+            tenants.push(TenantMetrics {
+                name: String::from_utf8_lossy(&c.name[..n]).into_owned(),
+                quota: c.quota,
+                share: c.share,
+                bytes: u.bytes,
+                blocks: u.blocks,
+                evictions: u.evictions,
+                refused: u.refused,
+            });
+        }
         Ok(RegionMetrics {
             region_bytes: l.region_size,
             capacity_bytes: l.payload.len(),
@@ -191,6 +236,7 @@ impl Observed {
             inbox_capacity: l.caps.inbox_slots as u64 * l.caps.max_nodes as u64,
             tier_blocks,
             nodes,
+            tenants,
         })
     }
 }
@@ -305,6 +351,26 @@ impl RegionMetrics {
             tiers.get_or_create(&TierLabels { node }).set(n.min(i64::MAX as u64) as i64);
         }
         reg.register("tier_blocks", "Blocks a live SSD tier records (by its node)", tiers);
+        let per_tenant = |reg: &mut Registry, name: &str, help: &str, get: fn(&TenantMetrics) -> u64| {
+            let fam = Family::<TenantLabels, Gauge>::default();
+            for t in &self.tenants {
+                fam.get_or_create(&TenantLabels { tenant: t.name.clone() }).set(get(t).min(i64::MAX as u64) as i64);
+            }
+            reg.register(name, help, fam);
+        };
+        per_tenant(&mut reg, "tenant_bytes", "Payload bytes of a tenant's blocks being written or stored", |t| t.bytes);
+        per_tenant(&mut reg, "tenant_blocks", "A tenant's blocks being written or stored", |t| t.blocks);
+        per_tenant(&mut reg, "tenant_quota_bytes", "A tenant's hard quota (0: none)", |t| t.quota);
+        per_tenant(&mut reg, "tenant_share_bytes", "A tenant's guaranteed share", |t| t.share);
+        let per_tenant_total = |reg: &mut Registry, name: &str, help: &str, get: fn(&TenantMetrics) -> u64| {
+            let fam = Family::<TenantLabels, Counter<u64>>::default();
+            for t in &self.tenants {
+                fam.get_or_create(&TenantLabels { tenant: t.name.clone() }).inc_by(get(t));
+            }
+            reg.register(name, help, fam);
+        };
+        per_tenant_total(&mut reg, "tenant_evictions", "A tenant's blocks evicted", |t| t.evictions);
+        per_tenant_total(&mut reg, "tenant_refused", "A tenant's reserves refused at its hard quota", |t| t.refused);
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &reg);
