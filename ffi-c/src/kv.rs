@@ -152,26 +152,8 @@ pub unsafe extern "C" fn cxlkv_namespace_register(
     ns: *const cxlkv_namespace,
     out: *mut u32,
 ) -> cxlkv_result {
-    guard(|| {
-        // SAFETY:
-        // - `out` is valid for one write by the contract.
-        let out = unsafe { Out::new(out) }?;
-        if ns.is_null() {
-            return Err(cxlkv_result::NullParameter.into());
-        }
-        // SAFETY:
-        // - `ns` is valid for one read, its pointers as `bytes_of_fields` needs, by
-        //   the contract.
-        let n = unsafe { ns.read() };
-        // SAFETY: as above.
-        let (model, salt) = unsafe { bytes_of_fields(&n) }?;
-        let fields = namespace_of(&n, model, salt);
-        // SAFETY:
-        // - `node` is NULL or a handle from this library.
-        let c = unsafe { live(node) }?;
-        out.write(c.namespace(&fields)?);
-        Ok(())
-    })
+    // SAFETY: the same contract; slot 0 is the default tenant.
+    unsafe { cxlkv_namespace_register_in(node, crate::tenants::cxlkv_tenant { slot: 0, nonce: 0 }, ns, out) }
 }
 
 /// Chained keys of a token sequence: key `i` covers tokens
