@@ -148,7 +148,9 @@ fn one_mode(mode: FlushMode, cfg: &Config) -> Result<Vec<(&'static str, f64)>, c
     // The same in a region formatted for 64 nodes and 256 locks: a grant's
     // cost should not grow with either.
     let wide = std::path::PathBuf::from(format!("/dev/shm/cxlkv-bench-w-{}-{}", std::process::id(), mode.name()));
-    let caps = Capacities { max_nodes: 64, n_stripes: 64, app_locks: 62, ..Capacities::default() };
+    // 256 locks, the most a region has: one tenant slot (the default
+    // tenant's) leaves room for 61 application locks.
+    let caps = Capacities { max_nodes: 64, n_stripes: 64, app_locks: 61, max_tenants: 1, ..Capacities::default() };
     let attached = Node::create(&wide, 256 << 20, caps, Options { mode, ..Options::default() })?;
     let _cleanup_wide = Cleanup(wide);
     // The first grant waits for the new region's manager to settle.
