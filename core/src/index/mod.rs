@@ -735,6 +735,13 @@ impl<C: Coherence> Node<'_, C> {
             if attempt > 0 && !retry(o) {
                 continue;
             }
+            if tenant.is_some() && th.is_none() {
+                // The tenant's lock could not be taken again after an
+                // eviction made room (it awaits repair): no item of this
+                // hold goes in uncounted.
+                *o = Err(Error::Recovering);
+                continue;
+            }
             if let Some(hold) = th.as_mut() {
                 if !hold.fits(item.len) && !mutant!("tenant.quota_ignored") {
                     hold.refuse();
