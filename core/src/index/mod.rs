@@ -1160,8 +1160,15 @@ impl<C: Coherence> Node<'_, C> {
             return Err(Error::StaleHandle);
         }
         self.with_stripe(s, |hdr| {
-            // The block's tenant, taken before anything changes.
-            let mut th = self.tenant_for_removal(h.ns)?;
+            // The block's tenant, taken before anything changes. One whose
+            // lines are void (a revoked holder's, landed late) awaits the
+            // repair `tenant_take` asked for, which counts its usage from
+            // the entries: the abort goes on without it (a reservation is
+            // always given back, its payload flushed).
+            let mut th = match self.tenant_for_removal(h.ns) {
+                Err(Error::Recovering) => None,
+                r => r?,
+            };
             let r = self.abort_locked(s, hdr, h, &mut th);
             let put = th.map_or(Ok(()), |hold| self.tenant_put(hold));
             r?;
