@@ -242,13 +242,17 @@ export declare class Node {
   lock(number: number): AppLock
   /**
    * Adds tenant `name` (1 to 20 bytes) with a hard `quota` and a
-   * guaranteed `share` in payload bytes and a `priority` (each left out:
-   * none). `EXISTS` when a tenant of that name lives, `TENANTS_FULL`
-   * when every slot (the `maxTenants` capacity) is taken.
+   * guaranteed `share` in payload bytes, a `priority` and a lifetime
+   * for its blocks, `ttlMs` (each left out: none). `EXISTS` when a
+   * tenant of that name lives, `TENANTS_FULL` when every slot (the
+   * `maxTenants` capacity) is taken.
    */
-  tenantAdd(name: string, limits?: { quota?: number, share?: number, priority?: number }): void
-  /** Changes a live tenant's limits (every node follows at once). */
-  tenantSet(name: string, limits?: { quota?: number, share?: number, priority?: number }): void
+  tenantAdd(name: string, limits?: { quota?: number, share?: number, priority?: number, ttlMs?: number }): void
+  /**
+   * Changes a live tenant's limits (every node follows at once; a new
+   * lifetime applies to blocks stored from then on).
+   */
+  tenantSet(name: string, limits?: { quota?: number, share?: number, priority?: number, ttlMs?: number }): void
   /** Every tenant, the default one first, with its limits and usage. */
   tenants(): Array<Tenant>
   /**
@@ -696,12 +700,16 @@ export interface Tenant {
   share: number
   /** Relative weight. */
   priority: number
+  /** Lifetime of its blocks in milliseconds (0: none). */
+  ttlMs: number
   /** Payload bytes of its blocks being written or stored. */
   bytes: number
   /** Its blocks being written or stored. */
   blocks: number
   /** Its blocks evicted. */
   evictions: number
+  /** Of its evictions, blocks removed past their lifetime. */
+  expired: number
   /** Reserves refused at its hard quota. */
   refused: number
   /** Being dropped. */

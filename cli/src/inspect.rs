@@ -50,14 +50,17 @@ pub fn print_human(r: &Inspection) {
     println!("tenants     {}", r.tenants.len());
     for t in &r.tenants {
         let quota = if t.quota == 0 { "no quota".to_string() } else { format!("quota {}", human(t.quota)) };
+        let life = if t.ttl_ms == 0 { String::new() } else { format!(", lifetime {} ms", t.ttl_ms) };
         println!(
-            "  {:<20}  {}, share {}  holds {} in {} blocks  {} evictions  {} refused{}",
+            "  {:<20}  {}, share {}{}  holds {} in {} blocks  {} evictions ({} expired)  {} refused{}",
             t.name,
             quota,
             human(t.share),
+            life,
             human(t.bytes),
             t.blocks,
             t.evictions,
+            t.expired,
             t.refused,
             if t.dropping { "  (dropping)" } else { "" }
         );

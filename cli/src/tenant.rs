@@ -51,6 +51,11 @@ pub(crate) struct TenantSet {
     /// Relative weight (reported).
     #[arg(long, default_value_t = 0)]
     pub(crate) priority: u32,
+    /// Lifetime of its blocks in milliseconds from their reserve (0:
+    /// none): past it a block is never read, and goes first. A change
+    /// applies to blocks stored from then on.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) ttl_ms: u64,
 }
 
 fn attach(at: &PathArgs) -> Result<Node, Fail> {
@@ -62,14 +67,15 @@ fn find(node: &Node, name: &str) -> Result<TenantId, Fail> {
 }
 
 fn limits(a: &TenantSet) -> Limits {
-    Limits { quota: a.quota, share: a.share, priority: a.priority, ttl_ms: 0 }
+    Limits { quota: a.quota, share: a.share, priority: a.priority, ttl_ms: a.ttl_ms }
 }
 
 fn show(t: &TenantInfo) -> serde_json::Value {
     json!({"name": String::from_utf8_lossy(t.name()), "slot": t.id.slot,
         "state": if t.state == TENANT_DROPPING { "dropping" } else { "live" },
         "quota": t.limits.quota, "share": t.limits.share, "priority": t.limits.priority,
-        "bytes": t.bytes, "blocks": t.blocks, "evictions": t.evictions, "refused": t.refused})
+        "ttl_ms": t.limits.ttl_ms, "bytes": t.bytes, "blocks": t.blocks, "evictions": t.evictions,
+        "expired": t.expired, "refused": t.refused})
 }
 
 pub(crate) fn cmd_tenant(a: &TenantArgs) -> Result<(), Fail> {
@@ -102,19 +108,21 @@ pub(crate) fn cmd_tenant(a: &TenantArgs) -> Result<(), Fail> {
                 println!("{}", serde_json::Value::Array(list.iter().map(show).collect()));
             } else {
                 println!(
-                    "{:<20} {:>14} {:>14} {:>14} {:>8} {:>10} {:>8}",
-                    "tenant", "quota", "share", "bytes", "blocks", "evictions", "refused"
+                    "{:<20} {:>14} {:>14} {:>10} {:>14} {:>8} {:>10} {:>8} {:>8}",
+                    "tenant", "quota", "share", "ttl_ms", "bytes", "blocks", "evictions", "expired", "refused"
                 );
                 for t in &list {
                     let q = if t.limits.quota == 0 { "-".to_string() } else { t.limits.quota.to_string() };
                     println!(
-                        "{:<20} {:>14} {:>14} {:>14} {:>8} {:>10} {:>8}{}",
+                        "{:<20} {:>14} {:>14} {:>10} {:>14} {:>8} {:>10} {:>8} {:>8}{}",
                         String::from_utf8_lossy(t.name()),
                         q,
                         t.limits.share,
+                        t.limits.ttl_ms,
                         t.bytes,
                         t.blocks,
                         t.evictions,
+                        t.expired,
                         t.refused,
                         if t.state == TENANT_DROPPING { "  (dropping)" } else { "" }
                     );

@@ -8,9 +8,9 @@ use crate::coherence::{Coherence, Site};
 use crate::hash::{place, Key};
 use crate::index::{entry_checksum, probe, NIL};
 use crate::layout::{
-    state, Bucket, ChunkRecord, Entry, LockSlot, NodeInfo, PinRecord, PinSummary, RootRecord, StripeHeader,
-    TenantConfig, TenantUsage, CHUNK_FREE, CHUNK_HELD, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, NODE_ALIVE, NODE_DEAD,
-    NODE_FENCED, NODE_FREE, SLOT_CANCEL, SLOT_IDLE, SLOT_LOCKED, SLOT_WAITING, TENANT_DROPPING, TENANT_FREE,
+    state, Bucket, ChunkRecord, Entry, ExpiryLine, LockSlot, NodeInfo, PinRecord, PinSummary, RootRecord, StripeHeader,
+    TenantConfig, TenantUsage, CHUNK_FREE, CHUNK_HELD, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, EXPIRY_SLOTS, NODE_ALIVE,
+    NODE_DEAD, NODE_FENCED, NODE_FREE, SLOT_CANCEL, SLOT_IDLE, SLOT_LOCKED, SLOT_WAITING, TENANT_DROPPING, TENANT_FREE,
     TENANT_LIVE,
 };
 use crate::roots::{record_deferred, record_valid};
@@ -117,6 +117,13 @@ pub enum FindingKind {
     /// A tenant slot is malformed: an unknown state, a nameless tenant, or
     /// slot 0 not the live default tenant (a = slot, b = state).
     TenantSlot,
+    /// A stored block of a tenant's namespace has no expiry stamp of its
+    /// generation (a = stripe, b = entry).
+    Expiry,
+    /// An expiry line is void: a revoked holder's, written back after the
+    /// last repair; its entries read as expired until the stripe's repair
+    /// (a = stripe, b = entry).
+    VoidExpiry,
 }
 
 impl FindingKind {
@@ -160,6 +167,8 @@ impl FindingKind {
             FindingKind::TenantUsage => "tenant usage differs from its blocks",
             FindingKind::VoidTenant => "tenant line void (a revoked holder's, awaiting repair)",
             FindingKind::TenantSlot => "tenant slot malformed",
+            FindingKind::Expiry => "stored block of a tenant without its expiry stamp",
+            FindingKind::VoidExpiry => "expiry line void (a revoked holder's late line, awaiting repair)",
         }
     }
 }
@@ -861,8 +870,10 @@ impl<C: Coherence> Checker<'_, C> {
         let (st, l) = (self.st, &self.st.layout);
         let nt = l.caps.max_tenants;
         st.co.invalidate(&st.view, l.tenants.start, l.tenants.len(), Site("check.tenants"))?;
+        st.co.invalidate(&st.view, l.expiry.start, l.expiry.len(), Site("check.expiry"))?;
         let mut acc = [(0u64, 0u64); crate::layout::MAX_TENANTS as usize];
         for s in 0..l.caps.n_stripes {
+            let floor = self.floors.get(l.locks().stripe(s) as usize).copied().unwrap_or(0);
             for e in 0..l.caps.entries_per_stripe {
                 let ent: Entry = st.view.read(l.entry(s, e))?;
                 if ent.state == state::EMPTY || ent.ns < crate::namespaces::REGISTERED {
@@ -881,6 +892,17 @@ impl<C: Coherence> Checker<'_, C> {
                 if let Some(a) = acc.get_mut(t.slot as usize) {
                     a.0 = a.0.saturating_add(ent.payload_len as u64);
                     a.1 = a.1.saturating_add(1);
+                }
+                // A stored block of a tenant's has its generation's stamp
+                // (a void entry is reported above).
+                if ent.state == state::READY && ent.ticket >= floor {
+                    let x: ExpiryLine = st.view.read(l.expiry_line(s, e))?;
+                    let w = x.at.get((e % EXPIRY_SLOTS) as usize).copied().unwrap_or(0);
+                    if x.ticket < floor {
+                        self.rep(FindingKind::VoidExpiry, s as u64, e as u64);
+                    } else if crate::index::expiry::stamp_for(w, ent.gen).is_none() {
+                        self.rep(FindingKind::Expiry, s as u64, e as u64);
+                    }
                 }
             }
         }

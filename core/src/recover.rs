@@ -12,8 +12,9 @@ use crate::coherence::{Coherence, Site};
 use crate::hash::{place, Key};
 use crate::index::{entry_checksum, probe, NIL};
 use crate::layout::{
-    state, Bucket, ChunkRecord, Entry, LockLine, LockSlot, NodeInfo, PinRecord, RootRecord, StripeHeader, CHUNK_CONT,
-    CHUNK_HELD, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, MAX_NODES, NODE_ALIVE, NODE_DEAD, NODE_FENCED, RELEASE_AT,
+    state, Bucket, ChunkRecord, Entry, ExpiryLine, LockLine, LockSlot, NodeInfo, PinRecord, RootRecord, StripeHeader,
+    CHUNK_CONT, CHUNK_HELD, CHUNK_KV, CHUNK_LARGE, CHUNK_RAW, EXPIRY_SLOTS, MAX_NODES, NODE_ALIVE, NODE_DEAD,
+    NODE_FENCED, RELEASE_AT,
 };
 use crate::lock::{Held, GRANT_FLOOR, GRANT_REPAIR};
 use crate::mutant::mutant;
@@ -46,6 +47,11 @@ pub struct RecoverReport {
     /// Stripes whose header was void (a revoked holder's late write-back):
     /// rebuilt, their insert and eviction counts as that header had them.
     pub void_stripes: u32,
+    /// Stored blocks of tenants whose expiry stamp, in a line that was not
+    /// void, was not of their generation: made expired. The protocol
+    /// publishes every stamp before its entry, so this counts damage (or
+    /// a stamp read stale), never a normal event.
+    pub lost_stamps: u64,
 }
 
 impl<C: Coherence> Node<'_, C> {
@@ -803,8 +809,43 @@ impl<C: Coherence> Node<'_, C> {
         h.lru_head = if lru_ok { old.lru_head } else { NIL };
         h.lru_tail = if lru_ok { old.lru_tail } else { NIL };
         self.relink(s, &mut h, lru_ok, ticket)?;
+        self.restamp_expiry(s, stamp, rep)?;
         st.publish(l.stripe(s), &h, Site("recover.stripe.write"))?;
         Ok(claimed)
+    }
+
+    /// Stamps every expiry line of stripe `s` with this recovery's ticket
+    /// (the floor to be): a stamp of the generation its entry now has
+    /// stays, in a line that is not void; any other is made expired (its
+    /// block, should it be a tenant's and stored, is then missing and goes
+    /// first: nothing tells how long it had). So no late line can lengthen
+    /// a block's life, and every line is valid under the new floor.
+    fn restamp_expiry(&self, s: u32, stamp: Stamp, rep: &mut RecoverReport) -> Result<()> {
+        let st = self.store;
+        let l = &st.layout;
+        let (off, len) = l.expiry_lines(s);
+        // SYNC: fresh expiry lines (writer: reserves under the stripe lock,
+        // which this recovery holds now).
+        st.co.invalidate(&st.view, off, len, Site("recover.expiry.read"))?;
+        let eps = l.caps.entries_per_stripe;
+        for first in (0..eps).step_by(EXPIRY_SLOTS as usize) {
+            let at = l.expiry_line(s, first);
+            let mut x: ExpiryLine = st.view.read(at)?;
+            let void = x.ticket < stamp.floor;
+            for (i, w) in (first..eps).zip(x.at.iter_mut()) {
+                let ent = st.ent(s, i)?;
+                if void || crate::index::expiry::stamp_for(*w, ent.gen).is_none() {
+                    let tenants = ent.state == state::READY && self.tenant_of(ent.ns).is_ok_and(|t| t.is_some());
+                    rep.lost_stamps = rep.lost_stamps.saturating_add(u64::from(tenants && !void));
+                    *w = crate::index::expiry::stamp(1, ent.gen);
+                }
+            }
+            x.ticket = stamp.ticket;
+            st.view.write(at, &x)?;
+        }
+        // SYNC: the lines restamped, in memory before the stripe's lock is
+        // released with its new floor (reader: lookups, reserves).
+        st.co.flush(&st.view, off, len, Site("recover.expiry.write"))
     }
 
     /// Entry `e` of stripe `s`: kept (its block re-claimed, its bucket

@@ -64,6 +64,13 @@ pub trait NodeEnv: Sync {
     fn now_ns(&self) -> u64 {
         0
     }
+    /// The wall clock in milliseconds since the Unix epoch, which tenants'
+    /// lifetimes are counted by (hosts' clocks agreeing within the margin
+    /// the deployment allows); 0 where the environment has none (a block
+    /// of a tenant with a lifetime is then refused: `InvalidArgument`).
+    fn wall_ms(&self) -> u64 {
+        0
+    }
     /// A recovery that an operation of this node runs itself starts (`true`)
     /// or ends (`false`): one that repairs a structure found void (see
     /// `Node::with_stripe`). Nothing by default.

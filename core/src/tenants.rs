@@ -1,6 +1,8 @@
 //! Tenants: many models and teams in one region, each with a hard quota, a
-//! guaranteed share and a priority (a lifetime for blocks is carried, not
-//! yet enforced: adding one is refused).
+//! guaranteed share, a lifetime for its blocks and a priority. Lifetimes
+//! are kept per block, by a stamp its reserve writes (see
+//! `index/expiry.rs`): a block is read as missing from its stamp's time
+//! on, a reserve of its key replaces it, and evictions take it first.
 //!
 //! A tenant is a slot of the tenant table: a config line (name, limits,
 //! nonce, state) and a usage line (bytes and blocks it holds, evictions,
@@ -67,8 +69,8 @@ pub struct Limits {
     pub quota: u64,
     /// Guaranteed share in payload bytes (at most the quota, when one is set).
     pub share: u64,
-    /// Lifetime of its blocks in milliseconds; 0 = none (others refused:
-    /// not enforced yet).
+    /// Lifetime of its blocks in milliseconds, from their reserve; 0 =
+    /// none. A change applies to blocks reserved from then on.
     pub ttl_ms: u64,
     /// Relative weight (reported).
     pub priority: u32,
@@ -93,6 +95,8 @@ pub struct TenantInfo {
     pub evictions: u64,
     /// Reserves refused at its hard quota.
     pub refused: u64,
+    /// Of its evictions, blocks removed past their lifetime.
+    pub expired: u64,
 }
 
 impl TenantInfo {
@@ -116,7 +120,7 @@ pub fn name_field(name: &[u8]) -> Result<[u8; TENANT_NAME]> {
 }
 
 fn check_limits(l: &Limits) -> Result<()> {
-    if l.ttl_ms != 0 {
+    if l.ttl_ms > crate::index::expiry::MAX_TTL_MS {
         return Err(Error::InvalidArgument);
     }
     if l.quota != 0 && l.share > l.quota {
@@ -190,6 +194,12 @@ impl TenantHold {
         self.usage.blocks = self.usage.blocks.saturating_sub(1);
         self.usage.evictions = self.usage.evictions.wrapping_add(u64::from(evicted));
         self.dirty = true;
+    }
+
+    /// Counts a block of its removed past its lifetime.
+    pub(crate) fn expire(&mut self, len: u64) {
+        self.discharge(len, true);
+        self.usage.expired = self.usage.expired.wrapping_add(1);
     }
 
     /// Counts a reserve refused at the quota.
@@ -381,6 +391,7 @@ impl<C: Coherence> Node<'_, C> {
                 blocks: u.blocks,
                 evictions: u.evictions,
                 refused: u.refused,
+                expired: u.expired,
             };
             if t == 0 {
                 let (bytes, blocks) = self.default_usage()?;
@@ -639,8 +650,8 @@ mod tests {
             for bad in [&b""[..], b"a\0b", &[b'x'; TENANT_NAME + 1]] {
                 assert_eq!(a.tenant_add(bad, Limits::default()).unwrap_err(), Error::InvalidArgument);
             }
-            let ttl = Limits { ttl_ms: 1000, ..Limits::default() };
-            assert_eq!(a.tenant_add(b"ttl", ttl).unwrap_err(), Error::InvalidArgument, "lifetimes: not yet");
+            let ttl = Limits { ttl_ms: crate::index::expiry::MAX_TTL_MS + 1, ..Limits::default() };
+            assert_eq!(a.tenant_add(b"ttl", ttl).unwrap_err(), Error::InvalidArgument, "a lifetime past 2^40 ms");
             let share_above = Limits { quota: 10, share: 11, ..Limits::default() };
             assert_eq!(a.tenant_add(b"x", share_above).unwrap_err(), Error::InvalidArgument);
             assert_eq!(a.tenant_set(DEFAULT_TENANT, lim).unwrap_err(), Error::InvalidArgument);
@@ -812,6 +823,76 @@ mod tests {
             assert_eq!(a.namespace_in(t, model(b"other")).unwrap_err(), Error::NoTenant);
             assert_eq!(usage(&a, keep), (10_000, 10), "the other tenant kept everything");
             assert!(findings(f).is_empty(), "{:?}", findings(f));
+        });
+    }
+
+    #[test]
+    fn blocks_past_their_lifetime_are_never_read_are_replaced_and_go_first() {
+        let caps = crate::layout::Capacities { entries_per_stripe: 64, ..small_caps() };
+        with_one_node(1 << 20, caps, |f, env, _, a| {
+            let short = a.tenant_add(b"short", Limits { ttl_ms: 1000, ..Limits::default() }).unwrap();
+            let long = a.tenant_add(b"long", Limits::default()).unwrap();
+            let ns = a.namespace_in(short, model(b"m")).unwrap();
+            let nl = a.namespace_in(long, model(b"m")).unwrap();
+            let keys: std::vec::Vec<Key> = (0..10).map(key).collect();
+            for i in 0..10 {
+                put(&a, ns, i, 4000).unwrap();
+                put(&a, nl, i, 4000).unwrap();
+            }
+            *env.wall.lock() += 999;
+            assert_eq!(a.lookup(ns, &keys).unwrap(), 10, "alive until its last millisecond");
+            *env.wall.lock() += 1;
+            // Past it: missing to every reader, the other tenant's kept.
+            assert_eq!(a.lookup(ns, &keys).unwrap(), 0);
+            let mut present = [true; 10];
+            assert_eq!(a.presence(ns, &keys, &mut present).unwrap(), 0);
+            assert!(present.iter().all(|p| !p));
+            let mut pins = [Err(Error::InvalidArgument); 10];
+            assert_eq!(a.acquire(ns, &keys, &mut pins).unwrap(), 0);
+            assert!(pins.iter().all(|p| *p == Err(Error::NotFound)), "{pins:?}");
+            let mut buf = [0u8; 4000];
+            assert_eq!(a.get(ns, key(1), &mut buf).unwrap_err(), Error::NotFound);
+            assert!(!a.exists(ns, key(1)).unwrap());
+            assert_eq!(a.lookup(nl, &keys).unwrap(), 10);
+            // Counted until removed; a reserve of the key replaces it.
+            assert_eq!(usage(&a, short), (40_000, 10));
+            put(&a, ns, 3, 2000).unwrap();
+            assert_eq!(a.lookup(ns, &[key(3)]).unwrap(), 1, "the new block has a new lifetime");
+            assert_eq!(usage(&a, short), (38_000, 10));
+            // An eviction takes the expired blocks before anything else.
+            let rep = a.evict(8000, &mut Lru).unwrap();
+            assert!(rep.bytes >= 8000, "{rep:?}");
+            assert_eq!(a.lookup(nl, &keys).unwrap(), 10, "nothing live went");
+            assert_eq!(a.lookup(ns, &[key(3)]).unwrap(), 1);
+            let mut out = [TenantInfo::default(); 8];
+            let k = a.tenant_list(&mut out).unwrap();
+            let info = out[..k].iter().find(|t| t.id == short).unwrap();
+            assert!(info.expired >= 3 && info.expired == info.evictions, "{info:?}");
+            assert!(findings(f).is_empty(), "{:?}", findings(f));
+            // Recovery keeps the stamps of the blocks it keeps.
+            a.recover(0).unwrap();
+            assert_eq!(a.lookup(ns, &[key(3)]).unwrap(), 1);
+            assert!(findings(f).is_empty(), "{:?}", findings(f));
+            *env.wall.lock() += 1000;
+            assert_eq!(a.lookup(ns, &[key(3)]).unwrap(), 0);
+            // A lifetime set live applies to blocks reserved from then on.
+            a.tenant_set(long, Limits { ttl_ms: 10, ..Limits::default() }).unwrap();
+            put(&a, nl, 20, 1000).unwrap();
+            *env.wall.lock() += 10;
+            assert_eq!(a.lookup(nl, &[key(20)]).unwrap(), 0);
+            assert_eq!(a.lookup(nl, &keys).unwrap(), 10, "stamped without a lifetime");
+            // A stamp lost (a block stored without one) is what the check
+            // finds.
+            let (s, e) = {
+                let (s, fnd) = f.store.find_stored(nl, key(0)).unwrap().unwrap();
+                (s, fnd.entry)
+            };
+            let l = &f.store.layout;
+            let mut x: crate::layout::ExpiryLine = f.store.view.read(l.expiry_line(s, e)).unwrap();
+            x.at[(e % crate::layout::EXPIRY_SLOTS) as usize] ^= 1;
+            f.store.view.write(l.expiry_line(s, e), &x).unwrap();
+            let found = findings(f);
+            assert!(found.iter().any(|x| x.kind == FindingKind::Expiry && x.b == e as u64), "{found:?}");
         });
     }
 

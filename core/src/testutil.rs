@@ -67,6 +67,8 @@ pub struct InlineEnv<'a> {
     /// Whether releases may keep grants (see `NodeEnv::keeps_grants`); the
     /// test then gives them back itself (`Node::release_parks`).
     pub keeps: spin::Mutex<bool>,
+    /// The wall clock in milliseconds (tenants' lifetimes), moved by tests.
+    pub wall: spin::Mutex<u64>,
 }
 
 impl<'a> InlineEnv<'a> {
@@ -79,6 +81,7 @@ impl<'a> InlineEnv<'a> {
             stopped: spin::Mutex::new(0),
             quarantine: spin::Mutex::new(0),
             keeps: spin::Mutex::new(false),
+            wall: spin::Mutex::new(1_000_000),
         }
     }
     pub fn step(&self) -> Result<crate::lock::StepReport> {
@@ -116,6 +119,9 @@ impl NodeEnv for InlineEnv<'_> {
     }
     fn keeps_grants(&self) -> bool {
         *self.keeps.lock()
+    }
+    fn wall_ms(&self) -> u64 {
+        *self.wall.lock()
     }
 }
 

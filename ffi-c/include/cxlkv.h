@@ -483,8 +483,10 @@ typedef struct cxlkv_tenant_limits {
   // Guaranteed share in payload bytes: eviction for other tenants never
   // takes it below (at most the quota, when one is set).
   uint64_t share;
-  // Lifetime of its blocks in milliseconds: must be 0 (not supported
-  // yet).
+  // Lifetime of its blocks in milliseconds from their reserve; 0 =
+  // none. Past it a block is never read (a miss), a put of its key
+  // replaces it, and evictions take it first. Hosts' clocks are assumed
+  // to agree within the deployment's margin.
   uint64_t ttl_ms;
   // Relative weight (reported).
   uint32_t priority;
@@ -508,6 +510,8 @@ typedef struct cxlkv_tenant_info {
   uint64_t evictions;
   // Reserves refused at its hard quota.
   uint64_t refused;
+  // Of its evictions, blocks removed past their lifetime.
+  uint64_t expired;
   // 1 while it is being dropped, else 0.
   uint32_t dropping;
   // Zero.

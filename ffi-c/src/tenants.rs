@@ -30,8 +30,10 @@ pub struct cxlkv_tenant_limits {
     /// Guaranteed share in payload bytes: eviction for other tenants never
     /// takes it below (at most the quota, when one is set).
     pub share: u64,
-    /// Lifetime of its blocks in milliseconds: must be 0 (not supported
-    /// yet).
+    /// Lifetime of its blocks in milliseconds from their reserve; 0 =
+    /// none. Past it a block is never read (a miss), a put of its key
+    /// replaces it, and evictions take it first. Hosts' clocks are assumed
+    /// to agree within the deployment's margin.
     pub ttl_ms: u64,
     /// Relative weight (reported).
     pub priority: u32,
@@ -57,6 +59,8 @@ pub struct cxlkv_tenant_info {
     pub evictions: u64,
     /// Reserves refused at its hard quota.
     pub refused: u64,
+    /// Of its evictions, blocks removed past their lifetime.
+    pub expired: u64,
     /// 1 while it is being dropped, else 0.
     pub dropping: u32,
     /// Zero.
@@ -98,6 +102,7 @@ fn info_of(t: &TenantInfo) -> cxlkv_tenant_info {
         blocks: t.blocks,
         evictions: t.evictions,
         refused: t.refused,
+        expired: t.expired,
         dropping: u32::from(t.state == TENANT_DROPPING),
         reserved: 0,
     }

@@ -1,6 +1,6 @@
 /* Every call of the C API, its results and its refusals (NULL arguments,
  * closed handles, bad sizes), against one anonymous region. */
-#define _DEFAULT_SOURCE /* mkdtemp */
+#define _DEFAULT_SOURCE /* mkdtemp, usleep */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -523,8 +523,8 @@ static void test_tenants(cxlkv_node *a, cxlkv_node *b) {
   EXPECT(cxlkv_tenant_add(b, "busy", NULL, &found), CXLKV_RESULT_EXISTS);
   EXPECT(cxlkv_tenant_add(b, "", NULL, &found), CXLKV_RESULT_INVALID_ARGUMENT);
   EXPECT(cxlkv_tenant_add(b, "a-name-longer-than-twenty", NULL, &found), CXLKV_RESULT_INVALID_ARGUMENT);
-  cxlkv_tenant_limits ttl = {0, 0, 1000, 0, 0};
-  EXPECT(cxlkv_tenant_add(b, "ttl", &ttl, &found), CXLKV_RESULT_INVALID_ARGUMENT);
+  cxlkv_tenant_limits forever = {0, 0, (1ull << 40) + 1, 0, 0};
+  EXPECT(cxlkv_tenant_add(b, "ttl", &forever, &found), CXLKV_RESULT_INVALID_ARGUMENT);
   EXPECT(cxlkv_tenant_add(b, "x", NULL, NULL), CXLKV_RESULT_NULL_PARAMETER);
   OK(cxlkv_tenant_find(b, "busy", &found));
   CHECK(found.slot == busy.slot && found.nonce == busy.nonce);
@@ -595,6 +595,31 @@ static void test_tenants(cxlkv_node *a, cxlkv_node *b) {
   CHECK(there);
   OK(cxlkv_tenant_drop(b, quiet, NULL));
   EXPECT(cxlkv_tenant_list(NULL, list, 8, &n), CXLKV_RESULT_NULL_PARAMETER);
+
+  /* A lifetime: once it has passed, the block is missing to every reader
+     (only what must hold after the wait is checked, not before it). */
+  cxlkv_tenant_limits brief = {0, 0, 30, 0, 0};
+  cxlkv_tenant shortlived;
+  uint32_t ns_short = 0;
+  OK(cxlkv_tenant_add(a, "brief", &brief, &shortlived));
+  OK(cxlkv_namespace_register_in(a, shortlived, &nsf, &ns_short));
+  cxlkv_put_item once = {key_of(700), 16, 0, &part, 1};
+  OK(cxlkv_put(a, ns_short, &once, 1, &st));
+  CHECK(st == CXLKV_RESULT_OK);
+  usleep(60 * 1000);
+  cxlkv_key k700 = key_of(700);
+  OK(cxlkv_exists(b, ns_short, &k700, &there));
+  CHECK(!there);
+  size_t hit = 99;
+  OK(cxlkv_lookup(b, ns_short, &k700, 1, NULL, &hit));
+  CHECK(hit == 0);
+  OK(cxlkv_put(b, ns_short, &once, 1, &st)); /* a put replaces it */
+  CHECK(st == CXLKV_RESULT_OK);
+  OK(cxlkv_tenant_list(a, list, 8, &n));
+  for (size_t i = 0; i < n; i++) {
+    if (list[i].id.slot == shortlived.slot) CHECK(list[i].limits.ttl_ms == 30 && list[i].expired == 1 && list[i].blocks == 1);
+  }
+  OK(cxlkv_tenant_drop(a, shortlived, NULL));
 }
 
 /* An SSD tier on its own node: blocks copied to a disk directory, evicted,

@@ -21,12 +21,16 @@ pub struct Tenant {
     pub share: f64,
     /// Relative weight.
     pub priority: u32,
+    /// Lifetime of its blocks in milliseconds (0: none).
+    pub ttl_ms: f64,
     /// Payload bytes of its blocks being written or stored.
     pub bytes: f64,
     /// Its blocks being written or stored.
     pub blocks: f64,
     /// Its blocks evicted.
     pub evictions: f64,
+    /// Of its evictions, blocks removed past their lifetime.
+    pub expired: f64,
     /// Reserves refused at its hard quota.
     pub refused: f64,
     /// Being dropped.
@@ -39,22 +43,24 @@ fn tenant_of(t: &TenantInfo) -> Tenant {
         quota: t.limits.quota as f64,
         share: t.limits.share as f64,
         priority: t.limits.priority,
+        ttl_ms: t.limits.ttl_ms as f64,
         bytes: t.bytes as f64,
         blocks: t.blocks as f64,
         evictions: t.evictions as f64,
+        expired: t.expired as f64,
         refused: t.refused as f64,
         dropping: t.state == TENANT_DROPPING,
     }
 }
 
-/// `{ quota?, share?, priority? }` (absent: none).
+/// `{ quota?, share?, priority?, ttlMs? }` (absent: none).
 fn limits_of(env: &Env, v: &Unknown<'_>) -> napi::Result<Limits> {
-    let o = Opts::of(env, v, "limits", &["quota", "share", "priority"])?;
+    let o = Opts::of(env, v, "limits", &["quota", "share", "priority", "ttlMs"])?;
     Ok(Limits {
         quota: o.u64("quota")?.unwrap_or(0),
         share: o.u64("share")?.unwrap_or(0),
         priority: o.u32("priority")?.unwrap_or(0),
-        ttl_ms: 0,
+        ttl_ms: o.u64("ttlMs")?.unwrap_or(0),
     })
 }
 
@@ -70,18 +76,26 @@ impl Node {
 #[napi]
 impl Node {
     /// Adds tenant `name` (1 to 20 bytes) with a hard `quota` and a
-    /// guaranteed `share` in payload bytes and a `priority` (each left out:
-    /// none). `EXISTS` when a tenant of that name lives, `TENANTS_FULL`
-    /// when every slot (the `maxTenants` capacity) is taken.
-    #[napi(catch_unwind, ts_args_type = "name: string, limits?: { quota?: number, share?: number, priority?: number }")]
+    /// guaranteed `share` in payload bytes, a `priority` and a lifetime
+    /// for its blocks, `ttlMs` (each left out: none). `EXISTS` when a
+    /// tenant of that name lives, `TENANTS_FULL` when every slot (the
+    /// `maxTenants` capacity) is taken.
+    #[napi(
+        catch_unwind,
+        ts_args_type = "name: string, limits?: { quota?: number, share?: number, priority?: number, ttlMs?: number }"
+    )]
     pub fn tenant_add(&self, env: Env, name: Unknown<'_>, limits: Unknown<'_>) -> napi::Result<()> {
         let (name, l) = (string_of(&env, &name, "name")?, limits_of(&env, &limits)?);
         let c = self.attached(&env)?;
         c.tenant_add(name.as_bytes(), l).or_throw(&env).map(|_| ())
     }
 
-    /// Changes a live tenant's limits (every node follows at once).
-    #[napi(catch_unwind, ts_args_type = "name: string, limits?: { quota?: number, share?: number, priority?: number }")]
+    /// Changes a live tenant's limits (every node follows at once; a new
+    /// lifetime applies to blocks stored from then on).
+    #[napi(
+        catch_unwind,
+        ts_args_type = "name: string, limits?: { quota?: number, share?: number, priority?: number, ttlMs?: number }"
+    )]
     pub fn tenant_set(&self, env: Env, name: Unknown<'_>, limits: Unknown<'_>) -> napi::Result<()> {
         let (name, l) = (string_of(&env, &name, "name")?, limits_of(&env, &limits)?);
         let t = self.tenant_named(&env, &name)?;

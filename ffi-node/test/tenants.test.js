@@ -46,6 +46,19 @@ test('tenants keep their quotas and shares, and drop whole', () => {
     throwsResult(() => a.put(nb, [key(3000)], [body]), 'NO_TENANT')
     assert.equal(b.exists(nq, key(1000)), true)
     assert.deepEqual(a.check(), [])
+    // A lifetime: once it has passed, the block is missing to every reader
+    // and a put replaces it (only what must hold after the wait is checked).
+    a.tenantAdd('brief', { ttlMs: 30 })
+    const ns = a.namespaceIn(model, 'brief')
+    assert.deepEqual(a.put(ns, [key(5000)], [Buffer.alloc(100, 'b')]), ['OK'])
+    const until = Date.now() + 60
+    while (Date.now() < until) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10)
+    assert.equal(b.exists(ns, key(5000)), false)
+    assert.equal(b.lookup(ns, [key(5000)]), 0)
+    assert.deepEqual(b.put(ns, [key(5000)], [Buffer.alloc(100, 'c')]), ['OK'])
+    const brief = a.tenants().find((t) => t.name === 'brief')
+    assert.ok(brief.ttlMs === 30 && brief.expired === 1 && brief.blocks === 1, JSON.stringify(brief))
+    throwsResult(() => a.tenantSet('brief', { ttlMs: 2 ** 40 + 1 }), 'INVALID_ARGUMENT')
   } finally {
     a.detach()
     b.detach()

@@ -274,24 +274,42 @@ impl Node {
     /// guaranteed `share` in payload bytes (0: none) and a `priority`.
     /// `ExistsError` when a tenant of that name lives, `CapacityError` when
     /// every slot (the `max_tenants` capacity) is taken.
-    #[pyo3(signature = (name, quota=0, share=0, priority=0))]
-    fn tenant_add(&self, py: Python<'_>, name: &str, quota: u64, share: u64, priority: u32) -> PyResult<()> {
+    #[pyo3(signature = (name, quota=0, share=0, priority=0, ttl_ms=0))]
+    fn tenant_add(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        quota: u64,
+        share: u64,
+        priority: u32,
+        ttl_ms: u64,
+    ) -> PyResult<()> {
         let c = self.attached(py)?;
-        let l = crate::tenants::limits(quota, share, priority);
+        let l = crate::tenants::limits(quota, share, priority, ttl_ms);
         py.detach(|| c.tenant_add(name.as_bytes(), l)).or_raise(py).map(|_| ())
     }
 
-    /// Changes a live tenant's limits (every node follows at once).
-    #[pyo3(signature = (name, quota=0, share=0, priority=0))]
-    fn tenant_set(&self, py: Python<'_>, name: &str, quota: u64, share: u64, priority: u32) -> PyResult<()> {
+    /// Changes a live tenant's limits (every node follows at once; a new
+    /// lifetime applies to blocks stored from then on).
+    #[pyo3(signature = (name, quota=0, share=0, priority=0, ttl_ms=0))]
+    fn tenant_set(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        quota: u64,
+        share: u64,
+        priority: u32,
+        ttl_ms: u64,
+    ) -> PyResult<()> {
         let c = self.attached(py)?;
         let t = crate::tenants::find(py, &c, name)?;
-        let l = crate::tenants::limits(quota, share, priority);
+        let l = crate::tenants::limits(quota, share, priority, ttl_ms);
         py.detach(|| c.tenant_set(t, l)).or_raise(py)
     }
 
     /// Every tenant (the default one first) as a dict: name, quota, share,
-    /// priority, bytes, blocks, evictions, refused, dropping.
+    /// priority, ttl_ms, bytes, blocks, evictions, expired, refused,
+    /// dropping.
     fn tenants<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         let c = self.attached(py)?;
         let list = py.detach(|| c.tenant_list()).or_raise(py)?;

@@ -18,22 +18,24 @@ pub(crate) fn find(py: Python<'_>, c: &Attached, name: &str) -> PyResult<TenantI
         .ok_or_else(|| raise(py, R::NoTenant, &format!("no tenant {name}")))
 }
 
-/// Limits from keyword values (no lifetime: not supported yet).
-pub(crate) fn limits(quota: u64, share: u64, priority: u32) -> Limits {
-    Limits { quota, share, priority, ttl_ms: 0 }
+/// Limits from keyword values.
+pub(crate) fn limits(quota: u64, share: u64, priority: u32, ttl_ms: u64) -> Limits {
+    Limits { quota, share, priority, ttl_ms }
 }
 
-/// A tenant as a dict: name, quota, share, priority, bytes, blocks,
-/// evictions, refused, dropping.
+/// A tenant as a dict: name, quota, share, priority, ttl_ms, bytes,
+/// blocks, evictions, expired, refused, dropping.
 pub(crate) fn info<'py>(py: Python<'py>, t: &TenantInfo) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("name", String::from_utf8_lossy(t.name()))?;
     d.set_item("quota", t.limits.quota)?;
     d.set_item("share", t.limits.share)?;
     d.set_item("priority", t.limits.priority)?;
+    d.set_item("ttl_ms", t.limits.ttl_ms)?;
     d.set_item("bytes", t.bytes)?;
     d.set_item("blocks", t.blocks)?;
     d.set_item("evictions", t.evictions)?;
+    d.set_item("expired", t.expired)?;
     d.set_item("refused", t.refused)?;
     d.set_item("dropping", t.state == TENANT_DROPPING)?;
     Ok(d)

@@ -6,6 +6,7 @@ import gc
 import os
 import stat
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -489,6 +490,20 @@ def test_tenants_keep_quotas_and_shares_and_drop_whole(region: cxlkv.Region, loc
             a.put(nb, [(3000, b"x")])  # a dropped tenant takes no block
         assert b.exists(nq, 1000)
         assert a.check() == []
+        # A lifetime: once it has passed, the block is missing to every
+        # reader and a put replaces it (only what must hold after the wait
+        # is checked).
+        a.tenant_add("brief", ttl_ms=30)
+        ns = a.namespace(model, tenant="brief")
+        a.put(ns, [(5000, b"b" * 100)])
+        time.sleep(0.06)
+        assert not b.exists(ns, 5000) and b.lookup(ns, [5000]) == 0
+        assert b.get(ns, [(5000, bytearray(100))])[0][0] == Result.NOT_FOUND
+        assert b.put(ns, [(5000, b"c" * 100)]) == [Result.OK]
+        brief = {t["name"]: t for t in a.tenants()}["brief"]
+        assert brief["ttl_ms"] == 30 and brief["expired"] == 1 and brief["blocks"] == 1
+        with pytest.raises(cxlkv.InvalidArgumentError):
+            a.tenant_set("brief", ttl_ms=(1 << 40) + 1)
     finally:
         a.detach()
         b.detach()

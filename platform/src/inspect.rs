@@ -81,6 +81,10 @@ pub struct TenantReport {
     pub evictions: u64,
     /// Reserves refused at its hard quota.
     pub refused: u64,
+    /// Lifetime of its blocks, milliseconds (0: none).
+    pub ttl_ms: u64,
+    /// Of its evictions, blocks removed past their lifetime.
+    pub expired: u64,
 }
 
 /// Capacities and sizes of a formatted region.
@@ -421,6 +425,8 @@ impl Observed {
                 blocks: 0,
                 evictions: u.evictions,
                 refused: u.refused,
+                ttl_ms: c.ttl_ms,
+                expired: u.expired,
             });
         }
         Ok(out)

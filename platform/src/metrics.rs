@@ -115,6 +115,10 @@ pub struct TenantMetrics {
     pub evictions: u64,
     /// Reserves refused at its hard quota.
     pub refused: u64,
+    /// Of its evictions, blocks removed past their lifetime.
+    pub expired: u64,
+    /// Lifetime of its blocks, milliseconds (0: none).
+    pub ttl_ms: u64,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -222,6 +226,8 @@ impl Observed {
                 blocks: u.blocks,
                 evictions: u.evictions,
                 refused: u.refused,
+                expired: u.expired,
+                ttl_ms: c.ttl_ms,
             });
         }
         Ok(RegionMetrics {
@@ -362,6 +368,7 @@ impl RegionMetrics {
         per_tenant(&mut reg, "tenant_blocks", "A tenant's blocks being written or stored", |t| t.blocks);
         per_tenant(&mut reg, "tenant_quota_bytes", "A tenant's hard quota (0: none)", |t| t.quota);
         per_tenant(&mut reg, "tenant_share_bytes", "A tenant's guaranteed share", |t| t.share);
+        per_tenant(&mut reg, "tenant_ttl_ms", "Lifetime of a tenant's blocks, milliseconds (0: none)", |t| t.ttl_ms);
         let per_tenant_total = |reg: &mut Registry, name: &str, help: &str, get: fn(&TenantMetrics) -> u64| {
             let fam = Family::<TenantLabels, Counter<u64>>::default();
             for t in &self.tenants {
@@ -371,6 +378,7 @@ impl RegionMetrics {
         };
         per_tenant_total(&mut reg, "tenant_evictions", "A tenant's blocks evicted", |t| t.evictions);
         per_tenant_total(&mut reg, "tenant_refused", "A tenant's reserves refused at its hard quota", |t| t.refused);
+        per_tenant_total(&mut reg, "tenant_expired", "A tenant's blocks removed past their lifetime", |t| t.expired);
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &reg);

@@ -100,7 +100,7 @@ impl Node {
         if self.fenced() {
             return Err(Error::Core(cxlkv_core::Error::Revoked));
         }
-        Ok(self.store().find_stored(ns, key)?.is_some())
+        Ok(self.core().exists(ns, key)?)
     }
 
     /// Reserves every item or none: when any item cannot be reserved, the

@@ -85,6 +85,7 @@ impl<C: Coherence> Node<'_, C> {
         let st = self.store;
         let ns = st.layout.caps.n_stripes;
         let mut rep = EvictReport::default();
+        let expiring = self.lifetimes_hint();
         let start = {
             let mut c = self.local.evict_cursor.lock();
             let v = *c;
@@ -111,6 +112,11 @@ impl<C: Coherence> Node<'_, C> {
                     self.refresh_touched_locked(s, h)?;
                     let mut got = 0u64;
                     let mut more = true;
+                    // Expired blocks first (a pass for them alone, on from
+                    // where it left off), then the policy's choice in LRU
+                    // order.
+                    let mut expired_only = expiring;
+                    let mut cursor = h.lru_head;
                     while got < share && more {
                         // Entries removed first, then their blocks freed
                         // together (one heap-lock round trip for a run of
@@ -119,7 +125,8 @@ impl<C: Coherence> Node<'_, C> {
                         let mut n = 0usize;
                         let mut failed = Ok(());
                         while got < share && n < FREE_BATCH {
-                            match self.remove_one_locked(s, h, policy) {
+                            let from = if expired_only { Some(&mut cursor) } else { None };
+                            match self.remove_one_locked(s, h, policy, from) {
                                 Ok(Some((off, len))) => {
                                     if let Some(t) = taken.get_mut(n) {
                                         *t = (off, len);
@@ -127,6 +134,7 @@ impl<C: Coherence> Node<'_, C> {
                                     n = n.saturating_add(1);
                                     got = got.saturating_add(len);
                                 }
+                                Ok(None) if expired_only => expired_only = false,
                                 Ok(None) => {
                                     more = false;
                                     break;
@@ -212,7 +220,7 @@ impl<C: Coherence> Node<'_, C> {
         h: &mut HeldStripe,
         policy: &mut dyn Policy,
     ) -> Result<Option<Evicted>> {
-        let Some((off, len)) = self.remove_one_locked(s, h, policy)? else {
+        let Some((off, len)) = self.remove_one_locked(s, h, policy, None)? else {
             return Ok(None);
         };
         // SYNC: the header is flushed by the caller before unlock; the
@@ -228,12 +236,67 @@ impl<C: Coherence> Node<'_, C> {
         Ok(Some(Evicted { len, deferred }))
     }
 
+    /// Whether any tenant of the region has a lifetime, as its table reads
+    /// without a lock: an eviction then looks for expired blocks first.
+    fn lifetimes_hint(&self) -> bool {
+        let l = &self.store.layout;
+        let (off, len) = (l.tenants.start, l.tenants.len());
+        // SYNC: fresh tenant table (writer: `tenant_add` / `tenant_set`
+        // under each tenant's lock). A hint: read stale, an eviction takes
+        // expired blocks in LRU order instead of first; none is ever read
+        // (readers check each block's own stamp).
+        if self.store.co.invalidate(&self.store.view, off, len, Site("evict.lifetimes.hint")).is_err() {
+            return false;
+        }
+        (1..l.caps.max_tenants).any(|t| {
+            self.store.view.read::<crate::layout::TenantConfig>(l.tenant_config(t)).is_ok_and(|c| {
+                matches!(c.state, crate::layout::TENANT_LIVE | crate::layout::TENANT_DROPPING) && c.ttl_ms != 0
+            })
+        })
+    }
+
+    /// Removes an expired block of the tenant `hold` holds: READY entry `e`
+    /// of stripe `s`, unless pinned (then false). Its block is freed.
+    /// Caller holds the stripe lock, and no heap lock.
+    pub(crate) fn remove_expired_locked(
+        &self,
+        s: u32,
+        h: &mut HeldStripe,
+        e: u32,
+        hold: &mut crate::tenants::TenantHold,
+    ) -> Result<bool> {
+        let mut ent = self.store.ent_held(s, e, h)?;
+        let Some((off, len)) = self.remove_claimed(s, h, e, &mut ent)? else {
+            return Ok(false);
+        };
+        hold.expire(len);
+        self.count(|c| c.evictions = c.evictions.wrapping_add(1))?;
+        // SYNC: the entry is EMPTY before its block is freed: `free_kv`
+        // takes the heap lock, which fences first.
+        match self.free_kv(off) {
+            // Recovering: the block stays allocated until the pending
+            // recovery reclaims it (no entry references it).
+            Ok(()) | Err(Error::Recovering) => Ok(true),
+            Err(err) => Err(err),
+        }
+    }
+
     /// Removes the entry of stripe `s` that `policy` chooses, leaving its
     /// block (offset, length) for the caller to free; `None` when no
-    /// candidate was taken. Caller holds the lock.
-    fn remove_one_locked(&self, s: u32, h: &mut HeldStripe, policy: &mut dyn Policy) -> Result<Option<(u64, u64)>> {
+    /// candidate was taken. An expired block is taken whatever an eviction
+    /// for anyone's policy says and whatever its tenant's share.
+    /// `expired_from`: no other, looked for from that entry of the LRU
+    /// list on (left after the one taken). Caller holds the lock.
+    fn remove_one_locked(
+        &self,
+        s: u32,
+        h: &mut HeldStripe,
+        policy: &mut dyn Policy,
+        mut expired_from: Option<&mut u32>,
+    ) -> Result<Option<(u64, u64)>> {
         let st = self.store;
-        let mut e = h.lru_head;
+        let expired_only = expired_from.is_some();
+        let mut e = expired_from.as_deref().copied().unwrap_or(h.lru_head);
         for _ in 0..st.layout.caps.entries_per_stripe {
             if e == NIL {
                 return Ok(None);
@@ -241,7 +304,13 @@ impl<C: Coherence> Node<'_, C> {
             let mut ent = st.ent_held(s, e, h)?;
             let next = ent.lru_next;
             if ent.state == state::READY {
-                match policy.consider(s, &ent) {
+                let expired = self.tenant_of(ent.ns)?.is_some() && self.expired_held(s, e, ent.gen, h)?;
+                if expired_only && !expired {
+                    e = next;
+                    continue;
+                }
+                let verdict = if expired && !policy.for_owner() { Verdict::Evict } else { policy.consider(s, &ent) };
+                match verdict {
                     Verdict::Evict => {
                         // The block's tenant, nested: its usage goes down in
                         // the same hold, and an eviction for anyone leaves
@@ -257,7 +326,10 @@ impl<C: Coherence> Node<'_, C> {
                         };
                         let len = ent.payload_len as u64;
                         let kept = th.as_ref().is_some_and(|hold| {
-                            !policy.for_owner() && !hold.above_share(len) && !mutant!("tenant.share_ignored")
+                            !expired
+                                && !policy.for_owner()
+                                && !hold.above_share(len)
+                                && !mutant!("tenant.share_ignored")
                         });
                         if kept {
                             if let Some(hold) = th.take() {
@@ -268,12 +340,19 @@ impl<C: Coherence> Node<'_, C> {
                         }
                         let r = self.remove_claimed(s, h, e, &mut ent);
                         if let (Ok(Some(_)), Some(hold)) = (&r, th.as_mut()) {
-                            hold.discharge(len, true);
+                            if expired {
+                                hold.expire(len);
+                            } else {
+                                hold.discharge(len, true);
+                            }
                         }
                         let put = th.map_or(Ok(()), |hold| self.tenant_put(hold));
                         match r? {
                             Some(x) => {
                                 put?;
+                                if let Some(c) = expired_from.as_deref_mut() {
+                                    *c = next;
+                                }
                                 return Ok(Some(x));
                             }
                             None => {

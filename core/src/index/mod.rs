@@ -9,6 +9,7 @@
 //! READY entries whose key, namespace and checksum match.
 
 pub mod evict;
+pub mod expiry;
 pub mod probe;
 mod read;
 
@@ -227,10 +228,16 @@ impl<C: Coherence> Store<C> {
     /// is seen so). A reader takes a void entry for missing: it may name a
     /// block freed and taken since (see [`Entry::ticket`]).
     pub(crate) fn void_now(&self, s: u32, ent: &Entry) -> Result<bool> {
+        Ok(ent.ticket < self.floor_now(s)? && !mutant!("read.trust_void_entry"))
+    }
+
+    /// Stripe `s`'s lock's repair floor as memory holds it now: lines of
+    /// the stripe stamped below it are void.
+    pub(crate) fn floor_now(&self, s: u32) -> Result<u64> {
         let l = &self.layout;
         // SYNC: fresh repair floor (writer: recovery, then the lock manager).
         let ll: crate::layout::LockLine = self.fresh(l.lock_line(l.locks().stripe(s)), Site("index.floor.read"))?;
-        Ok(ent.ticket < ll.floor && !mutant!("read.trust_void_entry"))
+        Ok(ll.floor)
     }
 
     /// Whether each of up to [`PROBE_BATCH`] keys is stored: its entry is
@@ -578,10 +585,11 @@ impl<C: Coherence> Node<'_, C> {
     /// (read-only; takes no lock).
     pub fn lookup(&self, ns: u32, keys: &[Key]) -> Result<usize> {
         self.not_revoked()?;
+        let tenant = self.tenant_of(ns)?.is_some();
         let mut n = 0usize;
         let mut found = [false; PROBE_BATCH];
         for ks in keys.chunks(PROBE_BATCH) {
-            self.settled(|| self.store.find_stored_batch(ns, ks, &mut found))?;
+            self.settled(|| self.find_live_batch(ns, tenant, ks, &mut found))?;
             let hits = found.iter().take(ks.len()).take_while(|&&f| f).count();
             n = n.saturating_add(hits);
             if hits < ks.len() {
@@ -601,10 +609,39 @@ impl<C: Coherence> Node<'_, C> {
         if present.len() < keys.len() {
             return Err(Error::InvalidArgument);
         }
+        let tenant = self.tenant_of(ns)?.is_some();
         for (ks, ps) in keys.chunks(PROBE_BATCH).zip(present.chunks_mut(PROBE_BATCH)) {
-            self.settled(|| self.store.find_stored_batch(ns, ks, ps))?;
+            self.settled(|| self.find_live_batch(ns, tenant, ks, ps))?;
         }
         Ok(present.iter().take(keys.len()).take_while(|&&p| p).count())
+    }
+
+    /// [`Store::find_stored_batch`], blocks past their lifetime missing
+    /// (`tenant`: `ns` is a tenant's namespace, whose blocks have stamps).
+    fn find_live_batch(&self, ns: u32, tenant: bool, keys: &[Key], found: &mut [bool]) -> Result<()> {
+        self.store.find_stored_batch(ns, keys, found)?;
+        if !tenant {
+            return Ok(());
+        }
+        let now = self.wall_ms();
+        for (k, f) in keys.iter().zip(found.iter_mut()).filter(|(_, f)| **f) {
+            *f = match self.store.find_stored(ns, *k)? {
+                Some((s, x)) => !self.store.expired_now(s, x.entry, x.e.gen, now)?,
+                None => false,
+            };
+        }
+        Ok(())
+    }
+
+    /// Whether `key` is stored (published, not removed, and not past its
+    /// lifetime: a block an evictor is deciding about still is) in
+    /// namespace `ns`. Takes no lock.
+    pub fn exists(&self, ns: u32, key: Key) -> Result<bool> {
+        self.not_revoked()?;
+        match self.store.find_stored(ns, key)? {
+            Some((s, f)) => Ok(!self.expired(ns, s, f.entry, f.e.gen)?),
+            None => Ok(false),
+        }
     }
 
     /// Reserves a writable block for `key`, evicting when space runs out.
@@ -896,8 +933,19 @@ impl<C: Coherence> Node<'_, C> {
         let st = self.store;
         let len32 = u32::try_from(it.len).map_err(|_| Error::TooLarge)?;
         let tag = place(ns, it.key);
-        if probe::find_held(st, s, tag, ns, it.key, h)?.is_some() && !mutant!("reserve.no_exists_check") {
-            return Err(Error::Exists);
+        if let Some(f) = probe::find_held(st, s, tag, ns, it.key, h)? {
+            // A block of the key past its lifetime is taken out for the new
+            // one (unless pinned: a reader still holds it).
+            let replaced = match th.as_mut() {
+                Some(hold) if f.e.state == state::READY && self.expired_held(s, f.entry, f.e.gen, h)? => {
+                    self.release_heap(heap)?;
+                    self.remove_expired_locked(s, h, f.entry, hold)?
+                }
+                _ => false,
+            };
+            if !replaced && !mutant!("reserve.no_exists_check") {
+                return Err(Error::Exists);
+            }
         }
         if h.free_head == NIL {
             // A full stripe: make room by evicting its least recent entry
@@ -929,6 +977,11 @@ impl<C: Coherence> Node<'_, C> {
             return Err(Error::Corrupt);
         }
         let gen = old.gen.wrapping_add(1);
+        if let Some(hold) = th.as_ref() {
+            // A tenant's entry: its stamp (its lifetime, if the tenant has
+            // one) before the entry is stored.
+            self.stamp_expiry(s, e, gen, hold.cfg.ttl_ms, h)?;
+        }
         let g = self.global(s, e);
         // Journaled before the block is placed: the heap lock's grant (or,
         // the lock kept, the fence below) puts the record in memory before

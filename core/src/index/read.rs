@@ -22,9 +22,23 @@ impl<C: Coherence> Node<'_, C> {
         if out.len() < keys.len() {
             return Err(Error::InvalidArgument);
         }
+        let tenant = self.tenant_of(ns)?.is_some();
         let mut pinned = 0usize;
         for (k, o) in keys.chunks(64).zip(out.chunks_mut(64)) {
             self.pin_some(ns, k, o)?;
+            if tenant {
+                // Pinned, a block keeps its generation: its stamp is read
+                // for it. One past its lifetime is let go, missing.
+                let now = self.wall_ms();
+                for r in o.iter_mut() {
+                    if let Ok(h) = *r {
+                        if self.store.expired_now(h.stripe, h.entry, h.gen, now)? {
+                            self.release(core::slice::from_ref(&h))?;
+                            *r = Err(Error::NotFound);
+                        }
+                    }
+                }
+            }
             pinned = pinned.saturating_add(o.iter().filter(|r| r.is_ok()).count());
         }
         if pinned > 0 {
@@ -338,6 +352,7 @@ impl<C: Coherence> Node<'_, C> {
     /// `NotFound` when absent.
     pub fn get_into(&self, ns: u32, key: Key, parts: &mut [&mut [u8]]) -> Result<Got> {
         self.not_revoked()?;
+        let tenant = self.tenant_of(ns)?.is_some();
         let room: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let (mut tries, mut waits) = (0u32, 0u32);
         while tries < 8 {
@@ -354,6 +369,12 @@ impl<C: Coherence> Node<'_, C> {
                 }
                 waits = waits.saturating_add(1);
                 continue;
+            }
+            // Past its lifetime: missing. (Read before the copy: should the
+            // entry change meanwhile, the check after the copy sees it.)
+            if tenant && self.store.expired_now(s, f.entry, f.e.gen, self.wall_ms())? {
+                self.count(|c| c.misses = c.misses.wrapping_add(1))?;
+                return Err(Error::NotFound);
             }
             tries = tries.saturating_add(1);
             let len = f.e.payload_len as u64;

@@ -9,7 +9,8 @@ use crate::mem::LINE;
 
 /// "CXLKV\0\0\1" little-endian: the region magic.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
-/// Format version; bumped with every incompatible change (16: tenants, a
+/// Format version; bumped with every incompatible change (17: an expiry
+/// stamp per entry, for tenants' lifetimes; 16: tenants, a
 /// table of them and a lock each, between the roots lock and the heap
 /// locks; 12: a chunk
 /// record carries the heap-lock ticket it was written under and its maps'
@@ -17,7 +18,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLKV\0\0\x01");
 /// repair floor and a stripe header's ticket, so a region whose headers
 /// carry no ticket is refused rather than read as void; 9: namespace ids
 /// from 2^31 up name registered namespaces).
-pub const FORMAT_VERSION: u32 = 16;
+pub const FORMAT_VERSION: u32 = 17;
 /// Largest number of nodes (pinner bitmask is one u64).
 pub const MAX_NODES: u32 = 64;
 /// Most granules a chunk is cut into (two maps of 4096 bits follow its
@@ -675,9 +676,34 @@ shared_struct! {
         pub pad: u32,
         /// As [`TenantConfig::ticket`].
         pub ticket: u64,
-        pub reserved: [u64; 2],
+        /// Of its evictions, blocks removed past their lifetime.
+        pub expired: u64,
+        pub reserved: u64,
     } size 64
 }
+
+shared_struct! {
+    /// Expiry stamps of [`EXPIRY_SLOTS`] entries of one stripe (entry `e`'s
+    /// in line `e / EXPIRY_SLOTS`, word `e % EXPIRY_SLOTS`), written under
+    /// the stripe lock by the reserve of an entry of a tenant's namespace
+    /// (the default tenant's entries have none: nothing reads theirs).
+    /// A stamp is `expiry_ms << 16 | (gen & 0xffff)`: the wall-clock
+    /// millisecond from which the entry's block is expired (0: it has no
+    /// lifetime), for the entry's generation `gen`. A stamp of another
+    /// generation says nothing about the entry.
+    ///
+    /// Zombies: the line carries the stripe lock's grant it was written
+    /// under (recovery stamps every line with its own); below the lock's
+    /// repair floor it is a revoked holder's late line: void, its entries
+    /// read as expired, and a holder meeting it has the stripe repaired.
+    pub struct ExpiryLine {
+        pub ticket: u64,
+        pub at: [u64; 7],
+    } size 64
+}
+
+/// Entries whose expiry stamps one [`ExpiryLine`] holds.
+pub const EXPIRY_SLOTS: u32 = 7;
 
 /// Longest tenant name.
 pub const TENANT_NAME: usize = 20;
@@ -790,5 +816,6 @@ pub const LAYOUT_FINGERPRINT: u64 = {
     h = ChangeRecord::fold_layout(h);
     h = TenantConfig::fold_layout(h);
     h = TenantUsage::fold_layout(h);
+    h = ExpiryLine::fold_layout(h);
     h
 };

@@ -34,6 +34,8 @@ mod tests {
             sut.inboxes,
             sut.tiers,
             sut.changes,
+            sut.tenants,
+            sut.expiry,
             sut.chunk_bitmap,
             sut.chunks,
             sut.payload,

@@ -10,8 +10,8 @@ use crate::{Error, Result};
 
 use super::caps::Capacities;
 use super::lines::{
-    Bucket, Header, MsgHeader, MsgKeys, PinRecord, TierRecord, FORMAT_VERSION, LAYOUT_FINGERPRINT, MAGIC, MAX_GRANULES,
-    MIN_GRANULE, NODE_LINES,
+    Bucket, Header, MsgHeader, MsgKeys, PinRecord, TierRecord, EXPIRY_SLOTS, FORMAT_VERSION, LAYOUT_FINGERPRINT, MAGIC,
+    MAX_GRANULES, MIN_GRANULE, NODE_LINES,
 };
 
 /// Lock ids, in lock order (a node only takes a lock with a higher id than
@@ -99,6 +99,8 @@ pub struct Layout {
     pub changes: Area,
     /// Tenant slots: per slot, a `TenantConfig` then a `TenantUsage`.
     pub tenants: Area,
+    /// Expiry stamps: per stripe, its entries' `ExpiryLine`s.
+    pub expiry: Area,
     /// Payload chunks.
     pub payload: Area,
 }
@@ -113,6 +115,11 @@ const fn at(base: u64, index: u64, stride: u64) -> u64 {
 
 const fn align_up(v: u64, a: u64) -> u64 {
     v.wrapping_add(a).wrapping_sub(1) & !a.wrapping_sub(1)
+}
+
+/// Expiry lines of a stripe of `eps` entries.
+const fn expiry_lines(eps: u32) -> u64 {
+    (eps as u64).div_ceil(EXPIRY_SLOTS as u64)
 }
 
 /// Lines of one inbox slot: a `MsgHeader` and a `MsgKeys`.
@@ -165,6 +172,7 @@ impl Layout {
         let tiers = area(&mut at, mul(caps.tier_slots as u64, tier_dir_len(caps.tier_records)));
         let changes = area(&mut at, mul(mul(s, caps.change_records as u64), LINE));
         let tenants = area(&mut at, mul(caps.max_tenants as u64, 2 * LINE));
+        let expiry = area(&mut at, mul(mul(s, expiry_lines(caps.entries_per_stripe)), LINE));
         // Chunk metadata depends on the chunk count, which depends on what is
         // left: solve with the per-chunk cost (record + bitmap bit).
         let meta_end = at;
@@ -215,6 +223,7 @@ impl Layout {
             tiers,
             changes,
             tenants,
+            expiry,
             payload,
         })
     }
@@ -433,6 +442,18 @@ impl Layout {
     /// Offset of tenant slot `t`'s config line.
     pub fn tenant_config(&self, t: u32) -> u64 {
         at(self.tenants.start, t as u64, 2 * LINE)
+    }
+    /// Offset of the expiry line holding entry `e` of stripe `s`'s stamp
+    /// (word `e % EXPIRY_SLOTS`).
+    pub fn expiry_line(&self, s: u32, e: u32) -> u64 {
+        let per = expiry_lines(self.caps.entries_per_stripe);
+        let i = (s as u64).wrapping_mul(per).wrapping_add((e / EXPIRY_SLOTS) as u64);
+        at(self.expiry.start, i, LINE)
+    }
+    /// Offset of stripe `s`'s first expiry line, and its lines' length.
+    pub fn expiry_lines(&self, s: u32) -> (u64, u64) {
+        let per = expiry_lines(self.caps.entries_per_stripe);
+        (at(self.expiry.start, (s as u64).wrapping_mul(per), LINE), per.wrapping_mul(LINE))
     }
     /// Offset of tenant slot `t`'s usage line.
     pub fn tenant_usage(&self, t: u32) -> u64 {

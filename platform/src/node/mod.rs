@@ -185,6 +185,10 @@ impl NodeEnv for Inner {
     fn now_ns(&self) -> u64 {
         crate::sync::monotonic_ns()
     }
+    fn wall_ms(&self) -> u64 {
+        // Before 1970 (a clock never set) there is no wall clock: 0.
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    }
     fn revoked(&self) -> bool {
         self.fenced.get()
     }

@@ -292,6 +292,7 @@ pub(crate) fn recovery_actor(w: &World, h: usize) {
             if r.is_ok_and(|r| r.void_stripes > 0) {
                 w.model.lock().unwrap().void_repairs += 1;
             }
+            lost_stamps(w, h, &r);
             match r {
                 Ok(_) => {
                     w.published_all(3 * h + 2, "recover", None);
@@ -710,6 +711,7 @@ fn join_tenant<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, me: usize)
     let limits = Limits {
         quota: crate::harness::params::TENANT_QUOTA,
         share: crate::harness::params::TENANT_SHARE,
+        ttl_ms: crate::harness::model::TTL.with(|t| t.get()),
         ..Limits::default()
     };
     let t = loop {
@@ -879,10 +881,22 @@ pub(crate) fn maintenance_recovery<C: Coherence>(w: &World, node: &Node<'_, C>, 
     if r.is_ok_and(|r| r.void_stripes > 0) {
         w.model.lock().unwrap().void_repairs += 1;
     }
+    lost_stamps(w, h, &r);
     match r {
         Ok(_) => w.published_all(3 * h, "maintenance recovery", None),
         Err(e) if revoked_ok(w, h, e) => {}
         Err(e) => w.violation(format!("host {h} maintenance recovery: {e:?}")),
+    }
+}
+
+/// A recovery found a stored block of the tenant without its expiry stamp
+/// in a line that was not void: every stamp is published before its entry,
+/// so it was read stale.
+fn lost_stamps(w: &World, h: usize, r: &Result<cxlkv_core::recover::RecoverReport, Error>) {
+    if let Ok(rep) = r {
+        if rep.lost_stamps > 0 {
+            w.violation(format!("host {h} recovery: {} stored blocks without their expiry stamp", rep.lost_stamps));
+        }
     }
 }
 

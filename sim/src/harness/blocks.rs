@@ -14,7 +14,10 @@ use crate::harness::ops::{revoked_ok, write_payload};
 use crate::harness::params::{sim_caps, KEYS};
 use crate::harness::sched::rnd;
 use crate::harness::tier::tier_find;
-use crate::harness::world::{counted_insert, log, pins_of, unpin_model, World};
+use crate::harness::world::{
+    counted_insert, log, may_be_expired, pins_of, read_begins, read_returned, reserve_begins, reserve_ends,
+    unpin_model, World,
+};
 
 /// The block an op actor is writing: its handle, the op that finishes it,
 /// and whether its payload goes in by plain stores (flushed by `publish`).
@@ -41,9 +44,12 @@ pub(crate) fn reserve_op<C: Coherence>(
     r: u64,
     k: Key,
 ) -> Option<Writing> {
-    match node.reserve(ns(), k, len_of(k), 16) {
+    let t0 = reserve_begins(w, &[k]);
+    let got = node.reserve(ns(), k, len_of(k), 16);
+    reserve_ends(w, &[k]);
+    match got {
         Ok(hd) => {
-            counted_insert(w, h);
+            counted_insert(w, h, k, t0);
             log(w, hd.off, format!("host {h} reserve key {} len {}", k.hi, hd.len));
             let p = payload(k, hd.len as usize);
             let half = p.len() / 2;
@@ -77,18 +83,20 @@ pub(crate) fn acquire_op<C: Coherence>(
 ) {
     let keys: Vec<Key> = (i..i + 3).map(key).collect();
     let mut out = vec![Err(Error::InvalidArgument); keys.len()];
+    let before: Vec<_> = keys.iter().map(|k| read_begins(w, *k)).collect();
     IN_ACQUIRE.with(|c| c.set(true));
     let got = node.acquire(ns(), &keys, &mut out);
     IN_ACQUIRE.with(|c| c.set(false));
     if let Err(e) = got {
         return check(w, h, "acquire", e, &[]);
     }
-    for (k, r) in keys.iter().zip(out) {
+    for ((k, r), b) in keys.iter().zip(out).zip(before) {
         match r {
             Ok(hd) => {
                 if !w.model.lock().unwrap().published.contains(k) {
                     w.violation(format!("host {h} acquired key {} never published", k.hi));
                 }
+                read_returned(w, h, *k, b, "acquired");
                 if std::env::var("CXLKV_SIM_DEBUG").is_ok() {
                     let line = node.store.layout.entry(hd.stripe, hd.entry) / 64;
                     eprintln!(
@@ -142,8 +150,10 @@ fn where_wrong<C: Coherence>(w: &World, node: &Node<'_, C>, k: Key, at: Option<u
 /// the SSD tiers next, as the platform's get does.
 pub(crate) fn get_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, k: Key) {
     let mut buf = vec![0u8; (2 << sim_caps(2).chunk_shift) + 64];
+    let before = read_begins(w, k);
     match node.get(ns(), k, &mut buf) {
         Ok(n) => {
+            read_returned(w, h, k, before, "got");
             if !w.model.lock().unwrap().published.contains(&k) {
                 w.violation(format!("host {h} got key {} never published", k.hi));
             } else if buf[..n] != payload(k, n)[..] || n as u64 != len_of(k) {
@@ -163,6 +173,7 @@ pub(crate) fn get_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, k: K
 pub(crate) fn lookup_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r: u64, i: u64) {
     let keys: Vec<Key> = (i..i + 4).map(key).collect();
     let pinned_before = pins_of(w, &keys);
+    let before: Vec<_> = keys.iter().map(|k| read_begins(w, *k)).collect();
     let mut present = vec![false; keys.len()];
     let got = if r.is_multiple_of(2) {
         node.lookup(ns(), &keys).map(|n| present[..n].fill(true))
@@ -179,11 +190,18 @@ pub(crate) fn lookup_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r
         return w.violation(format!("host {h} lookup hit key {k} never published"));
     }
     drop(m);
+    for ((k, p), b) in keys.iter().zip(&present).zip(before) {
+        if *p {
+            read_returned(w, h, *k, b, "looked up");
+        }
+    }
     // Lookup reports a prefix: only the pinned keys before its first
-    // unpinned one count.
+    // unpinned one count. A block past its lifetime is missing, pinned or
+    // not.
     let pinned_after = pins_of(w, &keys);
+    let end = w.now();
     let held = |j: usize| match (&pinned_before[j], &pinned_after[j]) {
-        (Some((r0, a)), Some((r1, b))) => r0 == r1 && !a.is_disjoint(b),
+        (Some((r0, a)), Some((r1, b))) => r0 == r1 && !a.is_disjoint(b) && !may_be_expired(w, keys[j], end),
         _ => false,
     };
     let upto = if r.is_multiple_of(2) { (0..keys.len()).take_while(|&j| held(j)).count() } else { keys.len() };
@@ -198,7 +216,11 @@ pub(crate) fn reserve_batch_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: u
     let items: Vec<ReserveItem> =
         (i..i + 3).map(|j| ReserveItem { key: key(j), len: len_of(key(j)), tokens: 16 }).collect();
     let mut out = vec![Err(Error::InvalidArgument); items.len()];
-    if let Err(e) = node.reserve_batch(ns(), &items, &mut out) {
+    let keys: Vec<Key> = items.iter().map(|it| it.key).collect();
+    let t0 = reserve_begins(w, &keys);
+    let r = node.reserve_batch(ns(), &items, &mut out);
+    reserve_ends(w, &keys);
+    if let Err(e) = r {
         check(w, h, "reserve_batch", e, &[]);
         // Items a failed call did not reach keep their placeholder.
         out.iter_mut().for_each(|r| {
@@ -211,7 +233,7 @@ pub(crate) fn reserve_batch_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: u
     for (it, r) in items.iter().zip(out) {
         match r {
             Ok(hd) => {
-                counted_insert(w, h);
+                counted_insert(w, h, hd.key, t0);
                 log(w, hd.off, format!("host {h} batch-reserve key {} len {}", hd.key.hi, hd.len));
                 if let Err(e) = node.write(&hd, 0, &payload(it.key, hd.len as usize)) {
                     check(w, h, "write", e, &[]);
@@ -260,6 +282,7 @@ pub(crate) fn put_with_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize,
     for k in (i..i + 3).map(key) {
         let item = ReserveItem { key: k, len: len_of(k), tokens: 16 };
         let mut reserved = None;
+        let t0 = reserve_begins(w, &[k]);
         let r = node.put_with(ns(), item, |hd| {
             reserved = Some(*hd);
             log(w, hd.off, format!("host {h} put-with key {} len {}", k.hi, hd.len));
@@ -267,10 +290,11 @@ pub(crate) fn put_with_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize,
             w.model.lock().unwrap().published.insert(k);
             node.write(hd, 0, &payload(k, hd.len as usize))
         });
+        reserve_ends(w, &[k]);
         // Counted once the call returned, as a reserve is: its stripe's
         // header (which counts it) is published by then.
         if r.is_ok() && reserved.is_some() {
-            counted_insert(w, h);
+            counted_insert(w, h, k, t0);
         }
         match r {
             Err(e) => check(w, h, "put_with", e, &[]),
@@ -398,24 +422,30 @@ pub(crate) fn verify_pinned<C: Coherence>(w: &World, node: &Node<'_, C>, h: usiz
 /// written and published as usual.
 pub(crate) fn stale_handle_misuse<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, k: Key) {
     let ok = [Error::Exists, Error::OutOfSpace, Error::OverQuota, Error::TableFull, Error::Recovering];
-    let old = match node.reserve(ns(), k, len_of(k), 16) {
+    let t0 = reserve_begins(w, &[k]);
+    let old = node.reserve(ns(), k, len_of(k), 16);
+    reserve_ends(w, &[k]);
+    let old = match old {
         Ok(hd) => hd,
         Err(e) if ok.contains(&e) || revoked_ok(w, h, e) => return,
         Err(e) => return w.violation(format!("host {h} reserve (misuse): {e:?}")),
     };
-    counted_insert(w, h);
+    counted_insert(w, h, k, t0);
     if let Err(e) = node.abort(&old) {
         if !revoked_ok(w, h, e) {
             w.violation(format!("host {h} abort (misuse): {e:?}"));
         }
         return;
     }
-    let new = match node.reserve(ns(), k, len_of(k), 16) {
+    let t0 = reserve_begins(w, &[k]);
+    let new = node.reserve(ns(), k, len_of(k), 16);
+    reserve_ends(w, &[k]);
+    let new = match new {
         Ok(hd) => hd,
         Err(e) if ok.contains(&e) || revoked_ok(w, h, e) => return,
         Err(e) => return w.violation(format!("host {h} reserve again (misuse): {e:?}")),
     };
-    counted_insert(w, h);
+    counted_insert(w, h, k, t0);
     let mut out = [Ok(())];
     match node.publish_flushed(&[old], &mut out).and(out[0]) {
         Err(Error::StaleHandle) => {}

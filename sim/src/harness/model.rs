@@ -24,6 +24,11 @@ impl Model {
 #[derive(Default)]
 pub(crate) struct Model {
     pub(crate) published: HashSet<Key>,
+    /// Each key's last successful reserve: the steps it began and ended
+    /// at, between which its block's lifetime began (see [`TTL`]).
+    pub(crate) born: HashMap<Key, (u64, u64)>,
+    /// Each key's reserves: begun so far, and in flight now.
+    pub(crate) reserving: HashMap<Key, (u64, u64)>,
     /// Pins held now, by key: ids, each pin's own. A key with one pin held
     /// all through a lookup was READY all through it (a pin holds its
     /// block until released or until recovery drops a dead node's pins).
@@ -198,6 +203,10 @@ thread_local! {
     /// tenant `sim`, whose hard quota and share bind (see
     /// [`crate::harness::params::TENANT_QUOTA`]).
     pub(crate) static TENANTS: Cell<bool> = const { Cell::new(false) };
+    /// The lifetime of tenant `sim`'s blocks in simulated milliseconds
+    /// (scheduler steps; 0: none), in runs with a tenant (see
+    /// [`crate::harness::params::ttl_of`]).
+    pub(crate) static TTL: Cell<u64> = const { Cell::new(0) };
     /// The namespace id of the hosts' keys, as this actor's host registered
     /// it ([`crate::harness::params::NS`] in runs without a tenant).
     pub(crate) static NS_ID: Cell<u32> = const { Cell::new(crate::harness::params::NS) };

@@ -39,6 +39,20 @@ pub const TENANT_SHARE: u64 = 8 << 10;
 pub fn tenants_of(seed: u64) -> bool {
     seed.is_multiple_of(8)
 }
+/// Lifetime of tenant `sim`'s blocks in runs that give it one: simulated
+/// milliseconds, i.e. scheduler steps (a run takes hundreds of thousands).
+pub const TENANT_TTL: u64 = 20_000;
+/// The simulated wall clock's reading at step 0.
+pub(crate) const WALL_START: u64 = 1_000_000;
+/// The lifetime of tenant `sim`'s blocks in a run of `seed`: in half the
+/// runs with a tenant (multiples of 16), none in the others.
+pub fn ttl_of(seed: u64) -> u64 {
+    if tenants_of(seed) && seed.is_multiple_of(16) {
+        TENANT_TTL
+    } else {
+        0
+    }
+}
 /// Keys the hosts draw from.
 pub(crate) const KEYS: u64 = 40;
 

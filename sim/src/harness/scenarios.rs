@@ -265,6 +265,7 @@ fn spawn_actors(w: &Arc<World>, cfg: &RunConfig) -> Vec<std::thread::JoinHandle<
             ACTOR.with(|a| a.set(actor));
             MIXED.with(|m| m.set(mixed));
             crate::harness::model::TENANTS.with(|t| t.set(crate::harness::params::tenants_of(seed)));
+            crate::harness::model::TTL.with(|t| t.set(crate::harness::params::ttl_of(seed)));
             if let Some(f) = feed_at {
                 FEED_AT.with(|c| c.set(f));
             }

@@ -154,7 +154,10 @@ fn tier_spill<'a>(w: &World, node: &Node<'a, SimCoherence<'a>>, h: usize, k: Key
 /// a request), if it is not there.
 fn tier_promote<'a>(w: &World, node: &Node<'a, SimCoherence<'a>>, h: usize, t: &TierState<'a>, i: u64) {
     let Some((k, bytes)) = t.ssd.iter().min_by_key(|(k, _)| k.hi.wrapping_sub(i)) else { return };
-    let hd = match node.reserve(ns(), *k, bytes.len() as u64, 16) {
+    let t0 = crate::harness::world::reserve_begins(w, &[*k]);
+    let hd = node.reserve(ns(), *k, bytes.len() as u64, 16);
+    crate::harness::world::reserve_ends(w, &[*k]);
+    let hd = match hd {
         Ok(hd) => hd,
         Err(
             Error::Exists
@@ -167,7 +170,7 @@ fn tier_promote<'a>(w: &World, node: &Node<'a, SimCoherence<'a>>, h: usize, t: &
         Err(e) if revoked_ok(w, h, e) => return,
         Err(e) => return w.violation(format!("host {h} tier promote reserve: {e:?}")),
     };
-    counted_insert(w, h);
+    counted_insert(w, h, *k, t0);
     log(w, hd.off, format!("host {h} tier promote key {} len {}", k.hi, hd.len));
     write_payload(w, node, h, &hd, 0, bytes, false);
     w.model.lock().unwrap().published.insert(*k);

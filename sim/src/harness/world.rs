@@ -550,6 +550,11 @@ impl NodeEnv for Env<'_> {
     fn keeps_grants(&self) -> bool {
         true
     }
+    /// The simulated wall clock: one millisecond a scheduler step, the
+    /// same on every host.
+    fn wall_ms(&self) -> u64 {
+        crate::harness::params::WALL_START + self.w.now()
+    }
     /// An operation repairs a void stripe or chunk: the model's
     /// bookkeeping of a recovery, as the recovery actor keeps it.
     fn recovering(&self, on: bool) {
@@ -863,8 +868,85 @@ pub(crate) fn unpin_model(w: &World, p: &Pin) {
 }
 
 /// Counts an insert by host `h` in the model.
-pub(crate) fn counted_insert(w: &World, h: usize) {
+/// A reserve of `keys` begins: returns the step it begins at (see
+/// [`Lifetimes`]).
+pub(crate) fn reserve_begins(w: &World, keys: &[cxlkv_core::hash::Key]) -> u64 {
+    let now = w.now();
+    let mut m = w.model.lock().unwrap();
+    for k in keys {
+        let r = m.reserving.entry(*k).or_default();
+        r.0 += 1;
+        r.1 += 1;
+    }
+    now
+}
+
+/// A reserve of `keys` returned (whatever its result).
+pub(crate) fn reserve_ends(w: &World, keys: &[cxlkv_core::hash::Key]) {
+    let mut m = w.model.lock().unwrap();
+    for k in keys {
+        let r = m.reserving.entry(*k).or_default();
+        r.1 = r.1.saturating_sub(1);
+    }
+}
+
+/// What a read of one key must know to tell whether the block it returned
+/// was past its lifetime: the key's reserves as they stood when the read
+/// began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Lifetimes {
+    /// The step the read began at.
+    at: u64,
+    /// Reserves of the key begun so far, and in flight then.
+    reserving: (u64, u64),
+    /// The last successful reserve's steps (see `Model::born`).
+    born: Option<(u64, u64)>,
+}
+
+/// The key's reserves as a read of it begins.
+pub(crate) fn read_begins(w: &World, k: cxlkv_core::hash::Key) -> Lifetimes {
+    let at = w.now();
+    let m = w.model.lock().unwrap();
+    Lifetimes { at, reserving: m.reserving.get(&k).copied().unwrap_or_default(), born: m.born.get(&k).copied() }
+}
+
+/// Host `h`'s read of `k` (`what`), begun as `before` says, returned its
+/// block: in a run whose tenant has a lifetime `ttl`, a violation when the
+/// block was certainly past it. Certain when no reserve of the key was in
+/// flight as the read began and none began since (so the block is the
+/// last successful reserve's), and that reserve ended `ttl` or more before
+/// the read began (its stamp's clock read no later than that end).
+pub(crate) fn read_returned(w: &World, h: usize, k: cxlkv_core::hash::Key, before: Lifetimes, what: &str) {
+    let ttl = crate::harness::model::TTL.with(|t| t.get());
+    if ttl == 0 {
+        return;
+    }
+    let now = read_begins(w, k);
+    let Some((_, end)) = before.born else { return };
+    if before.reserving.1 == 0 && now.reserving.0 == before.reserving.0 && before.at >= end.saturating_add(ttl) {
+        w.violation(format!(
+            "step {}: host {h} {what} key {} past its lifetime (reserved by step {end}, lifetime {ttl}, read from step {})",
+            w.now(),
+            k.hi,
+            before.at
+        ));
+    }
+}
+
+/// Whether `k`'s block (the last successful reserve's) may be past its
+/// lifetime at step `at`: a lookup may miss it though pinned.
+pub(crate) fn may_be_expired(w: &World, k: cxlkv_core::hash::Key, at: u64) -> bool {
+    let ttl = crate::harness::model::TTL.with(|t| t.get());
+    ttl != 0 && w.model.lock().unwrap().born.get(&k).is_none_or(|&(begin, _)| at >= begin.saturating_add(ttl))
+}
+
+/// Counts a reserve of `k` by host `h` that succeeded, begun at step `t0`:
+/// the block's lifetime (in a run whose tenant has one) began between `t0`
+/// and now.
+pub(crate) fn counted_insert(w: &World, h: usize, k: cxlkv_core::hash::Key, t0: u64) {
+    let now = w.now();
     let mut m = w.model.lock().unwrap();
     m.inserts[h] += 1;
     m.total_inserts += 1;
+    m.born.insert(k, (t0, now));
 }

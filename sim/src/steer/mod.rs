@@ -420,6 +420,20 @@ pub fn scenarios() -> &'static [Scenario] {
             run: tenants::zombie_tenant_usage_lands_late,
         },
         Scenario {
+            name: "expired-never-read",
+            what: "a host reads a tenant's block, which expires; another host puts the key again (the expired block \
+                   replaced, likely in the same entry) and the new block expires too: the first host, its cache \
+                   holding the old stamp, must find it missing by every read",
+            run: tenants::expired_never_read,
+        },
+        Scenario {
+            name: "zombie-expiry-lands-late",
+            what: "a node holding a stripe lock stops with an expiry line in its cache; declared dead and recovered, \
+                   its old line lands after a block of the line was stamped: past the block's lifetime, no reader \
+                   takes the void line's word for it",
+            run: tenants::zombie_expiry_lands_late,
+        },
+        Scenario {
             name: "tier-record-changed-elsewhere",
             what: "a host finds a key in another node's tier directory; the owner removes it and records it again \
                    with another length, then removes it: the host must see each change, never a record that is gone",
@@ -751,6 +765,9 @@ pub(super) struct StepEnv<'a> {
     /// Whether releases may keep grants (`NodeEnv::keeps_grants`); the
     /// scenario gives them back itself.
     keeps: bool,
+    /// The wall clock every node reads (tenants' lifetimes), in
+    /// milliseconds; the scenario moves it ([`StepEnv::pass_ms`]).
+    wall: spin::Mutex<u64>,
 }
 
 impl<'a> StepEnv<'a> {
@@ -762,7 +779,19 @@ impl<'a> StepEnv<'a> {
     /// step (a manager whose lease stands still for `lease` steps takes
     /// the role over).
     fn with_lease(store: &'a Store<SimCoherence<'a>>, me: u32, cfg: LeaseConfig) -> StepEnv<'a> {
-        StepEnv { store, mgr: spin::Mutex::new(Manager::new(me)), now: spin::Mutex::new(0), cfg, keeps: false }
+        StepEnv {
+            store,
+            mgr: spin::Mutex::new(Manager::new(me)),
+            now: spin::Mutex::new(0),
+            cfg,
+            keeps: false,
+            wall: spin::Mutex::new(1_000_000),
+        }
+    }
+
+    /// Moves the wall clock `ms` milliseconds on.
+    pub(super) fn pass_ms(&self, ms: u64) {
+        *self.wall.lock() += ms;
     }
 
     /// [`StepEnv::new`] whose releases may keep grants past their release
@@ -801,6 +830,9 @@ impl NodeEnv for StepEnv<'_> {
     }
     fn keeps_grants(&self) -> bool {
         self.keeps
+    }
+    fn wall_ms(&self) -> u64 {
+        *self.wall.lock()
     }
 }
 

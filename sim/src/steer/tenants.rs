@@ -1,6 +1,7 @@
 //! Scenarios of tenants: a tenant or a namespace added on one host and met
-//! on another whose cache holds the old lines, and a guaranteed share held
-//! against another tenant's evictions.
+//! on another whose cache holds the old lines, a guaranteed share held
+//! against another tenant's evictions, and blocks past their lifetime
+//! never read, whatever a cache or a late line says.
 
 use cxlkv_core::hash::{Key, Namespace};
 use cxlkv_core::node::{Node, NodeLocal};
@@ -183,6 +184,106 @@ pub(super) fn quota_held_across_hosts(disable: Option<&'static str>) -> Result<V
         Err(Error::OverQuota) => {}
         r => out.push(format!("{NAME}: a block larger than the quota gave {r:?}")),
     }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
+
+/// Every read of node `n` must find `k` of namespace `ns` missing: lookup,
+/// presence, exists, get and acquire.
+fn all_miss<C: cxlkv_core::coherence::Coherence>(
+    n: &Node<'_, C>,
+    ns: u32,
+    k: Key,
+    what: &str,
+    out: &mut Vec<String>,
+) -> Result<()> {
+    let mut present = [true];
+    let mut buf = vec![0u8; 4096];
+    let mut pin = [Err(Error::InvalidArgument)];
+    let hits = [
+        ("lookup", n.lookup(ns, &[k])? != 0),
+        ("presence", n.presence(ns, &[k], &mut present)? != 0 || present[0]),
+        ("exists", n.exists(ns, k)?),
+        ("get", n.get(ns, k, &mut buf) != Err(Error::NotFound)),
+        ("acquire", n.acquire(ns, &[k], &mut pin)? != 0),
+    ];
+    if let Ok(h) = pin[0] {
+        n.release(&[h])?;
+    }
+    for (call, hit) in hits {
+        if hit {
+            out.push(format!("{what}: {call} found key {} past its lifetime", k.hi));
+        }
+    }
+    Ok(())
+}
+
+/// Node 1 puts a block of tenant `brief` (a lifetime of 100 ms) and node 0
+/// reads it, its cache keeping the line of the block's expiry stamp. The
+/// block expires; node 1 puts the key again (the expired block replaced)
+/// and that block expires too. Node 0 must find the key missing by every
+/// read: neither its cached stamp (another generation's) nor a stamp node
+/// 1 kept in its cache may make the block live.
+pub(super) fn expired_never_read(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "expired-never-read";
+    const TTL: u64 = 100;
+    let rig = Rig::new(2, 2, disable)?;
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
+    let mut out = Vec::new();
+    let t = n0.tenant_add(b"brief", Limits { ttl_ms: TTL, ..Limits::default() })?;
+    let ns = n0.namespace_in(t, Namespace { model: b"m", ..Namespace::default() }.digest())?;
+    put(&n1, ns, 1, 512)?;
+    env.pass_ms(TTL - 1);
+    let mut buf = vec![0u8; 512];
+    if n0.get(ns, key(1), &mut buf) != Ok(512) {
+        out.push(format!("{NAME}: node 0 missed the block before its lifetime ended"));
+    }
+    env.pass_ms(1);
+    all_miss(&n1, ns, key(1), NAME, &mut out)?;
+    put(&n1, ns, 1, 512)?;
+    env.pass_ms(TTL);
+    all_miss(&n0, ns, key(1), NAME, &mut out)?;
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
+
+/// Node 1 takes the stripe lock of a tenant's key (as a reserve does) and
+/// stops there, the stripe's expiry lines in its cache as they were before
+/// any block. It is declared dead and recovered (the lines restamped, the
+/// lock's floor raised); node 0 puts the key (a lifetime of 100 ms). Node
+/// 1's old lines land. Past the block's lifetime, node 2 must find the key
+/// missing: the landed line is void (stamped below the floor), and what it
+/// says of the entry is nobody's word.
+pub(super) fn zombie_expiry_lands_late(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "zombie-expiry-lands-late";
+    const TTL: u64 = 100;
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
+    let l = &s0.layout;
+    let mut out = Vec::new();
+    let t = n0.tenant_add(b"t", Limits { ttl_ms: TTL, ..Limits::default() })?;
+    let ns = n0.namespace_in(t, Namespace { model: b"m", ..Namespace::default() }.digest())?;
+    let s = s0.stripe_of(ns, key(1));
+    let (first, len) = l.expiry_lines(s);
+    let old: Vec<[u8; 64]> =
+        (0..len / 64).map(|i| rig.mem.shared_region().read(first + 64 * i)).collect::<Result<_>>()?;
+    let _held = n1.lock(l.locks().stripe(s))?;
+    super::declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    put(&n0, ns, 1, 256)?;
+    if n2.lookup(ns, &[key(1)])? != 1 {
+        out.push(format!("{NAME}: node 2 missed the block within its lifetime"));
+    }
+    // Node 1's copies of the stripe's expiry lines land.
+    for (i, line) in old.iter().enumerate() {
+        let off = first + 64 * i as u64;
+        rig.cache(1).write(off, line)?;
+        rig.mem.evict_line(1, (off / 64) as usize);
+    }
+    env.pass_ms(TTL);
+    all_miss(&n2, ns, key(1), NAME, &mut out)?;
+    // A recovery stamps the lines afresh.
+    n0.recover(0)?;
     rig.expect_clean(NAME, &mut out)?;
     Ok(out)
 }
