@@ -355,6 +355,14 @@ pub(crate) struct DemoArgs {
     /// those of a saturated one.
     #[arg(long)]
     pub(crate) rate: Option<f64>,
+    /// Tenants (2 to 7): prefill worker i serves tenant i % N (at least N
+    /// prefill workers run): `busy` as fast as it goes with a hard quota of
+    /// 2/5 of the region, `quiet` one request a second with a guaranteed
+    /// share of 1/5, `team-K` three a second with a quota of 3/10 and a
+    /// share of 1/20. The run passes only if no tenant's usage is seen
+    /// over its quota, nor below its share once reached.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) tenants: usize,
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,

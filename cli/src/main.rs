@@ -560,7 +560,8 @@ fn demo_config(a: &DemoArgs) -> Result<demo::Config, String> {
         None => (one(&a.block_size)?, one(&a.block_size)?),
     };
     let cfg = demo::Config {
-        prefill: a.prefill,
+        // A prefill worker for every tenant at least.
+        prefill: a.prefill.max(a.tenants),
         decode: a.decode,
         duration: std::time::Duration::from_secs_f64(secs),
         block_bytes,
@@ -571,7 +572,14 @@ fn demo_config(a: &DemoArgs) -> Result<demo::Config, String> {
         inflight: a.inflight,
         rate: a.rate,
         ssd: a.ssd.clone(),
+        tenants: a.tenants,
     };
+    if cfg.tenants != 0 && !(2..=demo::MAX_DEMO_TENANTS).contains(&cfg.tenants) {
+        return Err(format!("--tenants takes 2 to {}", demo::MAX_DEMO_TENANTS));
+    }
+    if cfg.tenants != 0 && cfg.rate.is_some() {
+        return Err("--tenants sets each tenant's request rate: leave --rate out".into());
+    }
     if cfg.rate.is_some_and(|r| !(0.1..=100_000.0).contains(&r)) {
         return Err("--rate takes 0.1 to 100000 requests a second".into());
     }

@@ -387,6 +387,38 @@ fn demo_rate_starts_requests_on_a_schedule_and_never_ahead_of_it() {
     }
 }
 
+/// `demo --tenants 3`: three tenants with their own rates, quotas and
+/// shares; the run passes with every quota and share held through it, and
+/// reports each tenant's part. A count outside 2..=7, or with `--rate`, is
+/// refused before anything runs.
+#[test]
+fn demo_tenants_hold_their_quotas_and_shares_and_report_each_part() {
+    let args = ["demo", "--duration", "4", "--block-size", "256K", "--region", "512M", "--tenants", "3", "--json"];
+    let o = run(&args);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ok"], true, "{out}");
+    assert_eq!(v["config"]["tenants"].as_u64(), Some(3), "{out}");
+    let ts = v["tenants"].as_array().unwrap();
+    let names: Vec<&str> = ts.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["busy", "quiet", "team-2"], "{out}");
+    for t in ts {
+        assert_eq!((t["quota_held"].as_bool(), t["share_held"].as_bool()), (Some(true), Some(true)), "{t}");
+        assert!(t["samples"].as_u64().unwrap() > 0 && t["workers"].as_u64() == Some(1), "{t}");
+        let quota = t["quota"].as_u64().unwrap();
+        assert!(quota == 0 || t["bytes_max"].as_u64().unwrap() <= quota, "{t}");
+    }
+    assert!(ts[0]["quota"].as_u64().unwrap() > 0 && ts[1]["share"].as_u64().unwrap() > 0, "{out}");
+    for bad in [&["--tenants", "1"][..], &["--tenants", "8"], &["--tenants", "2", "--rate", "3"]] {
+        let mut a = vec!["demo", "--duration", "1"];
+        a.extend_from_slice(bad);
+        let o = run(&a);
+        assert!(!o.status.success(), "{bad:?} refused");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("--tenants"), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
 /// `format` gives the file mode 0600, or 0660 with `--group`, whatever the
 /// umask, and never reuses a file another user owns, `--force` or not.
 #[test]

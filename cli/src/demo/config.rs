@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use cxlkv_platform::kv::Capacities;
 use cxlkv_platform::kv::{mix64, Key};
+use cxlkv_platform::tenants::Limits;
 use cxlkv_platform::{pattern, FlushMode, Options};
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +45,36 @@ pub struct Config {
     /// kept there and prefill workers get missing prefixes back from it.
     #[serde(default)]
     pub ssd: Option<PathBuf>,
+    /// Tenants (`--tenants N`, 0: none): prefill worker `i` serves tenant
+    /// `i % N` (see [`tenant_plan`]).
+    #[serde(default)]
+    pub tenants: usize,
+}
+
+/// Most tenants of a `--tenants` run (the region's default eight slots,
+/// the default tenant's included).
+pub const MAX_DEMO_TENANTS: usize = 7;
+
+/// Tenant `k` of a `--tenants` run: its name, its limits in a region of
+/// `payload` bytes of payload capacity, and the requests a second each of
+/// its prefill workers starts (`None`: as many as it can).
+///   - `busy` (k = 0): as fast as it goes, a hard quota of 2/5 of the
+///     region: it evicts its own blocks, and a request larger than its
+///     quota is refused while the others are served;
+///   - `quiet` (k = 1): one request a second, a guaranteed share of 1/5:
+///     nobody else's evictions take it below;
+///   - `team-k` (k >= 2): three a second, a quota of 3/10 and a share of
+///     1/20.
+pub(super) fn tenant_plan(k: usize, payload: u64) -> (String, Limits, Option<f64>) {
+    match k {
+        0 => ("busy".into(), Limits { quota: payload / 5 * 2, ..Limits::default() }, None),
+        1 => ("quiet".into(), Limits { share: payload / 5, ..Limits::default() }, Some(1.0)),
+        k => (
+            format!("team-{k}"),
+            Limits { quota: payload / 10 * 3, share: payload / 20, ..Limits::default() },
+            Some(3.0),
+        ),
+    }
 }
 
 /// A flush mode as its name.
@@ -76,7 +107,9 @@ pub(super) fn caps(cfg: &Config) -> Capacities {
     let blocks = (cfg.region / mean).max(64) as u32;
     let chunk = cfg.block_bytes.next_power_of_two().max(1 << 21);
     Capacities {
-        max_nodes: (cfg.prefill + cfg.decode + 2) as u32,
+        // The workers, the SSD tier's node, the final check's; and with
+        // tenants, the watcher's.
+        max_nodes: (cfg.prefill + cfg.decode + 2 + usize::from(cfg.tenants > 0)) as u32,
         n_stripes: 16,
         entries_per_stripe: (blocks * 2).div_ceil(16).max(16),
         n_roots: 8,

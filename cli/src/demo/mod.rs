@@ -9,11 +9,18 @@
 //! document or the history of a multi-turn conversation, and a unique part;
 //! a few thousand tokens with a wide spread; 16-token blocks hashed into a
 //! key chain.
+//!
+//! With `--tenants N` the prefill workers serve N tenants with different
+//! request rates, quotas and shares (see `config::tenant_plan`), and a
+//! watcher samples every tenant's usage through the run: the run passes
+//! only if no tenant was ever seen over its hard quota, nor below its
+//! guaranteed share once it had reached it.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,10 +31,10 @@ mod config;
 mod report;
 mod worker;
 
-use config::caps;
-pub use config::{Config, MAX_WRITE_AMPLIFICATION};
+use config::{caps, tenant_plan};
+pub use config::{Config, MAX_DEMO_TENANTS, MAX_WRITE_AMPLIFICATION};
 pub use report::{print, Report};
-use report::{Hist, MeanSd, ReportConfig, SsdReport};
+use report::{Hist, MeanSd, ReportConfig, SsdReport, TenantReport};
 pub use worker::worker;
 use worker::WorkerCounters;
 
@@ -75,14 +82,24 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
     {
         let opts = Options { mode: cfg.mode, local_dir: local.clone(), ..Options::default() };
         let fmt = Node::create(&path, cfg.region, caps, opts).map_err(|e| format!("format: {e}"))?;
+        let added = add_tenants(&fmt, cfg);
         fmt.close().map_err(|e| e.to_string())?;
+        added?;
     }
     // A tier directory the demo makes (it did not exist) goes at the end.
     let made_ssd_dir = cfg.ssd.as_ref().filter(|d| !d.exists()).cloned();
     let tier = start_tier(cfg, &path, &local, caps)?;
     let latest: Latest = Arc::default();
+    // The watcher samples until the sender goes.
+    let (stop, stopped) = channel::<()>();
+    let watcher = (cfg.tenants > 0).then(|| watch_tenants(cfg, &path, &local, caps, stopped));
     let children = spawn_workers(cfg, &path, &local, &latest)?;
     let failed = watch(children, &latest, progress);
+    drop(stop);
+    let watched = match watcher {
+        Some(w) => Some(w.join().map_err(|_| "the tenant watcher panicked".to_string())??),
+        None => None,
+    };
     let m = latest.lock().map(|m| m.clone()).unwrap_or_default();
     let (pre, dec) = partition(&m);
     let ssd = match tier {
@@ -96,16 +113,137 @@ pub fn run(cfg: &Config, progress: bool) -> Result<(Report, bool), String> {
         None => None,
     };
     // The region is whole after the run: check it and its stats.
-    let (findings, evictions_region) = {
+    let (findings, evictions_region, listed) = {
         let opts = Options { mode: cfg.mode, local_dir: local.clone(), ..Options::default() };
         let attached = Node::open(&path, opts).map_err(|e| e.to_string())?;
         let f = attached.check().map_err(|e| e.to_string())?;
         let ev = attached.stats().map_err(|e| e.to_string())?.evictions;
+        let listed = attached.tenant_list().map_err(|e| e.to_string())?;
         attached.close().map_err(|e| e.to_string())?;
-        (f.len(), ev)
+        (f.len(), ev, listed)
     };
-    let ended = Ended { began, failed, findings, evictions_region, ssd };
+    let tenants = watched.map(|w| tenant_reports(cfg, &pre, &listed, &w));
+    let ended = Ended { began, failed, findings, evictions_region, ssd, tenants };
     Ok(summarize(cfg, &pre, &dec, ended))
+}
+
+/// Adds the tenants of a `--tenants` run (none otherwise), their limits
+/// set from the region's payload capacity.
+fn add_tenants(node: &Node, cfg: &Config) -> Result<(), String> {
+    if cfg.tenants == 0 {
+        return Ok(());
+    }
+    let payload = node.stats().map_err(|e| e.to_string())?.payload_bytes;
+    for k in 0..cfg.tenants {
+        let (name, limits, _) = tenant_plan(k, payload);
+        node.tenant_add(name.as_bytes(), limits).map_err(|e| format!("tenant {name}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// What the watcher saw of one tenant.
+#[derive(Clone, Debug, Default)]
+struct Watched {
+    samples: u64,
+    max_bytes: u64,
+    /// It held its share at some sample.
+    reached_share: bool,
+    /// The least it held once it had reached its share.
+    min_after_share: Option<u64>,
+    /// Samples over its hard quota.
+    over_quota: u64,
+    /// Samples below its share once it had reached it.
+    below_share: u64,
+}
+
+impl Watched {
+    /// One sample: the tenant holds `bytes` under a hard `quota` and a
+    /// guaranteed `share` (0: none).
+    fn see(&mut self, bytes: u64, quota: u64, share: u64) {
+        self.samples += 1;
+        self.max_bytes = self.max_bytes.max(bytes);
+        self.over_quota += u64::from(quota != 0 && bytes > quota);
+        if self.reached_share {
+            self.min_after_share = Some(self.min_after_share.map_or(bytes, |m| m.min(bytes)));
+            self.below_share += u64::from(bytes < share);
+        }
+        self.reached_share |= share != 0 && bytes >= share;
+    }
+}
+
+/// Samples every tenant's usage (its own node, the slot below the SSD
+/// tier's) every 20 ms until `stop`'s sender goes: by tenant name, what
+/// it saw.
+fn watch_tenants(
+    cfg: &Config,
+    path: &Path,
+    local: &Path,
+    caps: Capacities,
+    stop: Receiver<()>,
+) -> std::thread::JoinHandle<Result<BTreeMap<String, Watched>, String>> {
+    let opts = Options {
+        mode: cfg.mode,
+        local_dir: local.to_path_buf(),
+        node: Some(caps.max_nodes - 2),
+        ..Options::default()
+    };
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        let node = Node::open(&path, opts).map_err(|e| format!("tenant watcher: {e}"))?;
+        let mut seen: BTreeMap<String, Watched> = BTreeMap::new();
+        let mut r = Ok(());
+        while stop.recv_timeout(Duration::from_millis(20)) == Err(RecvTimeoutError::Timeout) {
+            let list = match node.tenant_list() {
+                Ok(l) => l,
+                Err(e) => {
+                    r = Err(format!("tenant watcher: {e}"));
+                    break;
+                }
+            };
+            for t in list.iter().filter(|t| t.id.slot != 0) {
+                let w = seen.entry(String::from_utf8_lossy(t.name()).into_owned()).or_default();
+                w.see(t.bytes, t.limits.quota, t.limits.share);
+            }
+        }
+        node.close().map_err(|e| e.to_string())?;
+        r.map(|()| seen)
+    })
+}
+
+/// Each tenant's part of a `--tenants` run: its workers' requests and
+/// hits (`pre`), its usage at the end (`listed`) and what the watcher saw.
+fn tenant_reports(
+    cfg: &Config,
+    pre: &[WorkerCounters],
+    listed: &[cxlkv_platform::tenants::TenantInfo],
+    watched: &BTreeMap<String, Watched>,
+) -> Vec<TenantReport> {
+    (0..cfg.tenants)
+        .map(|k| {
+            let (name, _, rate) = tenant_plan(k, 0);
+            let mine: Vec<WorkerCounters> = pre.iter().filter(|c| c.tenant == Some(k)).cloned().collect();
+            let end = listed.iter().find(|t| t.name() == name.as_bytes());
+            let w = watched.get(&name).cloned().unwrap_or_default();
+            TenantReport {
+                quota: end.map_or(0, |t| t.limits.quota),
+                share: end.map_or(0, |t| t.limits.share),
+                rate,
+                workers: mine.len(),
+                requests: sum(&mine, |c| c.requests),
+                refused_requests: sum(&mine, |c| c.refused),
+                hit_rate: sum(&mine, |c| c.hit_blocks) as f64 / sum(&mine, |c| c.blocks).max(1) as f64,
+                bytes: end.map_or(0, |t| t.bytes),
+                bytes_max: w.max_bytes,
+                bytes_min_after_share: w.min_after_share,
+                evictions: end.map_or(0, |t| t.evictions),
+                refused_reserves: end.map_or(0, |t| t.refused),
+                samples: w.samples,
+                quota_held: w.over_quota == 0 && end.is_some_and(|t| t.limits.quota == 0 || t.bytes <= t.limits.quota),
+                share_held: w.below_share == 0,
+                name,
+            }
+        })
+        .collect()
 }
 
 /// The SSD tier of a run, in this process, on its own node (the last slot).
@@ -239,12 +377,13 @@ struct Ended {
     findings: usize,
     evictions_region: u64,
     ssd: Option<SsdReport>,
+    tenants: Option<Vec<TenantReport>>,
 }
 
 /// The report of a run from its workers' counters (`pre`: prefill, `dec`:
 /// decode), and whether it passed.
 fn summarize(cfg: &Config, pre: &[WorkerCounters], dec: &[WorkerCounters], end: Ended) -> (Report, bool) {
-    let Ended { began, failed, findings, evictions_region, ssd } = end;
+    let Ended { began, failed, findings, evictions_region, ssd, tenants } = end;
     let (mut handoff, mut get, mut get_warmup) = (Hist::default(), Hist::default(), Hist::default());
     for c in dec {
         handoff.merge(&c.handoff);
@@ -271,7 +410,8 @@ fn summarize(cfg: &Config, pre: &[WorkerCounters], dec: &[WorkerCounters], end: 
         && errors == 0
         && findings == 0
         && requests > 0
-        && ssd.as_ref().is_none_or(|t| t.errors == 0 && t.write_amplification <= MAX_WRITE_AMPLIFICATION);
+        && ssd.as_ref().is_none_or(|t| t.errors == 0 && t.write_amplification <= MAX_WRITE_AMPLIFICATION)
+        && tenants.as_ref().is_none_or(|ts| ts.iter().all(|t| t.quota_held && t.share_held && t.samples > 0));
     let report = Report {
         ok,
         config: ReportConfig {
@@ -284,6 +424,7 @@ fn summarize(cfg: &Config, pre: &[WorkerCounters], dec: &[WorkerCounters], end: 
             mode: cfg.mode.name().to_string(),
             seed: cfg.seed,
             rate: cfg.rate,
+            tenants: cfg.tenants,
         },
         wall_seconds: began.elapsed().as_secs_f64(),
         requests,
@@ -311,6 +452,7 @@ fn summarize(cfg: &Config, pre: &[WorkerCounters], dec: &[WorkerCounters], end: 
         failed_workers: failed,
         check_findings: findings,
         ssd,
+        tenants,
     };
     (report, ok)
 }
@@ -329,6 +471,24 @@ mod tests {
     use cxlkv_platform::kv::{chain_keys, Key};
     use rand::rngs::SmallRng;
     use rand::SeedableRng;
+
+    #[test]
+    fn the_tenant_watcher_flags_a_passed_quota_and_a_broken_share() {
+        let mut w = Watched::default();
+        for b in [10, 50, 100, 80] {
+            w.see(b, 100, 0);
+        }
+        assert_eq!((w.over_quota, w.max_bytes, w.below_share), (0, 100, 0));
+        w.see(101, 100, 0);
+        assert_eq!(w.over_quota, 1);
+        let mut s = Watched::default();
+        for b in [10, 40, 60, 55, 50] {
+            s.see(b, 0, 50);
+        }
+        assert_eq!((s.below_share, s.min_after_share), (0, Some(50)), "below its share only before reaching it");
+        s.see(49, 0, 50);
+        assert_eq!((s.below_share, s.min_after_share), (1, Some(49)));
+    }
 
     #[test]
     fn histogram_quantiles_survive_the_trip_between_processes() {

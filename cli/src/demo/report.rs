@@ -131,6 +131,45 @@ pub struct Report {
     pub check_findings: usize,
     /// The SSD tier's part (with --ssd).
     pub ssd: Option<SsdReport>,
+    /// Each tenant's part (with --tenants).
+    pub tenants: Option<Vec<TenantReport>>,
+}
+
+/// One tenant of a `--tenants` run.
+#[derive(Debug, Serialize)]
+pub struct TenantReport {
+    pub name: String,
+    /// Hard quota and guaranteed share, bytes (0: none).
+    pub quota: u64,
+    pub share: u64,
+    /// Requests a second each of its prefill workers started (`None`: as
+    /// many as it could).
+    pub rate: Option<f64>,
+    /// Its prefill workers.
+    pub workers: usize,
+    /// Requests handed off.
+    pub requests: u64,
+    /// Requests given up at its hard quota (every block of its own
+    /// pinned, nothing in flight to wait for).
+    pub refused_requests: u64,
+    /// Share of its requests' blocks found cached.
+    pub hit_rate: f64,
+    /// Payload bytes it held at the end.
+    pub bytes: u64,
+    /// The most the watcher saw it hold.
+    pub bytes_max: u64,
+    /// The least the watcher saw it hold once it held its share.
+    pub bytes_min_after_share: Option<u64>,
+    /// Its blocks evicted (for anyone, itself included).
+    pub evictions: u64,
+    /// Its reserves refused at its quota (each retried or given up).
+    pub refused_reserves: u64,
+    /// Times the watcher read every tenant's usage.
+    pub samples: u64,
+    /// Never seen over its hard quota.
+    pub quota_held: bool,
+    /// Never seen below its share once it had reached it.
+    pub share_held: bool,
 }
 
 /// The demo's configuration, as reported.
@@ -146,6 +185,8 @@ pub struct ReportConfig {
     pub seed: u64,
     /// Requests a second asked for (`--rate`); `None`: as fast as it goes.
     pub rate: Option<f64>,
+    /// Tenants (`--tenants`; 0: none).
+    pub tenants: usize,
 }
 
 /// Mean and standard deviation.
@@ -252,6 +293,9 @@ pub fn print(r: &Report) {
             t.errors
         );
     }
+    if let Some(ts) = &r.tenants {
+        print_tenants(ts);
+    }
     println!("  region check       {} findings", r.check_findings);
     println!(
         "  wall time          {:.1} s: {:.1} s of requests, the rest formatting the region, starting the workers, \
@@ -259,4 +303,39 @@ pub fn print(r: &Report) {
         r.wall_seconds, r.config.seconds
     );
     println!("  result             {}", if r.ok { "PASS" } else { "FAIL" });
+}
+
+/// The tenants' table of a `--tenants` run.
+fn print_tenants(ts: &[TenantReport]) {
+    let or_none = |v: u64| if v == 0 { "-".to_string() } else { human(v) };
+    println!(
+        "  tenants            {:<8} {:>9} {:>9} {:>7} {:>9} {:>6} {:>9} {:>9} {:>11} {:>9}  held",
+        "", "quota", "share", "rate/s", "requests", "hit", "live", "max", "min>=share", "evicted"
+    );
+    for t in ts {
+        println!(
+            "                     {:<8} {:>9} {:>9} {:>7} {:>9} {:>5.1}% {:>9} {:>9} {:>11} {:>9}  {}",
+            t.name,
+            or_none(t.quota),
+            or_none(t.share),
+            t.rate.map_or("max".to_string(), |r| format!("{r:.0}")),
+            if t.refused_requests > 0 {
+                format!("{} ({} refused)", t.requests, t.refused_requests)
+            } else {
+                t.requests.to_string()
+            },
+            100.0 * t.hit_rate,
+            human(t.bytes),
+            human(t.bytes_max),
+            t.bytes_min_after_share.map_or("-".to_string(), human),
+            t.evictions,
+            match (t.quota_held, t.share_held) {
+                (true, true) => "quota and share".to_string(),
+                (q, s) => format!("{}{}", if q { "" } else { "QUOTA PASSED " }, if s { "" } else { "SHARE BROKEN" }),
+            }
+        );
+    }
+    if let Some(s) = ts.first() {
+        println!("                     (usage read {} times through the run)", s.samples);
+    }
 }

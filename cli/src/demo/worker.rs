@@ -10,14 +10,14 @@ use std::time::{Duration, Instant, SystemTime};
 use cxlkv_platform::kv::CoreError;
 use cxlkv_platform::kv::Handle;
 use cxlkv_platform::kv::Message;
-use cxlkv_platform::kv::{chain_keys, mix64, Key};
+use cxlkv_platform::kv::{chain_keys, mix64, Key, Namespace};
 use cxlkv_platform::{pattern, Node, Populate, KIND_RESPONSE};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::LogNormal;
 use serde::{Deserialize, Serialize};
 
-use super::config::{len_of, worker_opts, Config, HANDOFF, MAX_TOKENS, NS, STOP, TOKENS_PER_BLOCK};
+use super::config::{len_of, tenant_plan, worker_opts, Config, HANDOFF, MAX_TOKENS, NS, STOP, TOKENS_PER_BLOCK};
 use super::report::Hist;
 
 pub(super) fn now_ns() -> u64 {
@@ -109,6 +109,13 @@ pub(super) struct WorkerCounters {
     pub(super) first_error: Option<String>,
     /// Share of the payload capacity live when this worker first evicted.
     pub(super) live_at_first_eviction: Option<f64>,
+    /// The tenant this prefill worker serves (`--tenants`).
+    #[serde(default)]
+    pub(super) tenant: Option<usize>,
+    /// Requests refused at the tenant's hard quota (every block of its own
+    /// pinned, none in flight to wait for): not handed off.
+    #[serde(default)]
+    pub(super) refused: u64,
 }
 
 impl WorkerCounters {
@@ -179,10 +186,29 @@ pub(super) fn await_decoders(attached: &Node, decode: usize) -> Result<(), Strin
     }
 }
 
+/// The namespace prefill worker `index` stores in, and the requests a
+/// second it starts (`None`: as many as it can; see `--rate` and
+/// [`tenant_plan`]).
+fn namespace_and_rate(attached: &Node, cfg: &Config, index: usize) -> Result<(u32, Option<f64>), String> {
+    if cfg.tenants == 0 {
+        return Ok((NS, cfg.rate.map(|r| r / cfg.prefill.max(1) as f64)));
+    }
+    let (name, _, rate) = tenant_plan(index % cfg.tenants, 0);
+    let t = attached
+        .tenant_find(name.as_bytes())
+        .map_err(|e| format!("tenant {name}: {e}"))?
+        .ok_or_else(|| format!("no tenant {name}"))?;
+    let ns = attached
+        .namespace_in(t, &Namespace { model: b"cxlkv-demo", ..Namespace::default() })
+        .map_err(|e| format!("namespace of tenant {name}: {e}"))?;
+    Ok((ns, rate))
+}
+
 pub(super) fn prefill(attached: &Node, cfg: &Config, index: usize) -> Result<(), String> {
     await_decoders(attached, cfg.decode)?;
     let node = attached.core();
-    let mut c = WorkerCounters::default();
+    let (ns, rate) = namespace_and_rate(attached, cfg, index)?;
+    let mut c = WorkerCounters { tenant: (cfg.tenants > 0).then(|| index % cfg.tenants), ..Default::default() };
     let mut rng = SmallRng::seed_from_u64(cfg.seed ^ mix64(index as u64 + 1));
     let start = Instant::now();
     let mut last = Instant::now();
@@ -190,10 +216,14 @@ pub(super) fn prefill(attached: &Node, cfg: &Config, index: usize) -> Result<(),
     let mut keys = vec![Key::default(); MAX_TOKENS / TOKENS_PER_BLOCK];
     let mut inflight: HashMap<u64, Inflight> = HashMap::new();
     let mut n = 0u64;
-    // An open loop (`--rate`): this worker's k-th request is due at
-    // `start + (k * prefill + index) / rate`, the workers taking turns.
-    let every = cfg.rate.map(|r| Duration::from_secs_f64(cfg.prefill as f64 / r));
-    let offset = cfg.rate.map_or(Duration::ZERO, |r| Duration::from_secs_f64(index as f64 / r));
+    // An open loop (`--rate`, or a tenant's rate): this worker's k-th
+    // request is due at `start + (k * prefill + index) / rate`, the
+    // workers taking turns (`rate` is this worker's part).
+    let every = rate.map(|r| Duration::from_secs_f64(1.0 / r));
+    let offset = match cfg.rate {
+        Some(r) if cfg.tenants == 0 => Duration::from_secs_f64(index as f64 / r),
+        _ => Duration::ZERO,
+    };
     while start.elapsed() < cfg.duration {
         let due =
             every.map(|every| (every, start + offset + every.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))));
@@ -220,10 +250,11 @@ pub(super) fn prefill(attached: &Node, cfg: &Config, index: usize) -> Result<(),
         let nk = chain_keys(Key::default(), &tokens, TOKENS_PER_BLOCK, &mut keys);
         let chain = &keys[..nk];
         let rid = (index as u64) << 48 | n;
-        match prefill_one(attached, cfg, chain, &mut buf, &mut c, &mut inflight) {
-            Ok(pins) => {
+        match prefill_one(attached, cfg, ns, chain, &mut buf, &mut c, &mut inflight) {
+            Ok(None) => c.refused += 1,
+            Ok(Some(pins)) => {
                 let d = (n as usize % cfg.decode.max(1)) as u32;
-                let m = Message { kind: HANDOFF, request_id: rid, ns: NS, stamp: now_ns(), ..Message::default() };
+                let m = Message { kind: HANDOFF, request_id: rid, ns, stamp: now_ns(), ..Message::default() };
                 match attached.send(d, &m, chain) {
                     Ok(()) => {
                         inflight.insert(rid, Inflight { pins });
@@ -292,27 +323,31 @@ pub(super) fn take_answers(
     }
 }
 
-/// Pins every block of `chain`: the cached prefix as found, the rest
-/// computed and published. Returns the pins.
+/// Pins every block of `chain` in namespace `ns`: the cached prefix as
+/// found, the rest computed and published. Returns the pins; `None` when
+/// the tenant's hard quota refused a block while every block of its own
+/// was pinned and none of this worker's requests was in flight to wait
+/// for (the request is dropped, its pins released).
 pub(super) fn prefill_one(
     attached: &Node,
     cfg: &Config,
+    ns: u32,
     chain: &[Key],
     buf: &mut [u8],
     c: &mut WorkerCounters,
     inflight: &mut HashMap<u64, Inflight>,
-) -> Result<Vec<Handle>, String> {
+) -> Result<Option<Vec<Handle>>, String> {
     let node = attached.core();
-    let mut hit = node.lookup(NS, chain).map_err(|e| e.to_string())?;
+    let mut hit = node.lookup(ns, chain).map_err(|e| e.to_string())?;
     if cfg.ssd.is_some() && hit < chain.len() {
         // The prefix goes on where the SSD tier holds the next blocks.
-        let there = attached.promote(NS, &chain[hit..], Duration::from_secs(2)).map_err(|e| e.to_string())?;
+        let there = attached.promote(ns, &chain[hit..], Duration::from_secs(2)).map_err(|e| e.to_string())?;
         let more = there.iter().take_while(|&&t| t).count();
         c.ssd_blocks += more as u64;
         hit += more;
     }
     let mut out = vec![Err(CoreError::NotFound); chain.len()];
-    node.acquire(NS, &chain[..hit], &mut out[..hit]).map_err(|e| e.to_string())?;
+    node.acquire(ns, &chain[..hit], &mut out[..hit]).map_err(|e| e.to_string())?;
     c.blocks += chain.len() as u64;
     c.hit_blocks += out[..hit].iter().filter(|r| r.is_ok()).count() as u64;
     let mut pins: Vec<Handle> = out[..hit].iter().filter_map(|r| r.ok()).collect();
@@ -327,7 +362,7 @@ pub(super) fn prefill_one(
                 return Err("no room for a request's blocks for 30 s".into());
             }
             let len = len_of(cfg, *key);
-            match node.reserve(NS, *key, len, TOKENS_PER_BLOCK as u32) {
+            match node.reserve(ns, *key, len, TOKENS_PER_BLOCK as u32) {
                 Ok(h) => {
                     let buf = &mut buf[..len as usize];
                     let tf = Instant::now();
@@ -344,6 +379,16 @@ pub(super) fn prefill_one(
                     note_first_eviction(attached, c);
                 }
                 Err(CoreError::Exists) => {}
+                Err(CoreError::OverQuota) => {
+                    // Every block of the tenant's own is pinned: wait for
+                    // decode to finish some, or give the request up.
+                    if inflight.is_empty() {
+                        let _ = node.release(&pins);
+                        return Ok(None);
+                    }
+                    take_answers(attached, inflight, c, Duration::from_millis(20))?;
+                    continue;
+                }
                 Err(CoreError::OutOfSpace | CoreError::TableFull) => {
                     // Blocks the SSD tier holds go first (nothing is lost).
                     let rep = node.evict_for(cfg.block_bytes * 16).map_err(|e| e.to_string())?;
@@ -362,7 +407,7 @@ pub(super) fn prefill_one(
             }
             // Pin it for the handoff (another prefill may still be writing it).
             let mut one = [Err(CoreError::NotFound)];
-            node.acquire(NS, std::slice::from_ref(key), &mut one).map_err(|e| e.to_string())?;
+            node.acquire(ns, std::slice::from_ref(key), &mut one).map_err(|e| e.to_string())?;
             match one[0] {
                 Ok(h) => {
                     pins.push(h);
@@ -372,7 +417,7 @@ pub(super) fn prefill_one(
             }
         }
     }
-    Ok(pins)
+    Ok(Some(pins))
 }
 
 pub(super) fn decode(attached: &Node, cfg: &Config) -> Result<(), String> {
