@@ -282,3 +282,90 @@ fn a_waiter_in_another_process_steps_the_host_manager_from_its_cell() {
     }
     assert!(parent.check().unwrap().is_empty());
 }
+
+fn spawn_tenant(path: &Path, name: &str, seed: u64, millis: u64, pause_us: u64) -> Child {
+    Command::new(WORKER)
+        .args(["tenant", path.to_str().unwrap(), name, &seed.to_string(), &millis.to_string(), &pause_us.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Tenants across processes: two processes of tenant `busy` (a hard quota
+/// of a third of the region) and one of the default tenant write far more
+/// than the region holds, while a process of tenant `quiet` (a guaranteed
+/// share of a quarter) writes slowly. The parent reads every tenant's
+/// usage through the run: `busy` never over its quota, `quiet` never below
+/// its share once it reached it. Then the parent drops `busy` while the
+/// others go on: its processes end (`NoTenant`), its space is free, the
+/// others keep every byte right, and the region checks clean.
+#[test]
+fn a_busy_tenant_never_pushes_a_quiet_one_below_its_share_and_a_drop_frees_its_space() {
+    use cxlkv_platform::tenants::Limits;
+    let r = Region(shm_path("tenants"));
+    let parent = Node::create(&r.0, 24 << 20, caps(), opts()).unwrap();
+    let payload = parent.stats().unwrap().payload_bytes;
+    let (quota, share) = (payload / 3, payload / 4);
+    parent.tenant_add(b"busy", Limits { quota, ..Limits::default() }).unwrap();
+    let quiet = parent.tenant_add(b"quiet", Limits { share, ..Limits::default() }).unwrap();
+    // Each runs until the stop file appears (a minute at most).
+    let stop = Region(r.0.with_extension("stop"));
+    let mut kids = vec![
+        ("busy", spawn_tenant(&r.0, "busy", 1, 60_000, 0)),
+        ("busy", spawn_tenant(&r.0, "busy", 2, 60_000, 0)),
+        ("default", spawn_tenant(&r.0, "default", 3, 60_000, 0)),
+        ("quiet", spawn_tenant(&r.0, "quiet", 4, 60_000, 500)),
+    ];
+    let usage = |name: &[u8]| parent.tenant_list().unwrap().into_iter().find(|t| t.name() == name);
+    let (mut reached, mut samples, mut busy_max) = (false, 0u64, 0u64);
+    let t0 = Instant::now();
+    // A second and a half of sampling after quiet reached its share (a
+    // loaded machine may take long to get there).
+    let mut until = Duration::from_secs(50);
+    while t0.elapsed() < until {
+        let (b, q) = (usage(b"busy").unwrap(), usage(b"quiet").unwrap());
+        assert!(b.bytes <= quota, "busy holds {} over its quota {quota}", b.bytes);
+        assert!(!reached || q.bytes >= share, "quiet holds {} below its share {share}", q.bytes);
+        if !reached && q.bytes >= share {
+            reached = true;
+            until = t0.elapsed() + Duration::from_millis(1_500);
+        }
+        busy_max = busy_max.max(b.bytes);
+        samples += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(reached, "quiet reached its share ({samples} samples)");
+    assert!(busy_max > quota / 2, "busy wrote up to its quota: {busy_max} of {quota}");
+    // The drop, while busy's processes write: refused (`Busy`) while one
+    // of its blocks is pinned or being written, until it is not.
+    let busy = parent.tenant_find(b"busy").unwrap().unwrap();
+    let t1 = Instant::now();
+    let dropped = loop {
+        match parent.tenant_drop(busy) {
+            Ok(rep) => break rep,
+            Err(cxlkv_platform::Error::Core(Error::Busy)) if t1.elapsed() < Duration::from_secs(60) => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(e) => panic!("drop: {e}"),
+        }
+    };
+    assert!(dropped.blocks > 0 && dropped.bytes > 0, "{dropped:?}");
+    assert!(usage(b"busy").is_none(), "busy's slot is free");
+    // The others go on a while, then stop.
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(&stop.0, b"").unwrap();
+    for (name, k) in &mut kids {
+        let s = wait_with_watchdog(k, Duration::from_secs(120));
+        let mut out = String::new();
+        std::io::Read::read_to_string(k.stdout.as_mut().unwrap(), &mut out).unwrap();
+        assert!(s.success(), "{name} worker failed: {s} {out}");
+        assert!(out.contains("\"bad\":0") && out.contains("\"errors\":0"), "{name}: {out}");
+        if *name == "busy" {
+            assert!(out.contains("\"dropped\":true"), "a busy worker ends at the drop: {out}");
+        }
+    }
+    let q = usage(b"quiet").unwrap();
+    assert!(q.id == quiet && q.bytes >= share, "quiet kept its share: {} of {share}", q.bytes);
+    assert_eq!(parent.check().unwrap(), vec![]);
+    parent.close().unwrap();
+}

@@ -22,6 +22,14 @@
 //! region and writes random bytes over its metadata (past the header) for
 //! MILLIS milliseconds; prints how many words it wrote.
 //!
+//! `cxlkv-test-worker tenant PATH NAME SEED MILLIS PAUSE_US`: puts and gets
+//! blocks of a namespace of tenant NAME (`default`: the plain test
+//! namespace) for MILLIS milliseconds or until a file PATH.stop exists,
+//! pausing PAUSE_US microseconds after each, verifying every payload it reads; a refusal at the quota is
+//! counted and the put tried later; the tenant dropped ends the run
+//! early. Prints one JSON line of counts; exits 1 on a wrong payload or an
+//! unexpected error.
+//!
 //! `cxlkv-test-worker tolerant PATH SEED MILLIS`: works like `mixed` for
 //! MILLIS milliseconds while a hostile peer scribbles: every error is
 //! counted, nothing is asserted; prints one JSON line of counts and exits 0.
@@ -31,6 +39,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
+use cxlkv_core::hash::Namespace;
 use cxlkv_core::index::Lru;
 use cxlkv_core::Error;
 use cxlkv_platform::{Node, Options};
@@ -52,6 +61,10 @@ fn main() {
         Some("tier") if a.len() == 4 => tier(Path::new(&a[2]), Path::new(&a[3])),
         Some("hold-for") if a.len() == 4 => hold_for(Path::new(&a[2]), a[3].parse().unwrap_or(1000)),
         Some("locks") if a.len() == 4 => locks(Path::new(&a[2]), a[3].parse().unwrap_or(100)),
+        Some("tenant") if a.len() == 7 => {
+            let num = |i: usize| a[i].parse().unwrap_or(0);
+            tenant(Path::new(&a[2]), &a[3], num(4), Duration::from_millis(num(5)), Duration::from_micros(num(6)))
+        }
         Some(m @ ("hostile" | "tolerant")) if a.len() == 5 => {
             let (seed, ms) = (a[3].parse().unwrap_or(1), a[4].parse().unwrap_or(1000));
             let until = std::time::Instant::now() + Duration::from_millis(ms);
@@ -63,7 +76,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: cxlkv-test-worker mixed PATH SEED OPS | hold PATH | hold-for PATH MILLIS | locks PATH N | hostile PATH SEED MILLIS | tolerant PATH SEED MILLIS"
+                "usage: cxlkv-test-worker mixed PATH SEED OPS | hold PATH | hold-for PATH MILLIS | locks PATH N | tenant PATH NAME SEED MILLIS PAUSE_US | hostile PATH SEED MILLIS | tolerant PATH SEED MILLIS"
             );
             2
         }
@@ -96,9 +109,14 @@ const OP_NAMES: [&str; 20] = [
 ];
 
 fn publish(c: &Node, i: u64, buf: &mut Vec<u8>) -> Result<bool, Error> {
+    publish_in(c, NS, i, buf)
+}
+
+/// Puts key `i` in namespace `ns`: true when stored, false when it was.
+fn publish_in(c: &Node, ns: u32, i: u64, buf: &mut Vec<u8>) -> Result<bool, Error> {
     let k = key(i);
     let len = len_of(k);
-    match c.core().reserve(NS, k, len as u64, 16) {
+    match c.core().reserve(ns, k, len as u64, 16) {
         Ok(h) => {
             buf.resize(len, 0);
             fill(k, buf);
@@ -109,6 +127,74 @@ fn publish(c: &Node, i: u64, buf: &mut Vec<u8>) -> Result<bool, Error> {
         Err(Error::Exists) => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// The `tenant` mode (see the top of the file).
+fn tenant(path: &Path, name: &str, seed: u64, run: Duration, pause: Duration) -> i32 {
+    let c = match Node::open(path, opts()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("attach: {e}");
+            return 3;
+        }
+    };
+    let ns = if name == "default" {
+        Ok(NS)
+    } else {
+        c.tenant_find(name.as_bytes())
+            .and_then(|t| t.ok_or(cxlkv_platform::Error::Core(Error::NoTenant)))
+            .and_then(|t| c.namespace_in(t, &Namespace { model: b"multi-process", ..Namespace::default() }))
+    };
+    let ns = match ns {
+        Ok(ns) => ns,
+        Err(e) => {
+            eprintln!("tenant {name}: {e}");
+            return 3;
+        }
+    };
+    let until = std::time::Instant::now() + run;
+    let stop = path.with_extension("stop");
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let (mut published, mut read, mut bad, mut refused, mut errors, mut dropped) =
+        (0u64, 0u64, 0u64, 0u64, 0u64, false);
+    let (mut buf, mut rd) = (Vec::new(), vec![0u8; 80 << 10]);
+    for n in 0u64.. {
+        if std::time::Instant::now() >= until || n % 64 == 0 && stop.exists() {
+            break;
+        }
+        let i = rng.random_range(0..2000u64);
+        match publish_in(&c, ns, i, &mut buf) {
+            Ok(true) => published += 1,
+            Ok(false) => {}
+            Err(Error::OverQuota) => refused += 1,
+            Err(Error::NoTenant) => {
+                dropped = true;
+                break;
+            }
+            Err(e) => {
+                eprintln!("put {i}: {e}");
+                errors += 1;
+            }
+        }
+        let j = rng.random_range(0..2000u64);
+        match c.core().get(ns, key(j), &mut rd) {
+            Ok(n) => {
+                read += 1;
+                bad += u64::from(!verify(key(j), &rd[..n]));
+            }
+            Err(Error::NotFound | Error::Changed) => {}
+            Err(e) => {
+                eprintln!("get {j}: {e}");
+                errors += 1;
+            }
+        }
+        std::thread::sleep(pause);
+    }
+    println!(
+        "{{\"published\":{published},\"read\":{read},\"bad\":{bad},\"refused\":{refused},\"errors\":{errors},\"dropped\":{dropped}}}"
+    );
+    let closed = c.close();
+    i32::from(bad > 0 || errors > 0 || closed.is_err())
 }
 
 fn mixed(path: &Path, seed: u64, ops: u64) -> i32 {
