@@ -155,7 +155,7 @@ impl ChangeCursor {
         let ns = namespaces
             .unwrap_or_default()
             .iter()
-            .map(|n| crate::ns_of(py, Some(&c), n))
+            .map(|n| crate::ns_of(py, Some(&c), n, None))
             .collect::<PyResult<Vec<u32>>>()?;
         let (mut out, mut gaps) = (Vec::new(), Vec::new());
         // Locked with the interpreter released: a second poller waits

@@ -127,11 +127,17 @@ pub(crate) fn key_bytes<'py>(py: Python<'py>, k: Key) -> Bound<'py, PyBytes> {
 }
 
 /// A namespace id from an int (an id as is) or a `cxlkv.Namespace` (or any
-/// object with a 16-byte `digest`), registered through `node` on first use
-/// (`node` may be None only for an int).
-pub(crate) fn ns_of(py: Python<'_>, node: Option<&cxlkv_platform::Node>, ns: &Bound<'_, PyAny>) -> PyResult<u32> {
+/// object with a 16-byte `digest`, and a `tenant` name or None), registered
+/// through `node` on first use in its tenant (`tenant`, when given, in
+/// place of the object's; `node` may be None only for an int).
+pub(crate) fn ns_of(
+    py: Python<'_>,
+    node: Option<&cxlkv_platform::Node>,
+    ns: &Bound<'_, PyAny>,
+    tenant: Option<&str>,
+) -> PyResult<u32> {
     const WHAT: &str = "a namespace is an id below 2**32 or a cxlkv.Namespace";
-    if ns.is_instance_of::<PyInt>() {
+    if ns.is_instance_of::<PyInt>() && tenant.is_none() {
         return ns.extract::<u32>().map_err(|_| raise(py, R::InvalidArgument, WHAT));
     }
     let d = ns.getattr("digest").map_err(|_| raise(py, R::InvalidArgument, WHAT))?;
@@ -141,7 +147,19 @@ pub(crate) fn ns_of(py: Python<'_>, node: Option<&cxlkv_platform::Node>, ns: &Bo
         .and_then(|b| b.as_bytes().try_into().ok())
         .ok_or_else(|| raise(py, R::InvalidArgument, "a namespace's digest is 16 bytes"))?;
     let node = node.ok_or_else(|| raise(py, R::InvalidArgument, WHAT))?;
-    py.detach(|| node.namespace_of_digest(d)).or_raise(py)
+    let own = match ns.getattr("tenant") {
+        Ok(t) if !t.is_none() => {
+            Some(t.extract::<String>().map_err(|_| raise(py, R::InvalidArgument, "a namespace's tenant is a name"))?)
+        }
+        _ => None,
+    };
+    match tenant.or(own.as_deref()) {
+        Some(name) => {
+            let t = crate::tenants::find(py, node, name)?;
+            py.detach(|| node.core().namespace_in(t, d)).map_err(cxlkv_platform::Error::from).or_raise(py)
+        }
+        None => py.detach(|| node.namespace_of_digest(d)).or_raise(py),
+    }
 }
 
 /// Chained 128-bit block keys of `tokens`: key `i` covers tokens

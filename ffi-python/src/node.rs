@@ -53,10 +53,10 @@ impl Node {
     /// region on first use.
     pub(crate) fn ns(&self, py: Python<'_>, ns: &Bound<'_, PyAny>) -> PyResult<u32> {
         if ns.is_instance_of::<PyInt>() {
-            return crate::ns_of(py, None, ns);
+            return crate::ns_of(py, None, ns, None);
         }
         let c = self.attached(py)?;
-        crate::ns_of(py, Some(&c), ns)
+        crate::ns_of(py, Some(&c), ns, None)
     }
 }
 
@@ -251,21 +251,17 @@ impl Node {
     /// call taking a namespace accepts the `Namespace` itself and does this;
     /// an int is an id as is (below 2**31: a number the application picks).
     ///
-    /// With `tenant` (a tenant's name), the namespace of that tenant: the
-    /// same fields in another tenant are another namespace (tenants never
-    /// share a block), and its blocks count to the tenant's usage and quota.
+    /// With `tenant` (a tenant's name; or the `Namespace`'s own `tenant`),
+    /// the namespace of that tenant: the same fields in another tenant are
+    /// another namespace (tenants never share a block), and its blocks count
+    /// to the tenant's usage and quota.
     #[pyo3(signature = (ns, tenant=None))]
     fn namespace(&self, py: Python<'_>, ns: &Bound<'_, PyAny>, tenant: Option<&str>) -> PyResult<u32> {
-        let Some(name) = tenant else { return self.ns(py, ns) };
-        let d = ns.getattr("digest").map_err(|_| raise(py, R::InvalidArgument, "a namespace is a cxlkv.Namespace"))?;
-        let d: [u8; 16] = d
-            .cast::<PyBytes>()
-            .ok()
-            .and_then(|b| b.as_bytes().try_into().ok())
-            .ok_or_else(|| raise(py, R::InvalidArgument, "a namespace's digest is 16 bytes"))?;
+        if tenant.is_none() {
+            return self.ns(py, ns);
+        }
         let c = self.attached(py)?;
-        let t = crate::tenants::find(py, &c, name)?;
-        py.detach(|| c.core().namespace_in(t, d)).map_err(cxlkv_platform::Error::from).or_raise(py)
+        crate::ns_of(py, Some(&c), ns, tenant)
     }
 
     // -- tenants (see `tenants.rs`) ------------------------------------------

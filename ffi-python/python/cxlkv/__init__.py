@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Union
+from typing import Optional, Union
 
 from ._cxlkv import (
     AppLock,
@@ -81,6 +81,11 @@ class Namespace:
     #: Anything else that must separate caches, of any length (an engine's
     #: description of its blocks, a salt, a LoRA name).
     salt: Union[str, bytes] = b""
+    #: The tenant the namespace belongs to (None: the default tenant): its
+    #: blocks count to that tenant's quota and share. Not part of the
+    #: digest: the same fields in two tenants are two namespaces all the
+    #: same (the region binds each to its tenant).
+    tenant: Optional[str] = None
 
     @cached_property
     def digest(self) -> bytes:

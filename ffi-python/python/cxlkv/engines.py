@@ -12,6 +12,11 @@ goes into the namespace, shared by every adapter.
   of it, as canonical JSON, is the namespace's salt: the region keeps the
   128-bit digest of every registered namespace, so two engine namespaces
   that differ in any field never share a block.
+- An adapter configured with a `tenant` (the name of a tenant of the
+  region, made with `cxlkv tenant add`) registers its namespaces in that
+  tenant: its blocks count to the tenant's quota and share, and the same
+  model in another tenant is another namespace. Without one, the default
+  tenant.
 """
 
 from __future__ import annotations
@@ -167,6 +172,8 @@ class EngineNamespace:
     tp_size: int = 1
     pp_rank: int = 0
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: The region tenant its namespace belongs to (None: the default one).
+    tenant: Optional[str] = None
 
     def describe(self) -> str:
         """Every field, as canonical JSON."""
@@ -199,4 +206,22 @@ class EngineNamespace:
             pp_rank=self.pp_rank,
             block_tokens=self.block_tokens,
             salt=self.describe(),
+            tenant=self.tenant,
         )
+
+
+def check_tenant(who: str, node: Union[Node, EngineNode], tenant: Optional[str]) -> Optional[str]:
+    """`tenant` (an adapter's configured tenant), once the region is known
+    to have it: a missing one is a clear error at start-up, not a failure
+    of every store later."""
+    if tenant is None:
+        return None
+    if not isinstance(tenant, str) or not tenant:
+        raise ValueError(f"{who}: 'tenant' is the name of a tenant of the region, got {tenant!r}")
+    names = [t["name"] for t in node.tenants()]
+    if tenant not in names:
+        raise RuntimeError(
+            f"{who}: the region has no tenant {tenant!r} (it has {names}); "
+            f"add it with `cxlkv tenant add REGION {tenant} [--quota SIZE] [--share SIZE]`"
+        )
+    return tenant

@@ -8,7 +8,9 @@ LMCache 0.5.6 loads it from its L2 adapter configuration::
                    "adapter_params": {"region": "/dev/shm/kv"}}'
 
 `adapter_params`: `region` (required: the path of a formatted cxlkv region),
-`flush_mode`, `local_dir`, `node_id`, `lease_ms`, `lock_timeout_ms`.
+`flush_mode`, `local_dir`, `node_id`, `lease_ms`, `lock_timeout_ms`,
+`tenant` (the region tenant whose quota and share this engine's objects
+count to; it must exist: `cxlkv tenant add REGION NAME`).
 
 Requests (batch get, set, exists, delete) are queued to a worker thread of
 the connector, which makes one cxlkv batch call per namespace of the batch
@@ -29,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from . import CxlkvError, Namespace, Result
-from .engines import EngineNamespace, EngineNode, block_key, put_stored
+from .engines import EngineNamespace, EngineNode, block_key, check_tenant, put_stored
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +64,7 @@ class CxlkvConnector:
         node_id: Optional[int] = None,
         lease_ms: int = 2000,
         lock_timeout_ms: int = 60000,
+        tenant: Optional[str] = None,
     ) -> None:
         self._node = EngineNode(
             "cxlkv connector",
@@ -72,6 +75,7 @@ class CxlkvConnector:
             lease_ms=lease_ms,
             lock_timeout_ms=lock_timeout_ms,
         )
+        self._tenant = check_tenant("cxlkv connector", self._node, tenant)
         self._namespaces: dict[tuple[str, int, int, str], Namespace] = {}
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._ids = itertools.count(1)
@@ -90,7 +94,11 @@ class CxlkvConnector:
         if ns is None:
             model, rank, group, salt = fields
             ns = EngineNamespace(
-                engine="lmcache", model=model, dtype="", extra={"kv_rank": rank, "group": group, "salt": salt}
+                engine="lmcache",
+                model=model,
+                dtype="",
+                extra={"kv_rank": rank, "group": group, "salt": salt},
+                tenant=self._tenant,
             ).namespace
             self._namespaces[fields] = ns
         return ns

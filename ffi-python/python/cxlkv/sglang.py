@@ -10,7 +10,8 @@ SGLang 0.5.23 loads it as a dynamic backend::
 
 Extra-config keys beside those SGLang reads: `region` (required: the path of
 a formatted cxlkv region), `flush_mode`, `local_dir`, `node_id`, `lease_ms`,
-`lock_timeout_ms`.
+`lock_timeout_ms`, `tenant` (the region tenant whose quota and share this
+server's pages count to; it must exist: `cxlkv tenant add REGION NAME`).
 
 A page's key is the first 16 bytes of SGLang's page hash (placed so that
 an event publisher with `hash="int64"` sends SGLang's own event hash, see
@@ -44,13 +45,13 @@ from sglang.srt.mem_cache.hicache_storage import (
 )
 
 from . import Namespace, Result
-from .engines import EngineNamespace, EngineNode, block_key, put_stored
+from .engines import EngineNamespace, EngineNode, block_key, check_tenant, put_stored
 
 logger = logging.getLogger(__name__)
 
 #: Extra-config keys SGLang itself reads.
 _SGLANG_KEYS = {"backend_name", "module_path", "class_name", "interface_v1", "interface_v2"}
-_OPTIONS = {"region", "flush_mode", "local_dir", "node_id", "lease_ms", "lock_timeout_ms"}
+_OPTIONS = {"region", "flush_mode", "local_dir", "node_id", "lease_ms", "lock_timeout_ms", "tenant"}
 
 
 def page_key(key: str) -> bytes:
@@ -95,6 +96,7 @@ class CxlkvStorage(HiCacheStorage):
             lease_ms=int(extra.get("lease_ms", 2000)),
             lock_timeout_ms=int(extra.get("lock_timeout_ms", 60000)),
         )
+        self._tenant = check_tenant("cxlkv storage", self._node, extra.get("tenant"))
         self._ns: Optional[Namespace] = None
         self._pool_ns: dict[str, Namespace] = {}
         self._ns_legacy = self._namespace(layout="tensor", dtype="bytes", segments=(), pool="legacy")
@@ -128,6 +130,7 @@ class CxlkvStorage(HiCacheStorage):
                 "dcp": [c.dcp_rank, c.dcp_size] if c.dcp_size > 1 else None,
                 "segments": list(segments),
             },
+            tenant=self._tenant,
         ).namespace
 
     def _pool_ns_of(self, name: str) -> Namespace:

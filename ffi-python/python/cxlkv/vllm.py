@@ -19,7 +19,15 @@ this machine's), `local_dir` (the host-local lock directory, default
 /dev/shm), `node_id`, `lease_ms`, `lock_timeout_ms`, `n_threads` (copy
 threads, default 4), `enable_kv_events` (report what the tier stored, and
 every removal of a chunk of its namespaces by any node, read from the
-region's change log, when vLLM's KV events are on), `locality`.
+region's change log, when vLLM's KV events are on), `locality`, `tenant`
+(the region tenant whose quota and share this instance's chunks count to;
+it must exist: `cxlkv tenant add REGION NAME`).
+
+Requests with different `cache_salt`s never share a chunk: vLLM folds the
+salt into the hash of a request's first block, and every later block's hash
+chains from it, so their chunk keys differ. Instances of different models
+(or LoRA adapters, which vLLM also folds into block hashes) are apart the
+same way and, with a `tenant` each, count to their own quota.
 
 A chunk's key is the last 16 bytes of its block hash; its namespace holds
 what vLLM itself says makes chunks interchangeable (`FileMapper`'s fields:
@@ -58,7 +66,7 @@ from vllm.v1.kv_offload.tiering.async_lookup import AsyncLookupManager
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
 from . import ChangeCursor, CxlkvError, Namespace, Result
-from .engines import EngineNamespace, EngineNode, block_key, put_stored
+from .engines import EngineNamespace, EngineNode, block_key, check_tenant, put_stored
 
 if TYPE_CHECKING:
     from vllm.v1.kv_offload.base import OffloadingSpec
@@ -102,6 +110,7 @@ class CxlkvTier(SecondaryTierManager):
         enable_kv_events: bool = False,
         locality: str | None = None,
         backpressure_detector: BackpressureDetector | None = None,
+        tenant: str | None = None,
     ) -> None:
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
         if n_threads < 1:
@@ -116,6 +125,7 @@ class CxlkvTier(SecondaryTierManager):
             lease_ms=lease_ms,
             lock_timeout_ms=lock_timeout_ms,
         )
+        self._tenant = check_tenant(f"cxlkv tier {tier_type!r}", self._node, tenant)
         # The primary tier's chunks, as bytes: chunk c is [c*size, (c+1)*size).
         self._bytes = primary_kv_view.cast("B")
         # vLLM's own description of what makes chunks interchangeable, plus
@@ -176,6 +186,7 @@ class CxlkvTier(SecondaryTierManager):
                 tp_rank=0,
                 tp_size=int(f.get("tp_size", 1)),
                 extra={"fields": f, "group": group, "chunk_bytes": self.block_size_bytes},
+                tenant=self._tenant,
             ).namespace
             self._namespaces[group] = ns
         return ns

@@ -22,3 +22,24 @@ def small_region() -> Iterator[str]:
     finally:
         if os.path.exists(path):
             os.unlink(path)
+
+
+def add_tenants(region: str, local_dir: str, *names: str) -> None:
+    """Adds tenants `names` to the region (as `cxlkv tenant add` does)."""
+    with cxlkv.Region.open(region) as r:
+        n = r.attach(local_dir=local_dir)
+        try:
+            for name in names:
+                n.tenant_add(name, quota=32 << 20)
+        finally:
+            n.detach()
+
+
+def usage(region: str, local_dir: str) -> dict[str, tuple[int, int]]:
+    """Each tenant's (bytes, blocks)."""
+    with cxlkv.Region.open(region) as r:
+        n = r.attach(local_dir=local_dir)
+        try:
+            return {t["name"]: (t["bytes"], t["blocks"]) for t in n.tenants()}
+        finally:
+            n.detach()

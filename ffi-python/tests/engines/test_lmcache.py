@@ -17,6 +17,7 @@ from lmcache.v1.distributed.l2_adapters.native_connector_l2_adapter import Nativ
 
 import cxlkv
 
+from conftest import add_tenants, usage
 from lmcache_support import key, load, lookup, make_adapter, obj, store
 
 HERE = Path(__file__).parent
@@ -212,3 +213,22 @@ def test_bad_configurations_fail_at_start_up_and_lose_nothing(params: dict[str, 
         assert lookup(again, [key(1)]) == [True]
     finally:
         again.close()
+
+
+def test_a_tenant_counts_the_engines_objects_and_keeps_engines_apart(params: dict[str, object]) -> None:
+    region, local = str(params["region"]), str(params["local_dir"])
+    add_tenants(region, local, "team-a", "team-b")
+    a = make_adapter({**params, "tenant": "team-a"})
+    b = make_adapter({**params, "tenant": "team-b"})
+    try:
+        keys = [key(i) for i in range(3)]
+        assert store(a, keys, [obj(body(i)) for i in range(3)]).is_successful()
+        assert lookup(a, keys) == [True] * 3
+        assert lookup(b, keys) == [False] * 3, "another tenant: another namespace"
+        u = usage(region, local)
+        assert u["team-a"] == (3 * 4096, 3) and u["team-b"] == (0, 0)
+    finally:
+        a.close()
+        b.close()
+    with pytest.raises(RuntimeError, match="cxlkv tenant add"):
+        make_adapter({**params, "tenant": "nobody"})

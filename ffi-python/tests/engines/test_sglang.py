@@ -16,6 +16,7 @@ import torch
 import cxlkv
 from cxlkv.sglang import CxlkvStorage
 
+from conftest import add_tenants, usage
 from sglang_support import HostPool, make_backend, page_keys
 
 HERE = Path(__file__).parent
@@ -262,3 +263,25 @@ def test_v2_hybrid_pools_set_exists_and_get(extra: dict[str, object]) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_a_tenant_counts_the_servers_pages_and_keeps_servers_apart(extra: dict[str, object]) -> None:
+    region, local = str(extra["region"]), str(extra["local_dir"])
+    add_tenants(region, local, "team-a", "team-b")
+    src = HostPool(4)
+    a = make_backend({**extra, "tenant": "team-a"}, src)
+    b = make_backend({**extra, "tenant": "team-b"}, HostPool(4))
+    try:
+        for p in range(4):
+            src.fill(p, seed=p)
+        keys = page_keys(4)
+        assert a.batch_set_v1(keys, src.page_indices(list(range(4)))) == [True] * 4
+        assert a.batch_exists(keys) == 4
+        assert b.batch_exists(keys) == 0, "another tenant: another namespace"
+        u = usage(region, local)
+        assert u["team-a"][1] == 4 and u["team-a"][0] > 0 and u["team-b"] == (0, 0)
+    finally:
+        a.close()
+        b.close()
+    with pytest.raises(RuntimeError, match="cxlkv tenant add"):
+        make_backend({**extra, "tenant": "nobody"}, HostPool(1))

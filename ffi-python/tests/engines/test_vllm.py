@@ -17,6 +17,7 @@ from vllm.v1.kv_offload.base import LookupResult, Medium, OffloadingEvent, ReqCo
 import cxlkv
 from cxlkv.vllm import CxlkvTier
 
+from conftest import add_tenants, usage
 from vllm_support import CHUNK_BYTES, WATCHDOG_S, fill, job, key, lookup, make_tier, wait_job
 
 HERE = Path(__file__).parent
@@ -311,3 +312,26 @@ def test_removals_lost_to_a_gap_in_the_change_log_are_found_by_presence(tmp_path
     finally:
         tier.shutdown()
         os.unlink(path)
+
+
+def test_a_tenant_per_instance_counts_its_chunks_and_keeps_instances_apart(tier_config: dict[str, object]) -> None:
+    region, local = str(tier_config["region"]), str(tier_config["local_dir"])
+    add_tenants(region, local, "team-a", "team-b")
+    a, rows = make_tier({**tier_config, "tenant": "team-a"})
+    b, _ = make_tier({**tier_config, "tenant": "team-b"})
+    try:
+        keys = [key(i) for i in range(4)]
+        for c in range(4):
+            fill(rows, c, seed=c)
+        a.submit_store(job(1, keys, list(range(4)), promotion=False))
+        assert wait_job(a, 1).success
+        assert lookup(a, keys) == [LookupResult.HIT] * 4
+        # The same model and chunks in another tenant: another namespace.
+        assert lookup(b, keys, req="other") == [LookupResult.MISS] * 4
+        u = usage(region, local)
+        assert u["team-a"] == (4 * CHUNK_BYTES, 4) and u["team-b"] == (0, 0)
+    finally:
+        a.shutdown()
+        b.shutdown()
+    with pytest.raises(RuntimeError, match="cxlkv tenant add"):
+        make_tier({**tier_config, "tenant": "nobody"})
