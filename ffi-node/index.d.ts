@@ -247,12 +247,12 @@ export declare class Node {
    * tenant of that name lives, `TENANTS_FULL` when every slot (the
    * `maxTenants` capacity) is taken.
    */
-  tenantAdd(name: string, limits?: { quota?: number, share?: number, priority?: number, ttlMs?: number }): void
+  tenantAdd(name: string, limits?: { quota?: number, share?: number, priority?: number, ttlMs?: number, scrub?: boolean }): void
   /**
    * Changes a live tenant's limits (every node follows at once; a new
    * lifetime applies to blocks stored from then on).
    */
-  tenantSet(name: string, limits?: { quota?: number, share?: number, priority?: number, ttlMs?: number }): void
+  tenantSet(name: string, limits?: { quota?: number, share?: number, priority?: number, ttlMs?: number, scrub?: boolean }): void
   /** Every tenant, the default one first, with its limits and usage. */
   tenants(): Array<Tenant>
   /**
@@ -702,6 +702,8 @@ export interface Tenant {
   priority: number
   /** Lifetime of its blocks in milliseconds (0: none). */
   ttlMs: number
+  /** Its blocks are zeroed when reserved. */
+  scrub: boolean
   /** Payload bytes of its blocks being written or stored. */
   bytes: number
   /** Its blocks being written or stored. */

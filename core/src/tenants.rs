@@ -2,7 +2,9 @@
 //! guaranteed share, a lifetime for its blocks and a priority. Lifetimes
 //! are kept per block, by a stamp its reserve writes (see
 //! `index/expiry.rs`): a block is read as missing from its stamp's time
-//! on, a reserve of its key replaces it, and evictions take it first.
+//! on, a reserve of its key replaces it, and evictions take it first. A
+//! tenant that asks (`Limits::scrub`) has every block reserved for it
+//! zeroed before the reserve returns.
 //!
 //! A tenant is a slot of the tenant table: a config line (name, limits,
 //! nonce, state) and a usage line (bytes and blocks it holds, evictions,
@@ -40,6 +42,7 @@ use crate::coherence::{Coherence, Site};
 use crate::index::{Policy, Verdict};
 use crate::layout::{
     state, Entry, RootRecord, TenantConfig, TenantUsage, TENANT_DROPPING, TENANT_FREE, TENANT_LIVE, TENANT_NAME,
+    TENANT_SCRUB,
 };
 use crate::lock::Held;
 use crate::namespaces::{self, REGISTERED};
@@ -74,6 +77,11 @@ pub struct Limits {
     pub ttl_ms: u64,
     /// Relative weight (reported).
     pub priority: u32,
+    /// Zero each of its blocks' payload when the block is removed (evicted,
+    /// expired, aborted, dropped), before its space is freed: no later
+    /// reserve, of any tenant, is handed bytes it wrote. Costs a write of
+    /// every removed byte (and its flush in a non-coherent mode).
+    pub scrub: bool,
 }
 
 /// A tenant as [`Node::tenant_list`] reports it.
@@ -86,7 +94,7 @@ pub struct TenantInfo {
     /// Its limits.
     pub limits: Limits,
     /// `TENANT_LIVE` or `TENANT_DROPPING`.
-    pub state: u32,
+    pub state: u16,
     /// Payload bytes of its blocks being written or stored.
     pub bytes: u64,
     /// Its blocks being written or stored.
@@ -117,6 +125,15 @@ pub fn name_field(name: &[u8]) -> Result<[u8; TENANT_NAME]> {
         *d = *s;
     }
     Ok(f)
+}
+
+/// The config line's flags for `l`.
+fn flags_of(l: &Limits) -> u16 {
+    if l.scrub {
+        TENANT_SCRUB
+    } else {
+        0
+    }
 }
 
 fn check_limits(l: &Limits) -> Result<()> {
@@ -336,6 +353,7 @@ impl<C: Coherence> Node<'_, C> {
                     ttl_ms: limits.ttl_ms,
                     nonce,
                     state: TENANT_LIVE,
+                    flags: flags_of(&limits),
                     ticket: 0,
                 };
                 h.usage = TenantUsage { nonce, ..TenantUsage::default() };
@@ -365,6 +383,7 @@ impl<C: Coherence> Node<'_, C> {
             h.cfg.share = limits.share;
             h.cfg.ttl_ms = limits.ttl_ms;
             h.cfg.priority = limits.priority;
+            h.cfg.flags = flags_of(&limits);
             h.dirty = true;
             Ok(())
         })
@@ -385,7 +404,13 @@ impl<C: Coherence> Node<'_, C> {
             let mut info = TenantInfo {
                 id: TenantId { slot: t, nonce: c.nonce },
                 name: c.name,
-                limits: Limits { quota: c.quota, share: c.share, ttl_ms: c.ttl_ms, priority: c.priority },
+                limits: Limits {
+                    quota: c.quota,
+                    share: c.share,
+                    ttl_ms: c.ttl_ms,
+                    priority: c.priority,
+                    scrub: c.flags & TENANT_SCRUB != 0,
+                },
                 state: c.state,
                 bytes: u.bytes,
                 blocks: u.blocks,
@@ -642,7 +667,7 @@ mod tests {
     fn tenants_are_added_found_listed_changed_and_dropped() {
         with_two_nodes(|f, _, a, b| {
             assert_eq!(a.tenant_find(b"default").unwrap(), Some(DEFAULT_TENANT));
-            let lim = Limits { quota: 1 << 20, share: 1 << 16, ttl_ms: 0, priority: 3 };
+            let lim = Limits { quota: 1 << 20, share: 1 << 16, ttl_ms: 0, priority: 3, scrub: true };
             let t = a.tenant_add(b"team-a", lim).unwrap();
             assert_ne!(t.slot, 0);
             assert_eq!(b.tenant_find(b"team-a").unwrap(), Some(t), "another node finds it");
@@ -893,6 +918,46 @@ mod tests {
             f.store.view.write(l.expiry_line(s, e), &x).unwrap();
             let found = findings(f);
             assert!(found.iter().any(|x| x.kind == FindingKind::Expiry && x.b == e as u64), "{found:?}");
+        });
+    }
+
+    #[test]
+    fn a_scrubbing_tenants_blocks_are_handed_out_zeroed() {
+        with_one_node(1 << 20, small_caps(), |f, _, _, a| {
+            let t = a.tenant_add(b"clean", Limits { scrub: true, ..Limits::default() }).unwrap();
+            let ns = a.namespace_in(t, model(b"m")).unwrap();
+            // A block of the default tenant, written whole, then evicted:
+            // its bytes stay in the freed space.
+            let old = |k: u64| {
+                let h = a.reserve(5, key(k), 4096, 16).unwrap();
+                a.write(&h, 0, &[0xab; 4096]).unwrap();
+                a.publish_flushed(&[h], &mut [Ok(())]).unwrap();
+                a.evict(u64::MAX, &mut Lru).unwrap();
+                h.off
+            };
+            let at = old(1);
+            let h = a.reserve(ns, key(2), 4096, 16).unwrap();
+            assert_eq!(h.off, at, "the freed space is handed out again");
+            let mut buf = [0xffu8; 4096];
+            a.read(&h, 0, &mut buf).unwrap();
+            assert!(buf.iter().all(|&b| b == 0), "a scrubbing tenant's reserve is zeroed");
+            // Written in part and published: the rest reads zero.
+            a.write(&h, 0, &[7u8; 1000]).unwrap();
+            a.publish_flushed(&[h], &mut [Ok(())]).unwrap();
+            assert_eq!(a.get(ns, key(2), &mut buf).unwrap(), 4096);
+            assert!(buf[..1000].iter().all(|&b| b == 7) && buf[1000..].iter().all(|&b| b == 0));
+            // What it is for: a tenant that does not scrub is handed the
+            // earlier bytes.
+            a.evict(u64::MAX, &mut OfTenant::new(&a, t)).unwrap();
+            let at = old(3);
+            let plain = a.tenant_add(b"plain", Limits::default()).unwrap();
+            let np = a.namespace_in(plain, model(b"m")).unwrap();
+            let h = a.reserve(np, key(4), 4096, 16).unwrap();
+            assert_eq!(h.off, at);
+            a.read(&h, 0, &mut buf).unwrap();
+            assert!(buf.iter().all(|&b| b == 0xab));
+            a.abort(&h).unwrap();
+            assert!(findings(f).is_empty(), "{:?}", findings(f));
         });
     }
 

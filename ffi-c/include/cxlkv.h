@@ -490,8 +490,10 @@ typedef struct cxlkv_tenant_limits {
   uint64_t ttl_ms;
   // Relative weight (reported).
   uint32_t priority;
-  // Zero.
-  uint32_t reserved;
+  // 1: zero each block reserved for it before it is handed out, so its
+  // writers and readers never meet bytes an earlier block left (costs a
+  // write of every reserved byte); 0: not. Others are refused.
+  uint32_t scrub;
 } cxlkv_tenant_limits;
 
 // A tenant as `cxlkv_tenant_list` reports it.

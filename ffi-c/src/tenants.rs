@@ -37,8 +37,10 @@ pub struct cxlkv_tenant_limits {
     pub ttl_ms: u64,
     /// Relative weight (reported).
     pub priority: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// 1: zero each block reserved for it before it is handed out, so its
+    /// writers and readers never meet bytes an earlier block left (costs a
+    /// write of every reserved byte); 0: not. Others are refused.
+    pub scrub: u32,
 }
 
 /// A tenant as `cxlkv_tenant_list` reports it.
@@ -79,8 +81,13 @@ impl From<TenantId> for cxlkv_tenant {
     }
 }
 
-fn limits_of(l: &cxlkv_tenant_limits) -> Limits {
-    Limits { quota: l.quota, share: l.share, ttl_ms: l.ttl_ms, priority: l.priority }
+fn limits_of(l: &cxlkv_tenant_limits) -> Option<Limits> {
+    let scrub = match l.scrub {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    Some(Limits { quota: l.quota, share: l.share, ttl_ms: l.ttl_ms, priority: l.priority, scrub })
 }
 
 fn info_of(t: &TenantInfo) -> cxlkv_tenant_info {
@@ -96,7 +103,7 @@ fn info_of(t: &TenantInfo) -> cxlkv_tenant_info {
             share: t.limits.share,
             ttl_ms: t.limits.ttl_ms,
             priority: t.limits.priority,
-            reserved: 0,
+            scrub: u32::from(t.limits.scrub),
         },
         bytes: t.bytes,
         blocks: t.blocks,
@@ -112,12 +119,12 @@ fn info_of(t: &TenantInfo) -> cxlkv_tenant_info {
 ///
 /// # Safety
 /// `limits` is NULL or valid for one read.
-unsafe fn read_limits(limits: *const cxlkv_tenant_limits) -> Limits {
+unsafe fn read_limits(limits: *const cxlkv_tenant_limits) -> Result<Limits, crate::Fail> {
     if limits.is_null() {
-        return Limits::default();
+        return Ok(Limits::default());
     }
     // SAFETY: non-NULL, valid for one read by the contract.
-    limits_of(unsafe { &limits.read() })
+    limits_of(unsafe { &limits.read() }).ok_or_else(|| cxlkv_result::InvalidArgument.into())
 }
 
 /// Adds tenant `name` (1 to 20 bytes) with `limits` (NULL: none); its id
@@ -145,7 +152,7 @@ pub unsafe extern "C" fn cxlkv_tenant_add(
         let name = unsafe { text(name) }?;
         // SAFETY:
         // - `limits` is NULL or valid for one read by the contract.
-        let l = unsafe { read_limits(limits) };
+        let l = unsafe { read_limits(limits) }?;
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;
@@ -198,7 +205,7 @@ pub unsafe extern "C" fn cxlkv_tenant_set(
     guard(|| {
         // SAFETY:
         // - `limits` is NULL or valid for one read by the contract.
-        let l = unsafe { read_limits(limits) };
+        let l = unsafe { read_limits(limits) }?;
         // SAFETY:
         // - `node` is NULL or a handle from this library.
         let c = unsafe { live(node) }?;

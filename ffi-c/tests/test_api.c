@@ -525,6 +525,8 @@ static void test_tenants(cxlkv_node *a, cxlkv_node *b) {
   EXPECT(cxlkv_tenant_add(b, "a-name-longer-than-twenty", NULL, &found), CXLKV_RESULT_INVALID_ARGUMENT);
   cxlkv_tenant_limits forever = {0, 0, (1ull << 40) + 1, 0, 0};
   EXPECT(cxlkv_tenant_add(b, "ttl", &forever, &found), CXLKV_RESULT_INVALID_ARGUMENT);
+  cxlkv_tenant_limits odd_scrub = {0, 0, 0, 0, 2};
+  EXPECT(cxlkv_tenant_add(b, "odd", &odd_scrub, &found), CXLKV_RESULT_INVALID_ARGUMENT);
   EXPECT(cxlkv_tenant_add(b, "x", NULL, NULL), CXLKV_RESULT_NULL_PARAMETER);
   OK(cxlkv_tenant_find(b, "busy", &found));
   CHECK(found.slot == busy.slot && found.nonce == busy.nonce);
@@ -598,7 +600,7 @@ static void test_tenants(cxlkv_node *a, cxlkv_node *b) {
 
   /* A lifetime: once it has passed, the block is missing to every reader
      (only what must hold after the wait is checked, not before it). */
-  cxlkv_tenant_limits brief = {0, 0, 30, 0, 0};
+  cxlkv_tenant_limits brief = {0, 0, 30, 0, 1}; /* and its blocks zeroed when reserved */
   cxlkv_tenant shortlived;
   uint32_t ns_short = 0;
   OK(cxlkv_tenant_add(a, "brief", &brief, &shortlived));
@@ -617,7 +619,8 @@ static void test_tenants(cxlkv_node *a, cxlkv_node *b) {
   CHECK(st == CXLKV_RESULT_OK);
   OK(cxlkv_tenant_list(a, list, 8, &n));
   for (size_t i = 0; i < n; i++) {
-    if (list[i].id.slot == shortlived.slot) CHECK(list[i].limits.ttl_ms == 30 && list[i].expired == 1 && list[i].blocks == 1);
+    if (list[i].id.slot == shortlived.slot)
+      CHECK(list[i].limits.ttl_ms == 30 && list[i].limits.scrub == 1 && list[i].expired == 1 && list[i].blocks == 1);
   }
   OK(cxlkv_tenant_drop(a, shortlived, NULL));
 }

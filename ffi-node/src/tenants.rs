@@ -23,6 +23,8 @@ pub struct Tenant {
     pub priority: u32,
     /// Lifetime of its blocks in milliseconds (0: none).
     pub ttl_ms: f64,
+    /// Its blocks are zeroed when reserved.
+    pub scrub: bool,
     /// Payload bytes of its blocks being written or stored.
     pub bytes: f64,
     /// Its blocks being written or stored.
@@ -44,6 +46,7 @@ fn tenant_of(t: &TenantInfo) -> Tenant {
         share: t.limits.share as f64,
         priority: t.limits.priority,
         ttl_ms: t.limits.ttl_ms as f64,
+        scrub: t.limits.scrub,
         bytes: t.bytes as f64,
         blocks: t.blocks as f64,
         evictions: t.evictions as f64,
@@ -53,14 +56,15 @@ fn tenant_of(t: &TenantInfo) -> Tenant {
     }
 }
 
-/// `{ quota?, share?, priority?, ttlMs? }` (absent: none).
+/// `{ quota?, share?, priority?, ttlMs?, scrub? }` (absent: none).
 fn limits_of(env: &Env, v: &Unknown<'_>) -> napi::Result<Limits> {
-    let o = Opts::of(env, v, "limits", &["quota", "share", "priority", "ttlMs"])?;
+    let o = Opts::of(env, v, "limits", &["quota", "share", "priority", "ttlMs", "scrub"])?;
     Ok(Limits {
         quota: o.u64("quota")?.unwrap_or(0),
         share: o.u64("share")?.unwrap_or(0),
         priority: o.u32("priority")?.unwrap_or(0),
         ttl_ms: o.u64("ttlMs")?.unwrap_or(0),
+        scrub: o.bool("scrub")?.unwrap_or(false),
     })
 }
 
@@ -82,7 +86,7 @@ impl Node {
     /// `maxTenants` capacity) is taken.
     #[napi(
         catch_unwind,
-        ts_args_type = "name: string, limits?: { quota?: number, share?: number, priority?: number, ttlMs?: number }"
+        ts_args_type = "name: string, limits?: { quota?: number, share?: number, priority?: number, ttlMs?: number, scrub?: boolean }"
     )]
     pub fn tenant_add(&self, env: Env, name: Unknown<'_>, limits: Unknown<'_>) -> napi::Result<()> {
         let (name, l) = (string_of(&env, &name, "name")?, limits_of(&env, &limits)?);
@@ -94,7 +98,7 @@ impl Node {
     /// lifetime applies to blocks stored from then on).
     #[napi(
         catch_unwind,
-        ts_args_type = "name: string, limits?: { quota?: number, share?: number, priority?: number, ttlMs?: number }"
+        ts_args_type = "name: string, limits?: { quota?: number, share?: number, priority?: number, ttlMs?: number, scrub?: boolean }"
     )]
     pub fn tenant_set(&self, env: Env, name: Unknown<'_>, limits: Unknown<'_>) -> napi::Result<()> {
         let (name, l) = (string_of(&env, &name, "name")?, limits_of(&env, &limits)?);

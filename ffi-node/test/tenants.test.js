@@ -48,7 +48,7 @@ test('tenants keep their quotas and shares, and drop whole', () => {
     assert.deepEqual(a.check(), [])
     // A lifetime: once it has passed, the block is missing to every reader
     // and a put replaces it (only what must hold after the wait is checked).
-    a.tenantAdd('brief', { ttlMs: 30 })
+    a.tenantAdd('brief', { ttlMs: 30, scrub: true })
     const ns = a.namespaceIn(model, 'brief')
     assert.deepEqual(a.put(ns, [key(5000)], [Buffer.alloc(100, 'b')]), ['OK'])
     const until = Date.now() + 60
@@ -57,7 +57,7 @@ test('tenants keep their quotas and shares, and drop whole', () => {
     assert.equal(b.lookup(ns, [key(5000)]), 0)
     assert.deepEqual(b.put(ns, [key(5000)], [Buffer.alloc(100, 'c')]), ['OK'])
     const brief = a.tenants().find((t) => t.name === 'brief')
-    assert.ok(brief.ttlMs === 30 && brief.expired === 1 && brief.blocks === 1, JSON.stringify(brief))
+    assert.ok(brief.ttlMs === 30 && brief.scrub && brief.expired === 1 && brief.blocks === 1, JSON.stringify(brief))
     throwsResult(() => a.tenantSet('brief', { ttlMs: 2 ** 40 + 1 }), 'INVALID_ARGUMENT')
   } finally {
     a.detach()

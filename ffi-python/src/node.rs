@@ -267,10 +267,13 @@ impl Node {
     // -- tenants (see `tenants.rs`) ------------------------------------------
 
     /// Adds tenant `name` (1 to 20 bytes) with a hard `quota` and a
-    /// guaranteed `share` in payload bytes (0: none) and a `priority`.
-    /// `ExistsError` when a tenant of that name lives, `CapacityError` when
-    /// every slot (the `max_tenants` capacity) is taken.
-    #[pyo3(signature = (name, quota=0, share=0, priority=0, ttl_ms=0))]
+    /// guaranteed `share` in payload bytes (0: none), a `priority`, a
+    /// lifetime `ttl_ms` for its blocks (0: none) and `scrub` (its blocks
+    /// zeroed when reserved). `ExistsError` when a tenant of that name
+    /// lives, `CapacityError` when every slot (the `max_tenants` capacity)
+    /// is taken.
+    #[pyo3(signature = (name, quota=0, share=0, priority=0, ttl_ms=0, scrub=false))]
+    #[allow(clippy::too_many_arguments)]
     fn tenant_add(
         &self,
         py: Python<'_>,
@@ -279,15 +282,17 @@ impl Node {
         share: u64,
         priority: u32,
         ttl_ms: u64,
+        scrub: bool,
     ) -> PyResult<()> {
         let c = self.attached(py)?;
-        let l = crate::tenants::limits(quota, share, priority, ttl_ms);
+        let l = crate::tenants::limits(quota, share, priority, ttl_ms, scrub);
         py.detach(|| c.tenant_add(name.as_bytes(), l)).or_raise(py).map(|_| ())
     }
 
     /// Changes a live tenant's limits (every node follows at once; a new
     /// lifetime applies to blocks stored from then on).
-    #[pyo3(signature = (name, quota=0, share=0, priority=0, ttl_ms=0))]
+    #[pyo3(signature = (name, quota=0, share=0, priority=0, ttl_ms=0, scrub=false))]
+    #[allow(clippy::too_many_arguments)]
     fn tenant_set(
         &self,
         py: Python<'_>,
@@ -296,10 +301,11 @@ impl Node {
         share: u64,
         priority: u32,
         ttl_ms: u64,
+        scrub: bool,
     ) -> PyResult<()> {
         let c = self.attached(py)?;
         let t = crate::tenants::find(py, &c, name)?;
-        let l = crate::tenants::limits(quota, share, priority, ttl_ms);
+        let l = crate::tenants::limits(quota, share, priority, ttl_ms, scrub);
         py.detach(|| c.tenant_set(t, l)).or_raise(py)
     }
 

@@ -19,11 +19,11 @@ pub(crate) fn find(py: Python<'_>, c: &Attached, name: &str) -> PyResult<TenantI
 }
 
 /// Limits from keyword values.
-pub(crate) fn limits(quota: u64, share: u64, priority: u32, ttl_ms: u64) -> Limits {
-    Limits { quota, share, priority, ttl_ms }
+pub(crate) fn limits(quota: u64, share: u64, priority: u32, ttl_ms: u64, scrub: bool) -> Limits {
+    Limits { quota, share, priority, ttl_ms, scrub }
 }
 
-/// A tenant as a dict: name, quota, share, priority, ttl_ms, bytes,
+/// A tenant as a dict: name, quota, share, priority, ttl_ms, scrub, bytes,
 /// blocks, evictions, expired, refused, dropping.
 pub(crate) fn info<'py>(py: Python<'py>, t: &TenantInfo) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -32,6 +32,7 @@ pub(crate) fn info<'py>(py: Python<'py>, t: &TenantInfo) -> PyResult<Bound<'py, 
     d.set_item("share", t.limits.share)?;
     d.set_item("priority", t.limits.priority)?;
     d.set_item("ttl_ms", t.limits.ttl_ms)?;
+    d.set_item("scrub", t.limits.scrub)?;
     d.set_item("bytes", t.bytes)?;
     d.set_item("blocks", t.blocks)?;
     d.set_item("evictions", t.evictions)?;

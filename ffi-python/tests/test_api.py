@@ -493,7 +493,7 @@ def test_tenants_keep_quotas_and_shares_and_drop_whole(region: cxlkv.Region, loc
         # A lifetime: once it has passed, the block is missing to every
         # reader and a put replaces it (only what must hold after the wait
         # is checked).
-        a.tenant_add("brief", ttl_ms=30)
+        a.tenant_add("brief", ttl_ms=30, scrub=True)
         ns = a.namespace(model, tenant="brief")
         a.put(ns, [(5000, b"b" * 100)])
         time.sleep(0.06)
@@ -501,7 +501,7 @@ def test_tenants_keep_quotas_and_shares_and_drop_whole(region: cxlkv.Region, loc
         assert b.get(ns, [(5000, bytearray(100))])[0][0] == Result.NOT_FOUND
         assert b.put(ns, [(5000, b"c" * 100)]) == [Result.OK]
         brief = {t["name"]: t for t in a.tenants()}["brief"]
-        assert brief["ttl_ms"] == 30 and brief["expired"] == 1 and brief["blocks"] == 1
+        assert brief["ttl_ms"] == 30 and brief["scrub"] and brief["expired"] == 1 and brief["blocks"] == 1
         with pytest.raises(cxlkv.InvalidArgumentError):
             a.tenant_set("brief", ttl_ms=(1 << 40) + 1)
     finally:

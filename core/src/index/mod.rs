@@ -15,7 +15,7 @@ mod read;
 
 use crate::coherence::{Coherence, Site};
 use crate::hash::{checksum32, checksum32_fold, checksum32_lanes, place, Key};
-use crate::layout::{state, Bucket, Entry, StripeHeader, TENANT_LIVE};
+use crate::layout::{state, Bucket, Entry, StripeHeader, TENANT_LIVE, TENANT_SCRUB};
 use crate::lock::Held;
 use crate::mutant::mutant;
 use crate::node::Node;
@@ -667,6 +667,8 @@ impl<C: Coherence> Node<'_, C> {
         // The namespace's tenant, when not the default one: its usage is
         // counted and its quota checked under its lock (see `tenants.rs`).
         let tenant = self.tenant_of(ns)?;
+        // The tenant asks for its blocks zeroed (as its lock showed it).
+        let mut scrub = false;
         self.room_for_whole_chunks(ns, items);
         for attempt in 0..MAX_ROUNDS {
             let mut short: u64 = 0;
@@ -681,8 +683,20 @@ impl<C: Coherence> Node<'_, C> {
                     let r = self.with_stripe(s, |h| {
                         // Taken before anything changes: refused, the stripe
                         // is as it was.
-                        let mut th = match tenant {
-                            Some(id) => Some(self.tenant_take(id, true)?),
+                        let mut th = match tenant.map(|id| self.tenant_take(id, true)) {
+                            Some(Ok(hold)) => Some(hold),
+                            // The tenant's lines await the repair `tenant_take`
+                            // asked for: this stripe's items answer
+                            // `Recovering` (the others go on).
+                            Some(Err(Error::Recovering)) => {
+                                for &i in idx {
+                                    if let Some(o) = out.get_mut(i).filter(|o| attempt == 0 || retry(o)) {
+                                        *o = Err(Error::Recovering);
+                                    }
+                                }
+                                return Ok(());
+                            }
+                            Some(Err(e)) => return Err(e),
                             None => None,
                         };
                         if let (Some(id), Some(hold)) = (tenant, th.as_ref()) {
@@ -692,6 +706,7 @@ impl<C: Coherence> Node<'_, C> {
                                 }
                                 return Err(Error::NoTenant);
                             }
+                            scrub |= hold.cfg.flags & TENANT_SCRUB != 0;
                         }
                         let r = self.reserve_stripe(ns, s, h, items, idx, out, attempt, &mut th, tenant);
                         let put = th.map_or(Ok(()), |hold| self.tenant_put(hold));
@@ -735,6 +750,11 @@ impl<C: Coherence> Node<'_, C> {
                     *r = Err(Error::Recovering);
                 }
                 break;
+            }
+        }
+        if scrub && !mutant!("tenant.no_scrub") {
+            for h in out.iter().take(items.len()).filter_map(|r| r.as_ref().ok()) {
+                self.scrub(h)?;
             }
         }
         let ok = out.iter().take(items.len()).filter(|r| r.is_ok()).count() as u64;
@@ -1035,6 +1055,20 @@ impl<C: Coherence> Node<'_, C> {
         probe::insert(st, s, tag, e, h.ticket(), Some(h))?;
         h.inserts = h.inserts.wrapping_add(1);
         Ok(Handle { ns, key: it.key, stripe: s, entry: e, gen, off, len: it.len, tokens: it.tokens })
+    }
+
+    /// Zeroes a block just reserved for a tenant that asks for it (see
+    /// `Limits::scrub`): its writer, and a reader of a block published
+    /// partly written, meet no byte an earlier block left there. Done
+    /// while the entry is WRITING and journaled as this node's, as any
+    /// payload write: a stop here is recovery's to quarantine.
+    fn scrub(&self, h: &Handle) -> Result<()> {
+        self.check_payload(h)?;
+        self.store.view.zero(h.off, h.len)?;
+        // SYNC: the zeros reach memory before the block is published, in
+        // whatever part its writer leaves unwritten (reader: get, read; the
+        // publication's fence orders them).
+        self.store.co.flush(&self.store.view, h.off, h.len, Site("tenant.scrub"))
     }
 
     /// Writes `data` into a reserved block at byte `at` (bulk path, flushed).

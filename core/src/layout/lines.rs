@@ -650,7 +650,9 @@ shared_struct! {
         /// earlier tenant of the slot names another nonce.
         pub nonce: u32,
         /// `TENANT_FREE`, `TENANT_LIVE` or `TENANT_DROPPING`.
-        pub state: u32,
+        pub state: u16,
+        /// `TENANT_SCRUB` or 0.
+        pub flags: u16,
         /// The grant of the tenant's lock it was written under (recovery's
         /// for a slot it rebuilt): below the lock's repair floor, a revoked
         /// holder's line written back late.
@@ -710,11 +712,14 @@ pub const TENANT_NAME: usize = 20;
 /// Most tenants a region holds (the default tenant's slot 0 included).
 pub const MAX_TENANTS: u32 = 64;
 /// Tenant slot states: never taken or dropped.
-pub const TENANT_FREE: u32 = 0;
+pub const TENANT_FREE: u16 = 0;
 /// A tenant: its namespaces take blocks.
-pub const TENANT_LIVE: u32 = 1;
+pub const TENANT_LIVE: u16 = 1;
 /// Being dropped: its blocks are being removed, it takes no new ones.
-pub const TENANT_DROPPING: u32 = 2;
+pub const TENANT_DROPPING: u16 = 2;
+/// Tenant flag: its blocks' payload is zeroed when they are removed,
+/// before the space goes back to the allocator (see `Limits::scrub`).
+pub const TENANT_SCRUB: u16 = 1;
 
 /// Entry states.
 pub mod state {

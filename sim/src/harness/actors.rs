@@ -712,6 +712,8 @@ fn join_tenant<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, me: usize)
         quota: crate::harness::params::TENANT_QUOTA,
         share: crate::harness::params::TENANT_SHARE,
         ttl_ms: crate::harness::model::TTL.with(|t| t.get()),
+        // The runs without a lifetime zero every block they reserve.
+        scrub: crate::harness::model::TTL.with(|t| t.get()) == 0,
         ..Limits::default()
     };
     let t = loop {

@@ -427,6 +427,13 @@ pub fn scenarios() -> &'static [Scenario] {
             run: tenants::expired_never_read,
         },
         Scenario {
+            name: "scrubbed-block-read-elsewhere",
+            what: "a block of the default tenant is written and evicted; a scrubbing tenant's reserve on another \
+                   host gets its space, writes half and publishes: the first host reads the rest as zeros, never \
+                   the evicted block's bytes",
+            run: tenants::scrubbed_block_read_elsewhere,
+        },
+        Scenario {
             name: "zombie-expiry-lands-late",
             what: "a node holding a stripe lock stops with an expiry line in its cache; declared dead and recovered, \
                    its old line lands after a block of the line was stamped: past the block's lifetime, no reader \

@@ -287,3 +287,43 @@ pub(super) fn zombie_expiry_lands_late(disable: Option<&'static str>) -> Result<
     rig.expect_clean(NAME, &mut out)?;
     Ok(out)
 }
+
+/// Node 0 puts a block of the default tenant, its bytes 0xab, and evicts
+/// it; node 1 reserves a block of tenant `clean` (which scrubs) in the same
+/// space, writes its first half (flushed) and publishes. Node 0 must read
+/// the second half as zeros: the zeros node 1 wrote at the reserve reached
+/// memory, and none of the evicted block's bytes shows.
+pub(super) fn scrubbed_block_read_elsewhere(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "scrubbed-block-read-elsewhere";
+    const LEN: u64 = 2048;
+    let rig = Rig::new(2, 2, disable)?;
+    two_nodes!(rig => (s0, s1), env, (l0, l1), (n0, n1));
+    let mut out = Vec::new();
+    let t = n0.tenant_add(b"clean", Limits { scrub: true, ..Limits::default() })?;
+    let ns = n0.namespace_in(t, Namespace { model: b"m", ..Namespace::default() }.digest())?;
+    let old = n0.reserve(7, key(1), LEN, 1)?;
+    n0.write(&old, 0, &[0xab; LEN as usize])?;
+    n0.publish_flushed(core::slice::from_ref(&old), &mut [Ok(())])?;
+    n0.evict(u64::MAX, &mut cxlkv_core::index::Lru)?;
+    let h = n1.reserve(ns, key(2), LEN, 1)?;
+    if h.off != old.off {
+        out.push(format!("{NAME}: the reserve did not get the evicted block's space ({} vs {})", h.off, old.off));
+    }
+    n1.write(&h, 0, &[7; (LEN / 2) as usize])?;
+    n1.publish_flushed(core::slice::from_ref(&h), &mut [Ok(())])?;
+    let mut buf = vec![0u8; LEN as usize];
+    match n0.get(ns, key(2), &mut buf) {
+        Ok(n) if n == LEN as usize => {
+            let (a, b) = buf.split_at((LEN / 2) as usize);
+            if !a.iter().all(|&x| x == 7) || !b.iter().all(|&x| x == 0) {
+                let stale = b.iter().filter(|&&x| x == 0xab).count();
+                out.push(format!(
+                    "{NAME}: node 0 read the block's unwritten half with {stale} bytes of the evicted one"
+                ));
+            }
+        }
+        r => out.push(format!("{NAME}: node 0's get gave {r:?}")),
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
