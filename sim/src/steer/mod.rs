@@ -427,6 +427,13 @@ pub fn scenarios() -> &'static [Scenario] {
             run: tenants::expired_never_read,
         },
         Scenario {
+            name: "tenant-drop-cut-by-a-crash",
+            what: "a node dropping a tenant dies at its first eviction's claim; recovered, the tenant stays \
+                   dropping (its reserves refused, its usage its blocks), and a drop by another node finishes: \
+                   every block gone, the slot free",
+            run: tenants::tenant_drop_cut_by_a_crash,
+        },
+        Scenario {
             name: "scrubbed-block-read-elsewhere",
             what: "a block of the default tenant is written and evicted; a scrubbing tenant's reserve on another \
                    host gets its space, writes half and publishes: the first host reads the rest as zeros, never \

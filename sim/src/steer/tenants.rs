@@ -327,3 +327,44 @@ pub(super) fn scrubbed_block_read_elsewhere(disable: Option<&'static str>) -> Re
     rig.expect_clean(NAME, &mut out)?;
     Ok(out)
 }
+
+/// Node 1 drops tenant `t` (four blocks) and dies inside the drop, at the
+/// fence of its first eviction's claim: the tenant is DROPPING, a block is
+/// CLAIMED. Declared dead and recovered, the tenant stays DROPPING (no
+/// reserve of its namespace is taken) and its usage counts its blocks as
+/// recovery rebuilt them; node 0 drops it again, which finishes: every
+/// block gone, the slot free, and the region checks clean.
+pub(super) fn tenant_drop_cut_by_a_crash(disable: Option<&'static str>) -> Result<Vec<String>> {
+    const NAME: &str = "tenant-drop-cut-by-a-crash";
+    three_node_rig!(disable => rig, (s0, s1, s2), env, (l0, l1, l2), (n0, n1, n2));
+    let mut out = Vec::new();
+    let t = n0.tenant_add(b"t", Limits::default())?;
+    let ns = n0.namespace_in(t, Namespace { model: b"m", ..Namespace::default() }.digest())?;
+    for i in 1..=4 {
+        put(&n0, ns, i, 512)?;
+    }
+    if !rig.dies_at(1, "evict.announce.fence", || n1.tenant_drop(t)) {
+        out.push(format!("{NAME}: node 1's drop did not reach its first eviction's claim"));
+    }
+    super::declare_dead(&s0, 1)?;
+    env.step()?;
+    n0.recover(0)?;
+    match n2.reserve(ns, key(9), 512, 1) {
+        Err(Error::NoTenant) => {}
+        r => out.push(format!("{NAME}: a reserve of the tenant being dropped gave {r:?}")),
+    }
+    let left = (1..=4).filter(|&i| n2.lookup(ns, &[key(i)]).is_ok_and(|n| n == 1)).count() as u64;
+    match usage_of(&n2, b"t")? {
+        Some((bytes, blocks)) if blocks == left && bytes == 512 * left => {}
+        u => out.push(format!("{NAME}: after recovery tenant t holds {u:?}, its blocks {left} of 512 bytes")),
+    }
+    match n0.tenant_drop(t) {
+        Ok(rep) if rep.blocks == left => {}
+        r => out.push(format!("{NAME}: the drop again gave {r:?}, {left} blocks left")),
+    }
+    if n2.tenant_find(b"t")?.is_some() || (1..=4).any(|i| n2.lookup(ns, &[key(i)]).is_ok_and(|n| n == 1)) {
+        out.push(format!("{NAME}: tenant t or a block of it is still there after the drop"));
+    }
+    rig.expect_clean(NAME, &mut out)?;
+    Ok(out)
+}
