@@ -136,6 +136,18 @@ pub(crate) fn roots_op<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, r:
     }
 }
 
+/// Whether this run's root table can be full: it holds a root per host,
+/// the counter's, an application lock record each (two at most) and, in a
+/// run with a tenant, the tenant's namespace. With five hosts and a tenant
+/// that is one more than the eight records of
+/// [`crate::harness::params::sim_caps`] (seed 174048):
+/// a put may then find the table full.
+fn roots_can_fill<C: Coherence>(w: &World, node: &Node<'_, C>) -> bool {
+    let caps = &node.store.layout.caps;
+    let records = w.hosts as u32 + 1 + caps.app_locks + u32::from(crate::harness::model::TENANTS.with(|t| t.get()));
+    records > caps.n_roots
+}
+
 /// Reads root `name` (host `g`'s) and the block it names: both must be as
 /// the model says while no put or destroy of it runs.
 fn root_read<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, g: usize, name: &str) {
@@ -207,6 +219,9 @@ fn root_change<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, g: usize, 
             if put { "put" } else { "destroy" }
         );
     }
+    // A full table refused the put: the root is not there, its block is
+    // the caller's to free.
+    let full = put && res == Err(Error::RootsFull) && roots_can_fill(w, node);
     if let Some(off) = block {
         match res {
             Ok(()) => {
@@ -216,6 +231,7 @@ fn root_change<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, g: usize, 
                 }
             }
             Err(Error::Exists) => raw_free(w, node, h, off),
+            Err(Error::RootsFull) if full => raw_free(w, node, h, off),
             // Revoked: the root may or may not name it; the block stays.
             Err(_) => {}
         }
@@ -226,6 +242,7 @@ fn root_change<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, g: usize, 
     let next = match (put, res) {
         (true, Ok(())) => Some(Some(size)),
         (false, Ok(())) | (false, Err(Error::NotFound)) => Some(None),
+        (true, Err(Error::RootsFull)) if full => Some(None),
         (true, Err(Error::Exists)) => None,
         (_, Err(e)) => {
             // Revoked after the change was made: the state is unknown.
@@ -243,7 +260,7 @@ fn root_change<C: Coherence>(w: &World, node: &Node<'_, C>, h: usize, g: usize, 
     }
     if let Some(was) = before.state {
         let agrees = match (put, res) {
-            (true, Ok(())) | (false, Err(Error::NotFound)) => was.is_none(),
+            (true, Ok(())) | (false, Err(Error::NotFound)) | (true, Err(Error::RootsFull)) => was.is_none(),
             _ => was.is_some(),
         };
         if !agrees {
